@@ -1,0 +1,183 @@
+//! GGUF v3 writer (metadata + tensors, with alignment padding).
+//!
+//! Layout as in the GGUF spec "File Structure": header, metadata, tensor infos, zero padding
+//! to the alignment, then each tensor's bytes, each padded with zeros to the alignment.
+
+use super::reader::{first_duplicate, tensor_sizes};
+use super::*;
+use std::path::Path;
+
+/// A tensor to write: name, type, dims (innermost first) and its raw bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriterTensor {
+    /// Tensor name.
+    pub name: String,
+    /// Element type.
+    pub ty: GgmlType,
+    /// Dimensions, innermost first (1..=4).
+    pub dims: Vec<u64>,
+    /// Raw data: exactly `row_size(dims[0]) * dims[1] * ...` bytes.
+    pub data: Vec<u8>,
+}
+
+/// Builds a GGUF v3 file in memory.
+#[derive(Debug, Clone, Default)]
+pub struct GgufWriter {
+    /// Metadata in the order it will be written. If it contains `general.alignment` (u32, a
+    /// power of two), that alignment is used; otherwise 32.
+    pub metadata: Vec<(String, GgufValue)>,
+    /// Tensors in the order they will be written.
+    pub tensors: Vec<WriterTensor>,
+}
+
+fn put_string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_array(out: &mut Vec<u8>, a: &GgufArray) {
+    out.extend_from_slice(&(a.elem_type() as u32).to_le_bytes());
+    out.extend_from_slice(&(a.len() as u64).to_le_bytes());
+    match a {
+        GgufArray::U8(v) => out.extend_from_slice(v),
+        GgufArray::I8(v) => v.iter().for_each(|x| out.push(*x as u8)),
+        GgufArray::U16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::I16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::U32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::U64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::I64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::Bool(v) => v.iter().for_each(|x| out.push(*x as u8)),
+        GgufArray::String(v) => v.iter().for_each(|s| put_string(out, s)),
+        GgufArray::Array(v) => v.iter().for_each(|a| put_array(out, a)),
+    }
+}
+
+fn put_value(out: &mut Vec<u8>, v: &GgufValue) {
+    match v {
+        GgufValue::U8(x) => out.push(*x),
+        GgufValue::I8(x) => out.push(*x as u8),
+        GgufValue::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::Bool(x) => out.push(*x as u8),
+        GgufValue::String(s) => put_string(out, s),
+        GgufValue::Array(a) => put_array(out, a),
+    }
+}
+
+fn array_depth(a: &GgufArray) -> usize {
+    match a {
+        GgufArray::Array(v) => 1 + v.iter().map(array_depth).max().unwrap_or(0),
+        _ => 1,
+    }
+}
+
+fn pad_to(out: &mut Vec<u8>, alignment: u64) {
+    let len = out.len() as u64;
+    let target = len.div_ceil(alignment) * alignment;
+    out.resize(target as usize, 0);
+}
+
+impl GgufWriter {
+    /// An empty writer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a metadata entry.
+    pub fn push_kv(&mut self, key: impl Into<String>, value: GgufValue) -> &mut Self {
+        self.metadata.push((key.into(), value));
+        self
+    }
+
+    /// Appends a tensor.
+    pub fn push_tensor(&mut self, name: impl Into<String>, ty: GgmlType, dims: Vec<u64>, data: Vec<u8>) -> &mut Self {
+        self.tensors.push(WriterTensor { name: name.into(), ty, dims, data });
+        self
+    }
+
+    /// Alignment that will be used (validated `general.alignment` or 32).
+    pub fn alignment(&self) -> Result<u64, GgufError> {
+        match self.metadata.iter().find(|(k, _)| k == KEY_ALIGNMENT).map(|(_, v)| v) {
+            None => Ok(DEFAULT_ALIGNMENT),
+            Some(GgufValue::U32(a)) if *a != 0 && a.is_power_of_two() => Ok(*a as u64),
+            Some(v) => Err(GgufError::BadAlignment(format!("{v:?}"))),
+        }
+    }
+
+    /// Serializes to GGUF v3 bytes.
+    ///
+    /// Errors: duplicate keys or tensor names, bad alignment, invalid dims/type combinations,
+    /// data of the wrong size, arrays nested deeper than [`MAX_ARRAY_DEPTH`] — everything the
+    /// reader would reject.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, GgufError> {
+        if let Some(k) = first_duplicate(self.metadata.iter().map(|(k, _)| k.as_str())) {
+            return Err(GgufError::DuplicateKey(k.to_string()));
+        }
+        if let Some(n) = first_duplicate(self.tensors.iter().map(|t| t.name.as_str())) {
+            return Err(GgufError::DuplicateTensor(n.to_string()));
+        }
+        for (k, v) in &self.metadata {
+            if let GgufValue::Array(a) = v {
+                if array_depth(a) > MAX_ARRAY_DEPTH {
+                    return Err(GgufError::NestingTooDeep { what: format!("metadata key {k:?}") });
+                }
+            }
+        }
+        let alignment = self.alignment()?;
+        let mut out = Vec::new();
+        out.extend_from_slice(&GGUF_MAGIC);
+        out.extend_from_slice(&3u32.to_le_bytes());
+        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
+        for (k, v) in &self.metadata {
+            put_string(&mut out, k);
+            out.extend_from_slice(&(v.value_type() as u32).to_le_bytes());
+            put_value(&mut out, v);
+        }
+        let mut offset = 0u64;
+        let mut offsets = Vec::with_capacity(self.tensors.len());
+        for t in &self.tensors {
+            let (_, n_bytes) = tensor_sizes(&t.name, t.ty, &t.dims)?;
+            if n_bytes != t.data.len() as u64 {
+                return Err(GgufError::DataSizeMismatch {
+                    tensor: t.name.clone(),
+                    expected: n_bytes,
+                    got: t.data.len() as u64,
+                });
+            }
+            put_string(&mut out, &t.name);
+            out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+            for d in &t.dims {
+                out.extend_from_slice(&d.to_le_bytes());
+            }
+            out.extend_from_slice(&t.ty.id().to_le_bytes());
+            out.extend_from_slice(&offset.to_le_bytes());
+            offsets.push(offset);
+            offset += n_bytes.div_ceil(alignment) * alignment;
+        }
+        pad_to(&mut out, alignment);
+        for t in &self.tensors {
+            out.extend_from_slice(&t.data);
+            pad_to(&mut out, alignment);
+        }
+        Ok(out)
+    }
+
+    /// Writes the file to `path`.
+    ///
+    /// Errors: as [`GgufWriter::to_bytes`], plus [`GgufError::Io`].
+    pub fn write_to(&self, path: impl AsRef<Path>) -> Result<(), GgufError> {
+        let bytes = self.to_bytes()?;
+        std::fs::write(path.as_ref(), bytes)
+            .map_err(|source| GgufError::Io { path: path.as_ref().display().to_string(), source })
+    }
+}
