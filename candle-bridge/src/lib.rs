@@ -1,0 +1,1 @@
+//! Candle bridge (issue 5 onward).

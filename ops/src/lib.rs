@@ -1,0 +1,1 @@
+//! Tensor ops (issue 4 onward).

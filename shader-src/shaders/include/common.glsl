@@ -1,0 +1,13 @@
+// Common declarations for vkml compute shaders.
+// Include with `#include "common.glsl"` after `#extension GL_GOOGLE_include_directive : require`
+// and after the workgroup-size layout declaration (the helpers read gl_WorkGroupSize).
+#ifndef VKML_COMMON_GLSL
+#define VKML_COMMON_GLSL
+
+// Flattened global invocation index for a 1-D launch that may use the y dimension
+// to exceed maxComputeWorkGroupCount[0]: gl_NumWorkGroups.x * local size x per row.
+uint vkml_global_index_1d() {
+    return gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+}
+
+#endif

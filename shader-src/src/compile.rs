@@ -1,0 +1,450 @@
+//! The shader compiler front: GLSL and HLSL compute shaders to SPIR-V through glslang,
+//! and reflection of a SPIR-V module's interface (storage-buffer bindings and their
+//! access, push-constant block size, specialization-constant ids, workgroup size).
+//!
+//! This file is shared, through `#[path]`, by the crate's build script (which compiles
+//! every `shaders/*.comp` at build time) and by the library (which compiles users'
+//! kernels at run time, see `vkml_hal::shader`). It therefore depends on nothing but
+//! `glslang`, `rspirv` and `thiserror`.
+//!
+//! Sources: the SPIR-V specification 1.6 (section 2.3 "Physical Layout of a SPIR-V
+//! Module", section 3.20 "Decoration" for `Binding`, `DescriptorSet`, `NonWritable`,
+//! `NonReadable`, `Offset`, `ArrayStride`, `MatrixStride`, `SpecId`), and glslang's C
+//! interface (`glslang_c_interface.h`).
+
+use std::collections::{BTreeMap, HashMap};
+
+use rspirv::dr::{Instruction, Operand};
+use rspirv::spirv::{self, Decoration, Op, StorageClass};
+
+/// Source language of a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// GLSL (`#version 450` or later, Vulkan semantics).
+    Glsl,
+    /// HLSL (Shader Model 6 style compute shaders, `[numthreads(x, y, z)]`).
+    Hlsl,
+}
+
+/// SPIR-V target environment of a compilation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TargetEnv {
+    /// Vulkan 1.2, SPIR-V 1.5: vkml's minimum, and the default.
+    #[default]
+    Vulkan1_2,
+    /// Vulkan 1.3, SPIR-V 1.6.
+    Vulkan1_3,
+}
+
+/// Resolves `#include "name"` and `#include <name>` directives.
+///
+/// Called with the requested name and the name of the including file; returns the
+/// resolved name (used in later diagnostics and nested includes) and the contents, or
+/// `None` when the header does not exist (glslang then reports the failed include).
+pub type IncludeResolver<'a> = &'a dyn Fn(&str, &str) -> Option<(String, String)>;
+
+/// One compilation: source, dialect, entry point, defines and include resolution.
+#[derive(Clone, Copy)]
+pub struct CompileRequest<'a> {
+    /// Name used in diagnostics (a file name for build-time shaders).
+    pub name: &'a str,
+    /// Shader source text.
+    pub source: &'a str,
+    /// Source language.
+    pub dialect: Dialect,
+    /// Entry point in the source (`main` for GLSL; any function name for HLSL). The
+    /// SPIR-V entry point is always called `main`.
+    pub entry_point: &'a str,
+    /// Preprocessor defines (`NAME`, `VALUE`), applied before the source.
+    pub defines: &'a [(&'a str, &'a str)],
+    /// Include resolution; `None` makes every `#include` an error.
+    pub includes: Option<IncludeResolver<'a>>,
+    /// SPIR-V target environment.
+    pub target: TargetEnv,
+}
+
+impl std::fmt::Debug for CompileRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompileRequest")
+            .field("name", &self.name)
+            .field("dialect", &self.dialect)
+            .field("entry_point", &self.entry_point)
+            .field("defines", &self.defines)
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Errors of compilation and reflection.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// glslang rejected the source; `log` is glslang's message (file, line, reason).
+    #[error("shader `{name}` failed to compile:\n{log}")]
+    Compile {
+        /// The request's name.
+        name: String,
+        /// glslang's info log.
+        log: String,
+    },
+    /// The glslang process could not be initialised.
+    #[error("the glslang compiler could not be initialised")]
+    CompilerUnavailable,
+    /// The words are not a SPIR-V module, or one vkml cannot reflect.
+    #[error("shader `{name}`: invalid SPIR-V: {reason}")]
+    InvalidSpirv {
+        /// The module's name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Access of a kernel to one storage buffer, from the `NonWritable` / `NonReadable`
+/// decorations (`readonly` / `writeonly` in GLSL, `StructuredBuffer` in HLSL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// The kernel only reads the buffer.
+    Read,
+    /// The kernel only writes the buffer.
+    Write,
+    /// The kernel may read and write the buffer.
+    ReadWrite,
+}
+
+impl Access {
+    /// Whether the kernel may write the buffer.
+    pub fn writes(self) -> bool {
+        !matches!(self, Access::Read)
+    }
+    /// Whether the kernel may read the buffer.
+    pub fn reads(self) -> bool {
+        !matches!(self, Access::Write)
+    }
+}
+
+/// One storage-buffer binding of a kernel (descriptor set 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BindingInfo {
+    /// Binding number in set 0.
+    pub binding: u32,
+    /// Declared access.
+    pub access: Access,
+}
+
+/// The interface of a compute shader, as reflected from its SPIR-V.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Interface {
+    /// Storage-buffer bindings of descriptor set 0, sorted by binding number and dense
+    /// (binding `i` at index `i`).
+    pub bindings: Vec<BindingInfo>,
+    /// Size in bytes of the push-constant block (0 when there is none).
+    pub push_constant_size: u32,
+    /// Specialization-constant ids declared by the module (`SpecId`), sorted.
+    pub spec_ids: Vec<u32>,
+    /// `LocalSize` execution mode of the entry point: the default workgroup size. A
+    /// `WorkgroupSize` built-in made of specialization constants (GLSL
+    /// `local_size_x_id`) replaces it when the pipeline is specialized.
+    pub local_size: Option<[u32; 3]>,
+}
+
+/// Compiles one compute shader to SPIR-V words.
+///
+/// # Errors
+/// [`CompileError::Compile`] with glslang's log (which names the file and line) when the
+/// source does not compile; [`CompileError::CompilerUnavailable`] when glslang cannot
+/// start.
+pub fn compile(req: &CompileRequest<'_>) -> Result<Vec<u32>, CompileError> {
+    use glslang::include::{IncludeHandler, IncludeResult, IncludeType};
+    use glslang::{
+        Compiler, CompilerOptions, ShaderInput, ShaderMessage, ShaderSource, ShaderStage,
+        SourceLanguage, SpirvVersion, Target, VulkanVersion,
+    };
+
+    struct Resolver<'r> {
+        resolve: Option<IncludeResolver<'r>>,
+    }
+    impl IncludeHandler for Resolver<'_> {
+        fn include(
+            &mut self,
+            _ty: IncludeType,
+            header: &str,
+            includer: &str,
+            _depth: usize,
+        ) -> Option<IncludeResult> {
+            let (name, data) = (self.resolve?)(header, includer)?;
+            Some(IncludeResult { name, data })
+        }
+    }
+
+    let fail = |log: String| CompileError::Compile { name: req.name.to_string(), log };
+    let compiler = Compiler::acquire().ok_or(CompileError::CompilerUnavailable)?;
+    let (version, spirv_version) = match req.target {
+        TargetEnv::Vulkan1_2 => (VulkanVersion::Vulkan1_2, SpirvVersion::SPIRV1_5),
+        TargetEnv::Vulkan1_3 => (VulkanVersion::Vulkan1_3, SpirvVersion::SPIRV1_6),
+    };
+    let mut messages = ShaderMessage::DEFAULT | ShaderMessage::SPV_RULES | ShaderMessage::VULKAN_RULES;
+    let source_language = match req.dialect {
+        Dialect::Glsl => SourceLanguage::GLSL,
+        Dialect::Hlsl => {
+            messages |= ShaderMessage::READ_HLSL | ShaderMessage::HLSL_LEGALIZATION;
+            SourceLanguage::HLSL
+        }
+    };
+    let options = CompilerOptions {
+        source_language,
+        target: Target::Vulkan { version, spirv_version },
+        version_profile: None,
+        messages,
+    };
+    // glslang's CString conversion would panic on an interior NUL: reject it here.
+    if req.source.contains('\0') {
+        return Err(fail("the source contains a NUL byte".into()));
+    }
+    let source = ShaderSource::from(req.source);
+    let defines: Vec<(&str, Option<&str>)> =
+        req.defines.iter().map(|(k, v)| (*k, Some(*v))).collect();
+    let mut resolver = Resolver { resolve: req.includes };
+    let input = ShaderInput::new(
+        &source,
+        ShaderStage::Compute,
+        &options,
+        Some(&defines[..]),
+        Some(&mut resolver),
+    )
+    .map_err(|e| fail(e.to_string()))?;
+    let mut builder = glslang::Shader::new(compiler, input);
+    if req.dialect == Dialect::Hlsl {
+        builder.source_entry_point(req.entry_point);
+        builder.entry_point("main");
+    }
+    let shader = builder.parse().map_err(|e| fail(glslang_log(&e)))?;
+    let mut program = compiler.create_program();
+    program.add_shader(&shader);
+    program.compile(ShaderStage::Compute).map_err(|e| fail(glslang_log(&e)))
+}
+
+fn glslang_log(e: &glslang::error::GlslangError) -> String {
+    use glslang::error::GlslangError as G;
+    match e {
+        G::PreprocessError(l) | G::ParseError(l) | G::MapIoError(l) | G::LinkError(l) => {
+            let mut s = l.log.trim().to_string();
+            if s.is_empty() {
+                s = l.debug_log.trim().to_string();
+            }
+            s
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Reflects the interface of a compute shader's SPIR-V.
+///
+/// Every resource must be a storage buffer in descriptor set 0 (vkml's kernel ABI), the
+/// bindings dense from 0, and there must be at most one push-constant block.
+///
+/// # Errors
+/// [`CompileError::InvalidSpirv`] naming the problem (not SPIR-V, a resource that is not
+/// a storage buffer, a binding gap, a type whose size cannot be computed).
+pub fn reflect(name: &str, words: &[u32]) -> Result<Interface, CompileError> {
+    let bad = |reason: String| CompileError::InvalidSpirv { name: name.to_string(), reason };
+    if words.first() != Some(&spirv::MAGIC_NUMBER) {
+        return Err(bad("missing the SPIR-V magic number 0x07230203".into()));
+    }
+    let module = rspirv::dr::load_words(words).map_err(|e| bad(e.to_string()))?;
+    let m = &module;
+
+    let mut decorations: HashMap<u32, Vec<(Decoration, Option<u32>)>> = HashMap::new();
+    let mut member_decorations: HashMap<(u32, u32), Vec<(Decoration, Option<u32>)>> =
+        HashMap::new();
+    for ins in &m.annotations {
+        match ins.class.opcode {
+            Op::Decorate => {
+                if let (Some(Operand::IdRef(id)), Some(Operand::Decoration(d))) =
+                    (ins.operands.first(), ins.operands.get(1))
+                {
+                    decorations.entry(*id).or_default().push((*d, literal(ins.operands.get(2))));
+                }
+            }
+            Op::MemberDecorate => {
+                if let (
+                    Some(Operand::IdRef(id)),
+                    Some(Operand::LiteralBit32(member)),
+                    Some(Operand::Decoration(d)),
+                ) = (ins.operands.first(), ins.operands.get(1), ins.operands.get(2))
+                {
+                    member_decorations
+                        .entry((*id, *member))
+                        .or_default()
+                        .push((*d, literal(ins.operands.get(3))));
+                }
+            }
+            _ => {}
+        }
+    }
+    let decoration = |id: u32, d: Decoration| {
+        decorations.get(&id).and_then(|v| v.iter().find(|(x, _)| *x == d)).map(|(_, v)| *v)
+    };
+    let defs: HashMap<u32, &Instruction> =
+        m.types_global_values.iter().filter_map(|i| i.result_id.map(|id| (id, i))).collect();
+
+    let mut bindings = BTreeMap::new();
+    let mut push_constant_size = 0;
+    for var in m.types_global_values.iter().filter(|i| i.class.opcode == Op::Variable) {
+        let (Some(id), Some(ptr_ty)) = (var.result_id, var.result_type) else { continue };
+        let Some(Operand::StorageClass(class)) = var.operands.first() else { continue };
+        let pointee = pointee(&defs, ptr_ty).ok_or_else(|| bad(format!("variable %{id} has no pointer type")))?;
+        match class {
+            StorageClass::StorageBuffer | StorageClass::Uniform => {
+                let buffer_block = decoration(pointee, Decoration::BufferBlock).is_some();
+                if *class == StorageClass::Uniform && !buffer_block {
+                    return Err(bad(format!(
+                        "variable %{id} is a uniform buffer; vkml kernels take storage buffers only (HLSL: declare push constants as `[[vk::push_constant]] ConstantBuffer<T> name;`)"
+                    )));
+                }
+                let set = decoration(id, Decoration::DescriptorSet).flatten().unwrap_or(0);
+                let binding = decoration(id, Decoration::Binding)
+                    .flatten()
+                    .ok_or_else(|| bad(format!("storage buffer %{id} has no Binding decoration")))?;
+                if set != 0 {
+                    return Err(bad(format!(
+                        "binding {binding} is in descriptor set {set}; vkml kernels use set 0 only"
+                    )));
+                }
+                let members = struct_member_count(&defs, pointee);
+                let all_members = |d: Decoration| {
+                    members > 0
+                        && (0..members).all(|k| {
+                            member_decorations
+                                .get(&(pointee, k))
+                                .is_some_and(|v| v.iter().any(|(x, _)| *x == d))
+                        })
+                };
+                let non_writable = decoration(id, Decoration::NonWritable).is_some()
+                    || all_members(Decoration::NonWritable);
+                let non_readable = decoration(id, Decoration::NonReadable).is_some()
+                    || all_members(Decoration::NonReadable);
+                let access = match (non_writable, non_readable) {
+                    (true, _) => Access::Read,
+                    (false, true) => Access::Write,
+                    (false, false) => Access::ReadWrite,
+                };
+                if bindings.insert(binding, access).is_some() {
+                    return Err(bad(format!("binding {binding} is declared twice")));
+                }
+            }
+            StorageClass::PushConstant => {
+                push_constant_size = type_size(&defs, &member_decorations, &decorations, pointee)
+                    .ok_or_else(|| bad("the push-constant block has a type whose size vkml cannot compute".into()))?;
+            }
+            StorageClass::UniformConstant => {
+                return Err(bad(format!(
+                    "variable %{id} is an image, sampler or uniform constant; vkml kernels take storage buffers only"
+                )));
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::with_capacity(bindings.len());
+    for (i, (binding, access)) in bindings.into_iter().enumerate() {
+        if binding as usize != i {
+            return Err(bad(format!("bindings must be dense from 0; binding {i} is missing")));
+        }
+        out.push(BindingInfo { binding, access });
+    }
+    let mut spec_ids: Vec<u32> = decorations
+        .values()
+        .flatten()
+        .filter(|(d, _)| *d == Decoration::SpecId)
+        .filter_map(|(_, v)| *v)
+        .collect();
+    spec_ids.sort_unstable();
+    spec_ids.dedup();
+    let local_size = m.execution_modes.iter().find_map(|ins| {
+        match ins.operands.get(1) {
+            Some(Operand::ExecutionMode(spirv::ExecutionMode::LocalSize)) => {
+                let v: Vec<u32> = ins.operands[2..].iter().filter_map(|o| literal(Some(o))).collect();
+                (v.len() == 3).then(|| [v[0], v[1], v[2]])
+            }
+            _ => None,
+        }
+    });
+    Ok(Interface { bindings: out, push_constant_size, spec_ids, local_size })
+}
+
+fn literal(op: Option<&Operand>) -> Option<u32> {
+    match op? {
+        Operand::LiteralBit32(v) => Some(*v),
+        _ => None,
+    }
+}
+
+fn pointee(defs: &HashMap<u32, &Instruction>, ptr_ty: u32) -> Option<u32> {
+    let ins = defs.get(&ptr_ty)?;
+    if ins.class.opcode != Op::TypePointer {
+        return None;
+    }
+    match ins.operands.get(1)? {
+        Operand::IdRef(t) => Some(*t),
+        _ => None,
+    }
+}
+
+fn struct_member_count(defs: &HashMap<u32, &Instruction>, ty: u32) -> u32 {
+    defs.get(&ty)
+        .filter(|i| i.class.opcode == Op::TypeStruct)
+        .map_or(0, |i| i.operands.len() as u32)
+}
+
+type Decorations = HashMap<u32, Vec<(Decoration, Option<u32>)>>;
+type MemberDecorations = HashMap<(u32, u32), Vec<(Decoration, Option<u32>)>>;
+
+/// Size in bytes of a type with explicit layout (the push-constant block): a struct is
+/// as large as its furthest member (`Offset` + member size).
+fn type_size(
+    defs: &HashMap<u32, &Instruction>,
+    members: &MemberDecorations,
+    decorations: &Decorations,
+    ty: u32,
+) -> Option<u32> {
+    let ins = defs.get(&ty)?;
+    let id_at = |k: usize| match ins.operands.get(k) {
+        Some(Operand::IdRef(t)) => Some(*t),
+        _ => None,
+    };
+    match ins.class.opcode {
+        Op::TypeInt | Op::TypeFloat => literal(ins.operands.first()).map(|bits| bits / 8),
+        Op::TypeBool => Some(4),
+        Op::TypeVector => {
+            let n = literal(ins.operands.get(1))?;
+            Some(n * type_size(defs, members, decorations, id_at(0)?)?)
+        }
+        Op::TypeArray => {
+            let len_id = id_at(1)?;
+            let len = defs.get(&len_id).filter(|c| c.class.opcode == Op::Constant)
+                .and_then(|c| literal(c.operands.first()))?;
+            let stride = decorations.get(&ty)?.iter().find(|(d, _)| *d == Decoration::ArrayStride)?.1?;
+            len.checked_mul(stride)
+        }
+        Op::TypeStruct => {
+            let mut end = 0u32;
+            for k in 0..ins.operands.len() {
+                let member_ty = id_at(k)?;
+                let decs = members.get(&(ty, k as u32));
+                let offset = decs
+                    .and_then(|v| v.iter().find(|(d, _)| *d == Decoration::Offset))
+                    .and_then(|(_, v)| *v)?;
+                let size = match defs.get(&member_ty).map(|i| i.class.opcode) {
+                    Some(Op::TypeMatrix) => {
+                        let cols = literal(defs[&member_ty].operands.get(1))?;
+                        let stride = decs?.iter().find(|(d, _)| *d == Decoration::MatrixStride)?.1?;
+                        cols.checked_mul(stride)?
+                    }
+                    _ => type_size(defs, members, decorations, member_ty)?,
+                };
+                end = end.max(offset.checked_add(size)?);
+            }
+            Some(end)
+        }
+        _ => None,
+    }
+}
