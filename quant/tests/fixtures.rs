@@ -98,3 +98,41 @@ fn fixture_set_is_complete_and_small() {
     }
     assert!(total < 2 * 1024 * 1024, "fixtures are {total} bytes");
 }
+
+/// The integer dot products of the fixture blocks with quantized activations equal the float
+/// dot product of gguf-py's dequantized values with the dequantized activations. This covers
+/// the i-quants, whose blocks vkml-quant cannot produce itself.
+#[test]
+fn dot_products_match_gguf_py_values() {
+    use vkml_quant::{quantize_q8_1, quantize_q8_k, vec_dot_q8_1, vec_dot_q8_k};
+    let mut checked = 0;
+    for &ty in TYPES {
+        let f = load(ty.name().to_ascii_lowercase().as_str());
+        let n = f.expected.len();
+        let act: Vec<f32> = (0..n).map(|i| (((i * 37) % 101) as f32 - 50.0) * 0.02).collect();
+        let (got, a_deq) = if n % 32 == 0 {
+            if let Ok(d) = vec_dot_q8_1(ty, &f.blocks, &quantize_q8_1(&act).unwrap()) {
+                let y = quantize_q8_1(&act).unwrap();
+                let bytes: Vec<u8> = y.iter().flat_map(|b| bytemuck::bytes_of(b).to_vec()).collect();
+                (Some(d), dequantize_to_vec(GgmlType::Q8_1, &bytes).unwrap())
+            } else if n % 256 == 0 {
+                let y = quantize_q8_k(&act).unwrap();
+                let bytes: Vec<u8> = y.iter().flat_map(|b| bytemuck::bytes_of(b).to_vec()).collect();
+                (vec_dot_q8_k(ty, &f.blocks, &y).ok(), dequantize_to_vec(GgmlType::Q8_K, &bytes).unwrap())
+            } else {
+                (None, vec![])
+            }
+        } else {
+            (None, vec![])
+        };
+        let Some(got) = got else { continue };
+        let want: f64 = f.expected.iter().zip(&a_deq).map(|(x, y)| *x as f64 * *y as f64).sum();
+        let scale: f64 = f.expected.iter().zip(&a_deq).map(|(x, y)| (*x as f64 * *y as f64).abs()).sum();
+        assert!(
+            (got as f64 - want).abs() <= 1e-5 * scale + 1e-30,
+            "{ty}: integer dot {got} vs gguf-py dequantized dot {want}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 20, "only {checked} types checked");
+}
