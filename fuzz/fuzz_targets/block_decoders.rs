@@ -4,10 +4,15 @@
 
 use libfuzzer_sys::fuzz_target;
 use vkml_quant::blocks::{BlockQ8K, BlockQ8_1};
-use vkml_quant::{dequantize_to_vec, quantize, quantize_q8_1, quantize_q8_k, vec_dot_q8_1, vec_dot_q8_k, GgmlType, QK_K};
+use vkml_quant::{
+    dequantize_to_vec, quantize, quantize_q8_1, quantize_q8_k, vec_dot_q8_1, vec_dot_q8_k,
+    GgmlType, QK_K,
+};
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, rest)) = data.split_first() else { return };
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
     let ty = GgmlType::ALL[sel as usize % GgmlType::ALL.len()];
     let ts = ty.type_size();
     let n_blocks = (rest.len() / ts).min(64);
@@ -20,7 +25,9 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(vals.len(), n_blocks * ty.block_size());
     let n = vals.len();
     // Activations: a ramp quantized, and the raw bytes reinterpreted as activation blocks.
-    let ramp: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.03).collect();
+    let ramp: Vec<f32> = (0..n)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.03)
+        .collect();
     if n % 32 == 0 {
         let y = quantize_q8_1(&ramp).unwrap();
         let _ = vec_dot_q8_1(ty, x, &y);

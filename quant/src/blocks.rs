@@ -34,7 +34,9 @@ pub struct BlockQ4_0 {
     /// 4-bit quants, element j in the low nibble of byte j, element j+16 in the high nibble.
     pub qs: [u8; 16],
 }
-impl Block for BlockQ4_0 { const TYPE: GgmlType = GgmlType::Q4_0; }
+impl Block for BlockQ4_0 {
+    const TYPE: GgmlType = GgmlType::Q4_0;
+}
 const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == GgmlType::Q4_0.type_size());
 
 /// `block_q4_1`: one [`GgmlType::Q4_1`] block (ggml-common.h).
@@ -48,7 +50,9 @@ pub struct BlockQ4_1 {
     /// 4-bit quants, low nibbles = elements 0..16, high = 16..32.
     pub qs: [u8; 16],
 }
-impl Block for BlockQ4_1 { const TYPE: GgmlType = GgmlType::Q4_1; }
+impl Block for BlockQ4_1 {
+    const TYPE: GgmlType = GgmlType::Q4_1;
+}
 const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == GgmlType::Q4_1.type_size());
 
 /// `block_q5_0`: one [`GgmlType::Q5_0`] block (ggml-common.h).
@@ -62,7 +66,9 @@ pub struct BlockQ5_0 {
     /// Low 4 bits, as Q4_0.
     pub qs: [u8; 16],
 }
-impl Block for BlockQ5_0 { const TYPE: GgmlType = GgmlType::Q5_0; }
+impl Block for BlockQ5_0 {
+    const TYPE: GgmlType = GgmlType::Q5_0;
+}
 const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == GgmlType::Q5_0.type_size());
 
 /// `block_q5_1`: one [`GgmlType::Q5_1`] block (ggml-common.h).
@@ -78,7 +84,9 @@ pub struct BlockQ5_1 {
     /// Low 4 bits.
     pub qs: [u8; 16],
 }
-impl Block for BlockQ5_1 { const TYPE: GgmlType = GgmlType::Q5_1; }
+impl Block for BlockQ5_1 {
+    const TYPE: GgmlType = GgmlType::Q5_1;
+}
 const _: () = assert!(std::mem::size_of::<BlockQ5_1>() == GgmlType::Q5_1.type_size());
 
 /// `block_q8_0`: one [`GgmlType::Q8_0`] block (ggml-common.h).
@@ -90,7 +98,9 @@ pub struct BlockQ8_0 {
     /// Quants.
     pub qs: [i8; 32],
 }
-impl Block for BlockQ8_0 { const TYPE: GgmlType = GgmlType::Q8_0; }
+impl Block for BlockQ8_0 {
+    const TYPE: GgmlType = GgmlType::Q8_0;
+}
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == GgmlType::Q8_0.type_size());
 
 /// `block_q8_1`: one [`GgmlType::Q8_1`] block (ggml-common.h).
@@ -104,7 +114,9 @@ pub struct BlockQ8_1 {
     /// Quants.
     pub qs: [i8; 32],
 }
-impl Block for BlockQ8_1 { const TYPE: GgmlType = GgmlType::Q8_1; }
+impl Block for BlockQ8_1 {
+    const TYPE: GgmlType = GgmlType::Q8_1;
+}
 const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == GgmlType::Q8_1.type_size());
 
 /// `block_q2_K`: one [`GgmlType::Q2_K`] block (ggml-common.h).
@@ -120,7 +132,9 @@ pub struct BlockQ2K {
     /// Super-block scale for the mins.
     pub dmin: f16,
 }
-impl Block for BlockQ2K { const TYPE: GgmlType = GgmlType::Q2_K; }
+impl Block for BlockQ2K {
+    const TYPE: GgmlType = GgmlType::Q2_K;
+}
 const _: () = assert!(std::mem::size_of::<BlockQ2K>() == GgmlType::Q2_K.type_size());
 
 /// `block_q3_K`: one [`GgmlType::Q3_K`] block (ggml-common.h).
@@ -136,7 +150,9 @@ pub struct BlockQ3K {
     /// Super-block scale.
     pub d: f16,
 }
-impl Block for BlockQ3K { const TYPE: GgmlType = GgmlType::Q3_K; }
+impl Block for BlockQ3K {
+    const TYPE: GgmlType = GgmlType::Q3_K;
+}
 const _: () = assert!(std::mem::size_of::<BlockQ3K>() == GgmlType::Q3_K.type_size());
 
 /// `block_q4_K`: one [`GgmlType::Q4_K`] block (ggml-common.h).
@@ -152,7 +168,9 @@ pub struct BlockQ4K {
     /// 4-bit quants.
     pub qs: [u8; 128],
 }
-impl Block for BlockQ4K { const TYPE: GgmlType = GgmlType::Q4_K; }
+impl Block for BlockQ4K {
+    const TYPE: GgmlType = GgmlType::Q4_K;
+}
 const _: () = assert!(std::mem::size_of::<BlockQ4K>() == GgmlType::Q4_K.type_size());
 
 /// `block_q5_K`: one [`GgmlType::Q5_K`] block (ggml-common.h).
@@ -170,7 +188,9 @@ pub struct BlockQ5K {
     /// Low 4 bits of the quants.
     pub qs: [u8; 128],
 }
-impl Block for BlockQ5K { const TYPE: GgmlType = GgmlType::Q5_K; }
+impl Block for BlockQ5K {
+    const TYPE: GgmlType = GgmlType::Q5_K;
+}
 const _: () = assert!(std::mem::size_of::<BlockQ5K>() == GgmlType::Q5_K.type_size());
 
 /// `block_q6_K`: one [`GgmlType::Q6_K`] block (ggml-common.h).
@@ -186,7 +206,9 @@ pub struct BlockQ6K {
     /// Super-block scale.
     pub d: f16,
 }
-impl Block for BlockQ6K { const TYPE: GgmlType = GgmlType::Q6_K; }
+impl Block for BlockQ6K {
+    const TYPE: GgmlType = GgmlType::Q6_K;
+}
 const _: () = assert!(std::mem::size_of::<BlockQ6K>() == GgmlType::Q6_K.type_size());
 
 /// `block_q8_K`: one [`GgmlType::Q8_K`] block (ggml-common.h).
@@ -200,7 +222,9 @@ pub struct BlockQ8K {
     /// Sum of the quants in each group of 16.
     pub bsums: [i16; 16],
 }
-impl Block for BlockQ8K { const TYPE: GgmlType = GgmlType::Q8_K; }
+impl Block for BlockQ8K {
+    const TYPE: GgmlType = GgmlType::Q8_K;
+}
 const _: () = assert!(std::mem::size_of::<BlockQ8K>() == GgmlType::Q8_K.type_size());
 
 /// `block_iq2_xxs`: one [`GgmlType::IQ2_XXS`] block (ggml-common.h).
@@ -212,7 +236,9 @@ pub struct BlockIq2Xxs {
     /// Per 32 elements: 4 grid indices (bytes) then a u32 of 4 x 7-bit sign indices and a 4-bit scale.
     pub qs: [u16; 32],
 }
-impl Block for BlockIq2Xxs { const TYPE: GgmlType = GgmlType::IQ2_XXS; }
+impl Block for BlockIq2Xxs {
+    const TYPE: GgmlType = GgmlType::IQ2_XXS;
+}
 const _: () = assert!(std::mem::size_of::<BlockIq2Xxs>() == GgmlType::IQ2_XXS.type_size());
 
 /// `block_iq2_xs`: one [`GgmlType::IQ2_XS`] block (ggml-common.h).
@@ -226,7 +252,9 @@ pub struct BlockIq2Xs {
     /// Two 4-bit scales per 32 elements.
     pub scales: [u8; 8],
 }
-impl Block for BlockIq2Xs { const TYPE: GgmlType = GgmlType::IQ2_XS; }
+impl Block for BlockIq2Xs {
+    const TYPE: GgmlType = GgmlType::IQ2_XS;
+}
 const _: () = assert!(std::mem::size_of::<BlockIq2Xs>() == GgmlType::IQ2_XS.type_size());
 
 /// `block_iq2_s`: one [`GgmlType::IQ2_S`] block (ggml-common.h).
@@ -242,7 +270,9 @@ pub struct BlockIq2S {
     /// Two 4-bit scales per 32 elements.
     pub scales: [u8; 8],
 }
-impl Block for BlockIq2S { const TYPE: GgmlType = GgmlType::IQ2_S; }
+impl Block for BlockIq2S {
+    const TYPE: GgmlType = GgmlType::IQ2_S;
+}
 const _: () = assert!(std::mem::size_of::<BlockIq2S>() == GgmlType::IQ2_S.type_size());
 
 /// `block_iq3_xxs`: one [`GgmlType::IQ3_XXS`] block (ggml-common.h).
@@ -254,7 +284,9 @@ pub struct BlockIq3Xxs {
     /// 64 grid indices, then 8 u32 of 4 x 7-bit sign indices and a 4-bit scale.
     pub qs: [u8; 96],
 }
-impl Block for BlockIq3Xxs { const TYPE: GgmlType = GgmlType::IQ3_XXS; }
+impl Block for BlockIq3Xxs {
+    const TYPE: GgmlType = GgmlType::IQ3_XXS;
+}
 const _: () = assert!(std::mem::size_of::<BlockIq3Xxs>() == GgmlType::IQ3_XXS.type_size());
 
 /// `block_iq3_s`: one [`GgmlType::IQ3_S`] block (ggml-common.h).
@@ -272,7 +304,9 @@ pub struct BlockIq3S {
     /// 4-bit scales, two per 64 elements.
     pub scales: [u8; 4],
 }
-impl Block for BlockIq3S { const TYPE: GgmlType = GgmlType::IQ3_S; }
+impl Block for BlockIq3S {
+    const TYPE: GgmlType = GgmlType::IQ3_S;
+}
 const _: () = assert!(std::mem::size_of::<BlockIq3S>() == GgmlType::IQ3_S.type_size());
 
 /// `block_iq1_s`: one [`GgmlType::IQ1_S`] block (ggml-common.h).
@@ -286,7 +320,9 @@ pub struct BlockIq1S {
     /// Per 32 elements: 4 x 3 high index bits, 3-bit scale, delta sign.
     pub qh: [u16; 8],
 }
-impl Block for BlockIq1S { const TYPE: GgmlType = GgmlType::IQ1_S; }
+impl Block for BlockIq1S {
+    const TYPE: GgmlType = GgmlType::IQ1_S;
+}
 const _: () = assert!(std::mem::size_of::<BlockIq1S>() == GgmlType::IQ1_S.type_size());
 
 /// `block_iq1_m`: one [`GgmlType::IQ1_M`] block (ggml-common.h).
@@ -300,7 +336,9 @@ pub struct BlockIq1M {
     /// 3-bit sub-block scales; the f16 super-block scale is spread over the top nibbles.
     pub scales: [u8; 8],
 }
-impl Block for BlockIq1M { const TYPE: GgmlType = GgmlType::IQ1_M; }
+impl Block for BlockIq1M {
+    const TYPE: GgmlType = GgmlType::IQ1_M;
+}
 const _: () = assert!(std::mem::size_of::<BlockIq1M>() == GgmlType::IQ1_M.type_size());
 
 /// `block_iq4_nl`: one [`GgmlType::IQ4_NL`] block (ggml-common.h).
@@ -312,7 +350,9 @@ pub struct BlockIq4Nl {
     /// 4-bit indices into `KVALUES_IQ4NL`.
     pub qs: [u8; 16],
 }
-impl Block for BlockIq4Nl { const TYPE: GgmlType = GgmlType::IQ4_NL; }
+impl Block for BlockIq4Nl {
+    const TYPE: GgmlType = GgmlType::IQ4_NL;
+}
 const _: () = assert!(std::mem::size_of::<BlockIq4Nl>() == GgmlType::IQ4_NL.type_size());
 
 /// `block_iq4_xs`: one [`GgmlType::IQ4_XS`] block (ggml-common.h).
@@ -328,7 +368,9 @@ pub struct BlockIq4Xs {
     /// 4-bit indices into `KVALUES_IQ4NL`.
     pub qs: [u8; 128],
 }
-impl Block for BlockIq4Xs { const TYPE: GgmlType = GgmlType::IQ4_XS; }
+impl Block for BlockIq4Xs {
+    const TYPE: GgmlType = GgmlType::IQ4_XS;
+}
 const _: () = assert!(std::mem::size_of::<BlockIq4Xs>() == GgmlType::IQ4_XS.type_size());
 
 /// `block_tq1_0`: one [`GgmlType::TQ1_0`] block (ggml-common.h).
@@ -342,7 +384,9 @@ pub struct BlockTq1_0 {
     /// Scale.
     pub d: f16,
 }
-impl Block for BlockTq1_0 { const TYPE: GgmlType = GgmlType::TQ1_0; }
+impl Block for BlockTq1_0 {
+    const TYPE: GgmlType = GgmlType::TQ1_0;
+}
 const _: () = assert!(std::mem::size_of::<BlockTq1_0>() == GgmlType::TQ1_0.type_size());
 
 /// `block_tq2_0`: one [`GgmlType::TQ2_0`] block (ggml-common.h).
@@ -354,7 +398,9 @@ pub struct BlockTq2_0 {
     /// Scale.
     pub d: f16,
 }
-impl Block for BlockTq2_0 { const TYPE: GgmlType = GgmlType::TQ2_0; }
+impl Block for BlockTq2_0 {
+    const TYPE: GgmlType = GgmlType::TQ2_0;
+}
 const _: () = assert!(std::mem::size_of::<BlockTq2_0>() == GgmlType::TQ2_0.type_size());
 
 /// `block_mxfp4`: one [`GgmlType::MXFP4`] block (ggml-common.h).
@@ -366,7 +412,9 @@ pub struct BlockMxfp4 {
     /// 4-bit E2M1 codes, index into `KVALUES_FP4`.
     pub qs: [u8; 16],
 }
-impl Block for BlockMxfp4 { const TYPE: GgmlType = GgmlType::MXFP4; }
+impl Block for BlockMxfp4 {
+    const TYPE: GgmlType = GgmlType::MXFP4;
+}
 const _: () = assert!(std::mem::size_of::<BlockMxfp4>() == GgmlType::MXFP4.type_size());
 
 /// `block_nvfp4`: one [`GgmlType::NVFP4`] block (ggml-common.h).
@@ -378,7 +426,9 @@ pub struct BlockNvfp4 {
     /// 4-bit E2M1 codes.
     pub qs: [u8; 32],
 }
-impl Block for BlockNvfp4 { const TYPE: GgmlType = GgmlType::NVFP4; }
+impl Block for BlockNvfp4 {
+    const TYPE: GgmlType = GgmlType::NVFP4;
+}
 const _: () = assert!(std::mem::size_of::<BlockNvfp4>() == GgmlType::NVFP4.type_size());
 
 /// `block_q1_0`: one [`GgmlType::Q1_0`] block (ggml-common.h).
@@ -390,7 +440,9 @@ pub struct BlockQ1_0 {
     /// Sign bits: 1 = +d, 0 = -d.
     pub qs: [u8; 16],
 }
-impl Block for BlockQ1_0 { const TYPE: GgmlType = GgmlType::Q1_0; }
+impl Block for BlockQ1_0 {
+    const TYPE: GgmlType = GgmlType::Q1_0;
+}
 const _: () = assert!(std::mem::size_of::<BlockQ1_0>() == GgmlType::Q1_0.type_size());
 
 /// `block_q2_0`: one [`GgmlType::Q2_0`] block (ggml-common.h).
@@ -402,5 +454,7 @@ pub struct BlockQ2_0 {
     /// 2-bit codes q, value d * (q - 1).
     pub qs: [u8; 16],
 }
-impl Block for BlockQ2_0 { const TYPE: GgmlType = GgmlType::Q2_0; }
+impl Block for BlockQ2_0 {
+    const TYPE: GgmlType = GgmlType::Q2_0;
+}
 const _: () = assert!(std::mem::size_of::<BlockQ2_0>() == GgmlType::Q2_0.type_size());

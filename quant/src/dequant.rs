@@ -3,6 +3,10 @@
 //! Each block function follows the matching `dequantize_row_*` in ggml `src/ggml-quants.c`
 //! (same element order, same float operations), so results are bit-identical to ggml's.
 
+// Loops index several parallel arrays the way ggml's C code does; iterator chains would
+// obscure the correspondence with the reference.
+#![allow(clippy::needless_range_loop)]
+
 use crate::blocks::*;
 use crate::tables::*;
 use crate::types::{GgmlType, QK_K};
@@ -387,7 +391,10 @@ impl Dequantize for BlockIq3S {
         let mut o = 0;
         for ib32 in (0..8).step_by(2) {
             let sc = self.scales[ib32 / 2];
-            let dbs = [d * (1 + 2 * (sc & 0xf) as i32) as f32, d * (1 + 2 * (sc >> 4) as i32) as f32];
+            let dbs = [
+                d * (1 + 2 * (sc & 0xf) as i32) as f32,
+                d * (1 + 2 * (sc >> 4) as i32) as f32,
+            ];
             for (h, db) in dbs.iter().enumerate() {
                 let ib = ib32 + h;
                 let qs = &self.qs[8 * ib..8 * ib + 8];
@@ -419,7 +426,11 @@ impl Dequantize for BlockIq1S {
         for ib in 0..8 {
             let qh = self.qh[ib];
             let dl = d * (2 * ((qh >> 12) & 7) + 1) as f32;
-            let delta = if qh & 0x8000 != 0 { -IQ1S_DELTA } else { IQ1S_DELTA };
+            let delta = if qh & 0x8000 != 0 {
+                -IQ1S_DELTA
+            } else {
+                IQ1S_DELTA
+            };
             for l in 0..4 {
                 let idx = self.qs[4 * ib + l] as usize | ((((qh >> (3 * l)) & 7) as usize) << 8);
                 let grid = IQ1S_GRID[idx].to_le_bytes();
@@ -462,10 +473,26 @@ impl Dequantize for BlockIq1M {
                 qs[3] as usize | ((qh[1] as usize) << 4 & 0x700),
             ];
             let delta = [
-                if qh[0] & 0x08 != 0 { -IQ1S_DELTA } else { IQ1S_DELTA },
-                if qh[0] & 0x80 != 0 { -IQ1S_DELTA } else { IQ1S_DELTA },
-                if qh[1] & 0x08 != 0 { -IQ1S_DELTA } else { IQ1S_DELTA },
-                if qh[1] & 0x80 != 0 { -IQ1S_DELTA } else { IQ1S_DELTA },
+                if qh[0] & 0x08 != 0 {
+                    -IQ1S_DELTA
+                } else {
+                    IQ1S_DELTA
+                },
+                if qh[0] & 0x80 != 0 {
+                    -IQ1S_DELTA
+                } else {
+                    IQ1S_DELTA
+                },
+                if qh[1] & 0x08 != 0 {
+                    -IQ1S_DELTA
+                } else {
+                    IQ1S_DELTA
+                },
+                if qh[1] & 0x80 != 0 {
+                    -IQ1S_DELTA
+                } else {
+                    IQ1S_DELTA
+                },
             ];
             for l in 0..4 {
                 let dl = if l < 2 { dl1 } else { dl2 };
@@ -491,7 +518,8 @@ impl Dequantize for BlockIq4Nl {
 
 /// 6-bit scale of sub-block `ib` (0..8) of an IQ4_XS block, as stored (0..64, bias 32 not removed).
 pub(crate) fn iq4xs_ls(b: &BlockIq4Xs, ib: usize) -> i32 {
-    (((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) as i32) | ((((b.scales_h >> (2 * ib)) & 3) as i32) << 4)
+    (((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) as i32)
+        | ((((b.scales_h >> (2 * ib)) & 3) as i32) << 4)
 }
 
 impl Dequantize for BlockIq4Xs {
@@ -639,7 +667,10 @@ pub fn elements_in(ty: GgmlType, n_bytes: usize) -> Result<usize, QuantError> {
 pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
     let n = elements_in(ty, data.len())?;
     if out.len() != n {
-        return Err(QuantError::LengthMismatch { expected: n, got: out.len() });
+        return Err(QuantError::LengthMismatch {
+            expected: n,
+            got: out.len(),
+        });
     }
     use GgmlType as T;
     match ty {

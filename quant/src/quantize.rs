@@ -10,6 +10,10 @@
 //! Inputs may be any finite floats; NaN/inf inputs produce unspecified (but memory-safe,
 //! panic-free) blocks, as in ggml.
 
+// Loops index several parallel arrays the way ggml's C code does; iterator chains would
+// obscure the correspondence with the reference.
+#![allow(clippy::needless_range_loop)]
+
 use crate::blocks::*;
 use crate::dequant::{e8m0_to_f32_half, get_scale_min_k4, ue4m3_to_f32};
 use crate::tables::{KVALUES_FP4, KVALUES_IQ4NL};
@@ -140,7 +144,11 @@ impl Quantize for BlockQ4_1 {
             let xi1 = ((x1 + 0.5) as i8).min(15) as u8;
             qs[j] = xi0 | (xi1 << 4);
         }
-        BlockQ4_1 { d: fp16(d), m: fp16(min), qs }
+        BlockQ4_1 {
+            d: fp16(d),
+            m: fp16(min),
+            qs,
+        }
     }
 }
 
@@ -160,7 +168,11 @@ impl Quantize for BlockQ5_0 {
             qh |= (((xi0 & 0x10) >> 4) as u32) << j;
             qh |= (((xi1 & 0x10) >> 4) as u32) << (j + 16);
         }
-        BlockQ5_0 { d: fp16(d), qh: qh.to_le_bytes(), qs }
+        BlockQ5_0 {
+            d: fp16(d),
+            qh: qh.to_le_bytes(),
+            qs,
+        }
     }
 }
 
@@ -180,7 +192,12 @@ impl Quantize for BlockQ5_1 {
             qh |= (((xi0 & 0x10) >> 4) as u32) << j;
             qh |= (((xi1 & 0x10) >> 4) as u32) << (j + 16);
         }
-        BlockQ5_1 { d: fp16(d), m: fp16(min), qh: qh.to_le_bytes(), qs }
+        BlockQ5_1 {
+            d: fp16(d),
+            m: fp16(min),
+            qh: qh.to_le_bytes(),
+            qs,
+        }
     }
 }
 
@@ -210,7 +227,11 @@ impl Quantize for BlockQ8_1 {
     fn quantize(x: &[f32]) -> Self {
         let (d, qs) = q8_common(x);
         let sum: i32 = qs.iter().map(|&q| q as i32).sum();
-        BlockQ8_1 { d: fp16(d), s: fp16(sum as f32 * d), qs }
+        BlockQ8_1 {
+            d: fp16(d),
+            s: fp16(sum as f32 * d),
+            qs,
+        }
     }
 }
 
@@ -431,7 +452,16 @@ impl Quantize for BlockQ2K {
             for (w, v) in weights.iter_mut().zip(xs) {
                 *w = v.abs();
             }
-            let (s, m) = make_qkx2_quants(3, xs, &weights, &mut l[16 * j..16 * j + 16], -0.5, 0.1, 15, true);
+            let (s, m) = make_qkx2_quants(
+                3,
+                xs,
+                &weights,
+                &mut l[16 * j..16 * j + 16],
+                -0.5,
+                0.1,
+                15,
+                true,
+            );
             scales[j] = s;
             mins[j] = m;
             if s > max_scale {
@@ -441,7 +471,12 @@ impl Quantize for BlockQ2K {
                 max_min = m;
             }
         }
-        let mut y = BlockQ2K { scales: [0; 16], qs: [0; 64], d: fp16(0.0), dmin: fp16(0.0) };
+        let mut y = BlockQ2K {
+            scales: [0; 16],
+            qs: [0; 64],
+            d: fp16(0.0),
+            dmin: fp16(0.0),
+        };
         if max_scale > 0.0 {
             let iscale = Q4SCALE / max_scale;
             for j in 0..16 {
@@ -469,7 +504,8 @@ impl Quantize for BlockQ2K {
         }
         for j in (0..QK_K).step_by(128) {
             for k in 0..32 {
-                y.qs[j / 4 + k] = l[j + k] | (l[j + k + 32] << 2) | (l[j + k + 64] << 4) | (l[j + k + 96] << 6);
+                y.qs[j / 4 + k] =
+                    l[j + k] | (l[j + k + 32] << 2) | (l[j + k + 64] << 4) | (l[j + k + 96] << 6);
             }
         }
         y
@@ -490,7 +526,12 @@ impl Quantize for BlockQ3K {
                 max_scale = scales[j];
             }
         }
-        let mut y = BlockQ3K { hmask: [0; 32], qs: [0; 64], scales: [0; 12], d: fp16(0.0) };
+        let mut y = BlockQ3K {
+            hmask: [0; 32],
+            qs: [0; 64],
+            scales: [0; 12],
+            d: fp16(0.0),
+        };
         if max_scale != 0.0 {
             let iscale = -32.0 / max_scale;
             for j in 0..16 {
@@ -507,7 +548,11 @@ impl Quantize for BlockQ3K {
             y.d = fp16(1.0 / iscale);
         }
         for j in 0..16 {
-            let sc = if j < 8 { y.scales[j] & 0xF } else { y.scales[j - 8] >> 4 };
+            let sc = if j < 8 {
+                y.scales[j] & 0xF
+            } else {
+                y.scales[j - 8] >> 4
+            };
             let sc = (sc | (((y.scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) as i32 - 32;
             let d = y.d.to_f32() * sc as f32;
             if d == 0.0 {
@@ -534,7 +579,8 @@ impl Quantize for BlockQ3K {
         for j in (0..QK_K).step_by(128) {
             for k in 0..32 {
                 y.qs[j / 4 + k] =
-                    (l[j + k] | (l[j + k + 32] << 2) | (l[j + k + 64] << 4) | (l[j + k + 96] << 6)) as u8;
+                    (l[j + k] | (l[j + k + 32] << 2) | (l[j + k + 64] << 4) | (l[j + k + 96] << 6))
+                        as u8;
             }
         }
         y
@@ -559,7 +605,16 @@ fn q45k_common(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> ([u8; QK_K], [u8;
         for (w, v) in weights.iter_mut().zip(xs) {
             *w = av_x + v.abs();
         }
-        let (s, m) = make_qkx2_quants(nmax, xs, &weights, &mut l[32 * j..32 * j + 32], rmin, 0.1, nstep, false);
+        let (s, m) = make_qkx2_quants(
+            nmax,
+            xs,
+            &weights,
+            &mut l[32 * j..32 * j + 32],
+            rmin,
+            0.1,
+            nstep,
+            false,
+        );
         scales[j] = s;
         mins[j] = m;
         if s > max_scale {
@@ -569,7 +624,11 @@ fn q45k_common(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> ([u8; QK_K], [u8;
             max_min = m;
         }
     }
-    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let mut sc = [0u8; 12];
     for j in 0..8 {
@@ -609,7 +668,12 @@ impl Quantize for BlockQ4K {
                 qs[32 * k + i] = l[j + i] | (l[j + i + 32] << 4);
             }
         }
-        BlockQ4K { d, dmin, scales, qs }
+        BlockQ4K {
+            d,
+            dmin,
+            scales,
+            qs,
+        }
     }
 }
 
@@ -637,7 +701,13 @@ impl Quantize for BlockQ5K {
             m1 = m1.wrapping_shl(2);
             m2 = m2.wrapping_shl(2);
         }
-        BlockQ5K { d, dmin, scales, qh, qs }
+        BlockQ5K {
+            d,
+            dmin,
+            scales,
+            qh,
+            qs,
+        }
     }
 }
 
@@ -648,14 +718,25 @@ impl Quantize for BlockQ6K {
         let mut max_scale = 0f32;
         let mut max_abs_scale = 0f32;
         for ib in 0..16 {
-            let s = make_qx_quants(16, 32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..16 * ib + 16], 1);
+            let s = make_qx_quants(
+                16,
+                32,
+                &x[16 * ib..16 * ib + 16],
+                &mut l[16 * ib..16 * ib + 16],
+                1,
+            );
             scales[ib] = s;
             if s.abs() > max_abs_scale {
                 max_abs_scale = s.abs();
                 max_scale = s;
             }
         }
-        let mut y = BlockQ6K { ql: [0; 128], qh: [0; 64], scales: [0; 16], d: fp16(0.0) };
+        let mut y = BlockQ6K {
+            ql: [0; 128],
+            qh: [0; 64],
+            scales: [0; 16],
+            d: fp16(0.0),
+        };
         if max_abs_scale < GROUP_MAX_EPS {
             return y;
         }
@@ -700,7 +781,11 @@ impl Quantize for BlockQ8K {
     /// are set to zero.
     fn quantize(x: &[f32]) -> Self {
         let (amax, max) = absmax_signed(&x[..QK_K]);
-        let mut y = BlockQ8K { d: 0.0, qs: [0; QK_K], bsums: [0; 16] };
+        let mut y = BlockQ8K {
+            d: 0.0,
+            qs: [0; QK_K],
+            bsums: [0; 16],
+        };
         if amax == 0.0 {
             return y;
         }
@@ -726,8 +811,13 @@ impl Quantize for BlockTq1_0 {
         let d = amax;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let trit = |v: f32| -> u8 { ((v * id).round() as i32).wrapping_add(1) as u8 };
-        let ceil_div = |q: u8| -> u8 { ((q as u16 * 256 + 242) / 243) as u8 };
-        let mut y = BlockTq1_0 { qs: [0; 48], qh: [0; 4], d: fp16(d) };
+        // ceiling division by 243 = 3^5, as in ggml
+        let ceil_div = |q: u8| -> u8 { (q as u16 * 256).div_ceil(243) as u8 };
+        let mut y = BlockTq1_0 {
+            qs: [0; 48],
+            qh: [0; 4],
+            d: fp16(d),
+        };
         let mut xo = 0;
         for m in 0..32 {
             let mut q: u8 = 0;
@@ -765,7 +855,10 @@ impl Quantize for BlockTq2_0 {
         }
         let d = amax;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let mut y = BlockTq2_0 { qs: [0; 64], d: fp16(d) };
+        let mut y = BlockTq2_0 {
+            qs: [0; 64],
+            d: fp16(d),
+        };
         for j in (0..64).step_by(32) {
             for m in 0..32 {
                 let mut q: u8 = 0;
@@ -801,7 +894,11 @@ impl Quantize for BlockMxfp4 {
                 amax = v.abs();
             }
         }
-        let e = if amax > 0.0 { (amax.log2().floor() - 2.0 + 127.0) as u8 } else { 0 };
+        let e = if amax > 0.0 {
+            (amax.log2().floor() - 2.0 + 127.0) as u8
+        } else {
+            0
+        };
         let d = e8m0_to_f32_half(e);
         let mut qs = [0u8; 16];
         for j in 0..16 {
@@ -813,7 +910,10 @@ impl Quantize for BlockMxfp4 {
 
 impl Quantize for BlockNvfp4 {
     fn quantize(x: &[f32]) -> Self {
-        let mut y = BlockNvfp4 { d: [0; 4], qs: [0; 32] };
+        let mut y = BlockNvfp4 {
+            d: [0; 4],
+            qs: [0; 32],
+        };
         for s in 0..4 {
             let xb = &x[16 * s..16 * s + 16];
             let mut amax = 0f32;
@@ -927,7 +1027,11 @@ fn iq4_nl_impl(
             scales[ib] = 0.0;
             continue;
         }
-        let mut d = if ntry > 0 { -max / values[0] as f32 } else { max / values[0] as f32 };
+        let mut d = if ntry > 0 {
+            -max / values[0] as f32
+        } else {
+            max / values[0] as f32
+        };
         let mut id = 1.0 / d;
         let mut sumqx = 0f32;
         let mut sumq2 = 0f32;
@@ -992,7 +1096,11 @@ fn iq4_nl_impl(
     } else {
         dh = fp16(scales[0]);
         if ntry > 0 {
-            let id = if scales[0] != 0.0 { 1.0 / scales[0] } else { 0.0 };
+            let id = if scales[0] != 0.0 {
+                1.0 / scales[0]
+            } else {
+                0.0
+            };
             for j in 0..super_block_size {
                 l[j] = best_index_int8(values, id * x[j]);
             }
@@ -1050,15 +1158,26 @@ fn quant_row_with<B: Block>(x: &[f32], out: &mut Vec<u8>, f: fn(&[f32], &mut [B]
 /// [`QuantError::Unsupported`] for integer types and the IQ types other than IQ4_NL/IQ4_XS.
 pub fn quantize(ty: GgmlType, x: &[f32]) -> Result<Vec<u8>, QuantError> {
     if x.len() % ty.block_size() != 0 {
-        return Err(QuantError::PartialBlock { ty, n_bytes: x.len() });
+        return Err(QuantError::PartialBlock {
+            ty,
+            n_bytes: x.len(),
+        });
     }
     let mut out = Vec::with_capacity(x.len() / ty.block_size() * ty.type_size());
     use GgmlType as T;
     match ty {
-        T::F32 => x.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        T::F16 => x.iter().for_each(|v| out.extend_from_slice(&fp16(*v).to_le_bytes())),
-        T::BF16 => x.iter().for_each(|v| out.extend_from_slice(&f32_to_bf16_bits(*v).to_le_bytes())),
-        T::F64 => x.iter().for_each(|v| out.extend_from_slice(&(*v as f64).to_le_bytes())),
+        T::F32 => x
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        T::F16 => x
+            .iter()
+            .for_each(|v| out.extend_from_slice(&fp16(*v).to_le_bytes())),
+        T::BF16 => x
+            .iter()
+            .for_each(|v| out.extend_from_slice(&f32_to_bf16_bits(*v).to_le_bytes())),
+        T::F64 => x
+            .iter()
+            .for_each(|v| out.extend_from_slice(&(*v as f64).to_le_bytes())),
         T::Q4_0 => quant_blocks::<BlockQ4_0>(x, &mut out),
         T::Q4_1 => quant_blocks::<BlockQ4_1>(x, &mut out),
         T::Q5_0 => quant_blocks::<BlockQ5_0>(x, &mut out),
@@ -1091,7 +1210,10 @@ pub fn quantize(ty: GgmlType, x: &[f32]) -> Result<Vec<u8>, QuantError> {
 /// multiple of 32.
 pub fn quantize_q8_1(x: &[f32]) -> Result<Vec<BlockQ8_1>, QuantError> {
     if x.len() % 32 != 0 {
-        return Err(QuantError::PartialBlock { ty: GgmlType::Q8_1, n_bytes: x.len() });
+        return Err(QuantError::PartialBlock {
+            ty: GgmlType::Q8_1,
+            n_bytes: x.len(),
+        });
     }
     Ok(x.chunks_exact(32).map(BlockQ8_1::quantize).collect())
 }
@@ -1100,7 +1222,10 @@ pub fn quantize_q8_1(x: &[f32]) -> Result<Vec<BlockQ8_1>, QuantError> {
 /// multiple of 256.
 pub fn quantize_q8_k(x: &[f32]) -> Result<Vec<BlockQ8K>, QuantError> {
     if x.len() % QK_K != 0 {
-        return Err(QuantError::PartialBlock { ty: GgmlType::Q8_K, n_bytes: x.len() });
+        return Err(QuantError::PartialBlock {
+            ty: GgmlType::Q8_K,
+            n_bytes: x.len(),
+        });
     }
     Ok(x.chunks_exact(QK_K).map(BlockQ8K::quantize).collect())
 }
