@@ -28,7 +28,11 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(v.len() as u64, take as u64 / row_bytes * row_len);
         }
     }
-    // Re-serialize as v3 and parse again: must succeed and be a fixed point.
+    // Re-serialize as v3 and parse again: must succeed and be a fixed point. (Skipped for huge
+    // alignments, where the writer legitimately pads to the alignment: up to 2 GiB.)
+    if h.alignment > 1 << 16 {
+        return;
+    }
     let mut w = GgufWriter::new();
     w.metadata = h.metadata.clone();
     for t in &h.tensors {

@@ -13,6 +13,8 @@
 //!
 //! All multi-byte data is little-endian; the crate refuses to build on big-endian targets.
 
+#![warn(missing_docs)]
+
 #[cfg(target_endian = "big")]
 compile_error!("vkml-quant reads GGUF/GGML little-endian data by casting and supports little-endian targets only");
 

@@ -378,9 +378,20 @@ impl GgufHeader {
             .checked_next_multiple_of(alignment)
             .ok_or_else(|| GgufError::BadAlignment("data offset overflows".to_string()))?;
         let data_len = file_len.saturating_sub(data_offset);
+        // With tensors present the file must reach the data section, even if all are empty.
+        if let Some(t) = tensors.first() {
+            if data_offset > file_len {
+                return Err(GgufError::TensorOutOfBounds {
+                    tensor: t.name.clone(),
+                    offset: t.offset,
+                    size: t.n_bytes,
+                    data_len: 0,
+                });
+            }
+        }
         for t in &tensors {
             let end = t.offset.checked_add(t.n_bytes);
-            if end.map_or(true, |e| e > data_len) || (t.n_bytes > 0 && data_offset > file_len) {
+            if end.map_or(true, |e| e > data_len) {
                 return Err(GgufError::TensorOutOfBounds {
                     tensor: t.name.clone(),
                     offset: t.offset,
