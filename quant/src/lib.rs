@@ -5,7 +5,7 @@
 //! * [`blocks`]: `#[repr(C)]` block structs with ggml's exact layouts.
 //! * [`dequant`]: CPU dequantization of every type, bit-identical to ggml's
 //!   `dequantize_row_*`.
-//! * [`quantize`]: ggml-compatible reference quantizers (`quantize_row_*_ref`) and the Q8_1 /
+//! * [`mod@quantize`]: ggml-compatible reference quantizers (`quantize_row_*_ref`) and the Q8_1 /
 //!   Q8_K activation quantizers.
 //! * [`dot`]: reference integer dot products (`ggml_vec_dot_*_generic`) for checking GPU paths.
 //! * [`gguf`]: validating GGUF v2/v3 reader (mmap, zero-copy tensor views), v3 writer, and

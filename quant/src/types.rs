@@ -2,7 +2,9 @@
 //!
 //! Source: ggml `include/ggml.h` (`enum ggml_type`), block sizes and byte sizes from
 //! `src/ggml-common.h` (`QK*` and `block_*` static asserts) and gguf-py
-//! `gguf/constants.py` (`GGML_QUANT_SIZES`).
+//! `gguf/constants.py` (`GGML_QUANT_SIZES`), checked against ggml-org/ggml d99724f2
+//! (2026-08). That ggml also defines NVFP4 = 40, Q1_0 = 41 and Q2_0 = 42 (the first two are in
+//! gguf-py 0.19 as well), so they are included.
 
 use std::fmt;
 
@@ -80,7 +82,9 @@ ggml_types! {
     Q5_1 = 7, "q5_1", 32, 24;
     /// 32 x int8, scale `d`: `x = d * q`.
     Q8_0 = 8, "q8_0", 32, 34;
-    /// 32 x int8, scale `d` and `s = d * sum(q)` (activation format).
+    /// 32 x int8, scale `d` and `s = d * sum(q)` (activation format). 36 bytes as in ggml's
+    /// `block_q8_1` (two f16 + 32 x i8); gguf-py 0.19's `GGML_QUANT_SIZES` still lists 40
+    /// (an old layout with f32 `d` and `s`), ggml wins.
     Q8_1 = 9, "q8_1", 32, 36;
     /// k-quant, 2.625 bits per weight.
     Q2_K = 10, "q2_K", QK_K, 84;

@@ -510,8 +510,12 @@ proptest! {
 #[test]
 fn data_section_past_end_with_empty_tensors() {
     let mut r = Raw::new();
-    r.kvs.push(kv("general.alignment", 4, &(1u32 << 29).to_le_bytes()));
+    r.kvs
+        .push(kv("general.alignment", 4, &(1u32 << 29).to_le_bytes()));
     r.tensors.push(tinfo("empty", &[0, 3], 0, 0));
     let e = parse_err(&r.bytes());
-    assert!(matches!(&e, GgufError::TensorOutOfBounds { tensor, .. } if tensor == "empty"), "{e}");
+    assert!(
+        matches!(&e, GgufError::TensorOutOfBounds { tensor, .. } if tensor == "empty"),
+        "{e}"
+    );
 }

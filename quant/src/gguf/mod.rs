@@ -379,7 +379,7 @@ pub enum GgufError {
         /// Value.
         value: u64,
     },
-    /// The row length (dims[0]) is not a multiple of the type's block size.
+    /// The row length (`dims[0]`) is not a multiple of the type's block size.
     #[error(
         "tensor {tensor:?}: row length {ne0} is not a multiple of the {ty} block size {block_size}"
     )]
@@ -388,7 +388,7 @@ pub enum GgufError {
         tensor: String,
         /// Its type.
         ty: GgmlType,
-        /// dims[0].
+        /// `dims[0]`.
         ne0: u64,
         /// The block size.
         block_size: usize,
