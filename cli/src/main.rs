@@ -1,1 +1,63 @@
-fn main(){}
+//! `vkml`: Vulkan compute for Rust machine learning, from the command line.
+//!
+//! - `vkml info [--json]`: every Vulkan device with its capabilities.
+//! - `vkml gguf inspect FILE`: a GGUF file's metadata and tensor table.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod info;
+
+#[derive(Parser, Debug)]
+#[command(name = "vkml", version, about = "Vulkan compute for Rust machine learning")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List every Vulkan device with its capabilities (cooperative-matrix shapes,
+    /// integer dot product, subgroups, limits, memory).
+    Info {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// GGUF model files.
+    Gguf {
+        #[command(subcommand)]
+        command: GgufCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum GgufCommand {
+    /// Print a GGUF file's metadata and tensor table (name, type, shape, bytes).
+    Inspect {
+        /// The .gguf file.
+        file: std::path::PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("VKML_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info { json } => info::run(json),
+        Command::Gguf { command: GgufCommand::Inspect { file } } => vkml_quant::gguf::GgufFile::open(&file)
+            .map(|f| print!("{}", vkml_quant::gguf::inspect::render(&f)))
+            .map_err(|e| e.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

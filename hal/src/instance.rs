@@ -175,7 +175,10 @@ impl Instance {
         }
         // SAFETY: every pointer in `info` (names, app info, messenger info whose user data
         // is the boxed log that outlives the instance) is valid for the call.
-        let raw = unsafe { entry.create_instance(&info, None) }.map_err(Error::vk("vkCreateInstance"))?;
+        let raw = unsafe { entry.create_instance(&info, None) }.map_err(|e| match e {
+            vk::Result::ERROR_INCOMPATIBLE_DRIVER => Error::NoDevice { detail: " (the Vulkan loader found no driver)".into() },
+            e => Error::vk("vkCreateInstance")(e),
+        })?;
         let debug = if options.validation {
             let du = ash::ext::debug_utils::Instance::new(&entry, &raw);
             // SAFETY: `raw` has VK_EXT_debug_utils enabled; user data points at the boxed

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# README command 2: sets up (compiler, Vulkan loader, lavapipe, validation layers, the
+# test models) and runs every test of the workspace on lavapipe with the Khronos
+# validation layer on; any validation error fails the test that caused it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --test
+# Tests run on lavapipe, the device CI has; unset VK_DRIVER_FILES to test on a GPU.
+export VK_DRIVER_FILES="${VK_DRIVER_FILES-/usr/share/vulkan/icd.d/lvp_icd.x86_64.json}"
+export VKML_VALIDATION=1
+export VKML_TEST_MODELS="${VKML_TEST_MODELS:-$HOME/.cache/vkml/test-models}"
+# Pipeline caches written by tests go to a scratch dir, not the user's cache.
+export VKML_CACHE_DIR="${VKML_CACHE_DIR:-$(mktemp -d)}"
+cargo test --workspace --release
