@@ -5,8 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 use vkml_quant::blocks::{BlockQ8K, BlockQ8_1};
 use vkml_quant::{
-    dequantize_to_vec, quantize, quantize_q8_1, quantize_q8_k, vec_dot_q8_1, vec_dot_q8_k,
-    GgmlType, QK_K,
+    dequantize_to_vec, quantize, quantize_q8_1, quantize_q8_k, vec_dot_q8_1, vec_dot_q8_k, GgmlType, QK_K,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -25,18 +24,12 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(vals.len(), n_blocks * ty.block_size());
     let n = vals.len();
     // Activations: a ramp quantized, and the raw bytes reinterpreted as activation blocks.
-    let ramp: Vec<f32> = (0..n)
-        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.03)
-        .collect();
+    let ramp: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.03).collect();
     if n % 32 == 0 {
         let y = quantize_q8_1(&ramp).unwrap();
         let _ = vec_dot_q8_1(ty, x, &y);
-        let raw: Vec<BlockQ8_1> = rest
-            .chunks_exact(std::mem::size_of::<BlockQ8_1>())
-            .map(bytemuck_read)
-            .cycle()
-            .take(n / 32)
-            .collect();
+        let raw: Vec<BlockQ8_1> =
+            rest.chunks_exact(std::mem::size_of::<BlockQ8_1>()).map(bytemuck_read).cycle().take(n / 32).collect();
         if raw.len() == n / 32 {
             let _ = vec_dot_q8_1(ty, x, &raw);
         }
@@ -44,12 +37,8 @@ fuzz_target!(|data: &[u8]| {
     if n % QK_K == 0 {
         let y = quantize_q8_k(&ramp).unwrap();
         let _ = vec_dot_q8_k(ty, x, &y);
-        let raw: Vec<BlockQ8K> = rest
-            .chunks_exact(std::mem::size_of::<BlockQ8K>())
-            .map(bytemuck_read)
-            .cycle()
-            .take(n / QK_K)
-            .collect();
+        let raw: Vec<BlockQ8K> =
+            rest.chunks_exact(std::mem::size_of::<BlockQ8K>()).map(bytemuck_read).cycle().take(n / QK_K).collect();
         if raw.len() == n / QK_K {
             let _ = vec_dot_q8_k(ty, x, &raw);
         }

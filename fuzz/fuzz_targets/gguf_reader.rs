@@ -23,8 +23,7 @@ fuzz_target!(|data: &[u8]| {
         if row_bytes > 0 && row_len > 0 {
             let rows = (MAX_ELEMS_PER_TENSOR / row_len).clamp(1, 4).min(t.n_rows());
             let take = (rows * row_bytes).min(t.n_bytes) as usize;
-            let v = vkml_quant::dequantize_to_vec(t.ty, &bytes[..take])
-                .expect("whole rows must decode");
+            let v = vkml_quant::dequantize_to_vec(t.ty, &bytes[..take]).expect("whole rows must decode");
             assert_eq!(v.len() as u64, take as u64 / row_bytes * row_len);
         }
     }
@@ -36,26 +35,14 @@ fuzz_target!(|data: &[u8]| {
     let mut w = GgufWriter::new();
     w.metadata = h.metadata.clone();
     for t in &h.tensors {
-        w.push_tensor(
-            t.name.clone(),
-            t.ty,
-            t.dims.clone(),
-            h.tensor_data(data, t).to_vec(),
-        );
+        w.push_tensor(t.name.clone(), t.ty, t.dims.clone(), h.tensor_data(data, t).to_vec());
     }
-    let Ok(b1) = w.to_bytes() else {
-        panic!("writer rejected a parsed file")
-    };
+    let Ok(b1) = w.to_bytes() else { panic!("writer rejected a parsed file") };
     let h2 = GgufHeader::parse(&b1).expect("reader rejected writer output");
     let mut w2 = GgufWriter::new();
     w2.metadata = h2.metadata.clone();
     for t in &h2.tensors {
-        w2.push_tensor(
-            t.name.clone(),
-            t.ty,
-            t.dims.clone(),
-            h2.tensor_data(&b1, t).to_vec(),
-        );
+        w2.push_tensor(t.name.clone(), t.ty, t.dims.clone(), h2.tensor_data(&b1, t).to_vec());
     }
     assert_eq!(w2.to_bytes().expect("second write"), b1);
 });

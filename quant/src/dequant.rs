@@ -16,11 +16,7 @@ use half::{bf16, f16};
 /// `ggml_e8m0_to_fp32_half`: an E8M0 exponent byte as `2^(x - 128)` (half of E8M0's value,
 /// because `KVALUES_FP4` holds doubled E2M1 values). Source: ggml `src/ggml-impl.h`.
 pub fn e8m0_to_f32_half(x: u8) -> f32 {
-    let bits: u32 = if x < 2 {
-        0x0020_0000u32 << x
-    } else {
-        (x as u32 - 1) << 23
-    };
+    let bits: u32 = if x < 2 { 0x0020_0000u32 << x } else { (x as u32 - 1) << 23 };
     f32::from_bits(bits)
 }
 
@@ -32,11 +28,7 @@ pub fn ue4m3_to_f32(x: u8) -> f32 {
     }
     let exp = ((x >> 3) & 0xF) as i32;
     let man = (x & 0x7) as f32;
-    let raw = if exp == 0 {
-        man * 2f32.powi(-9)
-    } else {
-        (1.0 + man / 8.0) * 2f32.powi(exp - 7)
-    };
+    let raw = if exp == 0 { man * 2f32.powi(-9) } else { (1.0 + man / 8.0) * 2f32.powi(exp - 7) };
     raw * 0.5
 }
 
@@ -200,10 +192,7 @@ pub(crate) fn get_scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        (
-            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
 }
 
@@ -349,8 +338,7 @@ impl Dequantize for BlockIq2S {
             ];
             for l in 0..4 {
                 let dl = db[l / 2];
-                let idx = self.qs[4 * ib32 + l] as usize
-                    | (((self.qh[ib32] as usize) << (8 - 2 * l)) & 0x300);
+                let idx = self.qs[4 * ib32 + l] as usize | (((self.qh[ib32] as usize) << (8 - 2 * l)) & 0x300);
                 let grid = IQ2S_GRID[idx];
                 let signs = self.qs[32 + 4 * ib32 + l];
                 for j in 0..8 {
@@ -391,10 +379,7 @@ impl Dequantize for BlockIq3S {
         let mut o = 0;
         for ib32 in (0..8).step_by(2) {
             let sc = self.scales[ib32 / 2];
-            let dbs = [
-                d * (1 + 2 * (sc & 0xf) as i32) as f32,
-                d * (1 + 2 * (sc >> 4) as i32) as f32,
-            ];
+            let dbs = [d * (1 + 2 * (sc & 0xf) as i32) as f32, d * (1 + 2 * (sc >> 4) as i32) as f32];
             for (h, db) in dbs.iter().enumerate() {
                 let ib = ib32 + h;
                 let qs = &self.qs[8 * ib..8 * ib + 8];
@@ -426,11 +411,7 @@ impl Dequantize for BlockIq1S {
         for ib in 0..8 {
             let qh = self.qh[ib];
             let dl = d * (2 * ((qh >> 12) & 7) + 1) as f32;
-            let delta = if qh & 0x8000 != 0 {
-                -IQ1S_DELTA
-            } else {
-                IQ1S_DELTA
-            };
+            let delta = if qh & 0x8000 != 0 { -IQ1S_DELTA } else { IQ1S_DELTA };
             for l in 0..4 {
                 let idx = self.qs[4 * ib + l] as usize | ((((qh >> (3 * l)) & 7) as usize) << 8);
                 let grid = IQ1S_GRID[idx].to_le_bytes();
@@ -473,26 +454,10 @@ impl Dequantize for BlockIq1M {
                 qs[3] as usize | ((qh[1] as usize) << 4 & 0x700),
             ];
             let delta = [
-                if qh[0] & 0x08 != 0 {
-                    -IQ1S_DELTA
-                } else {
-                    IQ1S_DELTA
-                },
-                if qh[0] & 0x80 != 0 {
-                    -IQ1S_DELTA
-                } else {
-                    IQ1S_DELTA
-                },
-                if qh[1] & 0x08 != 0 {
-                    -IQ1S_DELTA
-                } else {
-                    IQ1S_DELTA
-                },
-                if qh[1] & 0x80 != 0 {
-                    -IQ1S_DELTA
-                } else {
-                    IQ1S_DELTA
-                },
+                if qh[0] & 0x08 != 0 { -IQ1S_DELTA } else { IQ1S_DELTA },
+                if qh[0] & 0x80 != 0 { -IQ1S_DELTA } else { IQ1S_DELTA },
+                if qh[1] & 0x08 != 0 { -IQ1S_DELTA } else { IQ1S_DELTA },
+                if qh[1] & 0x80 != 0 { -IQ1S_DELTA } else { IQ1S_DELTA },
             ];
             for l in 0..4 {
                 let dl = if l < 2 { dl1 } else { dl2 };
@@ -518,8 +483,7 @@ impl Dequantize for BlockIq4Nl {
 
 /// 6-bit scale of sub-block `ib` (0..8) of an IQ4_XS block, as stored (0..64, bias 32 not removed).
 pub(crate) fn iq4xs_ls(b: &BlockIq4Xs, ib: usize) -> i32 {
-    (((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) as i32)
-        | ((((b.scales_h >> (2 * ib)) & 3) as i32) << 4)
+    (((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) as i32) | ((((b.scales_h >> (2 * ib)) & 3) as i32) << 4)
 }
 
 impl Dequantize for BlockIq4Xs {
@@ -652,9 +616,7 @@ pub fn elements_in(ty: GgmlType, n_bytes: usize) -> Result<usize, QuantError> {
     if n_bytes % ty.type_size() != 0 {
         return Err(QuantError::PartialBlock { ty, n_bytes });
     }
-    (n_bytes / ty.type_size())
-        .checked_mul(ty.block_size())
-        .ok_or(QuantError::PartialBlock { ty, n_bytes })
+    (n_bytes / ty.type_size()).checked_mul(ty.block_size()).ok_or(QuantError::PartialBlock { ty, n_bytes })
 }
 
 /// Dequantizes `data` (whole blocks of type `ty`, little-endian, any alignment) into `out`.
@@ -667,10 +629,7 @@ pub fn elements_in(ty: GgmlType, n_bytes: usize) -> Result<usize, QuantError> {
 pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
     let n = elements_in(ty, data.len())?;
     if out.len() != n {
-        return Err(QuantError::LengthMismatch {
-            expected: n,
-            got: out.len(),
-        });
+        return Err(QuantError::LengthMismatch { expected: n, got: out.len() });
     }
     use GgmlType as T;
     match ty {

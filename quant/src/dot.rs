@@ -17,26 +17,21 @@
 
 use crate::blocks::*;
 use crate::dequant::{
-    e8m0_to_f32_half, get_scale_min_k4, iq1m_scale, iq4xs_ls, q3k_scales, tq1_trit, ue4m3_to_f32,
-    IQ1S_DELTA,
+    e8m0_to_f32_half, get_scale_min_k4, iq1m_scale, iq4xs_ls, q3k_scales, tq1_trit, ue4m3_to_f32, IQ1S_DELTA,
 };
 use crate::tables::*;
 use crate::types::{GgmlType, QK_K};
 use crate::QuantError;
 
 fn blocks<B: Block>(data: &[u8]) -> impl Iterator<Item = B> + '_ {
-    data.chunks_exact(std::mem::size_of::<B>())
-        .map(bytemuck::pod_read_unaligned)
+    data.chunks_exact(std::mem::size_of::<B>()).map(bytemuck::pod_read_unaligned)
 }
 
 fn check(ty: GgmlType, x: &[u8], y_blocks: usize, y_block: usize) -> Result<(), QuantError> {
     let n = crate::dequant::elements_in(ty, x.len())?;
     let expected = n / y_block;
     if n % y_block != 0 || y_blocks != expected {
-        return Err(QuantError::LengthMismatch {
-            expected,
-            got: y_blocks,
-        });
+        return Err(QuantError::LengthMismatch { expected, got: y_blocks });
     }
     Ok(())
 }
@@ -56,16 +51,7 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
     use GgmlType as T;
     if !matches!(
         ty,
-        T::Q4_0
-            | T::Q4_1
-            | T::Q5_0
-            | T::Q5_1
-            | T::Q8_0
-            | T::IQ4_NL
-            | T::MXFP4
-            | T::NVFP4
-            | T::Q1_0
-            | T::Q2_0
+        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 | T::IQ4_NL | T::MXFP4 | T::NVFP4 | T::Q1_0 | T::Q2_0
     ) {
         return Err(QuantError::Unsupported(ty));
     }
@@ -91,8 +77,7 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
                     s0 = wsum(s0, (b.qs[j] & 0x0F) as i32 * yb.qs[j] as i32);
                     s1 = wsum(s1, (b.qs[j] >> 4) as i32 * yb.qs[j + 16] as i32);
                 }
-                sumf += (b.d.to_f32() * yb.d.to_f32()) * wsum(s0, s1) as f32
-                    + b.m.to_f32() * yb.s.to_f32();
+                sumf += (b.d.to_f32() * yb.d.to_f32()) * wsum(s0, s1) as f32 + b.m.to_f32() * yb.s.to_f32();
             }
         }
         T::Q5_0 => {
@@ -122,8 +107,7 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
                     s0 = wsum(s0, x0 * yb.qs[j] as i32);
                     s1 = wsum(s1, x1 * yb.qs[j + 16] as i32);
                 }
-                sumf += (b.d.to_f32() * yb.d.to_f32()) * wsum(s0, s1) as f32
-                    + b.m.to_f32() * yb.s.to_f32();
+                sumf += (b.d.to_f32() * yb.d.to_f32()) * wsum(s0, s1) as f32 + b.m.to_f32() * yb.s.to_f32();
             }
         }
         T::Q8_0 => {
@@ -140,14 +124,8 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
                 let d = yb.d.to_f32() * b.d.to_f32();
                 let (mut s1, mut s2) = (0i32, 0i32);
                 for j in 0..16 {
-                    s1 = wsum(
-                        s1,
-                        yb.qs[j] as i32 * KVALUES_IQ4NL[(b.qs[j] & 0xf) as usize] as i32,
-                    );
-                    s2 = wsum(
-                        s2,
-                        yb.qs[j + 16] as i32 * KVALUES_IQ4NL[(b.qs[j] >> 4) as usize] as i32,
-                    );
+                    s1 = wsum(s1, yb.qs[j] as i32 * KVALUES_IQ4NL[(b.qs[j] & 0xf) as usize] as i32);
+                    s2 = wsum(s2, yb.qs[j + 16] as i32 * KVALUES_IQ4NL[(b.qs[j] >> 4) as usize] as i32);
                 }
                 sumf += d * wsum(s1, s2) as f32;
             }
@@ -157,14 +135,8 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
                 let d = yb.d.to_f32() * e8m0_to_f32_half(b.e);
                 let (mut s1, mut s2) = (0i32, 0i32);
                 for j in 0..16 {
-                    s1 = wsum(
-                        s1,
-                        yb.qs[j] as i32 * KVALUES_FP4[(b.qs[j] & 0xf) as usize] as i32,
-                    );
-                    s2 = wsum(
-                        s2,
-                        yb.qs[j + 16] as i32 * KVALUES_FP4[(b.qs[j] >> 4) as usize] as i32,
-                    );
+                    s1 = wsum(s1, yb.qs[j] as i32 * KVALUES_FP4[(b.qs[j] & 0xf) as usize] as i32);
+                    s2 = wsum(s2, yb.qs[j + 16] as i32 * KVALUES_FP4[(b.qs[j] >> 4) as usize] as i32);
                 }
                 sumf += d * wsum(s1, s2) as f32;
             }
@@ -179,14 +151,8 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
                     let (mut lo, mut hi) = (0i32, 0i32);
                     for j in 0..8 {
                         let q = b.qs[8 * s + j];
-                        lo = wsum(
-                            lo,
-                            yb.qs[off + j] as i32 * KVALUES_FP4[(q & 0xf) as usize] as i32,
-                        );
-                        hi = wsum(
-                            hi,
-                            yb.qs[off + j + 8] as i32 * KVALUES_FP4[(q >> 4) as usize] as i32,
-                        );
+                        lo = wsum(lo, yb.qs[off + j] as i32 * KVALUES_FP4[(q & 0xf) as usize] as i32);
+                        hi = wsum(hi, yb.qs[off + j + 8] as i32 * KVALUES_FP4[(q >> 4) as usize] as i32);
                     }
                     sumf += dy * d * wsum(lo, hi) as f32;
                 }
@@ -298,10 +264,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                             is += 1;
                             let mut isuml = 0i32;
                             for l in 16 * half..16 * half + 16 {
-                                isuml = wsum(
-                                    isuml,
-                                    yb.qs[q8o + l] as i32 * ((q2[l] >> shift) & 3) as i32,
-                                );
+                                isuml = wsum(isuml, yb.qs[q8o + l] as i32 * ((q2[l] >> shift) & 3) as i32);
                             }
                             isum = wsum(isum, d.wrapping_mul(isuml));
                         }
@@ -380,11 +343,9 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                             let a = &mut aux8[128 * n..128 * n + 128];
                             for l in 0..32 {
                                 a[l] = ((q4[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
-                                a[l + 32] =
-                                    ((q4[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+                                a[l + 32] = ((q4[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
                                 a[l + 64] = ((q4[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
-                                a[l + 96] =
-                                    ((q4[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+                                a[l + 96] = ((q4[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
                             }
                         }
                         let mut s = [0i32; 16];
@@ -398,12 +359,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                 for j in 0..nsub {
                     for k in (0..sub_len).step_by(8) {
                         let o = sub_len * j + k;
-                        lanes_accumulate(
-                            &mut aux32,
-                            &yb.qs[o..o + 8],
-                            &aux8[o..o + 8],
-                            sub_scales[j],
-                        );
+                        lanes_accumulate(&mut aux32, &yb.qs[o..o + 8], &aux8[o..o + 8], sub_scales[j]);
                     }
                 }
                 for l in 0..8 {
@@ -431,18 +387,12 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                 }
                 for l in 0..5 {
                     for m in 0..16 {
-                        sum = wsum(
-                            sum,
-                            (tq1_trit(b.qs[32 + m], l) - 1) * yb.qs[160 + l * 16 + m] as i32,
-                        );
+                        sum = wsum(sum, (tq1_trit(b.qs[32 + m], l) - 1) * yb.qs[160 + l * 16 + m] as i32);
                     }
                 }
                 for l in 0..4 {
                     for j in 0..4 {
-                        sum = wsum(
-                            sum,
-                            (tq1_trit(b.qh[j], l) - 1) * yb.qs[240 + l * 4 + j] as i32,
-                        );
+                        sum = wsum(sum, (tq1_trit(b.qh[j], l) - 1) * yb.qs[240 + l * 4 + j] as i32);
                     }
                 }
                 sumf += sum as f32 * (b.d.to_f32() * yb.d);
@@ -478,8 +428,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                         let grid = IQ2XXS_GRID[aux0.to_le_bytes()[l] as usize].to_le_bytes();
                         let signs = KSIGNS_IQ2XS[((aux1 >> (7 * l)) & 127) as usize];
                         for j in 0..8 {
-                            sumi =
-                                wsum(sumi, grid[j] as i32 * yb.qs[q8 + j] as i32 * sign(signs, j));
+                            sumi = wsum(sumi, grid[j] as i32 * yb.qs[q8 + j] as i32 * sign(signs, j));
                         }
                         q8 += 8;
                     }
@@ -495,10 +444,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                 let mut bsum = 0i32;
                 let mut q8 = 0;
                 for ib32 in 0..8 {
-                    let ls = [
-                        2 * (b.scales[ib32] & 0xf) as i32 + 1,
-                        2 * (b.scales[ib32] >> 4) as i32 + 1,
-                    ];
+                    let ls = [2 * (b.scales[ib32] & 0xf) as i32 + 1, 2 * (b.scales[ib32] >> 4) as i32 + 1];
                     for h in 0..2 {
                         let mut sumi = 0i32;
                         for l in 2 * h..2 * h + 2 {
@@ -506,10 +452,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                             let grid = IQ2XS_GRID[(q & 511) as usize].to_le_bytes();
                             let signs = KSIGNS_IQ2XS[(q >> 9) as usize];
                             for j in 0..8 {
-                                sumi = wsum(
-                                    sumi,
-                                    grid[j] as i32 * yb.qs[q8 + j] as i32 * sign(signs, j),
-                                );
+                                sumi = wsum(sumi, grid[j] as i32 * yb.qs[q8 + j] as i32 * sign(signs, j));
                             }
                             q8 += 8;
                         }
@@ -526,28 +469,18 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                 let mut bsum = 0i32;
                 let mut q8 = 0;
                 for ib32 in 0..8 {
-                    let ls = [
-                        1 + 2 * (b.scales[ib32] & 0xf) as i32,
-                        1 + 2 * (b.scales[ib32] >> 4) as i32,
-                    ];
+                    let ls = [1 + 2 * (b.scales[ib32] & 0xf) as i32, 1 + 2 * (b.scales[ib32] >> 4) as i32];
                     let mut s = [0i32; 2];
                     for l in 0..4 {
-                        let idx = b.qs[4 * ib32 + l] as usize
-                            | (((b.qh[ib32] as usize) << (8 - 2 * l)) & 0x300);
+                        let idx = b.qs[4 * ib32 + l] as usize | (((b.qh[ib32] as usize) << (8 - 2 * l)) & 0x300);
                         let grid = IQ2S_GRID[idx].to_le_bytes();
                         let signs = b.qs[32 + 4 * ib32 + l];
                         for j in 0..8 {
-                            s[l / 2] = wsum(
-                                s[l / 2],
-                                yb.qs[q8 + j] as i32 * grid[j] as i32 * sign(signs, j),
-                            );
+                            s[l / 2] = wsum(s[l / 2], yb.qs[q8 + j] as i32 * grid[j] as i32 * sign(signs, j));
                         }
                         q8 += 8;
                     }
-                    bsum = wsum(
-                        bsum,
-                        wsum(ls[0].wrapping_mul(s[0]), ls[1].wrapping_mul(s[1])),
-                    );
+                    bsum = wsum(bsum, wsum(ls[0].wrapping_mul(s[0]), ls[1].wrapping_mul(s[1])));
                 }
                 sumf += d * bsum as f32;
             }
@@ -570,10 +503,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                         let signs = KSIGNS_IQ2XS[((aux32 >> (7 * l)) & 127) as usize];
                         for j in 0..4 {
                             sumi = wsum(sumi, g1[j] as i32 * yb.qs[q8 + j] as i32 * sign(signs, j));
-                            sumi = wsum(
-                                sumi,
-                                g2[j] as i32 * yb.qs[q8 + j + 4] as i32 * sign(signs, j + 4),
-                            );
+                            sumi = wsum(sumi, g2[j] as i32 * yb.qs[q8 + j + 4] as i32 * sign(signs, j + 4));
                         }
                         q8 += 8;
                     }
@@ -590,29 +520,17 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                 let mut q8 = 0;
                 for ib in 0..8 {
                     let sc = b.scales[ib / 2];
-                    let ls = if ib % 2 == 0 {
-                        2 * (sc & 0xf) as i32 + 1
-                    } else {
-                        2 * (sc >> 4) as i32 + 1
-                    };
+                    let ls = if ib % 2 == 0 { 2 * (sc & 0xf) as i32 + 1 } else { 2 * (sc >> 4) as i32 + 1 };
                     let qs = &b.qs[8 * ib..8 * ib + 8];
                     let qh = b.qh[ib] as usize;
                     let signs = &b.signs[4 * ib..4 * ib + 4];
                     let mut sumi = 0i32;
                     for l in 0..4 {
-                        let g1 = IQ3S_GRID[qs[2 * l] as usize | ((qh << (8 - 2 * l)) & 256)]
-                            .to_le_bytes();
-                        let g2 = IQ3S_GRID[qs[2 * l + 1] as usize | ((qh << (7 - 2 * l)) & 256)]
-                            .to_le_bytes();
+                        let g1 = IQ3S_GRID[qs[2 * l] as usize | ((qh << (8 - 2 * l)) & 256)].to_le_bytes();
+                        let g2 = IQ3S_GRID[qs[2 * l + 1] as usize | ((qh << (7 - 2 * l)) & 256)].to_le_bytes();
                         for j in 0..4 {
-                            sumi = wsum(
-                                sumi,
-                                g1[j] as i32 * yb.qs[q8 + j] as i32 * sign(signs[l], j),
-                            );
-                            sumi = wsum(
-                                sumi,
-                                g2[j] as i32 * yb.qs[q8 + j + 4] as i32 * sign(signs[l], j + 4),
-                            );
+                            sumi = wsum(sumi, g1[j] as i32 * yb.qs[q8 + j] as i32 * sign(signs[l], j));
+                            sumi = wsum(sumi, g2[j] as i32 * yb.qs[q8 + j + 4] as i32 * sign(signs[l], j + 4));
                         }
                         q8 += 8;
                     }
@@ -631,8 +549,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                     let delta = if qh & 0x8000 != 0 { -1 } else { 1 };
                     let mut lsum = 0i32;
                     for l in 0..4 {
-                        let idx =
-                            b.qs[4 * ib + l] as usize | ((((qh >> (3 * l)) & 7) as usize) << 8);
+                        let idx = b.qs[4 * ib + l] as usize | ((((qh >> (3 * l)) & 7) as usize) << 8);
                         let grid = IQ1S_GRID[idx].to_le_bytes();
                         for j in 0..8 {
                             lsum = wsum(lsum, yb.qs[q8 + j] as i32 * grid[j] as i8 as i32);
@@ -663,8 +580,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                     let mut sum1 = [0i32; 2];
                     let mut sum2 = [0i32; 2];
                     for l in 0..4 {
-                        let idx =
-                            qs[l] as usize | (((qh[l / 2] as usize) << (8 - 4 * (l % 2))) & 0x700);
+                        let idx = qs[l] as usize | (((qh[l / 2] as usize) << (8 - 4 * (l % 2))) & 0x700);
                         let grid = IQ1S_GRID[idx].to_le_bytes();
                         let (mut lsum1, mut lsum2) = (0i32, 0i32);
                         for j in 0..8 {
@@ -678,14 +594,8 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                     let s = sc[ib / 2];
                     let ls1 = 2 * ((s >> (6 * (ib % 2))) & 0x7) as i32 + 1;
                     let ls2 = 2 * ((s >> (6 * (ib % 2) + 3)) & 0x7) as i32 + 1;
-                    sumi1 = wsum(
-                        sumi1,
-                        wsum(sum1[0].wrapping_mul(ls1), sum1[1].wrapping_mul(ls2)),
-                    );
-                    sumi2 = wsum(
-                        sumi2,
-                        wsum(sum2[0].wrapping_mul(ls1), sum2[1].wrapping_mul(ls2)),
-                    );
+                    sumi1 = wsum(sumi1, wsum(sum1[0].wrapping_mul(ls1), sum1[1].wrapping_mul(ls2)));
+                    sumi2 = wsum(sumi2, wsum(sum2[0].wrapping_mul(ls1), sum2[1].wrapping_mul(ls2)));
                 }
                 sumf += scale.to_f32() * yb.d * (sumi1 as f32 + IQ1S_DELTA * sumi2 as f32);
             }
@@ -699,14 +609,8 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                     let q8 = &yb.qs[32 * ib..32 * ib + 32];
                     let (mut s1, mut s2) = (0i32, 0i32);
                     for j in 0..16 {
-                        s1 = wsum(
-                            s1,
-                            q8[j] as i32 * KVALUES_IQ4NL[(qs[j] & 0xf) as usize] as i32,
-                        );
-                        s2 = wsum(
-                            s2,
-                            q8[j + 16] as i32 * KVALUES_IQ4NL[(qs[j] >> 4) as usize] as i32,
-                        );
+                        s1 = wsum(s1, q8[j] as i32 * KVALUES_IQ4NL[(qs[j] & 0xf) as usize] as i32);
+                        s2 = wsum(s2, q8[j + 16] as i32 * KVALUES_IQ4NL[(qs[j] >> 4) as usize] as i32);
                     }
                     sumf += dl * wsum(s1, s2) as f32;
                 }

@@ -144,11 +144,7 @@ impl Quantize for BlockQ4_1 {
             let xi1 = ((x1 + 0.5) as i8).min(15) as u8;
             qs[j] = xi0 | (xi1 << 4);
         }
-        BlockQ4_1 {
-            d: fp16(d),
-            m: fp16(min),
-            qs,
-        }
+        BlockQ4_1 { d: fp16(d), m: fp16(min), qs }
     }
 }
 
@@ -168,11 +164,7 @@ impl Quantize for BlockQ5_0 {
             qh |= (((xi0 & 0x10) >> 4) as u32) << j;
             qh |= (((xi1 & 0x10) >> 4) as u32) << (j + 16);
         }
-        BlockQ5_0 {
-            d: fp16(d),
-            qh: qh.to_le_bytes(),
-            qs,
-        }
+        BlockQ5_0 { d: fp16(d), qh: qh.to_le_bytes(), qs }
     }
 }
 
@@ -192,12 +184,7 @@ impl Quantize for BlockQ5_1 {
             qh |= (((xi0 & 0x10) >> 4) as u32) << j;
             qh |= (((xi1 & 0x10) >> 4) as u32) << (j + 16);
         }
-        BlockQ5_1 {
-            d: fp16(d),
-            m: fp16(min),
-            qh: qh.to_le_bytes(),
-            qs,
-        }
+        BlockQ5_1 { d: fp16(d), m: fp16(min), qh: qh.to_le_bytes(), qs }
     }
 }
 
@@ -227,11 +214,7 @@ impl Quantize for BlockQ8_1 {
     fn quantize(x: &[f32]) -> Self {
         let (d, qs) = q8_common(x);
         let sum: i32 = qs.iter().map(|&q| q as i32).sum();
-        BlockQ8_1 {
-            d: fp16(d),
-            s: fp16(sum as f32 * d),
-            qs,
-        }
+        BlockQ8_1 { d: fp16(d), s: fp16(sum as f32 * d), qs }
     }
 }
 
@@ -452,16 +435,7 @@ impl Quantize for BlockQ2K {
             for (w, v) in weights.iter_mut().zip(xs) {
                 *w = v.abs();
             }
-            let (s, m) = make_qkx2_quants(
-                3,
-                xs,
-                &weights,
-                &mut l[16 * j..16 * j + 16],
-                -0.5,
-                0.1,
-                15,
-                true,
-            );
+            let (s, m) = make_qkx2_quants(3, xs, &weights, &mut l[16 * j..16 * j + 16], -0.5, 0.1, 15, true);
             scales[j] = s;
             mins[j] = m;
             if s > max_scale {
@@ -471,12 +445,7 @@ impl Quantize for BlockQ2K {
                 max_min = m;
             }
         }
-        let mut y = BlockQ2K {
-            scales: [0; 16],
-            qs: [0; 64],
-            d: fp16(0.0),
-            dmin: fp16(0.0),
-        };
+        let mut y = BlockQ2K { scales: [0; 16], qs: [0; 64], d: fp16(0.0), dmin: fp16(0.0) };
         if max_scale > 0.0 {
             let iscale = Q4SCALE / max_scale;
             for j in 0..16 {
@@ -504,8 +473,7 @@ impl Quantize for BlockQ2K {
         }
         for j in (0..QK_K).step_by(128) {
             for k in 0..32 {
-                y.qs[j / 4 + k] =
-                    l[j + k] | (l[j + k + 32] << 2) | (l[j + k + 64] << 4) | (l[j + k + 96] << 6);
+                y.qs[j / 4 + k] = l[j + k] | (l[j + k + 32] << 2) | (l[j + k + 64] << 4) | (l[j + k + 96] << 6);
             }
         }
         y
@@ -526,12 +494,7 @@ impl Quantize for BlockQ3K {
                 max_scale = scales[j];
             }
         }
-        let mut y = BlockQ3K {
-            hmask: [0; 32],
-            qs: [0; 64],
-            scales: [0; 12],
-            d: fp16(0.0),
-        };
+        let mut y = BlockQ3K { hmask: [0; 32], qs: [0; 64], scales: [0; 12], d: fp16(0.0) };
         if max_scale != 0.0 {
             let iscale = -32.0 / max_scale;
             for j in 0..16 {
@@ -548,11 +511,7 @@ impl Quantize for BlockQ3K {
             y.d = fp16(1.0 / iscale);
         }
         for j in 0..16 {
-            let sc = if j < 8 {
-                y.scales[j] & 0xF
-            } else {
-                y.scales[j - 8] >> 4
-            };
+            let sc = if j < 8 { y.scales[j] & 0xF } else { y.scales[j - 8] >> 4 };
             let sc = (sc | (((y.scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) as i32 - 32;
             let d = y.d.to_f32() * sc as f32;
             if d == 0.0 {
@@ -578,9 +537,7 @@ impl Quantize for BlockQ3K {
         }
         for j in (0..QK_K).step_by(128) {
             for k in 0..32 {
-                y.qs[j / 4 + k] =
-                    (l[j + k] | (l[j + k + 32] << 2) | (l[j + k + 64] << 4) | (l[j + k + 96] << 6))
-                        as u8;
+                y.qs[j / 4 + k] = (l[j + k] | (l[j + k + 32] << 2) | (l[j + k + 64] << 4) | (l[j + k + 96] << 6)) as u8;
             }
         }
         y
@@ -605,16 +562,7 @@ fn q45k_common(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> ([u8; QK_K], [u8;
         for (w, v) in weights.iter_mut().zip(xs) {
             *w = av_x + v.abs();
         }
-        let (s, m) = make_qkx2_quants(
-            nmax,
-            xs,
-            &weights,
-            &mut l[32 * j..32 * j + 32],
-            rmin,
-            0.1,
-            nstep,
-            false,
-        );
+        let (s, m) = make_qkx2_quants(nmax, xs, &weights, &mut l[32 * j..32 * j + 32], rmin, 0.1, nstep, false);
         scales[j] = s;
         mins[j] = m;
         if s > max_scale {
@@ -624,11 +572,7 @@ fn q45k_common(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> ([u8; QK_K], [u8;
             max_min = m;
         }
     }
-    let inv_scale = if max_scale > 0.0 {
-        63.0 / max_scale
-    } else {
-        0.0
-    };
+    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let mut sc = [0u8; 12];
     for j in 0..8 {
@@ -668,12 +612,7 @@ impl Quantize for BlockQ4K {
                 qs[32 * k + i] = l[j + i] | (l[j + i + 32] << 4);
             }
         }
-        BlockQ4K {
-            d,
-            dmin,
-            scales,
-            qs,
-        }
+        BlockQ4K { d, dmin, scales, qs }
     }
 }
 
@@ -701,13 +640,7 @@ impl Quantize for BlockQ5K {
             m1 = m1.wrapping_shl(2);
             m2 = m2.wrapping_shl(2);
         }
-        BlockQ5K {
-            d,
-            dmin,
-            scales,
-            qh,
-            qs,
-        }
+        BlockQ5K { d, dmin, scales, qh, qs }
     }
 }
 
@@ -718,25 +651,14 @@ impl Quantize for BlockQ6K {
         let mut max_scale = 0f32;
         let mut max_abs_scale = 0f32;
         for ib in 0..16 {
-            let s = make_qx_quants(
-                16,
-                32,
-                &x[16 * ib..16 * ib + 16],
-                &mut l[16 * ib..16 * ib + 16],
-                1,
-            );
+            let s = make_qx_quants(16, 32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..16 * ib + 16], 1);
             scales[ib] = s;
             if s.abs() > max_abs_scale {
                 max_abs_scale = s.abs();
                 max_scale = s;
             }
         }
-        let mut y = BlockQ6K {
-            ql: [0; 128],
-            qh: [0; 64],
-            scales: [0; 16],
-            d: fp16(0.0),
-        };
+        let mut y = BlockQ6K { ql: [0; 128], qh: [0; 64], scales: [0; 16], d: fp16(0.0) };
         if max_abs_scale < GROUP_MAX_EPS {
             return y;
         }
@@ -781,11 +703,7 @@ impl Quantize for BlockQ8K {
     /// are set to zero.
     fn quantize(x: &[f32]) -> Self {
         let (amax, max) = absmax_signed(&x[..QK_K]);
-        let mut y = BlockQ8K {
-            d: 0.0,
-            qs: [0; QK_K],
-            bsums: [0; 16],
-        };
+        let mut y = BlockQ8K { d: 0.0, qs: [0; QK_K], bsums: [0; 16] };
         if amax == 0.0 {
             return y;
         }
@@ -813,11 +731,7 @@ impl Quantize for BlockTq1_0 {
         let trit = |v: f32| -> u8 { ((v * id).round() as i32).wrapping_add(1) as u8 };
         // ceiling division by 243 = 3^5, as in ggml
         let ceil_div = |q: u8| -> u8 { (q as u16 * 256).div_ceil(243) as u8 };
-        let mut y = BlockTq1_0 {
-            qs: [0; 48],
-            qh: [0; 4],
-            d: fp16(d),
-        };
+        let mut y = BlockTq1_0 { qs: [0; 48], qh: [0; 4], d: fp16(d) };
         let mut xo = 0;
         for m in 0..32 {
             let mut q: u8 = 0;
@@ -855,10 +769,7 @@ impl Quantize for BlockTq2_0 {
         }
         let d = amax;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let mut y = BlockTq2_0 {
-            qs: [0; 64],
-            d: fp16(d),
-        };
+        let mut y = BlockTq2_0 { qs: [0; 64], d: fp16(d) };
         for j in (0..64).step_by(32) {
             for m in 0..32 {
                 let mut q: u8 = 0;
@@ -894,11 +805,7 @@ impl Quantize for BlockMxfp4 {
                 amax = v.abs();
             }
         }
-        let e = if amax > 0.0 {
-            (amax.log2().floor() - 2.0 + 127.0) as u8
-        } else {
-            0
-        };
+        let e = if amax > 0.0 { (amax.log2().floor() - 2.0 + 127.0) as u8 } else { 0 };
         let d = e8m0_to_f32_half(e);
         let mut qs = [0u8; 16];
         for j in 0..16 {
@@ -910,10 +817,7 @@ impl Quantize for BlockMxfp4 {
 
 impl Quantize for BlockNvfp4 {
     fn quantize(x: &[f32]) -> Self {
-        let mut y = BlockNvfp4 {
-            d: [0; 4],
-            qs: [0; 32],
-        };
+        let mut y = BlockNvfp4 { d: [0; 4], qs: [0; 32] };
         for s in 0..4 {
             let xb = &x[16 * s..16 * s + 16];
             let mut amax = 0f32;
@@ -1000,14 +904,7 @@ fn best_index_int8(values: &[i8; 16], x: f32) -> u8 {
 /// `quantize_row_iq4_nl_impl` without importance weights. `l` is the caller's scratch buffer,
 /// which (as in ggml) keeps stale values for all-zero sub-blocks of IQ4_NL.
 /// Returns the f16 super-block scale; fills `q4`, and for super-blocks of 256 the scales.
-fn iq4_nl_impl(
-    x: &[f32],
-    l: &mut [u8],
-    ntry: i32,
-    q4: &mut [u8],
-    scales_h: &mut u16,
-    scales_l: &mut [u8],
-) -> f16 {
+fn iq4_nl_impl(x: &[f32], l: &mut [u8], ntry: i32, q4: &mut [u8], scales_h: &mut u16, scales_l: &mut [u8]) -> f16 {
     let values = &KVALUES_IQ4NL;
     let super_block_size = x.len();
     let nblk = super_block_size / 32;
@@ -1027,11 +924,7 @@ fn iq4_nl_impl(
             scales[ib] = 0.0;
             continue;
         }
-        let mut d = if ntry > 0 {
-            -max / values[0] as f32
-        } else {
-            max / values[0] as f32
-        };
+        let mut d = if ntry > 0 { -max / values[0] as f32 } else { max / values[0] as f32 };
         let mut id = 1.0 / d;
         let mut sumqx = 0f32;
         let mut sumq2 = 0f32;
@@ -1096,11 +989,7 @@ fn iq4_nl_impl(
     } else {
         dh = fp16(scales[0]);
         if ntry > 0 {
-            let id = if scales[0] != 0.0 {
-                1.0 / scales[0]
-            } else {
-                0.0
-            };
+            let id = if scales[0] != 0.0 { 1.0 / scales[0] } else { 0.0 };
             for j in 0..super_block_size {
                 l[j] = best_index_int8(values, id * x[j]);
             }
@@ -1158,26 +1047,15 @@ fn quant_row_with<B: Block>(x: &[f32], out: &mut Vec<u8>, f: fn(&[f32], &mut [B]
 /// [`QuantError::Unsupported`] for integer types and the IQ types other than IQ4_NL/IQ4_XS.
 pub fn quantize(ty: GgmlType, x: &[f32]) -> Result<Vec<u8>, QuantError> {
     if x.len() % ty.block_size() != 0 {
-        return Err(QuantError::PartialBlock {
-            ty,
-            n_bytes: x.len(),
-        });
+        return Err(QuantError::PartialBlock { ty, n_bytes: x.len() });
     }
     let mut out = Vec::with_capacity(x.len() / ty.block_size() * ty.type_size());
     use GgmlType as T;
     match ty {
-        T::F32 => x
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        T::F16 => x
-            .iter()
-            .for_each(|v| out.extend_from_slice(&fp16(*v).to_le_bytes())),
-        T::BF16 => x
-            .iter()
-            .for_each(|v| out.extend_from_slice(&f32_to_bf16_bits(*v).to_le_bytes())),
-        T::F64 => x
-            .iter()
-            .for_each(|v| out.extend_from_slice(&(*v as f64).to_le_bytes())),
+        T::F32 => x.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        T::F16 => x.iter().for_each(|v| out.extend_from_slice(&fp16(*v).to_le_bytes())),
+        T::BF16 => x.iter().for_each(|v| out.extend_from_slice(&f32_to_bf16_bits(*v).to_le_bytes())),
+        T::F64 => x.iter().for_each(|v| out.extend_from_slice(&(*v as f64).to_le_bytes())),
         T::Q4_0 => quant_blocks::<BlockQ4_0>(x, &mut out),
         T::Q4_1 => quant_blocks::<BlockQ4_1>(x, &mut out),
         T::Q5_0 => quant_blocks::<BlockQ5_0>(x, &mut out),
@@ -1210,10 +1088,7 @@ pub fn quantize(ty: GgmlType, x: &[f32]) -> Result<Vec<u8>, QuantError> {
 /// multiple of 32.
 pub fn quantize_q8_1(x: &[f32]) -> Result<Vec<BlockQ8_1>, QuantError> {
     if x.len() % 32 != 0 {
-        return Err(QuantError::PartialBlock {
-            ty: GgmlType::Q8_1,
-            n_bytes: x.len(),
-        });
+        return Err(QuantError::PartialBlock { ty: GgmlType::Q8_1, n_bytes: x.len() });
     }
     Ok(x.chunks_exact(32).map(BlockQ8_1::quantize).collect())
 }
@@ -1222,10 +1097,7 @@ pub fn quantize_q8_1(x: &[f32]) -> Result<Vec<BlockQ8_1>, QuantError> {
 /// multiple of 256.
 pub fn quantize_q8_k(x: &[f32]) -> Result<Vec<BlockQ8K>, QuantError> {
     if x.len() % QK_K != 0 {
-        return Err(QuantError::PartialBlock {
-            ty: GgmlType::Q8_K,
-            n_bytes: x.len(),
-        });
+        return Err(QuantError::PartialBlock { ty: GgmlType::Q8_K, n_bytes: x.len() });
     }
     Ok(x.chunks_exact(QK_K).map(BlockQ8K::quantize).collect())
 }

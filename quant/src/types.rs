@@ -160,10 +160,7 @@ impl GgmlType {
 
     /// Looks a type up by its ggml name (case-insensitive), e.g. `"Q4_K"` or `"q4_k"`.
     pub fn from_name(name: &str) -> Option<GgmlType> {
-        Self::ALL
-            .iter()
-            .copied()
-            .find(|t| t.name().eq_ignore_ascii_case(name))
+        Self::ALL.iter().copied().find(|t| t.name().eq_ignore_ascii_case(name))
     }
 }
 

@@ -36,16 +36,8 @@ pub fn test_rows(row_len: usize, seed: u64) -> Vec<Vec<f32>> {
         }
         rows.push((0..row_len).map(|_| rng.unit() * scale).collect());
         // all positive / all negative
-        rows.push(
-            (0..row_len)
-                .map(|_| rng.unit().abs() * scale + scale * 0.01)
-                .collect(),
-        );
-        rows.push(
-            (0..row_len)
-                .map(|_| -rng.unit().abs() * scale - scale * 0.01)
-                .collect(),
-        );
+        rows.push((0..row_len).map(|_| rng.unit().abs() * scale + scale * 0.01).collect());
+        rows.push((0..row_len).map(|_| -rng.unit().abs() * scale - scale * 0.01).collect());
     }
     rows.push(vec![0.0; row_len]);
     rows.push(vec![1.0; row_len]);
@@ -65,17 +57,9 @@ pub fn test_rows(row_len: usize, seed: u64) -> Vec<Vec<f32>> {
     // huge and tiny magnitudes (still finite after f16 scale rounding for most types)
     rows.push((0..row_len).map(|_| rng.normal() * 6.0e4).collect());
     rows.push((0..row_len).map(|_| rng.normal() * 1e-30).collect());
-    rows.push(
-        (0..row_len)
-            .map(|i| if i % 2 == 0 { 1e-8 } else { -3e4 })
-            .collect(),
-    );
+    rows.push((0..row_len).map(|i| if i % 2 == 0 { 1e-8 } else { -3e4 }).collect());
     // sub-blocks of wildly different scale
-    rows.push(
-        (0..row_len)
-            .map(|i| rng.normal() * if (i / 16) % 3 == 0 { 1e-4 } else { 10.0 })
-            .collect(),
-    );
+    rows.push((0..row_len).map(|i| rng.normal() * if (i / 16) % 3 == 0 { 1e-4 } else { 10.0 }).collect());
     rows
 }
 
@@ -89,10 +73,7 @@ fn candle_bytes(rows: &[Vec<f32>], dtype: GgmlDType) -> Vec<u8> {
 /// candle's dequantizer (`to_float`) applied to raw block bytes.
 fn candle_dequantize(bytes: &[u8], dtype: GgmlDType, n: usize) -> Vec<f32> {
     let q = qtensor_from_ggml(dtype, bytes, vec![n], &Device::Cpu).unwrap();
-    q.dequantize(&Device::Cpu)
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap()
+    q.dequantize(&Device::Cpu).unwrap().to_vec1::<f32>().unwrap()
 }
 
 const ROW_LEN: usize = 1024;
@@ -134,12 +115,7 @@ macro_rules! same_as_candle {
         #[test]
         fn $name() {
             let d = compare($ty, $dt, $mask);
-            assert!(
-                d.is_empty(),
-                "{} of the blocks differ from candle:\n{}",
-                d.len(),
-                d[..d.len().min(3)].join("\n")
-            );
+            assert!(d.is_empty(), "{} of the blocks differ from candle:\n{}", d.len(), d[..d.len().min(3)].join("\n"));
         }
     };
 }
@@ -156,12 +132,7 @@ same_as_candle!(bf16, GgmlType::BF16, GgmlDType::BF16);
 same_as_candle!(f32, GgmlType::F32, GgmlDType::F32);
 // Q8_1: `d` and `qs` match; candle computes `s` as f16(sum) * f16(d), ggml (and we) as
 // f16(sum * d) with the unrounded d, so `s` (bytes 2..4) is checked against ggml's formula.
-same_as_candle!(
-    q8_1_d_and_qs,
-    GgmlType::Q8_1,
-    GgmlDType::Q8_1,
-    &[0..2, 4..36]
-);
+same_as_candle!(q8_1_d_and_qs, GgmlType::Q8_1, GgmlDType::Q8_1, &[0..2, 4..36]);
 
 #[test]
 fn q8_1_s_is_ggml_formula() {
@@ -190,10 +161,7 @@ fn kquant_checks(ty: GgmlType, dtype: GgmlDType, tolerance: f64) {
     // 1. candle decodes our bytes to exactly our values (layout + dequantizer agree).
     let candle_deq_of_ours = candle_dequantize(&ours, dtype, n);
     for (i, (a, b)) in ours_deq.iter().zip(&candle_deq_of_ours).enumerate() {
-        assert!(
-            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
-            "{ty}: element {i}: ours {a} candle {b}"
-        );
+        assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{ty}: element {i}: ours {a} candle {b}");
     }
     // 2. our quantization error is no worse than candle's (per row, summed over rows with
     //    moderate magnitudes where both are finite).
@@ -205,10 +173,7 @@ fn kquant_checks(ty: GgmlType, dtype: GgmlDType, tolerance: f64) {
             e_theirs += ((x - b) as f64).powi(2) / (*x as f64).abs().max(1e-3);
         }
     }
-    assert!(
-        e_ours <= e_theirs * tolerance,
-        "{ty}: error ours {e_ours} vs candle {e_theirs}"
-    );
+    assert!(e_ours <= e_theirs * tolerance, "{ty}: error ours {e_ours} vs candle {e_theirs}");
 }
 
 #[test]

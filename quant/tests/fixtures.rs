@@ -22,12 +22,8 @@ fn read_u32(b: &[u8], at: usize) -> u32 {
 
 fn load(name: &str) -> Fixture {
     let path = fixtures_dir().join(format!("{name}.bin"));
-    let b = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run quant/scripts/make_fixtures.py)",
-            path.display()
-        )
-    });
+    let b =
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run quant/scripts/make_fixtures.py)", path.display()));
     assert_eq!(&b[..4], b"VKQF", "{name}: bad fixture magic");
     let ty = GgmlType::try_from(read_u32(&b, 4)).unwrap();
     let n_blocks = read_u32(&b, 8) as usize;
@@ -35,16 +31,9 @@ fn load(name: &str) -> Fixture {
     let nb = n_blocks * ty.type_size();
     assert_eq!(n_elems, n_blocks * ty.block_size());
     let blocks = b[16..16 + nb].to_vec();
-    let expected: Vec<f32> = b[16 + nb..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
+    let expected: Vec<f32> = b[16 + nb..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(expected.len(), n_elems, "{name}: truncated fixture");
-    Fixture {
-        ty,
-        blocks,
-        expected,
-    }
+    Fixture { ty, blocks, expected }
 }
 
 /// Types gguf-py 0.19 can dequantize (the fixture script writes one file for each).
@@ -94,18 +83,10 @@ fn dequantize_matches_gguf_py() {
             }
         }
         if bad > 0 {
-            failures.push(format!(
-                "{ty}: {bad}/{} differ, first {:?}",
-                got.len(),
-                first.unwrap()
-            ));
+            failures.push(format!("{ty}: {bad}/{} differ, first {:?}", got.len(), first.unwrap()));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "mismatches vs gguf-py:\n{}",
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "mismatches vs gguf-py:\n{}", failures.join("\n"));
 }
 
 #[test]
@@ -113,9 +94,7 @@ fn fixture_set_is_complete_and_small() {
     let mut total = 0;
     for &ty in TYPES {
         let p = fixtures_dir().join(format!("{}.bin", ty.name().to_ascii_lowercase()));
-        total += std::fs::metadata(&p)
-            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-            .len();
+        total += std::fs::metadata(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).len();
     }
     assert!(total < 2 * 1024 * 1024, "fixtures are {total} bytes");
 }
@@ -130,27 +109,16 @@ fn dot_products_match_gguf_py_values() {
     for &ty in TYPES {
         let f = load(ty.name().to_ascii_lowercase().as_str());
         let n = f.expected.len();
-        let act: Vec<f32> = (0..n)
-            .map(|i| (((i * 37) % 101) as f32 - 50.0) * 0.02)
-            .collect();
+        let act: Vec<f32> = (0..n).map(|i| (((i * 37) % 101) as f32 - 50.0) * 0.02).collect();
         let (got, a_deq) = if n % 32 == 0 {
             if let Ok(d) = vec_dot_q8_1(ty, &f.blocks, &quantize_q8_1(&act).unwrap()) {
                 let y = quantize_q8_1(&act).unwrap();
-                let bytes: Vec<u8> = y
-                    .iter()
-                    .flat_map(|b| bytemuck::bytes_of(b).to_vec())
-                    .collect();
+                let bytes: Vec<u8> = y.iter().flat_map(|b| bytemuck::bytes_of(b).to_vec()).collect();
                 (Some(d), dequantize_to_vec(GgmlType::Q8_1, &bytes).unwrap())
             } else if n % 256 == 0 {
                 let y = quantize_q8_k(&act).unwrap();
-                let bytes: Vec<u8> = y
-                    .iter()
-                    .flat_map(|b| bytemuck::bytes_of(b).to_vec())
-                    .collect();
-                (
-                    vec_dot_q8_k(ty, &f.blocks, &y).ok(),
-                    dequantize_to_vec(GgmlType::Q8_K, &bytes).unwrap(),
-                )
+                let bytes: Vec<u8> = y.iter().flat_map(|b| bytemuck::bytes_of(b).to_vec()).collect();
+                (vec_dot_q8_k(ty, &f.blocks, &y).ok(), dequantize_to_vec(GgmlType::Q8_K, &bytes).unwrap())
             } else {
                 (None, vec![])
             }
@@ -158,18 +126,8 @@ fn dot_products_match_gguf_py_values() {
             (None, vec![])
         };
         let Some(got) = got else { continue };
-        let want: f64 = f
-            .expected
-            .iter()
-            .zip(&a_deq)
-            .map(|(x, y)| *x as f64 * *y as f64)
-            .sum();
-        let scale: f64 = f
-            .expected
-            .iter()
-            .zip(&a_deq)
-            .map(|(x, y)| (*x as f64 * *y as f64).abs())
-            .sum();
+        let want: f64 = f.expected.iter().zip(&a_deq).map(|(x, y)| *x as f64 * *y as f64).sum();
+        let scale: f64 = f.expected.iter().zip(&a_deq).map(|(x, y)| (*x as f64 * *y as f64).abs()).sum();
         assert!(
             (got as f64 - want).abs() <= 1e-5 * scale + 1e-30,
             "{ty}: integer dot {got} vs gguf-py dequantized dot {want}"

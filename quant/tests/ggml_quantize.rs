@@ -7,15 +7,8 @@ use std::path::PathBuf;
 use vkml_quant::{quantize, GgmlType};
 
 fn fixture(name: &str) -> Vec<u8> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    std::fs::read(&p).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run quant/scripts/make_quant_fixtures.py)",
-            p.display()
-        )
-    })
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e} (run quant/scripts/make_quant_fixtures.py)", p.display()))
 }
 
 fn input_rows() -> (usize, Vec<f32>) {
@@ -23,10 +16,7 @@ fn input_rows() -> (usize, Vec<f32>) {
     assert_eq!(&b[..4], b"VKQI");
     let n_rows = u32::from_le_bytes(b[4..8].try_into().unwrap()) as usize;
     let row_len = u32::from_le_bytes(b[8..12].try_into().unwrap()) as usize;
-    let data: Vec<f32> = b[12..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
+    let data: Vec<f32> = b[12..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(data.len(), n_rows * row_len);
     (row_len, data)
 }
@@ -35,32 +25,18 @@ fn check(ty: GgmlType) {
     let (row_len, data) = input_rows();
     let expected = fixture(&format!("quant_{}.bin", ty.name().to_ascii_lowercase()));
     let row_bytes = ty.row_size(row_len as u64).unwrap() as usize;
-    assert_eq!(
-        expected.len(),
-        data.len() / row_len * row_bytes,
-        "{ty}: fixture size"
-    );
+    assert_eq!(expected.len(), data.len() / row_len * row_bytes, "{ty}: fixture size");
     let ts = ty.type_size();
     let mut diffs = Vec::new();
-    for (r, (row, exp)) in data
-        .chunks(row_len)
-        .zip(expected.chunks(row_bytes))
-        .enumerate()
-    {
+    for (r, (row, exp)) in data.chunks(row_len).zip(expected.chunks(row_bytes)).enumerate() {
         let got = quantize(ty, row).unwrap();
         for (b, (g, e)) in got.chunks(ts).zip(exp.chunks(ts)).enumerate() {
             // IQ4_NL: for an all-zero block ggml packs its uninitialized scratch buffer next to
             // a zero scale; only the scale is defined there.
             let undefined_quants = ty == GgmlType::IQ4_NL && e[..2] == [0, 0];
-            let same = if undefined_quants {
-                g[..2] == e[..2]
-            } else {
-                g == e
-            };
+            let same = if undefined_quants { g[..2] == e[..2] } else { g == e };
             if !same {
-                diffs.push(format!(
-                    "row {r} block {b}:\n  ours {g:02x?}\n  ggml {e:02x?}"
-                ));
+                diffs.push(format!("row {r} block {b}:\n  ours {g:02x?}\n  ggml {e:02x?}"));
             }
         }
     }

@@ -1,9 +1,7 @@
 //! GGUF reader/writer: round trips, a hand-assembled reference file, and hostile inputs.
 
 use proptest::prelude::*;
-use vkml_quant::gguf::{
-    inspect, GgufArray, GgufError, GgufFile, GgufHeader, GgufValue, GgufWriter,
-};
+use vkml_quant::gguf::{inspect, GgufArray, GgufError, GgufFile, GgufHeader, GgufValue, GgufWriter};
 use vkml_quant::{GgmlType, UnknownGgmlType};
 
 // ---------------------------------------------------------------- hand-made encoder
@@ -47,25 +45,12 @@ fn tinfo(name: &str, dims: &[u64], ty: u32, offset: u64) -> Vec<u8> {
 
 impl Raw {
     fn new() -> Self {
-        Raw {
-            version: 3,
-            kvs: vec![],
-            tensors: vec![],
-            n_tensors: None,
-            n_kv: None,
-            alignment: 32,
-            data: vec![],
-        }
+        Raw { version: 3, kvs: vec![], tensors: vec![], n_tensors: None, n_kv: None, alignment: 32, data: vec![] }
     }
     fn bytes(&self) -> Vec<u8> {
         let mut v = b"GGUF".to_vec();
         v.extend_from_slice(&self.version.to_le_bytes());
-        v.extend_from_slice(
-            &self
-                .n_tensors
-                .unwrap_or(self.tensors.len() as u64)
-                .to_le_bytes(),
-        );
+        v.extend_from_slice(&self.n_tensors.unwrap_or(self.tensors.len() as u64).to_le_bytes());
         v.extend_from_slice(&self.n_kv.unwrap_or(self.kvs.len() as u64).to_le_bytes());
         for k in &self.kvs {
             v.extend_from_slice(k);
@@ -98,16 +83,10 @@ fn reads_hand_assembled_file_and_writer_matches_it() {
     let raw = base().bytes();
     let f = GgufFile::from_bytes(&raw).unwrap();
     assert_eq!(f.version(), 3);
-    assert_eq!(
-        f.get("general.architecture"),
-        Some(&GgufValue::String("llama".into()))
-    );
+    assert_eq!(f.get("general.architecture"), Some(&GgufValue::String("llama".into())));
     assert_eq!(f.get("n"), Some(&GgufValue::U32(7)));
     let (a, da) = f.tensor_data_by_name("a").unwrap();
-    assert_eq!(
-        (a.ty, a.dims.clone(), a.n_elements, a.n_bytes),
-        (GgmlType::F32, vec![4, 2], 8, 32)
-    );
+    assert_eq!((a.ty, a.dims.clone(), a.n_elements, a.n_bytes), (GgmlType::F32, vec![4, 2], 8, 32));
     assert_eq!(da, &(0..32u8).collect::<Vec<_>>()[..]);
     let (b, db) = f.tensor_data_by_name("b").unwrap();
     assert_eq!((b.ty, b.n_bytes, b.offset), (GgmlType::Q4_0, 18, 32));
@@ -116,8 +95,7 @@ fn reads_hand_assembled_file_and_writer_matches_it() {
 
     // The writer produces exactly these bytes (plus padding after the last tensor).
     let mut w = GgufWriter::new();
-    w.push_kv("general.architecture", GgufValue::String("llama".into()))
-        .push_kv("n", GgufValue::U32(7));
+    w.push_kv("general.architecture", GgufValue::String("llama".into())).push_kv("n", GgufValue::U32(7));
     w.push_tensor("a", GgmlType::F32, vec![4, 2], da.to_vec());
     w.push_tensor("b", GgmlType::Q4_0, vec![32], db.to_vec());
     let written = w.to_bytes().unwrap();
@@ -127,15 +105,9 @@ fn reads_hand_assembled_file_and_writer_matches_it() {
 
     // And inspect shows the keys and the tensor table.
     let text = inspect::render(&f);
+    assert!(text.contains("general.architecture") && text.contains("\"llama\""), "{text}");
     assert!(
-        text.contains("general.architecture") && text.contains("\"llama\""),
-        "{text}"
-    );
-    assert!(
-        text.lines().any(|l| l.contains(" b ")
-            && l.contains("Q4_0")
-            && l.contains("[32]")
-            && l.contains("18")),
+        text.lines().any(|l| l.contains(" b ") && l.contains("Q4_0") && l.contains("[32]") && l.contains("18")),
         "{text}"
     );
 }
@@ -152,10 +124,7 @@ fn reads_version_2_and_mmap() {
     assert_eq!(f.version(), 2);
     assert_eq!(f.tensors().len(), 2);
     std::fs::remove_dir_all(&dir).unwrap();
-    assert!(matches!(
-        GgufFile::open(dir.join("missing.gguf")),
-        Err(GgufError::Io { .. })
-    ));
+    assert!(matches!(GgufFile::open(dir.join("missing.gguf")), Err(GgufError::Io { .. })));
 }
 
 #[test]
@@ -189,9 +158,7 @@ fn every_truncation_is_an_error() {
         assert!(
             matches!(
                 e,
-                GgufError::Truncated { .. }
-                    | GgufError::TensorOutOfBounds { .. }
-                    | GgufError::CountTooLarge { .. }
+                GgufError::Truncated { .. } | GgufError::TensorOutOfBounds { .. } | GgufError::CountTooLarge { .. }
             ),
             "prefix {n}: {e}"
         );
@@ -227,28 +194,16 @@ fn hostile_headers_name_the_problem() {
     assert!(matches!(e, GgufError::BadMagic(m) if &m == b"GGML"));
     let mut r = base();
     r.version = 1;
-    assert!(matches!(
-        parse_err(&r.bytes()),
-        GgufError::UnsupportedVersion(1)
-    ));
+    assert!(matches!(parse_err(&r.bytes()), GgufError::UnsupportedVersion(1)));
     r.version = 3u32.swap_bytes();
     assert!(matches!(parse_err(&r.bytes()), GgufError::BigEndian(_)));
 
     let mut r = base();
     r.n_tensors = Some(u64::MAX);
-    assert!(matches!(
-        parse_err(&r.bytes()),
-        GgufError::CountTooLarge {
-            count: u64::MAX,
-            ..
-        }
-    ));
+    assert!(matches!(parse_err(&r.bytes()), GgufError::CountTooLarge { count: u64::MAX, .. }));
     let mut r = base();
     r.n_kv = Some(1 << 40);
-    assert!(matches!(
-        parse_err(&r.bytes()),
-        GgufError::CountTooLarge { .. }
-    ));
+    assert!(matches!(parse_err(&r.bytes()), GgufError::CountTooLarge { .. }));
 
     // string length far beyond the file
     let mut r = base();
@@ -263,10 +218,7 @@ fn hostile_headers_name_the_problem() {
     p.extend_from_slice(&(u64::MAX / 2).to_le_bytes());
     r.kvs[1] = kv("big.array", 9, &p);
     let e = parse_err(&r.bytes());
-    assert!(
-        matches!(&e, GgufError::CountTooLarge { what, .. } if what.contains("big.array")),
-        "{e}"
-    );
+    assert!(matches!(&e, GgufError::CountTooLarge { what, .. } if what.contains("big.array")), "{e}");
 
     // unknown value type, invalid bool, invalid UTF-8, duplicate key
     let mut r = base();
@@ -276,21 +228,13 @@ fn hostile_headers_name_the_problem() {
     );
     let mut r = base();
     r.kvs[1] = kv("flag", 7, &[2]);
-    assert!(matches!(
-        parse_err(&r.bytes()),
-        GgufError::InvalidBool { byte: 2, .. }
-    ));
+    assert!(matches!(parse_err(&r.bytes()), GgufError::InvalidBool { byte: 2, .. }));
     let mut r = base();
     r.kvs[1] = kv("s", 8, &[2, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe]);
-    assert!(matches!(
-        parse_err(&r.bytes()),
-        GgufError::InvalidUtf8 { .. }
-    ));
+    assert!(matches!(parse_err(&r.bytes()), GgufError::InvalidUtf8 { .. }));
     let mut r = base();
     r.kvs[1] = kv("general.architecture", 4, &1u32.to_le_bytes());
-    assert!(
-        matches!(parse_err(&r.bytes()), GgufError::DuplicateKey(k) if k == "general.architecture")
-    );
+    assert!(matches!(parse_err(&r.bytes()), GgufError::DuplicateKey(k) if k == "general.architecture"));
 
     // arrays nested too deep
     let mut p = Vec::new();
@@ -302,16 +246,12 @@ fn hostile_headers_name_the_problem() {
     p.extend_from_slice(&0u64.to_le_bytes());
     let mut r = base();
     r.kvs[1] = kv("deep", 9, &p);
-    assert!(
-        matches!(parse_err(&r.bytes()), GgufError::NestingTooDeep { what } if what.contains("deep"))
-    );
+    assert!(matches!(parse_err(&r.bytes()), GgufError::NestingTooDeep { what } if what.contains("deep")));
 
     // alignment: zero, not a power of two, wrong type
-    for payload in [
-        (4u32, 0u32.to_le_bytes().to_vec()),
-        (4, 24u32.to_le_bytes().to_vec()),
-        (10, 32u64.to_le_bytes().to_vec()),
-    ] {
+    for payload in
+        [(4u32, 0u32.to_le_bytes().to_vec()), (4, 24u32.to_le_bytes().to_vec()), (10, 32u64.to_le_bytes().to_vec())]
+    {
         let mut r = base();
         r.kvs[1] = kv("general.alignment", payload.0, &payload.1);
         assert!(matches!(parse_err(&r.bytes()), GgufError::BadAlignment(_)));
@@ -322,15 +262,9 @@ fn hostile_headers_name_the_problem() {
 fn hostile_tensor_infos_name_the_tensor() {
     let name_is = |e: &GgufError, n: &str| e.to_string().contains(n);
     let e = parse_err(&with_tensor(tinfo("huge", &[u64::MAX, 2], 0, 32)).bytes());
-    assert!(
-        matches!(e, GgufError::DimTooLarge { .. }) && name_is(&e, "huge"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::DimTooLarge { .. }) && name_is(&e, "huge"), "{e}");
     let e = parse_err(&with_tensor(tinfo("ovf", &[1 << 32, 1 << 32, 1 << 32], 0, 32)).bytes());
-    assert!(
-        matches!(e, GgufError::SizeOverflow { .. }) && name_is(&e, "ovf"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::SizeOverflow { .. }) && name_is(&e, "ovf"), "{e}");
     let e = parse_err(&with_tensor(tinfo("bytes_ovf", &[1 << 62, 1], 0, 32)).bytes());
     assert!(matches!(e, GgufError::SizeOverflow { .. }), "{e}");
     let e = parse_err(&with_tensor(tinfo("five", &[1, 1, 1, 1, 1], 0, 32)).bytes());
@@ -338,71 +272,35 @@ fn hostile_tensor_infos_name_the_tensor() {
     let e = parse_err(&with_tensor(tinfo("none", &[], 0, 32)).bytes());
     assert!(matches!(e, GgufError::BadDimCount { n_dims: 0, .. }), "{e}");
     let e = parse_err(&with_tensor(tinfo("ty", &[32], 4, 32)).bytes());
-    assert!(
-        matches!(e, GgufError::UnknownTensorType { type_id: 4, .. }) && name_is(&e, "ty"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::UnknownTensorType { type_id: 4, .. }) && name_is(&e, "ty"), "{e}");
     let e = parse_err(&with_tensor(tinfo("partial", &[33], 2, 32)).bytes());
-    assert!(
-        matches!(
-            e,
-            GgufError::NotBlockMultiple {
-                ne0: 33,
-                block_size: 32,
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::NotBlockMultiple { ne0: 33, block_size: 32, .. }), "{e}");
     let e = parse_err(&with_tensor(tinfo("past_end", &[32], 2, 64)).bytes());
-    assert!(
-        matches!(e, GgufError::TensorOutOfBounds { .. }) && name_is(&e, "past_end"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::TensorOutOfBounds { .. }) && name_is(&e, "past_end"), "{e}");
     let e = parse_err(&with_tensor(tinfo("far", &[32], 2, u64::MAX - 31)).bytes());
     assert!(matches!(e, GgufError::TensorOutOfBounds { .. }), "{e}");
     let e = parse_err(&with_tensor(tinfo("misaligned", &[32], 2, 33)).bytes());
-    assert!(
-        matches!(e, GgufError::MisalignedOffset { offset: 33, .. }),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::MisalignedOffset { offset: 33, .. }), "{e}");
     let e = parse_err(&with_tensor(tinfo("overlap", &[32], 2, 0)).bytes());
-    assert!(
-        matches!(e, GgufError::TensorOverlap { .. }) && name_is(&e, "overlap"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::TensorOverlap { .. }) && name_is(&e, "overlap"), "{e}");
     let e = parse_err(&with_tensor(tinfo("a", &[32], 2, 32)).bytes());
-    assert!(
-        matches!(&e, GgufError::DuplicateTensor(n) if n == "a"),
-        "{e}"
-    );
+    assert!(matches!(&e, GgufError::DuplicateTensor(n) if n == "a"), "{e}");
 }
 
 #[test]
 fn writer_rejects_what_the_reader_rejects() {
     let mut w = GgufWriter::new();
     w.push_tensor("x", GgmlType::Q4_0, vec![32], vec![0; 17]);
-    assert!(matches!(
-        w.to_bytes(),
-        Err(GgufError::DataSizeMismatch {
-            expected: 18,
-            got: 17,
-            ..
-        })
-    ));
+    assert!(matches!(w.to_bytes(), Err(GgufError::DataSizeMismatch { expected: 18, got: 17, .. })));
     let mut w = GgufWriter::new();
-    w.push_kv("k", GgufValue::U8(1))
-        .push_kv("k", GgufValue::U8(2));
+    w.push_kv("k", GgufValue::U8(1)).push_kv("k", GgufValue::U8(2));
     assert!(matches!(w.to_bytes(), Err(GgufError::DuplicateKey(_))));
     let mut w = GgufWriter::new();
     w.push_kv("general.alignment", GgufValue::U32(48));
     assert!(matches!(w.to_bytes(), Err(GgufError::BadAlignment(_))));
     let mut w = GgufWriter::new();
     w.push_tensor("x", GgmlType::Q4_K, vec![32], vec![0; 144]);
-    assert!(matches!(
-        w.to_bytes(),
-        Err(GgufError::NotBlockMultiple { .. })
-    ));
+    assert!(matches!(w.to_bytes(), Err(GgufError::NotBlockMultiple { .. })));
 }
 
 // ---------------------------------------------------------------- round trips
@@ -425,9 +323,7 @@ fn leaf_array() -> impl Strategy<Value = GgufArray> {
 }
 
 fn array() -> impl Strategy<Value = GgufArray> {
-    leaf_array().prop_recursive(3, 24, 4, |inner| {
-        prop::collection::vec(inner, 0..4).prop_map(GgufArray::Array)
-    })
+    leaf_array().prop_recursive(3, 24, 4, |inner| prop::collection::vec(inner, 0..4).prop_map(GgufArray::Array))
 }
 
 fn value() -> impl Strategy<Value = GgufValue> {
@@ -449,18 +345,14 @@ fn value() -> impl Strategy<Value = GgufValue> {
 }
 
 fn tensor() -> impl Strategy<Value = (GgmlType, Vec<u64>, u64)> {
-    (
-        0..GgmlType::ALL.len(),
-        1u64..4,
-        prop::collection::vec(1u64..4, 0..3),
-        any::<u64>(),
-    )
-        .prop_map(|(i, nb, rest, seed)| {
+    (0..GgmlType::ALL.len(), 1u64..4, prop::collection::vec(1u64..4, 0..3), any::<u64>()).prop_map(
+        |(i, nb, rest, seed)| {
             let ty = GgmlType::ALL[i];
             let mut dims = vec![nb * ty.block_size() as u64];
             dims.extend(rest);
             (ty, dims, seed)
-        })
+        },
+    )
 }
 
 proptest! {
@@ -510,12 +402,8 @@ proptest! {
 #[test]
 fn data_section_past_end_with_empty_tensors() {
     let mut r = Raw::new();
-    r.kvs
-        .push(kv("general.alignment", 4, &(1u32 << 29).to_le_bytes()));
+    r.kvs.push(kv("general.alignment", 4, &(1u32 << 29).to_le_bytes()));
     r.tensors.push(tinfo("empty", &[0, 3], 0, 0));
     let e = parse_err(&r.bytes());
-    assert!(
-        matches!(&e, GgufError::TensorOutOfBounds { tensor, .. } if tensor == "empty"),
-        "{e}"
-    );
+    assert!(matches!(&e, GgufError::TensorOutOfBounds { tensor, .. } if tensor == "empty"), "{e}");
 }

@@ -9,14 +9,10 @@ use vkml_quant::gguf::{inspect, GgufFile, GgufValue};
 use vkml_quant::{dequantize_to_vec, GgmlType};
 
 fn model_path(name: &str) -> PathBuf {
-    let dir = std::env::var_os("VKML_TEST_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .unwrap_or_default();
-            home.join(".cache/vkml/test-models")
-        });
+    let dir = std::env::var_os("VKML_TEST_MODELS").map(PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+        home.join(".cache/vkml/test-models")
+    });
     let p = dir.join(name);
     assert!(
         p.is_file(),
@@ -32,10 +28,7 @@ fn model_path(name: &str) -> PathBuf {
 fn check_model(name: &str, arch: &str) -> std::collections::BTreeMap<GgmlType, usize> {
     let f = GgufFile::open(model_path(name)).unwrap();
     assert_eq!(f.version(), 3);
-    assert_eq!(
-        f.get("general.architecture").and_then(GgufValue::as_str),
-        Some(arch)
-    );
+    assert_eq!(f.get("general.architecture").and_then(GgufValue::as_str), Some(arch));
     assert!(!f.tensors().is_empty());
     let listing = inspect::render(&f);
     assert!(listing.contains("general.architecture"));
@@ -48,11 +41,7 @@ fn check_model(name: &str, arch: &str) -> std::collections::BTreeMap<GgmlType, u
         assert_eq!(data.len() as u64, t.n_bytes, "{}", t.name);
         let v = dequantize_to_vec(t.ty, data).unwrap_or_else(|e| panic!("{}: {e}", t.name));
         assert_eq!(v.len() as u64, t.n_elements, "{}", t.name);
-        assert!(
-            v.iter().all(|x| x.is_finite()),
-            "{}: non-finite values",
-            t.name
-        );
+        assert!(v.iter().all(|x| x.is_finite()), "{}: non-finite values", t.name);
         assert!(v.iter().any(|&x| x != 0.0), "{}: all zero", t.name);
         *per_type.entry(t.ty).or_insert(0) += 1;
     }
@@ -62,10 +51,7 @@ fn check_model(name: &str, arch: &str) -> std::collections::BTreeMap<GgmlType, u
 #[test]
 fn smollm2_135m_q4_1() {
     let per_type = check_model("SmolLM2-135M-Instruct.Q4_1.gguf", "llama");
-    assert!(
-        per_type.get(&GgmlType::Q4_1).copied().unwrap_or(0) > 100,
-        "{per_type:?}"
-    );
+    assert!(per_type.get(&GgmlType::Q4_1).copied().unwrap_or(0) > 100, "{per_type:?}");
 }
 
 #[test]

@@ -3,9 +3,7 @@
 
 use proptest::prelude::*;
 use vkml_quant::quantize::error_bound;
-use vkml_quant::{
-    dequantize_to_vec, quantize, quantize_q8_1, quantize_q8_k, vec_dot_q8_1, vec_dot_q8_k, GgmlType,
-};
+use vkml_quant::{dequantize_to_vec, quantize, quantize_q8_1, quantize_q8_k, vec_dot_q8_1, vec_dot_q8_k, GgmlType};
 
 /// Rows of 512 values: magnitudes from 1e-2 to 1e3, optional outliers and zero runs.
 fn row() -> impl Strategy<Value = Vec<f32>> {
@@ -124,17 +122,14 @@ proptest! {
 
 #[test]
 fn dot_products_cover_every_block_type() {
-    let x: Vec<f32> = (0..512)
-        .map(|i| ((i * 7 % 23) as f32 - 11.0) * 0.1)
-        .collect();
+    let x: Vec<f32> = (0..512).map(|i| ((i * 7 % 23) as f32 - 11.0) * 0.1).collect();
     let y1 = quantize_q8_1(&x).unwrap();
     let yk = quantize_q8_k(&x).unwrap();
     for &ty in GgmlType::ALL {
         if !ty.is_quantized() || matches!(ty, GgmlType::Q8_1 | GgmlType::Q8_K) {
             continue;
         }
-        let bytes =
-            quantize(ty, &x).unwrap_or_else(|_| vec![0x11; ty.row_size(512).unwrap() as usize]);
+        let bytes = quantize(ty, &x).unwrap_or_else(|_| vec![0x11; ty.row_size(512).unwrap() as usize]);
         let ok = vec_dot_q8_1(ty, &bytes, &y1).is_ok() || vec_dot_q8_k(ty, &bytes, &yk).is_ok();
         assert!(ok, "{ty} has no dot product");
     }

@@ -76,42 +76,18 @@ pub fn render_header(h: &GgufHeader) -> String {
     let _ = writeln!(s, "metadata ({} keys):", h.metadata.len());
     let kw = h.metadata.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in &h.metadata {
-        let _ = writeln!(
-            s,
-            "  {k:<kw$}  {:<4}  {}",
-            v.value_type().name(),
-            format_value(v)
-        );
+        let _ = writeln!(s, "  {k:<kw$}  {:<4}  {}", v.value_type().name(), format_value(v));
     }
     let _ = writeln!(s);
     let _ = writeln!(s, "tensors ({}, {} bytes):", h.tensors.len(), total);
     let shapes: Vec<String> = h
         .tensors
         .iter()
-        .map(|t| {
-            format!(
-                "[{}]",
-                t.dims
-                    .iter()
-                    .map(|d| d.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })
+        .map(|t| format!("[{}]", t.dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")))
         .collect();
-    let nw = h
-        .tensors
-        .iter()
-        .map(|t| t.name.len())
-        .max()
-        .unwrap_or(0)
-        .max(4);
+    let nw = h.tensors.iter().map(|t| t.name.len()).max().unwrap_or(0).max(4);
     let sw = shapes.iter().map(|x| x.len()).max().unwrap_or(0).max(5);
-    let _ = writeln!(
-        s,
-        "  {:<nw$}  {:<7}  {:<sw$}  {:>12}  {:>12}",
-        "name", "type", "shape", "bytes", "offset"
-    );
+    let _ = writeln!(s, "  {:<nw$}  {:<7}  {:<sw$}  {:>12}  {:>12}", "name", "type", "shape", "bytes", "offset");
     for (t, shape) in h.tensors.iter().zip(&shapes) {
         let _ = writeln!(
             s,

@@ -293,9 +293,7 @@ pub enum GgufError {
     #[error("unsupported GGUF version {0} (supported: 2, 3)")]
     UnsupportedVersion(u32),
     /// The file ends inside a structure.
-    #[error(
-        "truncated file: {what} needs {needed} bytes at offset {offset}, only {available} left"
-    )]
+    #[error("truncated file: {what} needs {needed} bytes at offset {offset}, only {available} left")]
     Truncated {
         /// What was being read (names the key or tensor).
         what: String,
@@ -380,9 +378,7 @@ pub enum GgufError {
         value: u64,
     },
     /// The row length (`dims[0]`) is not a multiple of the type's block size.
-    #[error(
-        "tensor {tensor:?}: row length {ne0} is not a multiple of the {ty} block size {block_size}"
-    )]
+    #[error("tensor {tensor:?}: row length {ne0} is not a multiple of the {ty} block size {block_size}")]
     NotBlockMultiple {
         /// The tensor.
         tensor: String,

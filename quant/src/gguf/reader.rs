@@ -105,29 +105,17 @@ impl<'a> Cursor<'a> {
         String::from_utf8(bytes.to_vec()).map_err(|_| GgufError::InvalidUtf8 { what: what() })
     }
 
-    fn count(
-        &mut self,
-        n: u64,
-        min_size: u64,
-        what: &dyn Fn() -> String,
-    ) -> Result<usize, GgufError> {
+    fn count(&mut self, n: u64, min_size: u64, what: &dyn Fn() -> String) -> Result<usize, GgufError> {
         let remaining = self.remaining();
         match n.checked_mul(min_size) {
             Some(need) if need <= remaining => Ok(n as usize),
-            _ => Err(GgufError::CountTooLarge {
-                what: what(),
-                count: n,
-                remaining,
-            }),
+            _ => Err(GgufError::CountTooLarge { what: what(), count: n, remaining }),
         }
     }
 
     fn value_type(&mut self, what: &dyn Fn() -> String) -> Result<GgufValueType, GgufError> {
         let id = self.u32(what)?;
-        GgufValueType::from_u32(id).ok_or_else(|| GgufError::UnknownValueType {
-            what: what(),
-            type_id: id,
-        })
+        GgufValueType::from_u32(id).ok_or_else(|| GgufError::UnknownValueType { what: what(), type_id: id })
     }
 
     fn scalar_vec<T, const N: usize>(
@@ -155,11 +143,7 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    fn array_value(
-        &mut self,
-        depth: usize,
-        what: &dyn Fn() -> String,
-    ) -> Result<GgufArray, GgufError> {
+    fn array_value(&mut self, depth: usize, what: &dyn Fn() -> String) -> Result<GgufArray, GgufError> {
         if depth >= MAX_ARRAY_DEPTH {
             return Err(GgufError::NestingTooDeep { what: what() });
         }
@@ -203,11 +187,7 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    fn value(
-        &mut self,
-        ty: GgufValueType,
-        what: &dyn Fn() -> String,
-    ) -> Result<GgufValue, GgufError> {
+    fn value(&mut self, ty: GgufValueType, what: &dyn Fn() -> String) -> Result<GgufValue, GgufError> {
         use GgufValueType as V;
         Ok(match ty {
             V::U8 => GgufValue::U8(self.array::<1>(what)?[0]),
@@ -228,39 +208,20 @@ impl<'a> Cursor<'a> {
 }
 
 /// Validates a tensor's type/dims and returns `(n_elements, n_bytes)`.
-pub(crate) fn tensor_sizes(
-    name: &str,
-    ty: GgmlType,
-    dims: &[u64],
-) -> Result<(u64, u64), GgufError> {
+pub(crate) fn tensor_sizes(name: &str, ty: GgmlType, dims: &[u64]) -> Result<(u64, u64), GgufError> {
     if dims.is_empty() || dims.len() > MAX_DIMS {
-        return Err(GgufError::BadDimCount {
-            tensor: name.to_string(),
-            n_dims: dims.len() as u32,
-        });
+        return Err(GgufError::BadDimCount { tensor: name.to_string(), n_dims: dims.len() as u32 });
     }
     for (i, &d) in dims.iter().enumerate() {
         if d > i64::MAX as u64 {
-            return Err(GgufError::DimTooLarge {
-                tensor: name.to_string(),
-                dim: i,
-                value: d,
-            });
+            return Err(GgufError::DimTooLarge { tensor: name.to_string(), dim: i, value: d });
         }
     }
     let ne0 = dims[0];
     if ne0 % ty.block_size() as u64 != 0 {
-        return Err(GgufError::NotBlockMultiple {
-            tensor: name.to_string(),
-            ty,
-            ne0,
-            block_size: ty.block_size(),
-        });
+        return Err(GgufError::NotBlockMultiple { tensor: name.to_string(), ty, ne0, block_size: ty.block_size() });
     }
-    let overflow = || GgufError::SizeOverflow {
-        tensor: name.to_string(),
-        dims: dims.to_vec(),
-    };
+    let overflow = || GgufError::SizeOverflow { tensor: name.to_string(), dims: dims.to_vec() };
     let mut n_elements: u64 = 1;
     for &d in dims {
         n_elements = n_elements.checked_mul(d).ok_or_else(overflow)?;
@@ -316,16 +277,9 @@ impl GgufHeader {
             None => DEFAULT_ALIGNMENT,
             Some(GgufValue::U32(a)) if *a != 0 && a.is_power_of_two() => *a as u64,
             Some(GgufValue::U32(a)) => {
-                return Err(GgufError::BadAlignment(format!(
-                    "{a} is not a non-zero power of two"
-                )))
+                return Err(GgufError::BadAlignment(format!("{a} is not a non-zero power of two")))
             }
-            Some(v) => {
-                return Err(GgufError::BadAlignment(format!(
-                    "type {} (must be u32)",
-                    v.value_type().name()
-                )))
-            }
+            Some(v) => return Err(GgufError::BadAlignment(format!("type {} (must be u32)", v.value_type().name()))),
         };
         let n_tensors = c.count(n_tensors, 32, &|| "tensor".to_string())?;
         let mut tensors = Vec::with_capacity(n_tensors);
@@ -335,40 +289,24 @@ impl GgufHeader {
             let what = || format!("tensor {name:?}");
             let n_dims = c.u32(&what)?;
             if n_dims == 0 || n_dims as usize > MAX_DIMS {
-                return Err(GgufError::BadDimCount {
-                    tensor: name,
-                    n_dims,
-                });
+                return Err(GgufError::BadDimCount { tensor: name, n_dims });
             }
             let mut dims = Vec::with_capacity(n_dims as usize);
             for _ in 0..n_dims {
                 dims.push(c.u64(&what)?);
             }
             let type_id = c.u32(&what)?;
-            let ty = GgmlType::try_from(type_id).map_err(|_| GgufError::UnknownTensorType {
-                tensor: name.clone(),
-                type_id,
-            })?;
+            let ty = GgmlType::try_from(type_id)
+                .map_err(|_| GgufError::UnknownTensorType { tensor: name.clone(), type_id })?;
             let offset = c.u64(&what)?;
             let (n_elements, n_bytes) = tensor_sizes(&name, ty, &dims)?;
             if offset % alignment != 0 {
-                return Err(GgufError::MisalignedOffset {
-                    tensor: name,
-                    offset,
-                    alignment,
-                });
+                return Err(GgufError::MisalignedOffset { tensor: name, offset, alignment });
             }
             if tensor_index.insert(name.clone(), tensors.len()).is_some() {
                 return Err(GgufError::DuplicateTensor(name));
             }
-            tensors.push(TensorInfo {
-                name,
-                dims,
-                ty,
-                offset,
-                n_elements,
-                n_bytes,
-            });
+            tensors.push(TensorInfo { name, dims, ty, offset, n_elements, n_bytes });
         }
         let header_end = c.pos as u64;
         let file_len = bytes.len() as u64;
@@ -401,29 +339,15 @@ impl GgufHeader {
             }
         }
         // No two non-empty tensors may share bytes.
-        let mut order: Vec<usize> = (0..tensors.len())
-            .filter(|&i| tensors[i].n_bytes > 0)
-            .collect();
+        let mut order: Vec<usize> = (0..tensors.len()).filter(|&i| tensors[i].n_bytes > 0).collect();
         order.sort_by_key(|&i| tensors[i].offset);
         for w in order.windows(2) {
             let (a, b) = (&tensors[w[0]], &tensors[w[1]]);
             if a.offset + a.n_bytes > b.offset {
-                return Err(GgufError::TensorOverlap {
-                    tensor: b.name.clone(),
-                    other: a.name.clone(),
-                });
+                return Err(GgufError::TensorOverlap { tensor: b.name.clone(), other: a.name.clone() });
             }
         }
-        Ok(GgufHeader {
-            version,
-            metadata,
-            tensors,
-            alignment,
-            data_offset,
-            data_len,
-            key_index,
-            tensor_index,
-        })
+        Ok(GgufHeader { version, metadata, tensors, alignment, data_offset, data_len, key_index, tensor_index })
     }
 
     /// Looks up a metadata value by key.
@@ -479,10 +403,7 @@ impl GgufFile {
     /// [`GgufHeader::parse`].
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
-        let io = |source| GgufError::Io {
-            path: path.display().to_string(),
-            source,
-        };
+        let io = |source| GgufError::Io { path: path.display().to_string(), source };
         let file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         if len == 0 {
@@ -495,19 +416,13 @@ impl GgufFile {
         // of `GgufFile::open`.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
         let header = GgufHeader::parse(&map)?;
-        Ok(GgufFile {
-            header,
-            data: Backing::Mmap(map),
-        })
+        Ok(GgufFile { header, data: Backing::Mmap(map) })
     }
 
     /// Parses a file held in memory (takes ownership; no copy).
     pub fn from_vec(bytes: Vec<u8>) -> Result<GgufFile, GgufError> {
         let header = GgufHeader::parse(&bytes)?;
-        Ok(GgufFile {
-            header,
-            data: Backing::Owned(bytes),
-        })
+        Ok(GgufFile { header, data: Backing::Owned(bytes) })
     }
 
     /// Parses a copy of `bytes`. For zero-copy parsing of a borrowed slice use
@@ -563,10 +478,7 @@ impl GgufFile {
     ///
     /// Errors: [`GgufError::NoSuchTensor`].
     pub fn tensor_data_by_name(&self, name: &str) -> Result<(&TensorInfo, &[u8]), GgufError> {
-        let t = self
-            .header
-            .tensor(name)
-            .ok_or_else(|| GgufError::NoSuchTensor(name.to_string()))?;
+        let t = self.header.tensor(name).ok_or_else(|| GgufError::NoSuchTensor(name.to_string()))?;
         Ok((t, self.tensor_data(t)))
     }
 

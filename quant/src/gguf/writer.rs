@@ -41,30 +41,14 @@ fn put_array(out: &mut Vec<u8>, a: &GgufArray) {
     match a {
         GgufArray::U8(v) => out.extend_from_slice(v),
         GgufArray::I8(v) => v.iter().for_each(|x| out.push(*x as u8)),
-        GgufArray::U16(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::I16(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::U32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::I32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::F32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::U64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::I64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::F64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::U16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::I16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::U32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::U64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::I64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         GgufArray::Bool(v) => v.iter().for_each(|x| out.push(*x as u8)),
         GgufArray::String(v) => v.iter().for_each(|s| put_string(out, s)),
         GgufArray::Array(v) => v.iter().for_each(|a| put_array(out, a)),
@@ -115,30 +99,14 @@ impl GgufWriter {
     }
 
     /// Appends a tensor.
-    pub fn push_tensor(
-        &mut self,
-        name: impl Into<String>,
-        ty: GgmlType,
-        dims: Vec<u64>,
-        data: Vec<u8>,
-    ) -> &mut Self {
-        self.tensors.push(WriterTensor {
-            name: name.into(),
-            ty,
-            dims,
-            data,
-        });
+    pub fn push_tensor(&mut self, name: impl Into<String>, ty: GgmlType, dims: Vec<u64>, data: Vec<u8>) -> &mut Self {
+        self.tensors.push(WriterTensor { name: name.into(), ty, dims, data });
         self
     }
 
     /// Alignment that will be used (validated `general.alignment` or 32).
     pub fn alignment(&self) -> Result<u64, GgufError> {
-        match self
-            .metadata
-            .iter()
-            .find(|(k, _)| k == KEY_ALIGNMENT)
-            .map(|(_, v)| v)
-        {
+        match self.metadata.iter().find(|(k, _)| k == KEY_ALIGNMENT).map(|(_, v)| v) {
             None => Ok(DEFAULT_ALIGNMENT),
             Some(GgufValue::U32(a)) if *a != 0 && a.is_power_of_two() => Ok(*a as u64),
             Some(v) => Err(GgufError::BadAlignment(format!("{v:?}"))),
@@ -160,9 +128,7 @@ impl GgufWriter {
         for (k, v) in &self.metadata {
             if let GgufValue::Array(a) = v {
                 if array_depth(a) > MAX_ARRAY_DEPTH {
-                    return Err(GgufError::NestingTooDeep {
-                        what: format!("metadata key {k:?}"),
-                    });
+                    return Err(GgufError::NestingTooDeep { what: format!("metadata key {k:?}") });
                 }
             }
         }
@@ -211,9 +177,7 @@ impl GgufWriter {
     /// Errors: as [`GgufWriter::to_bytes`], plus [`GgufError::Io`].
     pub fn write_to(&self, path: impl AsRef<Path>) -> Result<(), GgufError> {
         let bytes = self.to_bytes()?;
-        std::fs::write(path.as_ref(), bytes).map_err(|source| GgufError::Io {
-            path: path.as_ref().display().to_string(),
-            source,
-        })
+        std::fs::write(path.as_ref(), bytes)
+            .map_err(|source| GgufError::Io { path: path.as_ref().display().to_string(), source })
     }
 }
