@@ -14,8 +14,12 @@ fn transfers(c: &mut Criterion) {
         let buf = dev.alloc(bytes, MemoryKind::DeviceLocal).unwrap();
         let mut back = vec![0u8; bytes as usize];
         g.throughput(Throughput::Bytes(bytes));
-        g.bench_with_input(BenchmarkId::new("write", format!("{mib}MiB")), &bytes, |b, _| b.iter(|| buf.write(0, &data).unwrap()));
-        g.bench_with_input(BenchmarkId::new("read", format!("{mib}MiB")), &bytes, |b, _| b.iter(|| buf.read(0, &mut back).unwrap()));
+        g.bench_with_input(BenchmarkId::new("write", format!("{mib}MiB")), &bytes, |b, _| {
+            b.iter(|| buf.write(0, &data).unwrap())
+        });
+        g.bench_with_input(BenchmarkId::new("read", format!("{mib}MiB")), &bytes, |b, _| {
+            b.iter(|| buf.read(0, &mut back).unwrap())
+        });
     }
     g.finish();
 }

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use crate::caps::{Bfloat16FeaturesKHR, Capabilities, CoopMat2FeaturesNV, KHR_BF16_EXT, NV_COOPMAT2_EXT};
 use crate::error::{Error, Result};
 use crate::instance::{Adapter, DeviceSelector, Instance, InstanceOptions};
-use crate::memory::{Buffer, Memory, MemoryKind, MemoryStats};
+use crate::memory::{Buffer, Memory, MemoryConfig, MemoryKind, MemoryStats};
 use crate::pipeline::{Kernel, Pipeline, PipelineKey};
 use crate::shader::ShaderFrontend;
 
@@ -170,10 +170,8 @@ impl Device {
 
         // Features: enable what the probe found supported.
         let t = &caps.types;
-        let core = vk::PhysicalDeviceFeatures::default()
-            .shader_float64(t.float64)
-            .shader_int64(t.int64)
-            .shader_int16(t.int16);
+        let core =
+            vk::PhysicalDeviceFeatures::default().shader_float64(t.float64).shader_int64(t.int64).shader_int16(t.int16);
         let mut f11 = vk::PhysicalDeviceVulkan11Features::default()
             .storage_buffer16_bit_access(t.storage_buffer_16bit)
             .uniform_and_storage_buffer16_bit_access(false);
@@ -209,7 +207,8 @@ impl Device {
             bfloat16_cooperative_matrix: t.bfloat16_cooperative_matrix.into(),
             ..Default::default()
         };
-        let mut features2 = vk::PhysicalDeviceFeatures2::default().features(core).push_next(&mut f11).push_next(&mut f12);
+        let mut features2 =
+            vk::PhysicalDeviceFeatures2::default().features(core).push_next(&mut f11).push_next(&mut f12);
         if is13 || enabled(ash::ext::subgroup_size_control::NAME) {
             features2 = features2.push_next(&mut f_sg);
         }
@@ -249,7 +248,8 @@ impl Device {
         let make_queue = |family: u32| -> Result<Queue> {
             // SAFETY: the family was requested with one queue at device creation.
             let q = unsafe { raw.get_device_queue(family, 0) };
-            let mut ti = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
+            let mut ti =
+                vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
             // SAFETY: the device is live and timelineSemaphore is enabled.
             let sem = unsafe { raw.create_semaphore(&vk::SemaphoreCreateInfo::default().push_next(&mut ti), None) }
                 .map_err(Error::vk("vkCreateSemaphore"))?;
@@ -287,11 +287,13 @@ impl Device {
             raw_inst,
             &raw,
             pd,
-            api,
-            caps.memory.budget_extension,
-            host_visible_device_local,
-            &sharing_families,
-            cache_limit,
+            &MemoryConfig {
+                api_version: api,
+                budget_ext: caps.memory.budget_extension,
+                host_visible_device_local,
+                sharing_families: &sharing_families,
+                cache_limit,
+            },
         ) {
             Ok(m) => m,
             Err(e) => {
@@ -305,9 +307,8 @@ impl Device {
             .clone()
             .or_else(|| std::env::var_os("VKML_CACHE_DIR").map(PathBuf::from))
             .or_else(|| dirs::cache_dir().map(|d| d.join("vkml")));
-        let pipeline_cache_path = cache_dir.map(|d| {
-            d.join("pipelines").join(format!("{}-{:08x}.bin", caps.device_uuid, caps.driver_version_raw))
-        });
+        let pipeline_cache_path = cache_dir
+            .map(|d| d.join("pipelines").join(format!("{}-{:08x}.bin", caps.device_uuid, caps.driver_version_raw)));
         let initial = pipeline_cache_path
             .as_ref()
             .and_then(|p| std::fs::read(p).ok())
@@ -315,14 +316,13 @@ impl Device {
             .unwrap_or_default();
         // SAFETY: the device is live; `initial` is empty or carries a header that matches
         // this device (checked above), which the driver validates further.
-        let pipeline_cache = unsafe {
-            raw.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default().initial_data(&initial), None)
-        }
-        .or_else(|_| {
-            // SAFETY: as above, with no initial data.
-            unsafe { raw.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
-        })
-        .map_err(Error::vk("vkCreatePipelineCache"));
+        let pipeline_cache =
+            unsafe { raw.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default().initial_data(&initial), None) }
+                .or_else(|_| {
+                    // SAFETY: as above, with no initial data.
+                    unsafe { raw.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
+                })
+                .map_err(Error::vk("vkCreatePipelineCache"));
         let pipeline_cache = match pipeline_cache {
             Ok(c) => c,
             Err(e) => {
@@ -593,14 +593,18 @@ impl DeviceInner {
             .command_buffer_count(1);
         // SAFETY: the pool is live and externally synchronised by its mutex (held for the
         // whole function, so the command buffer is used by this thread only).
-        let cmd = unsafe { self.raw.allocate_command_buffers(&alloc) }.map_err(Error::vk("vkAllocateCommandBuffers"))?[0];
+        let cmd =
+            unsafe { self.raw.allocate_command_buffers(&alloc) }.map_err(Error::vk("vkAllocateCommandBuffers"))?[0];
         let result = (|| {
             // SAFETY: `cmd` is freshly allocated; both buffers are live, have TRANSFER
             // usage, and the regions are in range (callers check); queue family sharing
             // is CONCURRENT where two families exist.
             unsafe {
                 self.raw
-                    .begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT))
+                    .begin_command_buffer(
+                        cmd,
+                        &vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+                    )
                     .map_err(Error::vk("vkBeginCommandBuffer"))?;
                 let region = vk::BufferCopy { src_offset: src_off, dst_offset: dst_off, size: len };
                 self.raw.cmd_copy_buffer(cmd, src.inner.handle, dst.inner.handle, &[region]);
@@ -672,7 +676,11 @@ impl Drop for DeviceInner {
             let stats = self.memory.stats();
             if stats.live_allocations != 0 {
                 LEAKED_DEVICES.fetch_add(1, Ordering::Relaxed);
-                tracing::error!("vkml device dropped with {} live allocations ({} bytes)", stats.live_allocations, stats.allocation_bytes);
+                tracing::error!(
+                    "vkml device dropped with {} live allocations ({} bytes)",
+                    stats.live_allocations,
+                    stats.allocation_bytes
+                );
             }
             ManuallyDrop::drop(&mut self.memory);
             self.raw.destroy_semaphore(self.compute.timeline, None);

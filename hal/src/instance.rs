@@ -116,7 +116,10 @@ impl Instance {
             .unwrap_or(vk::API_VERSION_1_0);
         if loader_version < vk::API_VERSION_1_2 {
             return Err(Error::NoDevice {
-                detail: format!(" (the Vulkan loader only offers {}; update libvulkan1)", version_string(loader_version)),
+                detail: format!(
+                    " (the Vulkan loader only offers {}; update libvulkan1)",
+                    version_string(loader_version)
+                ),
             });
         }
         let api_version = loader_version.min(vk::API_VERSION_1_3);
@@ -176,7 +179,9 @@ impl Instance {
         // SAFETY: every pointer in `info` (names, app info, messenger info whose user data
         // is the boxed log that outlives the instance) is valid for the call.
         let raw = unsafe { entry.create_instance(&info, None) }.map_err(|e| match e {
-            vk::Result::ERROR_INCOMPATIBLE_DRIVER => Error::NoDevice { detail: " (the Vulkan loader found no driver)".into() },
+            vk::Result::ERROR_INCOMPATIBLE_DRIVER => {
+                Error::NoDevice { detail: " (the Vulkan loader found no driver)".into() }
+            }
             e => Error::vk("vkCreateInstance")(e),
         })?;
         let debug = if options.validation {
@@ -226,8 +231,8 @@ impl Instance {
     /// [`Error::Vulkan`] when enumeration fails.
     pub fn adapters(&self) -> Result<Vec<Adapter>> {
         // SAFETY: the instance is alive (we hold it).
-        let pds = unsafe { self.inner.raw.enumerate_physical_devices() }
-            .map_err(Error::vk("vkEnumeratePhysicalDevices"))?;
+        let pds =
+            unsafe { self.inner.raw.enumerate_physical_devices() }.map_err(Error::vk("vkEnumeratePhysicalDevices"))?;
         pds.into_iter()
             .enumerate()
             .map(|(ordinal, physical)| Ok(Adapter { ordinal, physical, caps: probe(&self.inner, physical)? }))
@@ -242,14 +247,15 @@ impl Instance {
     /// [`Error::UnsupportedDevice`] for a chosen device that cannot run vkml.
     pub fn select(&self, selector: &DeviceSelector) -> Result<Adapter> {
         let adapters = self.adapters()?;
-        let listing = || {
-            adapters.iter().map(|a| format!("{}: {}", a.ordinal, a.caps.name)).collect::<Vec<_>>().join(", ")
-        };
+        let listing =
+            || adapters.iter().map(|a| format!("{}: {}", a.ordinal, a.caps.name)).collect::<Vec<_>>().join(", ");
         let chosen = match selector {
             DeviceSelector::Best => adapters
                 .iter()
                 .filter(|a| a.caps.unusable.is_none())
-                .max_by_key(|a| (a.caps.device_type.preference(), a.caps.memory.device_local_bytes, std::cmp::Reverse(a.ordinal)))
+                .max_by_key(|a| {
+                    (a.caps.device_type.preference(), a.caps.memory.device_local_bytes, std::cmp::Reverse(a.ordinal))
+                })
                 .ok_or_else(|| Error::NoDevice {
                     detail: if adapters.is_empty() {
                         String::new()
@@ -264,9 +270,9 @@ impl Instance {
                         )
                     },
                 })?,
-            DeviceSelector::Ordinal(i) => adapters
-                .get(*i)
-                .ok_or(Error::BadOrdinal { ordinal: *i, count: adapters.len() })?,
+            DeviceSelector::Ordinal(i) => {
+                adapters.get(*i).ok_or(Error::BadOrdinal { ordinal: *i, count: adapters.len() })?
+            }
             DeviceSelector::Name(name) => {
                 let needle = name.to_lowercase();
                 adapters
@@ -343,7 +349,9 @@ pub(crate) fn probe(inst: &InstanceInner, pd: vk::PhysicalDevice) -> Result<Capa
     // SAFETY (for every query in this function): `pd` was enumerated from `raw`, which
     // is alive, and every structure chained below belongs to an extension the device
     // supports or to its core version, as checked before chaining.
+    // SAFETY: see above.
     let props = unsafe { raw.get_physical_device_properties(pd) };
+    // SAFETY: see above.
     let exts = unsafe { raw.enumerate_device_extension_properties(pd) }
         .map_err(Error::vk("vkEnumerateDeviceExtensionProperties"))?;
     let has = |name: &CStr| exts.iter().any(|e| e.extension_name_as_c_str() == Ok(name));
@@ -369,7 +377,14 @@ pub(crate) fn probe(inst: &InstanceInner, pd: vk::PhysicalDevice) -> Result<Capa
         driver_version: driver_version_string(vendor, props.driver_version),
         device_uuid: String::new(),
         pipeline_cache_uuid: hex(&props.pipeline_cache_uuid),
-        subgroup: SubgroupCaps { size: 0, min_size: 0, max_size: 0, size_control: false, full_subgroups: false, operations: vec![] },
+        subgroup: SubgroupCaps {
+            size: 0,
+            min_size: 0,
+            max_size: 0,
+            size_control: false,
+            full_subgroups: false,
+            operations: vec![],
+        },
         types: ShaderTypeCaps::default(),
         integer_dot: IntegerDotCaps::default(),
         cooperative_matrix: vec![],
@@ -423,7 +438,8 @@ pub(crate) fn probe(inst: &InstanceInner, pd: vk::PhysicalDevice) -> Result<Capa
     let has_cm2 = has_cm && has(NV_COOPMAT2_EXT);
     let has_bf16 = has(KHR_BF16_EXT);
     {
-        let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut p11).push_next(&mut p12).push_next(&mut p_maint3);
+        let mut p2 =
+            vk::PhysicalDeviceProperties2::default().push_next(&mut p11).push_next(&mut p12).push_next(&mut p_maint3);
         if has_sg {
             p2 = p2.push_next(&mut p_sg);
         }
@@ -439,6 +455,7 @@ pub(crate) fn probe(inst: &InstanceInner, pd: vk::PhysicalDevice) -> Result<Capa
         if has_cm2 {
             p2 = p2.push_next(&mut p_cm2);
         }
+        // SAFETY: see above; each chained struct's extension was checked.
         unsafe { raw.get_physical_device_properties2(pd, &mut p2) };
     }
     caps.driver_id = format!("{:?}", p12.driver_id);
@@ -476,6 +493,7 @@ pub(crate) fn probe(inst: &InstanceInner, pd: vk::PhysicalDevice) -> Result<Capa
         if has_bf16 {
             chain = chain.push_next(&mut f_bf16);
         }
+        // SAFETY: see above; each chained struct's extension was checked.
         unsafe { raw.get_physical_device_features2(pd, &mut chain) };
         f2.features = chain.features;
     }
@@ -514,7 +532,7 @@ pub(crate) fn probe(inst: &InstanceInner, pd: vk::PhysicalDevice) -> Result<Capa
         int8_signed_accelerated: b(p_dot.integer_dot_product8_bit_signed_accelerated),
         int16_signed_accelerated: b(p_dot.integer_dot_product16_bit_signed_accelerated),
         accumulating_4x8_signed_accelerated: b(
-            p_dot.integer_dot_product_accumulating_saturating4x8_bit_packed_signed_accelerated,
+            p_dot.integer_dot_product_accumulating_saturating4x8_bit_packed_signed_accelerated
         ),
     };
     caps.timeline_semaphore = b(f12.timeline_semaphore);
@@ -523,6 +541,7 @@ pub(crate) fn probe(inst: &InstanceInner, pd: vk::PhysicalDevice) -> Result<Capa
 
     if has_cm && b(f_cm.cooperative_matrix) {
         let cm = ash::khr::cooperative_matrix::Instance::new(&inst.entry, raw);
+        // SAFETY: the device supports VK_KHR_cooperative_matrix (checked).
         let list = unsafe { cm.get_physical_device_cooperative_matrix_properties(pd) }
             .map_err(Error::vk("vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"))?;
         caps.cooperative_matrix = list
@@ -632,12 +651,8 @@ fn probe_memory(raw: &ash::Instance, pd: vk::PhysicalDevice, budget_ext: bool, d
             }
         })
         .collect();
-    let largest = heaps
-        .iter()
-        .enumerate()
-        .filter(|(_, h)| h.device_local)
-        .max_by_key(|(_, h)| h.size)
-        .map_or(0, |(i, _)| i);
+    let largest =
+        heaps.iter().enumerate().filter(|(_, h)| h.device_local).max_by_key(|(_, h)| h.size).map_or(0, |(i, _)| i);
     let host_visible_device_local = (0..mp.memory_type_count as usize).any(|t| {
         let f = mp.memory_types[t].property_flags;
         f.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL | vk::MemoryPropertyFlags::HOST_VISIBLE)

@@ -86,6 +86,21 @@ pub(crate) struct RawBuffer {
 // carries no thread affinity, and the recycle cache that stores it is behind a Mutex.
 unsafe impl Send for RawBuffer {}
 
+/// How to set up a device's memory.
+#[derive(Clone, Copy)]
+pub(crate) struct MemoryConfig<'a> {
+    /// Vulkan API version the device was created with.
+    pub api_version: u32,
+    /// VK_EXT_memory_budget is enabled.
+    pub budget_ext: bool,
+    /// Device-local buffers are allocated host-visible and mapped (UMA, not forced to stage).
+    pub host_visible_device_local: bool,
+    /// Queue families that share buffers (CONCURRENT when more than one).
+    pub sharing_families: &'a [u32],
+    /// Bytes of freed buffers kept for reuse.
+    pub cache_limit: u64,
+}
+
 pub(crate) struct Memory {
     // Field order is drop order: pools before the allocator they came from.
     pools: Vec<vk_mem::AllocatorPool>,
@@ -121,12 +136,9 @@ impl Memory {
         instance: &ash::Instance,
         device: &ash::Device,
         physical: vk::PhysicalDevice,
-        api_version: u32,
-        budget_ext: bool,
-        host_visible_device_local: bool,
-        sharing_families: &[u32],
-        cache_limit: u64,
+        cfg: &MemoryConfig<'_>,
     ) -> Result<Memory> {
+        let MemoryConfig { api_version, budget_ext, host_visible_device_local, sharing_families, cache_limit } = *cfg;
         let mut info = vk_mem::AllocatorCreateInfo::new(instance, device, physical);
         info.vulkan_api_version = api_version.min(vk::API_VERSION_1_3);
         if budget_ext {
@@ -280,9 +292,9 @@ impl Cache {
 }
 
 fn buffer_info(size: u64, families: &[u32]) -> vk::BufferCreateInfo<'_> {
-    let info = vk::BufferCreateInfo::default()
-        .size(size)
-        .usage(vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST);
+    let info = vk::BufferCreateInfo::default().size(size).usage(
+        vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
+    );
     if families.len() > 1 {
         info.sharing_mode(vk::SharingMode::CONCURRENT).queue_family_indices(families)
     } else {
@@ -341,6 +353,15 @@ pub(crate) struct BufferInner {
     pub(crate) last_use: AtomicU64,
     host_lock: Mutex<()>,
 }
+
+// SAFETY: the only non-thread-safe field is the mapping pointer inside RawBuffer. The
+// memory behind it is owned by this buffer's VMA allocation; host access through it
+// happens only in `write`/`read`, under `host_lock` and after waiting for GPU work that
+// uses the buffer, so no two threads touch the bytes at once. Everything else is
+// immutable after creation or atomic.
+unsafe impl Send for BufferInner {}
+// SAFETY: as above.
+unsafe impl Sync for BufferInner {}
 
 impl std::fmt::Debug for Buffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -444,7 +465,10 @@ impl Buffer {
             // is serialised by host_lock, so nothing else touches these bytes.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.add(offset as usize), data.len()) };
             let alloc = &self.inner.raw.as_ref().expect("live buffer").allocation;
-            dev.memory.allocator.flush_allocation(alloc, offset, data.len() as u64).map_err(Error::vk("vmaFlushAllocation"))?;
+            dev.memory
+                .allocator
+                .flush_allocation(alloc, offset, data.len() as u64)
+                .map_err(Error::vk("vmaFlushAllocation"))?;
             return Ok(());
         }
         let mut done = 0u64;
@@ -500,7 +524,7 @@ impl Buffer {
     /// [`Buffer::read`] otherwise.
     pub fn to_vec<T: bytemuck::Pod>(&self) -> Result<Vec<T>> {
         let elem = std::mem::size_of::<T>() as u64;
-        if elem == 0 || self.inner.size % elem != 0 {
+        if elem == 0 || !self.inner.size.is_multiple_of(elem) {
             return Err(Error::OutOfBounds { offset: 0, len: self.inner.size, size: self.inner.size });
         }
         let mut v = vec![T::zeroed(); (self.inner.size / elem) as usize];

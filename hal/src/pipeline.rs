@@ -48,7 +48,12 @@ impl Kernel {
     pub fn from_spirv(name: &str, words: Vec<u32>) -> Result<Kernel> {
         let interface = compile::reflect(name, &words)?;
         Ok(Kernel {
-            inner: Arc::new(KernelInner { hash: hash_words(name, &words), name: name.to_string(), words: Cow::Owned(words), interface }),
+            inner: Arc::new(KernelInner {
+                hash: hash_words(name, &words),
+                name: name.to_string(),
+                words: Cow::Owned(words),
+                interface,
+            }),
         })
     }
 
@@ -145,7 +150,9 @@ impl Pipeline {
         }
         if let Some([x, y, z]) = iface.local_size {
             let l = &caps.limits;
-            if x > l.max_workgroup_size[0] || y > l.max_workgroup_size[1] || z > l.max_workgroup_size[2]
+            if x > l.max_workgroup_size[0]
+                || y > l.max_workgroup_size[1]
+                || z > l.max_workgroup_size[2]
                 || u64::from(x) * u64::from(y) * u64::from(z) > u64::from(l.max_workgroup_invocations)
             {
                 return Err(bad(format!(
@@ -177,8 +184,8 @@ impl Pipeline {
             });
         }
 
-        let push_descriptors = dev.push_descriptor.is_some()
-            && iface.bindings.len() as u32 <= caps.limits.max_push_descriptors;
+        let push_descriptors =
+            dev.push_descriptor.is_some() && iface.bindings.len() as u32 <= caps.limits.max_push_descriptors;
         let bindings: Vec<vk::DescriptorSetLayoutBinding<'_>> = iface
             .bindings
             .iter()
@@ -200,6 +207,7 @@ impl Pipeline {
         // reference locals that outlive the calls; the SPIR-V was reflected (a valid
         // module) and uses only storage buffers of set 0, matching the layout built here;
         // objects created before a failure are destroyed on that path.
+        // SAFETY: see above.
         let set_layout = unsafe { raw.create_descriptor_set_layout(&set_info, None) }
             .map_err(Error::vk("vkCreateDescriptorSetLayout"))?;
         let ranges = [vk::PushConstantRange::default()
@@ -211,13 +219,16 @@ impl Pipeline {
         if iface.push_constant_size > 0 {
             layout_info = layout_info.push_constant_ranges(&ranges);
         }
+        // SAFETY: see above.
         let layout = match unsafe { raw.create_pipeline_layout(&layout_info, None) } {
             Ok(l) => l,
             Err(e) => {
+                // SAFETY: created above and not used by anything yet.
                 unsafe { raw.destroy_descriptor_set_layout(set_layout, None) };
                 return Err(Error::vk("vkCreatePipelineLayout")(e));
             }
         };
+        // SAFETY: the objects were created above and nothing uses them yet.
         let cleanup = |module: Option<vk::ShaderModule>| unsafe {
             if let Some(m) = module {
                 raw.destroy_shader_module(m, None);
@@ -225,7 +236,10 @@ impl Pipeline {
             raw.destroy_pipeline_layout(layout, None);
             raw.destroy_descriptor_set_layout(set_layout, None);
         };
-        let module = match unsafe { raw.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(kernel.words()), None) } {
+        // SAFETY: see above; the words are a reflected (parsed) SPIR-V module.
+        let module = match unsafe {
+            raw.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(kernel.words()), None)
+        } {
             Ok(m) => m,
             Err(e) => {
                 cleanup(None);
@@ -257,7 +271,11 @@ impl Pipeline {
             stage = stage.push_next(&mut sg);
         }
         let info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout);
+        // SAFETY: see above; the cache is the device's, used under the driver's own
+        // internal synchronisation (pipeline caches are externally synchronised only
+        // for merge and destroy).
         let result = unsafe { raw.create_compute_pipelines(dev.pipeline_cache, &[info], None) };
+        // SAFETY: pipeline creation has returned; the module is not needed any more.
         unsafe { raw.destroy_shader_module(module, None) };
         let pipeline = match result {
             Ok(p) => p[0],

@@ -98,7 +98,8 @@ fn run(
             .map(|(n, t)| (n.clone(), t.clone()))
             .or_else(|| vkml_shaders::header(req).map(|t| (req.to_string(), t.to_string())))
     };
-    let req = CompileRequest { name, source, dialect, entry_point: entry, defines: &defs, includes: Some(&resolve), target };
+    let req =
+        CompileRequest { name, source, dialect, entry_point: entry, defines: &defs, includes: Some(&resolve), target };
     Ok(compile::compile(&req)?)
 }
 
@@ -117,11 +118,10 @@ impl ShaderFrontend for Hlsl {
 impl ShaderFrontend for SpirvPassthrough {
     fn to_spirv(&self, name: &str, source: &[u8]) -> Result<Vec<u32>> {
         let bad = |reason: &str| CompileError::InvalidSpirv { name: name.into(), reason: reason.into() };
-        if source.len() % 4 != 0 || source.len() < 20 {
+        if !source.len().is_multiple_of(4) || source.len() < 20 {
             return Err(bad("a SPIR-V module is a whole number of 4-byte words, at least a 5-word header").into());
         }
-        let words: Vec<u32> =
-            source.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let words: Vec<u32> = source.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         if words[0] != 0x0723_0203 {
             return Err(bad("missing the little-endian SPIR-V magic number 0x07230203").into());
         }

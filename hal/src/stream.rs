@@ -165,7 +165,8 @@ impl Stream {
             .queue_family_index(device.inner.compute.family)
             .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
         // SAFETY: the device is live.
-        let pool = unsafe { device.inner.raw.create_command_pool(&info, None) }.map_err(Error::vk("vkCreateCommandPool"))?;
+        let pool =
+            unsafe { device.inner.raw.create_command_pool(&info, None) }.map_err(Error::vk("vkCreateCommandPool"))?;
         Ok(Stream {
             device: device.clone(),
             pool,
@@ -204,7 +205,8 @@ impl Stream {
                         .level(vk::CommandBufferLevel::PRIMARY)
                         .command_buffer_count(1);
                     // SAFETY: the pool is live and owned by this stream (not shared).
-                    unsafe { self.raw().allocate_command_buffers(&info) }.map_err(Error::vk("vkAllocateCommandBuffers"))?[0]
+                    unsafe { self.raw().allocate_command_buffers(&info) }
+                        .map_err(Error::vk("vkAllocateCommandBuffers"))?[0]
                 }
             };
             // SAFETY: `cmd` is not pending (fresh, or retired after its submission
@@ -216,9 +218,22 @@ impl Stream {
             }
             self.hazards.clear();
             // Order against everything submitted earlier on this queue.
-            self.full_barrier(cmd, vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER, vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE);
-            self.current =
-                Some(Batch { cmd, commands: 0, buffers: Vec::new(), pipelines: Vec::new(), desc_pools: Vec::new(), value: 0 });
+            self.full_barrier(
+                cmd,
+                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                vk::AccessFlags::SHADER_READ
+                    | vk::AccessFlags::SHADER_WRITE
+                    | vk::AccessFlags::TRANSFER_READ
+                    | vk::AccessFlags::TRANSFER_WRITE,
+            );
+            self.current = Some(Batch {
+                cmd,
+                commands: 0,
+                buffers: Vec::new(),
+                pipelines: Vec::new(),
+                desc_pools: Vec::new(),
+                value: 0,
+            });
         }
         Ok(self.current.as_mut().expect("batch begun above"))
     }
@@ -249,7 +264,10 @@ impl Stream {
             self.full_barrier(
                 cmd,
                 vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-                vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE,
+                vk::AccessFlags::SHADER_READ
+                    | vk::AccessFlags::SHADER_WRITE
+                    | vk::AccessFlags::TRANSFER_READ
+                    | vk::AccessFlags::TRANSFER_WRITE,
             );
             self.hazards.clear();
             self.stats.barriers += 1;
@@ -262,7 +280,10 @@ impl Stream {
 
     fn check_buffer(&self, b: &Buffer) -> Result<()> {
         if !Arc::ptr_eq(&b.inner.device, &self.device.inner) {
-            return Err(Error::InvalidDispatch { kernel: "(stream)".into(), reason: format!("buffer {} belongs to another device", b.id()) });
+            return Err(Error::InvalidDispatch {
+                kernel: "(stream)".into(),
+                reason: format!("buffer {} belongs to another device", b.id()),
+            });
         }
         Ok(())
     }
@@ -276,7 +297,13 @@ impl Stream {
     /// count, push-constant size, ranges, alignment, group counts over the device
     /// limit, buffers of another device); [`Error::OutOfBounds`] for a range past a
     /// buffer's end.
-    pub fn dispatch(&mut self, pipeline: &Arc<Pipeline>, args: &[BufferArg<'_>], push: &[u8], groups: [u32; 3]) -> Result<()> {
+    pub fn dispatch(
+        &mut self,
+        pipeline: &Arc<Pipeline>,
+        args: &[BufferArg<'_>],
+        push: &[u8],
+        groups: [u32; 3],
+    ) -> Result<()> {
         let kernel = pipeline.kernel();
         let iface = kernel.interface();
         let caps = &self.device.inner.caps;
@@ -358,7 +385,12 @@ impl Stream {
             raw.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipeline.raw);
             match set {
                 None => {
-                    let pd = self.device.inner.push_descriptor.as_ref().expect("push-descriptor pipelines need the extension");
+                    let pd = self
+                        .device
+                        .inner
+                        .push_descriptor
+                        .as_ref()
+                        .expect("push-descriptor pipelines need the extension");
                     pd.cmd_push_descriptor_set(cmd, vk::PipelineBindPoint::COMPUTE, pipeline.layout, 0, &writes);
                 }
                 Some(s) => {
@@ -395,7 +427,10 @@ impl Stream {
         let pool = match self.free_desc_pools.pop() {
             Some(p) => p,
             None => {
-                let sizes = [vk::DescriptorPoolSize { ty: vk::DescriptorType::STORAGE_BUFFER, descriptor_count: DESC_POOL_BUFFERS }];
+                let sizes = [vk::DescriptorPoolSize {
+                    ty: vk::DescriptorType::STORAGE_BUFFER,
+                    descriptor_count: DESC_POOL_BUFFERS,
+                }];
                 let info = vk::DescriptorPoolCreateInfo::default().max_sets(DESC_POOL_SETS).pool_sizes(&sizes);
                 // SAFETY: the device is live.
                 unsafe { raw.create_descriptor_pool(&info, None) }.map_err(Error::vk("vkCreateDescriptorPool"))?
@@ -423,7 +458,10 @@ impl Stream {
         if len == 0 {
             return Ok(());
         }
-        self.track(&[(src.id(), src_offset, src_offset + len, Access::Read), (dst.id(), dst_offset, dst_offset + len, Access::Write)])?;
+        self.track(&[
+            (src.id(), src_offset, src_offset + len, Access::Read),
+            (dst.id(), dst_offset, dst_offset + len, Access::Write),
+        ])?;
         let batch = self.current.as_mut().expect("track() began a batch");
         // SAFETY: recording command buffer; both buffers live (kept by the batch), have
         // TRANSFER usage, and the ranges are in bounds.
@@ -453,8 +491,11 @@ impl Stream {
         if offset.checked_add(len).is_none_or(|e| e > buffer.size()) {
             return Err(Error::OutOfBounds { offset, len, size: buffer.size() });
         }
-        if offset % 4 != 0 || len % 4 != 0 {
-            return Err(Error::InvalidDispatch { kernel: "fill".into(), reason: format!("offset {offset} and length {len} must be multiples of 4") });
+        if !offset.is_multiple_of(4) || !len.is_multiple_of(4) {
+            return Err(Error::InvalidDispatch {
+                kernel: "fill".into(),
+                reason: format!("offset {offset} and length {len} must be multiples of 4"),
+            });
         }
         if len == 0 {
             return Ok(());

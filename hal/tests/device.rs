@@ -15,7 +15,11 @@ fn probe_reports_a_usable_device() {
             continue;
         }
         assert!(c.api_version_raw >= ash::vk::API_VERSION_1_2);
-        assert!(c.subgroup.size.is_power_of_two() && c.subgroup.min_size <= c.subgroup.size && c.subgroup.size <= c.subgroup.max_size);
+        assert!(
+            c.subgroup.size.is_power_of_two()
+                && c.subgroup.min_size <= c.subgroup.size
+                && c.subgroup.size <= c.subgroup.max_size
+        );
         assert!(c.limits.max_storage_buffer_range >= 1 << 27);
         assert!(c.limits.max_workgroup_invocations >= 128);
         assert!(c.limits.max_push_constants_size >= 128);
@@ -47,7 +51,8 @@ fn device_by_ordinal_best_and_name() {
     let adapters = inst.adapters().unwrap();
     let best = inst.select(&DeviceSelector::Best).unwrap();
     // Best is a usable adapter with the highest type preference.
-    let top = adapters.iter().filter(|a| a.caps.unusable.is_none()).map(|a| a.caps.device_type.preference()).max().unwrap();
+    let top =
+        adapters.iter().filter(|a| a.caps.unusable.is_none()).map(|a| a.caps.device_type.preference()).max().unwrap();
     assert_eq!(best.caps.device_type.preference(), top);
     let dev = inst.create_device(&DeviceSelector::Ordinal(best.ordinal), Default::default()).unwrap();
     assert_eq!(dev.ordinal(), best.ordinal);

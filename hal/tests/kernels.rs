@@ -14,7 +14,13 @@ fn run_affine(dev: &vkml_hal::Device, n: usize) {
     let k = dev.kernel("affine.f32").unwrap();
     let p = dev.pipeline(&k, &PipelineOptions { spec_constants: vec![(0, 64)], ..Default::default() }).unwrap();
     let mut s = Stream::new(dev).unwrap();
-    s.dispatch(&p, &[(&xb).into(), (&yb).into()], &common::affine_push(n as u32, mul, add), [(n as u32).div_ceil(64), 1, 1]).unwrap();
+    s.dispatch(
+        &p,
+        &[(&xb).into(), (&yb).into()],
+        &common::affine_push(n as u32, mul, add),
+        [(n as u32).div_ceil(64), 1, 1],
+    )
+    .unwrap();
     s.finish_and_wait().unwrap();
     let y = yb.to_vec::<f32>().unwrap();
     for i in 0..n {
@@ -31,7 +37,11 @@ fn build_time_glsl_kernel() {
 
 #[test]
 fn build_time_kernel_with_pooled_descriptors() {
-    let dev = common::device_with(DeviceOptions { disable_push_descriptors: true, force_staging: true, ..Default::default() });
+    let dev = common::device_with(DeviceOptions {
+        disable_push_descriptors: true,
+        force_staging: true,
+        ..Default::default()
+    });
     assert!(!dev.uses_push_descriptors());
     run_affine(&dev, 777);
 }
@@ -49,7 +59,13 @@ fn build_time_f16_variant() {
     let yb = dev.alloc(2 * n as u64, MemoryKind::DeviceLocal).unwrap();
     let p = dev.pipeline(&dev.kernel("affine.f16").unwrap(), &PipelineOptions::default()).unwrap();
     let mut s = Stream::new(&dev).unwrap();
-    s.dispatch(&p, &[(&xb).into(), (&yb).into()], &common::affine_push(n as u32, 2.0, 0.5), [(n as u32).div_ceil(64), 1, 1]).unwrap();
+    s.dispatch(
+        &p,
+        &[(&xb).into(), (&yb).into()],
+        &common::affine_push(n as u32, 2.0, 0.5),
+        [(n as u32).div_ceil(64), 1, 1],
+    )
+    .unwrap();
     s.finish_and_wait().unwrap();
     let y = yb.to_vec::<half::f16>().unwrap();
     let bad: Vec<usize> = (0..n).filter(|&i| y[i] != half::f16::from_f32(x[i].to_f32() * 2.0 + 0.5)).collect();
@@ -118,7 +134,9 @@ void scale_main(uint3 id : SV_DispatchThreadID) {
 #[test]
 fn run_time_hlsl_kernel() {
     let dev = common::device();
-    let k = dev.register_kernel("user.scale", &Hlsl::new("scale_main").define("OFFSET", "0.5"), SCALE_HLSL.as_bytes()).unwrap();
+    let k = dev
+        .register_kernel("user.scale", &Hlsl::new("scale_main").define("OFFSET", "0.5"), SCALE_HLSL.as_bytes())
+        .unwrap();
     assert_eq!(k.interface().push_constant_size, 8);
     let n = 1234usize;
     let a = common::random_f32(n, 11);
@@ -144,7 +162,9 @@ fn shader_syntax_error_is_a_clear_error() {
     assert!(matches!(err, Error::Shader(_)), "{msg}");
     assert!(msg.contains("broken_kernel.comp") && msg.contains(":4:"), "{msg}");
     assert!(dev.kernel("broken_kernel.comp").is_err(), "a failed kernel is not registered");
-    let herr = dev.register_kernel("bad.hlsl", &Hlsl::new("main"), b"[numthreads(1,1,1)] void main() { undefined_thing(); }").unwrap_err();
+    let herr = dev
+        .register_kernel("bad.hlsl", &Hlsl::new("main"), b"[numthreads(1,1,1)] void main() { undefined_thing(); }")
+        .unwrap_err();
     assert!(herr.to_string().contains("bad.hlsl"), "{herr}");
     assert!(matches!(dev.kernel("nope"), Err(Error::UnknownKernel(_))));
 }
@@ -181,7 +201,9 @@ fn required_subgroup_size() {
     let k = dev.kernel("affine.f32").unwrap();
     if sg.size_control {
         dev.pipeline(&k, &PipelineOptions { required_subgroup_size: Some(sg.max_size), ..Default::default() }).unwrap();
-        let e = dev.pipeline(&k, &PipelineOptions { required_subgroup_size: Some(sg.max_size * 2), ..Default::default() }).unwrap_err();
+        let e = dev
+            .pipeline(&k, &PipelineOptions { required_subgroup_size: Some(sg.max_size * 2), ..Default::default() })
+            .unwrap_err();
         assert!(e.to_string().contains("outside the device's range"), "{e}");
     } else {
         assert!(matches!(

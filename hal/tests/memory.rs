@@ -88,5 +88,9 @@ fn no_live_allocations_after_teardown() {
         assert_eq!(stats.live_allocations, 0, "{stats:?}");
         assert_eq!(stats.cached_buffers, 0);
     }
-    assert_eq!(LEAKED_DEVICES.load(std::sync::atomic::Ordering::Relaxed), before, "a device was torn down with live allocations");
+    assert_eq!(
+        LEAKED_DEVICES.load(std::sync::atomic::Ordering::Relaxed),
+        before,
+        "a device was torn down with live allocations"
+    );
 }

@@ -50,8 +50,20 @@ fn independent_dispatches_need_no_barrier() {
     }
     // Disjoint halves of one buffer do not conflict either.
     let halves = dev.alloc(8 * n as u64, MemoryKind::DeviceLocal).unwrap();
-    s.dispatch(&p, &[(&x).into(), BufferArg::range(&halves, 0, 4 * n as u64)], &common::affine_push(n as u32, 1.0, 0.0), [4, 1, 1]).unwrap();
-    s.dispatch(&p, &[(&x).into(), BufferArg::range(&halves, 4 * n as u64, 4 * n as u64)], &common::affine_push(n as u32, 1.0, 1.0), [4, 1, 1]).unwrap();
+    s.dispatch(
+        &p,
+        &[(&x).into(), BufferArg::range(&halves, 0, 4 * n as u64)],
+        &common::affine_push(n as u32, 1.0, 0.0),
+        [4, 1, 1],
+    )
+    .unwrap();
+    s.dispatch(
+        &p,
+        &[(&x).into(), BufferArg::range(&halves, 4 * n as u64, 4 * n as u64)],
+        &common::affine_push(n as u32, 1.0, 1.0),
+        [4, 1, 1],
+    )
+    .unwrap();
     assert_eq!(s.stats().barriers, 0);
     // Reading one of the outputs is a hazard.
     let z = dev.alloc(4 * n as u64, MemoryKind::DeviceLocal).unwrap();
@@ -116,7 +128,10 @@ fn several_submissions_from_one_stream() {
 #[test]
 fn replay_with_new_parameters() {
     for push_descriptors in [true, false] {
-        let dev = common::device_with(vkml_hal::DeviceOptions { disable_push_descriptors: !push_descriptors, ..Default::default() });
+        let dev = common::device_with(vkml_hal::DeviceOptions {
+            disable_push_descriptors: !push_descriptors,
+            ..Default::default()
+        });
         let n = 2000usize;
         let x = common::random_f32(n, 8);
         let xb = dev.upload(&x).unwrap();

@@ -156,21 +156,15 @@ pub struct Interface {
 pub fn compile(req: &CompileRequest<'_>) -> Result<Vec<u32>, CompileError> {
     use glslang::include::{IncludeHandler, IncludeResult, IncludeType};
     use glslang::{
-        Compiler, CompilerOptions, ShaderInput, ShaderMessage, ShaderSource, ShaderStage,
-        SourceLanguage, SpirvVersion, Target, VulkanVersion,
+        Compiler, CompilerOptions, ShaderInput, ShaderMessage, ShaderSource, ShaderStage, SourceLanguage, SpirvVersion,
+        Target, VulkanVersion,
     };
 
     struct Resolver<'r> {
         resolve: Option<IncludeResolver<'r>>,
     }
     impl IncludeHandler for Resolver<'_> {
-        fn include(
-            &mut self,
-            _ty: IncludeType,
-            header: &str,
-            includer: &str,
-            _depth: usize,
-        ) -> Option<IncludeResult> {
+        fn include(&mut self, _ty: IncludeType, header: &str, includer: &str, _depth: usize) -> Option<IncludeResult> {
             let (name, data) = (self.resolve?)(header, includer)?;
             Some(IncludeResult { name, data })
         }
@@ -201,17 +195,10 @@ pub fn compile(req: &CompileRequest<'_>) -> Result<Vec<u32>, CompileError> {
         return Err(fail("the source contains a NUL byte".into()));
     }
     let source = ShaderSource::from(req.source);
-    let defines: Vec<(&str, Option<&str>)> =
-        req.defines.iter().map(|(k, v)| (*k, Some(*v))).collect();
+    let defines: Vec<(&str, Option<&str>)> = req.defines.iter().map(|(k, v)| (*k, Some(*v))).collect();
     let mut resolver = Resolver { resolve: req.includes };
-    let input = ShaderInput::new(
-        &source,
-        ShaderStage::Compute,
-        &options,
-        Some(&defines[..]),
-        Some(&mut resolver),
-    )
-    .map_err(|e| fail(e.to_string()))?;
+    let input = ShaderInput::new(&source, ShaderStage::Compute, &options, Some(&defines[..]), Some(&mut resolver))
+        .map_err(|e| fail(e.to_string()))?;
     let mut builder = glslang::Shader::new(compiler, input);
     if req.dialect == Dialect::Hlsl {
         builder.source_entry_point(req.entry_point);
@@ -253,9 +240,8 @@ pub fn reflect(name: &str, words: &[u32]) -> Result<Interface, CompileError> {
     let module = rspirv::dr::load_words(words).map_err(|e| bad(e.to_string()))?;
     let m = &module;
 
-    let mut decorations: HashMap<u32, Vec<(Decoration, Option<u32>)>> = HashMap::new();
-    let mut member_decorations: HashMap<(u32, u32), Vec<(Decoration, Option<u32>)>> =
-        HashMap::new();
+    let mut decorations: Decorations = HashMap::new();
+    let mut member_decorations: MemberDecorations = HashMap::new();
     for ins in &m.annotations {
         match ins.class.opcode {
             Op::Decorate => {
@@ -266,24 +252,17 @@ pub fn reflect(name: &str, words: &[u32]) -> Result<Interface, CompileError> {
                 }
             }
             Op::MemberDecorate => {
-                if let (
-                    Some(Operand::IdRef(id)),
-                    Some(Operand::LiteralBit32(member)),
-                    Some(Operand::Decoration(d)),
-                ) = (ins.operands.first(), ins.operands.get(1), ins.operands.get(2))
+                if let (Some(Operand::IdRef(id)), Some(Operand::LiteralBit32(member)), Some(Operand::Decoration(d))) =
+                    (ins.operands.first(), ins.operands.get(1), ins.operands.get(2))
                 {
-                    member_decorations
-                        .entry((*id, *member))
-                        .or_default()
-                        .push((*d, literal(ins.operands.get(3))));
+                    member_decorations.entry((*id, *member)).or_default().push((*d, literal(ins.operands.get(3))));
                 }
             }
             _ => {}
         }
     }
-    let decoration = |id: u32, d: Decoration| {
-        decorations.get(&id).and_then(|v| v.iter().find(|(x, _)| *x == d)).map(|(_, v)| *v)
-    };
+    let decoration =
+        |id: u32, d: Decoration| decorations.get(&id).and_then(|v| v.iter().find(|(x, _)| *x == d)).map(|(_, v)| *v);
     let defs: HashMap<u32, &Instruction> =
         m.types_global_values.iter().filter_map(|i| i.result_id.map(|id| (id, i))).collect();
 
@@ -314,15 +293,13 @@ pub fn reflect(name: &str, words: &[u32]) -> Result<Interface, CompileError> {
                 let all_members = |d: Decoration| {
                     members > 0
                         && (0..members).all(|k| {
-                            member_decorations
-                                .get(&(pointee, k))
-                                .is_some_and(|v| v.iter().any(|(x, _)| *x == d))
+                            member_decorations.get(&(pointee, k)).is_some_and(|v| v.iter().any(|(x, _)| *x == d))
                         })
                 };
-                let non_writable = decoration(id, Decoration::NonWritable).is_some()
-                    || all_members(Decoration::NonWritable);
-                let non_readable = decoration(id, Decoration::NonReadable).is_some()
-                    || all_members(Decoration::NonReadable);
+                let non_writable =
+                    decoration(id, Decoration::NonWritable).is_some() || all_members(Decoration::NonWritable);
+                let non_readable =
+                    decoration(id, Decoration::NonReadable).is_some() || all_members(Decoration::NonReadable);
                 let access = match (non_writable, non_readable) {
                     (true, _) => Access::Read,
                     (false, true) => Access::Write,
@@ -351,22 +328,16 @@ pub fn reflect(name: &str, words: &[u32]) -> Result<Interface, CompileError> {
         }
         out.push(BindingInfo { binding, access });
     }
-    let mut spec_ids: Vec<u32> = decorations
-        .values()
-        .flatten()
-        .filter(|(d, _)| *d == Decoration::SpecId)
-        .filter_map(|(_, v)| *v)
-        .collect();
+    let mut spec_ids: Vec<u32> =
+        decorations.values().flatten().filter(|(d, _)| *d == Decoration::SpecId).filter_map(|(_, v)| *v).collect();
     spec_ids.sort_unstable();
     spec_ids.dedup();
-    let local_size = m.execution_modes.iter().find_map(|ins| {
-        match ins.operands.get(1) {
-            Some(Operand::ExecutionMode(spirv::ExecutionMode::LocalSize)) => {
-                let v: Vec<u32> = ins.operands[2..].iter().filter_map(|o| literal(Some(o))).collect();
-                (v.len() == 3).then(|| [v[0], v[1], v[2]])
-            }
-            _ => None,
+    let local_size = m.execution_modes.iter().find_map(|ins| match ins.operands.get(1) {
+        Some(Operand::ExecutionMode(spirv::ExecutionMode::LocalSize)) => {
+            let v: Vec<u32> = ins.operands[2..].iter().filter_map(|o| literal(Some(o))).collect();
+            (v.len() == 3).then(|| [v[0], v[1], v[2]])
         }
+        _ => None,
     });
     Ok(Interface { bindings: out, push_constant_size, spec_ids, local_size })
 }
@@ -390,9 +361,7 @@ fn pointee(defs: &HashMap<u32, &Instruction>, ptr_ty: u32) -> Option<u32> {
 }
 
 fn struct_member_count(defs: &HashMap<u32, &Instruction>, ty: u32) -> u32 {
-    defs.get(&ty)
-        .filter(|i| i.class.opcode == Op::TypeStruct)
-        .map_or(0, |i| i.operands.len() as u32)
+    defs.get(&ty).filter(|i| i.class.opcode == Op::TypeStruct).map_or(0, |i| i.operands.len() as u32)
 }
 
 type Decorations = HashMap<u32, Vec<(Decoration, Option<u32>)>>;
@@ -420,7 +389,9 @@ fn type_size(
         }
         Op::TypeArray => {
             let len_id = id_at(1)?;
-            let len = defs.get(&len_id).filter(|c| c.class.opcode == Op::Constant)
+            let len = defs
+                .get(&len_id)
+                .filter(|c| c.class.opcode == Op::Constant)
                 .and_then(|c| literal(c.operands.first()))?;
             let stride = decorations.get(&ty)?.iter().find(|(d, _)| *d == Decoration::ArrayStride)?.1?;
             len.checked_mul(stride)
@@ -430,9 +401,8 @@ fn type_size(
             for k in 0..ins.operands.len() {
                 let member_ty = id_at(k)?;
                 let decs = members.get(&(ty, k as u32));
-                let offset = decs
-                    .and_then(|v| v.iter().find(|(d, _)| *d == Decoration::Offset))
-                    .and_then(|(_, v)| *v)?;
+                let offset =
+                    decs.and_then(|v| v.iter().find(|(d, _)| *d == Decoration::Offset)).and_then(|(_, v)| *v)?;
                 let size = match defs.get(&member_ty).map(|i| i.class.opcode) {
                     Some(Op::TypeMatrix) => {
                         let cols = literal(defs[&member_ty].operands.get(1))?;
