@@ -1,1 +1,13 @@
-//! Tensor ops (issue 4 onward).
+//! vkml-ops: the host side of vkml's GPU kernels. Each op picks a kernel variant and a
+//! launch shape from [`vkml_hal::Capabilities`] only ([`tuning`]), validates shapes and
+//! dtypes, and records dispatches on a [`vkml_hal::Stream`].
+//!
+//! Built so far (issue 4, first slice): quantized weights on the device ([`quant::QMatrix`])
+//! with dequantize, get_rows (embedding lookup) and fused mat-vec for F32, F16, BF16,
+//! Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0.
+
+pub mod error;
+pub mod quant;
+pub mod tuning;
+
+pub use error::{OpsError, Result};

@@ -1,0 +1,288 @@
+//! Quantized weights on the GPU: raw GGUF block bytes uploaded once and read directly by
+//! the kernels (`shader-src/shaders/{dequant,get_rows,mul_mat_vec}.comp`, block decoding
+//! in `include/quant.glsl`).
+//!
+//! Layout: a matrix of `rows` rows of `k` elements, GGUF/ggml order (`ne[0] = k` is the
+//! contiguous dimension); each row is `k / block_size` blocks, `row_bytes` bytes.
+
+use vkml_hal::{BufferArg, Device, MemoryKind, PipelineOptions, Stream};
+use vkml_quant::GgmlType;
+
+use crate::error::{OpsError, Result};
+use crate::tuning::{self, MatVecConfig, ELEMENTWISE_WORKGROUP};
+
+/// Types with GPU dequantize, get_rows and mat-vec kernels today.
+pub const SUPPORTED: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+];
+const SUPPORTED_NAMES: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0";
+
+/// Most batch columns one mat-vec dispatch handles (`MAX_BATCH` in the shader).
+pub const MAX_MAT_VEC_BATCH: usize = 8;
+
+fn variant(op: &'static str, ty: GgmlType) -> Result<&'static str> {
+    Ok(match ty {
+        GgmlType::F32 => "f32",
+        GgmlType::F16 => "f16",
+        GgmlType::BF16 => "bf16",
+        GgmlType::Q4_0 => "q4_0",
+        GgmlType::Q4_1 => "q4_1",
+        GgmlType::Q5_0 => "q5_0",
+        GgmlType::Q5_1 => "q5_1",
+        GgmlType::Q8_0 => "q8_0",
+        ty => return Err(OpsError::UnsupportedType { op, ty, supported: SUPPORTED_NAMES }),
+    })
+}
+
+/// A quantized (or f32/f16/bf16) weight matrix in device-local memory.
+#[derive(Debug, Clone)]
+pub struct QMatrix {
+    buffer: vkml_hal::Buffer,
+    ty: GgmlType,
+    rows: usize,
+    k: usize,
+    row_bytes: u64,
+}
+
+impl QMatrix {
+    /// Uploads `rows x k` elements of type `ty` given as raw GGML block bytes
+    /// (`rows * k / block_size * type_size` bytes, the layout of a GGUF tensor with
+    /// `dims = [k, rows]`).
+    ///
+    /// # Errors
+    /// [`OpsError::Shape`] when `k` is not a multiple of the block size or `bytes` has the
+    /// wrong length; [`OpsError::UnsupportedType`] for types without GPU kernels;
+    /// HAL errors from allocation and upload.
+    pub fn upload(dev: &Device, ty: GgmlType, rows: usize, k: usize, bytes: &[u8]) -> Result<QMatrix> {
+        variant("QMatrix::upload", ty)?;
+        let bs = ty.block_size();
+        if k == 0 || !k.is_multiple_of(bs) {
+            return Err(OpsError::Shape {
+                op: "QMatrix::upload",
+                reason: format!("row length {k} is not a positive multiple of the {ty:?} block size {bs}"),
+            });
+        }
+        let row_bytes = (k / bs * ty.type_size()) as u64;
+        let want = row_bytes.checked_mul(rows as u64);
+        if want != Some(bytes.len() as u64) {
+            return Err(OpsError::Shape {
+                op: "QMatrix::upload",
+                reason: format!("{rows} rows of {k} {ty:?} elements are {want:?} bytes, got {}", bytes.len()),
+            });
+        }
+        if bytes.len() as u64 > u64::from(u32::MAX) {
+            return Err(OpsError::Shape {
+                op: "QMatrix::upload",
+                reason: format!("{} bytes exceed the 4 GiB byte addressing of the kernels", bytes.len()),
+            });
+        }
+        // Pad to whole 32-bit words: the kernels read the bytes as `uint[]`.
+        let buffer = dev.alloc((bytes.len() as u64).div_ceil(4) * 4, MemoryKind::DeviceLocal)?;
+        buffer.write(0, bytes)?;
+        Ok(QMatrix { buffer, ty, rows, k, row_bytes })
+    }
+
+    /// Uploads a 2-D GGUF tensor (`dims = [k, rows]`; 1-D tensors are one row).
+    ///
+    /// # Errors
+    /// As [`QMatrix::upload`]; [`OpsError::Shape`] for tensors of more than 2 dims.
+    pub fn from_gguf(dev: &Device, info: &vkml_quant::gguf::TensorInfo, bytes: &[u8]) -> Result<QMatrix> {
+        let (k, rows) = match info.dims.as_slice() {
+            [k] => (*k, 1),
+            [k, r] => (*k, *r),
+            [k, r, rest @ ..] if rest.iter().all(|&d| d == 1) => (*k, *r),
+            dims => {
+                return Err(OpsError::Shape {
+                    op: "QMatrix::from_gguf",
+                    reason: format!("tensor `{}` has dims {dims:?}; a matrix is [k, rows]", info.name),
+                })
+            }
+        };
+        Self::upload(dev, info.ty, rows as usize, k as usize, bytes)
+    }
+
+    /// GGML type.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Elements per row.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    /// Bytes per row.
+    pub fn row_bytes(&self) -> u64 {
+        self.row_bytes
+    }
+    /// The device buffer holding the blocks.
+    pub fn buffer(&self) -> &vkml_hal::Buffer {
+        &self.buffer
+    }
+}
+
+/// Splits `groups` workgroups over x and y so that neither exceeds the device limit.
+fn grid(dev: &Device, groups: u64) -> Result<[u32; 3]> {
+    let max_x = u64::from(dev.caps().limits.max_workgroup_count[0]);
+    let max_y = u64::from(dev.caps().limits.max_workgroup_count[1]);
+    let x = groups.min(max_x).max(1);
+    let y = groups.div_ceil(x);
+    if y > max_y {
+        return Err(OpsError::Shape { op: "launch", reason: format!("{groups} workgroups exceed the device's grid") });
+    }
+    Ok([x as u32, y as u32, 1])
+}
+
+fn push(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+fn elementwise_pipeline(dev: &Device, name: &str) -> Result<std::sync::Arc<vkml_hal::Pipeline>> {
+    let k = dev.kernel(name)?;
+    Ok(dev.pipeline(&k, &PipelineOptions { spec_constants: vec![(0, ELEMENTWISE_WORKGROUP)], ..Default::default() })?)
+}
+
+/// Records `out[0 .. rows*k] = dequantize(m)` as f32, row-major.
+///
+/// # Errors
+/// [`OpsError::Shape`] when `out` holds fewer than `rows * k` f32; HAL dispatch errors.
+pub fn dequantize(s: &mut Stream, m: &QMatrix, out: &vkml_hal::Buffer) -> Result<()> {
+    let dev = s.device().clone();
+    let n = (m.rows * m.k) as u64;
+    if out.size() < 4 * n {
+        return Err(OpsError::Shape {
+            op: "dequantize",
+            reason: format!("output holds {} bytes, needs {}", out.size(), 4 * n),
+        });
+    }
+    let p = elementwise_pipeline(&dev, &format!("dequant.{}", variant("dequantize", m.ty)?))?;
+    let n_blocks = n / m.ty.block_size() as u64;
+    let groups = grid(&dev, n.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
+    s.dispatch(&p, &[m.buffer().into(), out.into()], &push(&[0, n_blocks as u32, 0]), groups)?;
+    Ok(())
+}
+
+/// Records the embedding lookup `out[i, :] = dequantize(m[ids[i], :])` for `i < n_ids`
+/// (`ids`: u32[n_ids]; `out`: f32[n_ids * k]). Ids past the last row give rows of NaN.
+///
+/// # Errors
+/// [`OpsError::Shape`] for buffers too small or more than 65535 × 65535 ids; HAL errors.
+pub fn get_rows(
+    s: &mut Stream,
+    m: &QMatrix,
+    ids: &vkml_hal::Buffer,
+    n_ids: usize,
+    out: &vkml_hal::Buffer,
+) -> Result<()> {
+    let dev = s.device().clone();
+    if ids.size() < 4 * n_ids as u64 || out.size() < 4 * (n_ids * m.k) as u64 {
+        return Err(OpsError::Shape {
+            op: "get_rows",
+            reason: format!("{n_ids} ids need {} id bytes and {} output bytes", 4 * n_ids, 4 * n_ids * m.k),
+        });
+    }
+    if n_ids == 0 {
+        return Ok(());
+    }
+    let p = elementwise_pipeline(&dev, &format!("get_rows.{}", variant("get_rows", m.ty)?))?;
+    let gx = (m.k as u64).div_ceil(u64::from(ELEMENTWISE_WORKGROUP));
+    let max_y = u64::from(dev.caps().limits.max_workgroup_count[1]);
+    let gy = (n_ids as u64).min(max_y);
+    let gz = (n_ids as u64).div_ceil(gy);
+    if gz > u64::from(dev.caps().limits.max_workgroup_count[2]) {
+        return Err(OpsError::Shape { op: "get_rows", reason: format!("{n_ids} ids exceed the device's grid") });
+    }
+    let pc = push(&[0, m.row_bytes as u32, m.k as u32, n_ids as u32, m.rows as u32]);
+    s.dispatch(&p, &[m.buffer().into(), ids.into(), out.into()], &pc, [gx as u32, gy as u32, gz as u32])?;
+    Ok(())
+}
+
+/// Records the fused mat-vec `y[b, r] = sum_c m[r, c] * x[b, c]` for `b < batch`
+/// (`x`: f32[batch * k], `y`: f32[batch * rows], both row-major), with the launch from
+/// [`tuning::mat_vec_config`]. Batches above [`MAX_MAT_VEC_BATCH`] are split into
+/// several dispatches.
+///
+/// # Errors
+/// [`OpsError::Shape`] for buffers too small; HAL errors.
+pub fn mat_vec(s: &mut Stream, m: &QMatrix, x: &vkml_hal::Buffer, batch: usize, y: &vkml_hal::Buffer) -> Result<()> {
+    let cfg = tuning::mat_vec_config(s.device().caps());
+    mat_vec_with(s, m, x, batch, y, cfg)
+}
+
+/// [`mat_vec`] with an explicit launch configuration (tests use it to run every path).
+///
+/// # Errors
+/// As [`mat_vec`]; [`OpsError::Shape`] for a workgroup size that is not a power of two
+/// in 1..=128.
+pub fn mat_vec_with(
+    s: &mut Stream,
+    m: &QMatrix,
+    x: &vkml_hal::Buffer,
+    batch: usize,
+    y: &vkml_hal::Buffer,
+    cfg: MatVecConfig,
+) -> Result<()> {
+    let dev = s.device().clone();
+    if x.size() < 4 * (batch * m.k) as u64 || y.size() < 4 * (batch * m.rows) as u64 {
+        return Err(OpsError::Shape {
+            op: "mat_vec",
+            reason: format!(
+                "batch {batch} of a {}x{} matrix needs x of {} bytes and y of {} bytes, got {} and {}",
+                m.rows,
+                m.k,
+                4 * batch * m.k,
+                4 * batch * m.rows,
+                x.size(),
+                y.size()
+            ),
+        });
+    }
+    if !cfg.workgroup.is_power_of_two() || cfg.workgroup > 128 {
+        return Err(OpsError::Shape {
+            op: "mat_vec",
+            reason: format!("workgroup {} is not a power of two ≤ 128", cfg.workgroup),
+        });
+    }
+    if batch == 0 || m.rows == 0 {
+        return Ok(());
+    }
+    let name = format!("mul_mat_vec.{}{}", variant("mat_vec", m.ty)?, if cfg.subgroup_reduce { "_sg" } else { "" });
+    let k = dev.kernel(&name)?;
+    let p = dev.pipeline(&k, &PipelineOptions { spec_constants: vec![(0, cfg.workgroup)], ..Default::default() })?;
+    let groups = grid(&dev, m.rows as u64)?;
+    for b0 in (0..batch).step_by(MAX_MAT_VEC_BATCH) {
+        let nb = (batch - b0).min(MAX_MAT_VEC_BATCH);
+        let pc = push(&[0, m.row_bytes as u32, m.k as u32, m.rows as u32, nb as u32]);
+        // Later batch chunks bind sub-ranges of x and y, which must meet the device's
+        // storage-buffer offset alignment.
+        let x_off = (4 * b0 * m.k) as u64;
+        let y_off = (4 * b0 * m.rows) as u64;
+        let align = dev.caps().limits.min_storage_buffer_offset_alignment.max(1);
+        if !x_off.is_multiple_of(align) || !y_off.is_multiple_of(align) {
+            return Err(OpsError::Shape {
+                op: "mat_vec",
+                reason: format!("batch > {MAX_MAT_VEC_BATCH} needs k and rows giving {align}-byte aligned chunks"),
+            });
+        }
+        s.dispatch(
+            &p,
+            &[
+                m.buffer().into(),
+                BufferArg::range(x, x_off, (4 * nb * m.k) as u64),
+                BufferArg::range(y, y_off, (4 * nb * m.rows) as u64),
+            ],
+            &pc,
+            groups,
+        )?;
+    }
+    Ok(())
+}

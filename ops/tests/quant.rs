@@ -1,0 +1,201 @@
+//! GPU dequantize, get_rows and fused mat-vec against vkml-quant's CPU reference, for
+//! every supported type, on odd shapes (rows not a multiple of the workgroup, k the
+//! smallest legal size), through both reduction paths, with validation on.
+
+use vkml_hal::{Device, DeviceSelector, Instance, InstanceOptions, MemoryKind, Stream};
+use vkml_ops::quant::{self, QMatrix, SUPPORTED};
+use vkml_ops::tuning::MatVecConfig;
+use vkml_quant::GgmlType;
+
+fn device() -> Device {
+    let validation = std::env::var("VKML_VALIDATION").map_or(true, |v| v != "0");
+    let inst = Instance::new(&InstanceOptions { validation }).unwrap();
+    inst.create_device(&DeviceSelector::from_env(), Default::default()).unwrap()
+}
+
+fn assert_clean(dev: &Device) {
+    let errs = dev.instance().take_validation_errors();
+    assert!(errs.is_empty(), "validation errors: {errs:#?}");
+}
+
+/// Weights with a spread of magnitudes, an outlier per row and a zero block.
+fn weights(rows: usize, k: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    let mut v: Vec<f32> = (0..rows * k)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
+        })
+        .collect();
+    for r in 0..rows {
+        v[r * k + (r * 7) % k] *= 40.0;
+    }
+    for x in v.iter_mut().take(32.min(k)) {
+        *x = 0.0;
+    }
+    v
+}
+
+/// Raw GGML bytes of `w` in type `ty` (floats are stored as-is).
+fn encode(ty: GgmlType, w: &[f32]) -> Vec<u8> {
+    match ty {
+        GgmlType::F32 => w.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        GgmlType::F16 => w.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect(),
+        GgmlType::BF16 => w.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect(),
+        ty => vkml_quant::quantize(ty, w).unwrap(),
+    }
+}
+
+fn shapes(ty: GgmlType) -> Vec<(usize, usize)> {
+    let bs = ty.block_size().max(32);
+    vec![(1, bs), (37, bs), (129, 3 * bs), (5, 10 * bs)]
+}
+
+#[test]
+fn dequantize_equals_cpu_reference() {
+    let dev = device();
+    for &ty in SUPPORTED {
+        for (rows, k) in shapes(ty) {
+            let bytes = encode(ty, &weights(rows, k, 3 + rows as u64));
+            let want = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
+            let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+            let out = dev.alloc(4 * (rows * k) as u64, MemoryKind::DeviceLocal).unwrap();
+            let mut s = Stream::new(&dev).unwrap();
+            quant::dequantize(&mut s, &m, &out).unwrap();
+            s.finish_and_wait().unwrap();
+            let got = out.to_vec::<f32>().unwrap();
+            let bad = (0..want.len()).find(|&i| got[i].to_bits() != want[i].to_bits());
+            assert!(
+                bad.is_none(),
+                "{ty:?} {rows}x{k}: element {bad:?}: gpu {} cpu {}",
+                got[bad.unwrap()],
+                want[bad.unwrap()]
+            );
+        }
+    }
+    assert_clean(&dev);
+}
+
+#[test]
+fn get_rows_equals_cpu_reference() {
+    let dev = device();
+    for &ty in SUPPORTED {
+        let (rows, k) = (37, 3 * ty.block_size().max(32));
+        let bytes = encode(ty, &weights(rows, k, 9));
+        let table = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
+        let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+        let ids: Vec<u32> = vec![5, 0, 36, 5, 17, 1000];
+        let idb = dev.upload(&ids).unwrap();
+        let out = dev.alloc(4 * (ids.len() * k) as u64, MemoryKind::DeviceLocal).unwrap();
+        let mut s = Stream::new(&dev).unwrap();
+        quant::get_rows(&mut s, &m, &idb, ids.len(), &out).unwrap();
+        s.finish_and_wait().unwrap();
+        let got = out.to_vec::<f32>().unwrap();
+        for (i, &id) in ids.iter().enumerate() {
+            let row = &got[i * k..(i + 1) * k];
+            if (id as usize) < rows {
+                let want = &table[id as usize * k..(id as usize + 1) * k];
+                assert!(row.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty:?} id {id}");
+            } else {
+                assert!(row.iter().all(|v| v.is_nan()), "{ty:?}: out-of-range id {id} must give NaN");
+            }
+        }
+    }
+    assert_clean(&dev);
+}
+
+#[test]
+fn mat_vec_matches_cpu_on_every_path() {
+    let dev = device();
+    let sg = dev.caps().subgroup.operations.contains(&"arithmetic");
+    let mut configs = vec![
+        MatVecConfig { workgroup: 64, subgroup_reduce: false },
+        MatVecConfig { workgroup: 128, subgroup_reduce: false },
+    ];
+    if sg {
+        configs.push(MatVecConfig { workgroup: 64, subgroup_reduce: true });
+        configs.push(MatVecConfig { workgroup: 128, subgroup_reduce: true });
+    }
+    for &ty in SUPPORTED {
+        for (rows, k) in shapes(ty) {
+            let bytes = encode(ty, &weights(rows, k, 100 + k as u64));
+            let w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
+            let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+            for batch in [1usize, 3, 8] {
+                let x = weights(batch, k, 77 + batch as u64);
+                let xb = dev.upload(&x).unwrap();
+                for cfg in &configs {
+                    let yb = dev.alloc(4 * (batch * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+                    let mut s = Stream::new(&dev).unwrap();
+                    quant::mat_vec_with(&mut s, &m, &xb, batch, &yb, *cfg).unwrap();
+                    s.finish_and_wait().unwrap();
+                    let y = yb.to_vec::<f32>().unwrap();
+                    for b in 0..batch {
+                        for r in 0..rows {
+                            // f64 reference; f32 summation in another order differs by
+                            // rounding, bounded relative to the sum of |products|.
+                            let (mut dot, mut mag) = (0f64, 0f64);
+                            for c in 0..k {
+                                let p = f64::from(w[r * k + c]) * f64::from(x[b * k + c]);
+                                dot += p;
+                                mag += p.abs();
+                            }
+                            let got = f64::from(y[b * rows + r]);
+                            assert!(
+                                (got - dot).abs() <= 1e-5 * mag + 1e-30,
+                                "{ty:?} {rows}x{k} batch {b}/{batch} row {r} {cfg:?}: gpu {got} cpu {dot}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_clean(&dev);
+}
+
+#[test]
+fn shape_and_type_errors_are_clear() {
+    let dev = device();
+    let e = QMatrix::upload(&dev, GgmlType::Q4_0, 2, 48, &[0u8; 54]).unwrap_err();
+    assert!(e.to_string().contains("not a positive multiple of the Q4_0 block size 32"), "{e}");
+    let e = QMatrix::upload(&dev, GgmlType::Q4_0, 2, 32, &[0u8; 35]).unwrap_err();
+    assert!(e.to_string().contains("got 35"), "{e}");
+    let e = QMatrix::upload(&dev, GgmlType::IQ2_XXS, 1, 256, &[0u8; 66]).unwrap_err();
+    assert!(e.to_string().contains("no GPU kernel for IQ2_XXS"), "{e}");
+    let m = QMatrix::upload(&dev, GgmlType::Q8_0, 4, 32, &[0u8; 4 * 34]).unwrap();
+    let small = dev.alloc(8, MemoryKind::DeviceLocal).unwrap();
+    let mut s = Stream::new(&dev).unwrap();
+    assert!(quant::mat_vec(&mut s, &m, &small, 1, &small).unwrap_err().to_string().contains("needs x of 128 bytes"));
+    assert!(quant::dequantize(&mut s, &m, &small).is_err());
+    assert_clean(&dev);
+}
+
+#[test]
+fn tuning_table_per_architecture() {
+    use vkml_hal::caps::ArchClass;
+    let inst = Instance::new(&InstanceOptions::default()).unwrap();
+    let mut caps = inst.adapters().unwrap()[0].caps.clone();
+    for (arch, sg, want) in [
+        (ArchClass::NvidiaTensorCore, 32, 128),
+        (ArchClass::Nvidia, 32, 128),
+        (ArchClass::AmdRdna, 32, 64),
+        (ArchClass::AmdGcn, 64, 64),
+        (ArchClass::Intel, 16, 64),
+        (ArchClass::Apple, 32, 64),
+        (ArchClass::Adreno, 128, 128),
+        (ArchClass::Mali, 16, 64),
+        (ArchClass::Cpu, 8, 64),
+        (ArchClass::Other, 4, 64),
+    ] {
+        caps.arch = arch;
+        caps.subgroup.size = sg;
+        caps.subgroup.operations = vec!["basic", "arithmetic"];
+        let cfg = vkml_ops::tuning::mat_vec_config(&caps);
+        assert_eq!(cfg, MatVecConfig { workgroup: want, subgroup_reduce: true }, "{arch:?}");
+        caps.subgroup.operations = vec!["basic"];
+        assert!(!vkml_ops::tuning::mat_vec_config(&caps).subgroup_reduce);
+    }
+}

@@ -1,0 +1,27 @@
+//! variant f32 QTYPE=0
+//! variant f16 QTYPE=1
+//! variant bf16 QTYPE=30
+//! variant q4_0 QTYPE=2
+//! variant q4_1 QTYPE=3
+//! variant q5_0 QTYPE=6
+//! variant q5_1 QTYPE=7
+//! variant q8_0 QTYPE=8
+// Dequantizes `n_blocks` whole blocks of one GGML type to f32.
+// Bindings: 0 = raw blocks (uint words), 1 = out (f32[n_blocks * QK]).
+// Push constants: src_offset (bytes, multiple of 4, where the blocks start in binding 0),
+//                 n_blocks, dst_offset (f32 elements).
+// One invocation per output element; 2-D launch (x up to the device's group limit).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+layout(local_size_x_id = 0, local_size_x = 256) in;
+#include "common.glsl"
+#include "quant.glsl"
+layout(std430, set = 0, binding = 1) writeonly buffer Out { float y[]; };
+layout(push_constant) uniform P { uint src_offset; uint n_blocks; uint dst_offset; } p;
+
+void main() {
+    uint i = vkml_global_index_1d();
+    if (i >= p.n_blocks * QK) return;
+    uint b = i / QK;
+    y[p.dst_offset + i] = dq(p.src_offset + b * QBYTES, i % QK);
+}

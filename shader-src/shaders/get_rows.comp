@@ -1,0 +1,33 @@
+//! variant f32 QTYPE=0
+//! variant f16 QTYPE=1
+//! variant bf16 QTYPE=30
+//! variant q4_0 QTYPE=2
+//! variant q4_1 QTYPE=3
+//! variant q5_0 QTYPE=6
+//! variant q5_1 QTYPE=7
+//! variant q8_0 QTYPE=8
+// Embedding lookup: out[r, :] = dequant(table[ids[r], :]) for r < n_ids.
+// Bindings: 0 = table rows (raw blocks; row i starts at src_offset + i * row_bytes),
+//           1 = ids (u32[n_ids]), 2 = out (f32[n_ids * k]).
+// Push constants: src_offset (bytes), row_bytes, k (elements per row, multiple of QK),
+//                 n_ids, n_rows (rows in the table; ids >= n_rows give NaN rows).
+// Grid: x over the k elements of a row, y over ids.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+layout(local_size_x_id = 0, local_size_x = 256) in;
+#include "quant.glsl"
+layout(std430, set = 0, binding = 1) readonly buffer Ids { uint ids[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Out { float y[]; };
+layout(push_constant) uniform P { uint src_offset; uint row_bytes; uint k; uint n_ids; uint n_rows; } p;
+
+void main() {
+    uint c = gl_GlobalInvocationID.x;
+    uint r = gl_GlobalInvocationID.y + gl_GlobalInvocationID.z * gl_NumWorkGroups.y;
+    if (c >= p.k || r >= p.n_ids) return;
+    uint id = ids[r];
+    float v = uintBitsToFloat(0x7FC00000u); // out-of-range ids give NaN, never a read past the table
+    if (id < p.n_rows) {
+        v = dq(p.src_offset + id * p.row_bytes + (c / QK) * QBYTES, c % QK);
+    }
+    y[r * p.k + c] = v;
+}
