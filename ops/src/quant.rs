@@ -24,6 +24,19 @@ pub const SUPPORTED: &[GgmlType] = &[
 ];
 const SUPPORTED_NAMES: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0";
 
+/// Types with a vectorised mat-vec kernel (`mul_mat_vec_vec4.comp`, decoders in
+/// `include/quant_vec4.glsl`).
+pub const VEC4_TYPES: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+];
+
 /// Most batch columns one mat-vec dispatch handles (`MAX_BATCH` in the shader).
 pub const MAX_MAT_VEC_BATCH: usize = 8;
 
@@ -255,7 +268,9 @@ pub fn mat_vec_with(
     if batch == 0 || m.rows == 0 {
         return Ok(());
     }
-    let name = format!("mul_mat_vec.{}{}", variant("mat_vec", m.ty)?, if cfg.subgroup_reduce { "_sg" } else { "" });
+    let kernel =
+        if cfg.vec4 && m.k % 4 == 0 && VEC4_TYPES.contains(&m.ty) { "mul_mat_vec_vec4" } else { "mul_mat_vec" };
+    let name = format!("{kernel}.{}{}", variant("mat_vec", m.ty)?, if cfg.subgroup_reduce { "_sg" } else { "" });
     let k = dev.kernel(&name)?;
     let p = dev.pipeline(&k, &PipelineOptions { spec_constants: vec![(0, cfg.workgroup)], ..Default::default() })?;
     let groups = grid(&dev, m.rows as u64)?;

@@ -12,6 +12,9 @@ pub struct MatVecConfig {
     pub workgroup: u32,
     /// Reduce with subgroup arithmetic (needs `arithmetic` in the subgroup operations).
     pub subgroup_reduce: bool,
+    /// Use the vectorised kernel (`mul_mat_vec_vec4.comp`: 4 elements per invocation and
+    /// step) where the type has one and `k % 4 == 0`; else the per-element kernel.
+    pub vec4: bool,
 }
 
 /// Invocations per workgroup of the element-wise kernels (dequantize, get_rows).
@@ -29,5 +32,5 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
     };
     // Never below one subgroup, never above the shader's 128-entry reduction buffer.
     let workgroup = workgroup.max(caps.subgroup.size.next_power_of_two()).min(128);
-    MatVecConfig { workgroup, subgroup_reduce: caps.subgroup.operations.contains(&"arithmetic") }
+    MatVecConfig { workgroup, subgroup_reduce: caps.subgroup.operations.contains(&"arithmetic"), vec4: true }
 }

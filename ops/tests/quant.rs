@@ -110,13 +110,14 @@ fn get_rows_equals_cpu_reference() {
 fn mat_vec_matches_cpu_on_every_path() {
     let dev = device();
     let sg = dev.caps().subgroup.operations.contains(&"arithmetic");
-    let mut configs = vec![
-        MatVecConfig { workgroup: 64, subgroup_reduce: false },
-        MatVecConfig { workgroup: 128, subgroup_reduce: false },
-    ];
-    if sg {
-        configs.push(MatVecConfig { workgroup: 64, subgroup_reduce: true });
-        configs.push(MatVecConfig { workgroup: 128, subgroup_reduce: true });
+    let mut configs = Vec::new();
+    for vec4 in [false, true] {
+        for workgroup in [64, 128] {
+            configs.push(MatVecConfig { workgroup, subgroup_reduce: false, vec4 });
+            if sg {
+                configs.push(MatVecConfig { workgroup, subgroup_reduce: true, vec4 });
+            }
+        }
     }
     for &ty in SUPPORTED {
         for (rows, k) in shapes(ty) {
@@ -194,7 +195,7 @@ fn tuning_table_per_architecture() {
         caps.subgroup.size = sg;
         caps.subgroup.operations = vec!["basic", "arithmetic"];
         let cfg = vkml_ops::tuning::mat_vec_config(&caps);
-        assert_eq!(cfg, MatVecConfig { workgroup: want, subgroup_reduce: true }, "{arch:?}");
+        assert_eq!(cfg, MatVecConfig { workgroup: want, subgroup_reduce: true, vec4: true }, "{arch:?}");
         caps.subgroup.operations = vec!["basic"];
         assert!(!vkml_ops::tuning::mat_vec_config(&caps).subgroup_reduce);
     }

@@ -1,0 +1,156 @@
+//! Quantized mat-vec bandwidth against the device's own copy bandwidth (issue 4's
+//! benchmark): for every GPU-supported GGML type and the shapes rows x k = 4096x4096,
+//! 4096x14336 and 14336x4096, the weight bytes read per second by `vkml_ops::quant::mat_vec`
+//! (batch 1), as a fraction of `vkCmdCopyBuffer` bandwidth (bytes read + written) measured
+//! in the same run. Weights rotate over at least 256 MiB of copies so the figure is memory,
+//! not the 50 MB L2.
+//!
+//! Usage: `matvec [--min-bytes N] [--reps N]`; device per `VKML_DEVICE`. Prints a Markdown
+//! table. Times are host wall-clock around one submission of many independent dispatches
+//! (submission latency amortised over ≥ 1 ms of work).
+
+use std::time::Instant;
+
+use vkml_hal::{Device, MemoryKind, Stream};
+use vkml_ops::quant::{self, QMatrix, SUPPORTED};
+use vkml_quant::GgmlType;
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn encode(ty: GgmlType, w: &[f32]) -> Vec<u8> {
+    match ty {
+        GgmlType::F32 => w.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        GgmlType::F16 => w.iter().flat_map(|x| half_bits(*x).to_le_bytes()).collect(),
+        GgmlType::BF16 => w.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect(),
+        ty => vkml_quant::quantize(ty, w).expect("quantizable type"),
+    }
+}
+
+/// f32 -> f16 bits (round to nearest even) without pulling in `half` here.
+fn half_bits(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
+    if exp <= 0 {
+        return sign;
+    }
+    if exp >= 31 {
+        return sign | 0x7c00;
+    }
+    let mant = b & 0x7f_ffff;
+    let mut h = (sign as u32) | ((exp as u32) << 10) | (mant >> 13);
+    let rest = mant & 0x1fff;
+    if rest > 0x1000 || (rest == 0x1000 && (h & 1) == 1) {
+        h += 1;
+    }
+    h as u16
+}
+
+fn copy_bandwidth(dev: &Device, bytes: u64, reps: u32) -> f64 {
+    let a = dev.alloc(bytes, MemoryKind::DeviceLocal).unwrap();
+    let b = dev.alloc(bytes, MemoryKind::DeviceLocal).unwrap();
+    let mut s = Stream::new(dev).unwrap();
+    s.copy(&a, 0, &b, 0, bytes).unwrap();
+    s.finish_and_wait().unwrap();
+    let t = Instant::now();
+    for i in 0..reps {
+        let (x, y) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        s.copy(x, 0, y, 0, bytes).unwrap();
+    }
+    s.finish_and_wait().unwrap();
+    2.0 * bytes as f64 * f64::from(reps) / t.elapsed().as_secs_f64()
+}
+
+/// Bandwidth of the `copy_vec4` compute kernel (16-byte loads and stores), bytes read +
+/// written per second: the achievable figure for a shader that streams memory.
+fn kernel_copy_bandwidth(dev: &Device, bytes: u64, reps: u32) -> f64 {
+    let a = dev.alloc(bytes, MemoryKind::DeviceLocal).unwrap();
+    let b = dev.alloc(bytes, MemoryKind::DeviceLocal).unwrap();
+    let k = dev.kernel("copy_vec4").unwrap();
+    let p = dev.pipeline(&k, &vkml_hal::PipelineOptions { spec_constants: vec![(0, 256)], ..Default::default() }).unwrap();
+    let n = (bytes / 16) as u32;
+    let groups = n.div_ceil(256);
+    let max_x = dev.caps().limits.max_workgroup_count[0];
+    let grid = [groups.min(max_x), groups.div_ceil(groups.min(max_x)), 1];
+    let mut s = Stream::new(dev).unwrap();
+    let once = |s: &mut Stream, i: u32| {
+        let (x, y) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        s.dispatch(&p, &[x.into(), y.into()], &n.to_le_bytes(), grid).unwrap();
+    };
+    once(&mut s, 0);
+    s.finish_and_wait().unwrap();
+    let t = Instant::now();
+    for i in 0..reps {
+        once(&mut s, i);
+    }
+    s.finish_and_wait().unwrap();
+    2.0 * bytes as f64 * f64::from(reps) / t.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let dev = Device::from_env().expect("a Vulkan device");
+    let min_bytes = arg("--min-bytes", 256 << 20);
+    let reps = arg("--reps", 20) as usize;
+    let c = dev.caps();
+    println!("device: {} ({}, driver {}), commit {}", c.name, c.driver_name, c.driver_version, option_env!("VKML_COMMIT").unwrap_or("unknown"));
+    let cmd_copy = copy_bandwidth(&dev, 1 << 30, 20);
+    let bytes = (1u64 << 30).min(dev.caps().limits.max_storage_buffer_range / 16 * 16);
+    let copy = kernel_copy_bandwidth(&dev, bytes, 20);
+    println!("copy bandwidth, read + write: copy_vec4 kernel {:.1} GB/s (the reference below); vkCmdCopyBuffer {:.1} GB/s\n", copy / 1e9, cmd_copy / 1e9);
+    println!("| type | rows x k | weight MiB | copies | us / mat-vec | GB/s | of copy bw |");
+    println!("|---|---|---|---|---|---|---|");
+    let shapes = [(4096usize, 4096usize), (4096, 14336), (14336, 4096)];
+    let max_elems = 4096 * 14336;
+    let w = random(max_elems, 7);
+    for &ty in SUPPORTED {
+        let bytes_all = encode(ty, &w);
+        for &(rows, k) in &shapes {
+            let n = rows * k;
+            let bytes = &bytes_all[..n / ty.block_size() * ty.type_size()];
+            let copies = (min_bytes.div_ceil(bytes.len() as u64)).max(1) as usize;
+            let mats: Vec<QMatrix> = (0..copies).map(|_| QMatrix::upload(&dev, ty, rows, k, bytes).unwrap()).collect();
+            let x = dev.upload(&random(k, 3)).unwrap();
+            let ys: Vec<_> = (0..copies).map(|_| dev.alloc(4 * rows as u64, MemoryKind::DeviceLocal).unwrap()).collect();
+            let mut s = Stream::new(&dev).unwrap();
+            let run = |s: &mut Stream, n: usize| -> Result<(), vkml_ops::OpsError> {
+                for i in 0..n {
+                    quant::mat_vec(s, &mats[i % copies], &x, 1, &ys[i % copies])?;
+                }
+                s.finish_and_wait()?;
+                Ok(())
+            };
+            // Warm-up (pipelines, caches); a shape the device cannot bind is reported.
+            if let Err(e) = run(&mut s, copies) {
+                println!("| {ty:?} | {rows}x{k} | {:.1} | - | - | - | not run: {e} |", bytes.len() as f64 / (1 << 20) as f64);
+                continue;
+            }
+            let count = reps * copies;
+            let t = Instant::now();
+            run(&mut s, count).expect("ran in the warm-up");
+            let secs = t.elapsed().as_secs_f64() / count as f64;
+            let gbs = bytes.len() as f64 / secs;
+            println!(
+                "| {ty:?} | {rows}x{k} | {:.1} | {copies} | {:.1} | {:.1} | {:.0} % |",
+                bytes.len() as f64 / (1 << 20) as f64,
+                secs * 1e6,
+                gbs / 1e9,
+                100.0 * gbs / copy
+            );
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! variant f32 QTYPE=0
+//! variant f16 QTYPE=1
+//! variant bf16 QTYPE=30
+//! variant q4_0 QTYPE=2
+//! variant q4_1 QTYPE=3
+//! variant q5_0 QTYPE=6
+//! variant q5_1 QTYPE=7
+//! variant q8_0 QTYPE=8
+//! variant f32_sg QTYPE=0 SUBGROUP=1
+//! variant f16_sg QTYPE=1 SUBGROUP=1
+//! variant bf16_sg QTYPE=30 SUBGROUP=1
+//! variant q4_0_sg QTYPE=2 SUBGROUP=1
+//! variant q4_1_sg QTYPE=3 SUBGROUP=1
+//! variant q5_0_sg QTYPE=6 SUBGROUP=1
+//! variant q5_1_sg QTYPE=7 SUBGROUP=1
+//! variant q8_0_sg QTYPE=8 SUBGROUP=1
+// Vectorised fused mat-vec: as mul_mat_vec.comp, but each invocation takes 4
+// consecutive elements per step (dq4: one or two 32-bit weight loads, one vec4 x load),
+// so a subgroup of 32 reads 128 contiguous elements per step. Needs k % 4 == 0.
+// Bindings: 0 = W (raw blocks, row r at w_offset + r * row_bytes), 1 = x (vec4[batch * k / 4]),
+//           2 = y (f32[batch * rows]). Push constants: w_offset, row_bytes, k, rows, batch.
+// One workgroup per row; workgroup size = specialization constant 0 (power of two ≤ 128).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#ifdef SUBGROUP
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
+layout(local_size_x_id = 0, local_size_x = 128) in;
+#include "quant.glsl"
+#include "quant_vec4.glsl"
+layout(std430, set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; } p;
+
+#define MAX_BATCH 8
+shared float partial[MAX_BATCH * 128];
+
+void main() {
+    uint r = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    if (r >= p.rows) return; // uniform across the workgroup
+    uint tid = gl_LocalInvocationID.x;
+    uint nb = min(p.batch, MAX_BATCH);
+    uint k4 = p.k / 4u;
+    float acc[MAX_BATCH];
+    for (uint b = 0; b < MAX_BATCH; b++) acc[b] = 0.0;
+    uint row = p.w_offset + r * p.row_bytes;
+    for (uint c4 = tid; c4 < k4; c4 += gl_WorkGroupSize.x) {
+        uint c = c4 * 4u;
+        vec4 w = dq4(row + (c / QK) * QBYTES, c % QK);
+        for (uint b = 0; b < nb; b++) acc[b] += dot(w, x4[b * k4 + c4]);
+    }
+#ifdef SUBGROUP
+    for (uint b = 0; b < nb; b++) acc[b] = subgroupAdd(acc[b]);
+    if (gl_SubgroupInvocationID == 0) {
+        for (uint b = 0; b < nb; b++) partial[b * 128 + gl_SubgroupID] = acc[b];
+    }
+    barrier();
+    if (tid == 0) {
+        for (uint b = 0; b < nb; b++) {
+            float s = 0.0;
+            for (uint g = 0; g < gl_NumSubgroups; g++) s += partial[b * 128 + g];
+            y[b * p.rows + r] = s;
+        }
+    }
+#else
+    for (uint b = 0; b < nb; b++) partial[b * 128 + tid] = acc[b];
+    barrier();
+    for (uint s = gl_WorkGroupSize.x / 2; s > 0; s >>= 1) {
+        if (tid < s) {
+            for (uint b = 0; b < nb; b++) partial[b * 128 + tid] += partial[b * 128 + tid + s];
+        }
+        barrier();
+    }
+    if (tid == 0) {
+        for (uint b = 0; b < nb; b++) y[b * p.rows + r] = partial[b * 128];
+    }
+#endif
+}
