@@ -37,6 +37,9 @@ pub const VEC4_TYPES: &[GgmlType] = &[
     GgmlType::Q8_0,
 ];
 
+/// Types with a block-wise mat-vec kernel (`mul_mat_vec_q32.comp`).
+pub const Q32_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0];
+
 /// Most batch columns one mat-vec dispatch handles (`MAX_BATCH` in the shader).
 pub const MAX_MAT_VEC_BATCH: usize = 8;
 
@@ -259,6 +262,12 @@ pub fn mat_vec_with(
             ),
         });
     }
+    if !(1..=4).contains(&cfg.rows_per_subgroup) {
+        return Err(OpsError::Shape {
+            op: "mat_vec",
+            reason: format!("rows_per_subgroup {} is not in 1..=4", cfg.rows_per_subgroup),
+        });
+    }
     if !cfg.workgroup.is_power_of_two() || cfg.workgroup > 128 {
         return Err(OpsError::Shape {
             op: "mat_vec",
@@ -268,12 +277,39 @@ pub fn mat_vec_with(
     if batch == 0 || m.rows == 0 {
         return Ok(());
     }
-    let kernel =
-        if cfg.vec4 && m.k % 4 == 0 && VEC4_TYPES.contains(&m.ty) { "mul_mat_vec_vec4" } else { "mul_mat_vec" };
-    let name = format!("{kernel}.{}{}", variant("mat_vec", m.ty)?, if cfg.subgroup_reduce { "_sg" } else { "" });
-    let k = dev.kernel(&name)?;
-    let p = dev.pipeline(&k, &PipelineOptions { spec_constants: vec![(0, cfg.workgroup)], ..Default::default() })?;
-    let groups = grid(&dev, m.rows as u64)?;
+    let caps = dev.caps();
+    let row_sg = tuning::row_subgroup_size(caps).filter(|_| cfg.subgroup_rows && Q32_TYPES.contains(&m.ty));
+    let groups = match row_sg {
+        Some((sg, _)) => {
+            grid(&dev, (m.rows as u64).div_ceil(u64::from(cfg.workgroup.max(sg) / sg * cfg.rows_per_subgroup)))?
+        }
+        None => grid(&dev, m.rows as u64)?,
+    };
+    let pipeline_for = |nb: usize| -> Result<std::sync::Arc<vkml_hal::Pipeline>> {
+        let (name, options) = match row_sg {
+            Some((sg, require)) => (
+                format!("mul_mat_vec_q32.{}", variant("mat_vec", m.ty)?),
+                PipelineOptions {
+                    spec_constants: vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, cfg.rows_per_subgroup)],
+                    required_subgroup_size: require.then_some(sg),
+                    full_subgroups: caps.subgroup.full_subgroups,
+                },
+            ),
+            None => {
+                let kernel = if cfg.vec4 && m.k.is_multiple_of(4) && VEC4_TYPES.contains(&m.ty) {
+                    "mul_mat_vec_vec4"
+                } else {
+                    "mul_mat_vec"
+                };
+                let sg = if cfg.subgroup_reduce { "_sg" } else { "" };
+                (
+                    format!("{kernel}.{}{sg}", variant("mat_vec", m.ty)?),
+                    PipelineOptions { spec_constants: vec![(0, cfg.workgroup)], ..Default::default() },
+                )
+            }
+        };
+        Ok(dev.pipeline(&dev.kernel(&name)?, &options)?)
+    };
     for b0 in (0..batch).step_by(MAX_MAT_VEC_BATCH) {
         let nb = (batch - b0).min(MAX_MAT_VEC_BATCH);
         let pc = push(&[0, m.row_bytes as u32, m.k as u32, m.rows as u32, nb as u32]);
@@ -288,6 +324,7 @@ pub fn mat_vec_with(
                 reason: format!("batch > {MAX_MAT_VEC_BATCH} needs k and rows giving {align}-byte aligned chunks"),
             });
         }
+        let p = pipeline_for(nb)?;
         s.dispatch(
             &p,
             &[

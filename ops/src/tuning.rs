@@ -15,6 +15,29 @@ pub struct MatVecConfig {
     /// Use the vectorised kernel (`mul_mat_vec_vec4.comp`: 4 elements per invocation and
     /// step) where the type has one and `k % 4 == 0`; else the per-element kernel.
     pub vec4: bool,
+    /// Use the block-wise kernel (`mul_mat_vec_q32.comp`: one subgroup per row, whole
+    /// blocks per invocation) for the 32-element block types, where
+    /// [`row_subgroup_size`] finds a usable subgroup size. Takes precedence over `vec4`.
+    pub subgroup_rows: bool,
+    /// Rows per subgroup in the block-wise kernel (1..=4): each `x` load serves this many rows.
+    pub rows_per_subgroup: u32,
+}
+
+/// The subgroup size the block-wise mat-vec runs with, and whether the pipeline must
+/// require it: a fixed size (`min == max`), else the largest size where the device can
+/// require it with full subgroups. `None` without subgroup arithmetic or size control.
+pub fn row_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
+    let s = &caps.subgroup;
+    if !s.operations.contains(&"arithmetic") || s.size == 0 {
+        return None;
+    }
+    if s.min_size == s.max_size {
+        Some((s.size, false))
+    } else if s.size_control && s.full_subgroups {
+        Some((s.max_size, true))
+    } else {
+        None
+    }
 }
 
 /// Invocations per workgroup of the element-wise kernels (dequantize, get_rows).
@@ -32,5 +55,18 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
     };
     // Never below one subgroup, never above the shader's 128-entry reduction buffer.
     let workgroup = workgroup.max(caps.subgroup.size.next_power_of_two()).min(128);
-    MatVecConfig { workgroup, subgroup_reduce: caps.subgroup.operations.contains(&"arithmetic"), vec4: true }
+    let subgroup_reduce = caps.subgroup.operations.contains(&"arithmetic");
+    let rows_per_subgroup = match caps.arch {
+        // H100, batch 1, 4096x4096 Q4_0: 1 row 530 GB/s, 2 rows 960 GB/s, 4 rows 1580 GB/s
+        // (benches/RESULTS.md): x loads, shared by the rows, dominate.
+        ArchClass::NvidiaTensorCore | ArchClass::Nvidia | ArchClass::AmdRdna | ArchClass::AmdGcn => 4,
+        _ => 1,
+    };
+    MatVecConfig {
+        workgroup,
+        subgroup_reduce,
+        vec4: true,
+        subgroup_rows: row_subgroup_size(caps).is_some(),
+        rows_per_subgroup,
+    }
 }

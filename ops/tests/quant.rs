@@ -113,10 +113,33 @@ fn mat_vec_matches_cpu_on_every_path() {
     let mut configs = Vec::new();
     for vec4 in [false, true] {
         for workgroup in [64, 128] {
-            configs.push(MatVecConfig { workgroup, subgroup_reduce: false, vec4 });
+            configs.push(MatVecConfig {
+                workgroup,
+                subgroup_reduce: false,
+                vec4,
+                subgroup_rows: false,
+                rows_per_subgroup: 1,
+            });
             if sg {
-                configs.push(MatVecConfig { workgroup, subgroup_reduce: true, vec4 });
+                configs.push(MatVecConfig {
+                    workgroup,
+                    subgroup_reduce: true,
+                    vec4,
+                    subgroup_rows: false,
+                    rows_per_subgroup: 1,
+                });
             }
+        }
+    }
+    if vkml_ops::tuning::row_subgroup_size(dev.caps()).is_some() {
+        for (workgroup, rows_per_subgroup) in [(64, 1), (128, 1), (64, 2), (128, 3), (64, 4)] {
+            configs.push(MatVecConfig {
+                workgroup,
+                subgroup_reduce: true,
+                vec4: true,
+                subgroup_rows: true,
+                rows_per_subgroup,
+            });
         }
     }
     for &ty in SUPPORTED {
@@ -193,9 +216,25 @@ fn tuning_table_per_architecture() {
     ] {
         caps.arch = arch;
         caps.subgroup.size = sg;
+        caps.subgroup.min_size = sg;
+        caps.subgroup.max_size = sg;
         caps.subgroup.operations = vec!["basic", "arithmetic"];
         let cfg = vkml_ops::tuning::mat_vec_config(&caps);
-        assert_eq!(cfg, MatVecConfig { workgroup: want, subgroup_reduce: true, vec4: true }, "{arch:?}");
+        let nr = match arch {
+            ArchClass::NvidiaTensorCore | ArchClass::Nvidia | ArchClass::AmdRdna | ArchClass::AmdGcn => 4,
+            _ => 1,
+        };
+        assert_eq!(
+            cfg,
+            MatVecConfig {
+                workgroup: want,
+                subgroup_reduce: true,
+                vec4: true,
+                subgroup_rows: true,
+                rows_per_subgroup: nr
+            },
+            "{arch:?}"
+        );
         caps.subgroup.operations = vec!["basic"];
         assert!(!vkml_ops::tuning::mat_vec_config(&caps).subgroup_reduce);
     }

@@ -5,9 +5,10 @@
 //! in the same run. Weights rotate over at least 256 MiB of copies so the figure is memory,
 //! not the 50 MB L2.
 //!
-//! Usage: `matvec [--min-bytes N] [--reps N]`; device per `VKML_DEVICE`. Prints a Markdown
+//! Usage: `matvec [--min-bytes N] [--reps N]`; device per `VKML_DEVICE`; `VKML_MATVEC_NR`
+//! overrides the rows per subgroup of the block-wise kernel. Prints a Markdown
 //! table. Times are host wall-clock around one submission of many independent dispatches
-//! (submission latency amortised over ≥ 1 ms of work).
+//! (submission latency amortised over ≥ 1 ms of work); host recording is timed apart.
 
 use std::time::Instant;
 
@@ -107,18 +108,31 @@ fn main() {
     let min_bytes = arg("--min-bytes", 256 << 20);
     let reps = arg("--reps", 20) as usize;
     let c = dev.caps();
+    let mut cfg = vkml_ops::tuning::mat_vec_config(c);
+    if let Some(nr) = std::env::var("VKML_MATVEC_NR").ok().and_then(|v| v.parse().ok()) {
+        cfg.rows_per_subgroup = nr;
+    }
+    println!("mat-vec launch: {cfg:?}");
     println!("device: {} ({}, driver {}), commit {}", c.name, c.driver_name, c.driver_version, option_env!("VKML_COMMIT").unwrap_or("unknown"));
+    // Warm-up: ~2 s of streaming so the GPU leaves its idle clocks before anything is timed.
+    let warm = Instant::now();
+    while warm.elapsed().as_secs_f64() < 2.0 {
+        kernel_copy_bandwidth(&dev, 256 << 20, 50);
+    }
     let cmd_copy = copy_bandwidth(&dev, 1 << 30, 20);
     let bytes = (1u64 << 30).min(dev.caps().limits.max_storage_buffer_range / 16 * 16);
     let copy = kernel_copy_bandwidth(&dev, bytes, 20);
     println!("copy bandwidth, read + write: copy_vec4 kernel {:.1} GB/s (the reference below); vkCmdCopyBuffer {:.1} GB/s\n", copy / 1e9, cmd_copy / 1e9);
-    println!("| type | rows x k | weight MiB | copies | us / mat-vec | GB/s | of copy bw |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| type | rows x k | weight MiB | copies | host record us | GPU us / mat-vec | GB/s | of copy bw |");
+    println!("|---|---|---|---|---|---|---|---|");
     let shapes = [(4096usize, 4096usize), (4096, 14336), (14336, 4096)];
     let max_elems = 4096 * 14336;
     let w = random(max_elems, 7);
-    for &ty in SUPPORTED {
-        let bytes_all = encode(ty, &w);
+    // Quantize everything before timing anything: CPU work in between would let the
+    // GPU drop to idle clocks.
+    let encoded: Vec<(GgmlType, Vec<u8>)> = SUPPORTED.iter().map(|&ty| (ty, encode(ty, &w))).collect();
+    for (ty, bytes_all) in &encoded {
+        let ty = *ty;
         for &(rows, k) in &shapes {
             let n = rows * k;
             let bytes = &bytes_all[..n / ty.block_size() * ty.type_size()];
@@ -129,24 +143,37 @@ fn main() {
             let mut s = Stream::new(&dev).unwrap();
             let run = |s: &mut Stream, n: usize| -> Result<(), vkml_ops::OpsError> {
                 for i in 0..n {
-                    quant::mat_vec(s, &mats[i % copies], &x, 1, &ys[i % copies])?;
+                    quant::mat_vec_with(s, &mats[i % copies], &x, 1, &ys[i % copies], cfg)?;
                 }
                 s.finish_and_wait()?;
                 Ok(())
             };
             // Warm-up (pipelines, caches); a shape the device cannot bind is reported.
             if let Err(e) = run(&mut s, copies) {
-                println!("| {ty:?} | {rows}x{k} | {:.1} | - | - | - | not run: {e} |", bytes.len() as f64 / (1 << 20) as f64);
+                println!("| {ty:?} | {rows}x{k} | {:.1} | - | - | - | - | not run: {e} |", bytes.len() as f64 / (1 << 20) as f64);
                 continue;
             }
+            // Re-warm: uploads above left the GPU idle for a moment.
+            let warm = Instant::now();
+            while warm.elapsed().as_secs_f64() < 0.3 {
+                kernel_copy_bandwidth(&dev, 64 << 20, 20);
+            }
             let count = reps * copies;
+            // Record first, then time the submission alone: host recording cost is
+            // reported separately and not counted in the bandwidth.
+            let t0 = Instant::now();
+            for i in 0..count {
+                quant::mat_vec_with(&mut s, &mats[i % copies], &x, 1, &ys[i % copies], cfg).unwrap();
+            }
+            let record = t0.elapsed().as_secs_f64() / count as f64;
             let t = Instant::now();
-            run(&mut s, count).expect("ran in the warm-up");
+            s.finish_and_wait().unwrap();
             let secs = t.elapsed().as_secs_f64() / count as f64;
             let gbs = bytes.len() as f64 / secs;
             println!(
-                "| {ty:?} | {rows}x{k} | {:.1} | {copies} | {:.1} | {:.1} | {:.0} % |",
+                "| {ty:?} | {rows}x{k} | {:.1} | {copies} | {:.1} | {:.1} | {:.1} | {:.0} % |",
                 bytes.len() as f64 / (1 << 20) as f64,
+                record * 1e6,
                 secs * 1e6,
                 gbs / 1e9,
                 100.0 * gbs / copy
