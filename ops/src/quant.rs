@@ -21,8 +21,15 @@ pub const SUPPORTED: &[GgmlType] = &[
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
+    GgmlType::Q8_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::Q8_K,
 ];
-const SUPPORTED_NAMES: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0";
+const SUPPORTED_NAMES: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K";
 
 /// Types with a vectorised mat-vec kernel (`mul_mat_vec_vec4.comp`, decoders in
 /// `include/quant_vec4.glsl`).
@@ -53,6 +60,13 @@ fn variant(op: &'static str, ty: GgmlType) -> Result<&'static str> {
         GgmlType::Q5_0 => "q5_0",
         GgmlType::Q5_1 => "q5_1",
         GgmlType::Q8_0 => "q8_0",
+        GgmlType::Q8_1 => "q8_1",
+        GgmlType::Q2_K => "q2_k",
+        GgmlType::Q3_K => "q3_k",
+        GgmlType::Q4_K => "q4_k",
+        GgmlType::Q5_K => "q5_k",
+        GgmlType::Q6_K => "q6_k",
+        GgmlType::Q8_K => "q8_k",
         ty => return Err(OpsError::UnsupportedType { op, ty, supported: SUPPORTED_NAMES }),
     })
 }

@@ -6,6 +6,13 @@
 //! variant q5_0 QTYPE=6
 //! variant q5_1 QTYPE=7
 //! variant q8_0 QTYPE=8
+//! variant q8_1 QTYPE=9
+//! variant q2_k QTYPE=10
+//! variant q3_k QTYPE=11
+//! variant q4_k QTYPE=12
+//! variant q5_k QTYPE=13
+//! variant q6_k QTYPE=14
+//! variant q8_k QTYPE=15
 // Dequantizes `n_blocks` whole blocks of one GGML type to f32.
 // Bindings: 0 = raw blocks (uint words), 1 = out (f32[n_blocks * QK]).
 // Push constants: src_offset (bytes, multiple of 4, where the blocks start in binding 0),

@@ -6,6 +6,13 @@
 //! variant q5_0 QTYPE=6
 //! variant q5_1 QTYPE=7
 //! variant q8_0 QTYPE=8
+//! variant q8_1 QTYPE=9
+//! variant q2_k QTYPE=10
+//! variant q3_k QTYPE=11
+//! variant q4_k QTYPE=12
+//! variant q5_k QTYPE=13
+//! variant q6_k QTYPE=14
+//! variant q8_k QTYPE=15
 // Embedding lookup: out[r, :] = dequant(table[ids[r], :]) for r < n_ids.
 // Bindings: 0 = table rows (raw blocks; row i starts at src_offset + i * row_bytes),
 //           1 = ids (u32[n_ids]), 2 = out (f32[n_ids * k]).

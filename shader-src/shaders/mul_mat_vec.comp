@@ -6,6 +6,13 @@
 //! variant q5_0 QTYPE=6
 //! variant q5_1 QTYPE=7
 //! variant q8_0 QTYPE=8
+//! variant q8_1 QTYPE=9
+//! variant q2_k QTYPE=10
+//! variant q3_k QTYPE=11
+//! variant q4_k QTYPE=12
+//! variant q5_k QTYPE=13
+//! variant q6_k QTYPE=14
+//! variant q8_k QTYPE=15
 //! variant q4_0_sg QTYPE=2 SUBGROUP=1
 //! variant q4_1_sg QTYPE=3 SUBGROUP=1
 //! variant q5_0_sg QTYPE=6 SUBGROUP=1
@@ -14,6 +21,13 @@
 //! variant f32_sg QTYPE=0 SUBGROUP=1
 //! variant f16_sg QTYPE=1 SUBGROUP=1
 //! variant bf16_sg QTYPE=30 SUBGROUP=1
+//! variant q8_1_sg QTYPE=9 SUBGROUP=1
+//! variant q2_k_sg QTYPE=10 SUBGROUP=1
+//! variant q3_k_sg QTYPE=11 SUBGROUP=1
+//! variant q4_k_sg QTYPE=12 SUBGROUP=1
+//! variant q5_k_sg QTYPE=13 SUBGROUP=1
+//! variant q6_k_sg QTYPE=14 SUBGROUP=1
+//! variant q8_k_sg QTYPE=15 SUBGROUP=1
 // Fused dequantize + mat-vec: y[b, r] = sum_c W[r, c] * x[b, c] for r < rows, b < batch,
 // reading W's blocks directly (no dequantized copy).
 // Bindings: 0 = W (raw blocks, row r at w_offset + r * row_bytes), 1 = x (f32[batch * k]),

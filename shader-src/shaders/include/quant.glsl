@@ -2,17 +2,21 @@
 //
 // The weight buffer is bound as `uint qw[]` (raw GGUF block bytes, little-endian) and
 // read through byte/16-bit loaders, so no 8/16-bit storage feature is needed. Every
-// GGML block size in bytes is even, so 16-bit fields are 2-byte aligned and never
-// straddle a 32-bit word.
+// GGML block size in bytes is even except MXFP4's 17 (which reads bytes only), so 16-bit
+// fields are 2-byte aligned and never straddle a 32-bit word.
 //
 // Select the format with QTYPE = its GGUF id (ggml.h `enum ggml_type`):
-//   0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0, 30 BF16.
+//   0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0, 9 Q8_1, 10 Q2_K, 11 Q3_K,
+//   12 Q4_K, 13 Q5_K, 14 Q6_K, 15 Q8_K, 16 IQ2_XXS, 17 IQ2_XS, 18 IQ3_XXS, 19 IQ1_S,
+//   20 IQ4_NL, 21 IQ3_S, 22 IQ2_S, 23 IQ4_XS, 29 IQ1_M, 30 BF16, 34 TQ1_0, 35 TQ2_0,
+//   39 MXFP4, 40 NVFP4, 41 Q1_0, 42 Q2_0.
 // Each defines QK (elements per block), QBYTES (bytes per block) and
 //   float dq(uint blk, uint j)   element j of the block that starts at byte blk,
 // with the arithmetic of ggml-quants.c `dequantize_row_*` (products rounded once, no
-// fused multiply-add: `precise`), so results equal vkml-quant's CPU dequantization.
+// fused multiply-add: `precise`), so results equal vkml-quant's CPU dequantization
+// (quant/src/dequant.rs). Code books and grids come from iq_tables.glsl (generated).
 //
-// Layouts (ggml-common.h):
+// Layouts (ggml-common.h; the larger formats are described at their definitions):
 //   Q4_0 { f16 d; u8 qs[16]; }           x = (nibble - 8) * d; low nibbles are j < 16
 //   Q4_1 { f16 d, m; u8 qs[16]; }        x = nibble * d + m
 //   Q5_0 { f16 d; u8 qh[4]; u8 qs[16]; } x = ((nibble | bit5 << 4) - 16) * d
@@ -87,6 +91,113 @@ float dq(uint blk, uint j) {
     precise float v = float(q) * q_f16(blk);
     return v;
 }
+// ---- K-quants: super-blocks of QK_K = 256 (ggml-common.h block_q*_K, ggml-quants.c
+// dequantize_row_q*_K). dq() recomputes the sub-block scale on every call (correctness
+// first; a kernel that decodes a whole sub-block could hoist it).
+#elif QTYPE == 10
+// Q2_K { u8 scales[16]; u8 qs[64]; f16 d, dmin; } 84 bytes. Element o: half n = o / 128,
+// r = o % 128, 2-bit field (r / 32) of qs[32n + r % 32]; scales[8n + r / 16] holds the
+// 4-bit scale (low) and min (high): x = (d * sc) * q - (dmin * m).
+#define QK 256
+#define QBYTES 84
+float dq(uint blk, uint j) {
+    uint r = j & 127u;
+    uint sc = q_u8(blk + (j >> 7) * 8u + (r >> 4));
+    uint q = (q_u8(blk + 16u + (j >> 7) * 32u + (r & 31u)) >> ((r >> 5) * 2u)) & 3u;
+    precise float dl = q_f16(blk + 80u) * float(sc & 0xFu);
+    precise float ml = q_f16(blk + 82u) * float(sc >> 4);
+    precise float v = dl * float(q) - ml;
+    return v;
+}
+#elif QTYPE == 11
+// Q3_K { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d; } 110 bytes. Element o: n = o / 128,
+// r = o % 128, s = r / 32: low 2 bits = field s of qs[32n + r % 32], high bit = bit
+// (4n + s) of hmask[r % 32] (clear means -4); 16 six-bit scales (bias 32) packed as
+// low nibbles in scales[0..8] and 2-bit tops in scales[8..12]:
+// x = (d * (sc - 32)) * (q - (hbit ? 0 : 4)).
+#define QK 256
+#define QBYTES 110
+float dq(uint blk, uint j) {
+    uint r = j & 127u, s = r >> 5, l = r & 31u;
+    uint is = (j >> 7) * 8u + (r >> 4);              // scale index 0..16
+    uint k = is >> 2, b = is & 3u;                   // aux word k, byte b (q3k_scales)
+    uint lo = (q_u8(blk + 96u + b + 4u * (k & 1u)) >> (4u * (k >> 1))) & 0xFu;
+    uint hi = (q_u8(blk + 104u + b) >> (2u * k)) & 3u;
+    int sc = int(lo | (hi << 4)) - 32;
+    int low = int((q_u8(blk + 32u + (j >> 7) * 32u + l) >> (2u * s)) & 3u);
+    int h = (q_u8(blk + l) & (1u << ((j >> 7) * 4u + s))) != 0u ? 0 : 4;
+    precise float dl = q_f16(blk + 108u) * float(sc);
+    precise float v = dl * float(low - h);
+    return v;
+}
+#elif QTYPE == 12 || QTYPE == 13
+// Q4_K { f16 d, dmin; u8 scales[12]; u8 qs[128]; } 144 bytes,
+// Q5_K { f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; } 176 bytes.
+// Element o: c = o / 64, r = o % 64; 4-bit quant = low (r < 32) or high nibble of
+// qs[32c + r % 32]; Q5_K adds 16 if bit (2c + r / 32) of qh[r % 32] is set. Sub-block
+// t = o / 32 has a 6-bit scale and min (get_scale_min_k4): x = (d * sc) * q - (dmin * m).
+#define QK 256
+#if QTYPE == 12
+#define QBYTES 144
+#define QS_AT 16u
+#else
+#define QBYTES 176
+#define QS_AT 48u
+#endif
+float dq(uint blk, uint j) {
+    uint t = j >> 5, l = j & 31u;
+    uint sc, m;
+    if (t < 4u) {
+        sc = q_u8(blk + 4u + t) & 63u;
+        m = q_u8(blk + 8u + t) & 63u;
+    } else {
+        sc = (q_u8(blk + 8u + t) & 0xFu) | ((q_u8(blk + t) >> 6) << 4);
+        m = (q_u8(blk + 8u + t) >> 4) | ((q_u8(blk + 4u + t) >> 6) << 4);
+    }
+    uint q = (q_u8(blk + QS_AT + (j >> 6) * 32u + l) >> ((t & 1u) * 4u)) & 0xFu;
+#if QTYPE == 13
+    q += (q_u8(blk + 16u + l) & (1u << t)) != 0u ? 16u : 0u;
+#endif
+    precise float d1 = q_f16(blk) * float(sc);
+    precise float m1 = q_f16(blk + 2u) * float(m);
+    precise float v = d1 * float(q) - m1;
+    return v;
+}
+#elif QTYPE == 14
+// Q6_K { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; } 210 bytes. Element o: n = o / 128,
+// r = o % 128, g = r / 32, l = r % 32: low 4 bits = nibble (g / 2) of ql[64n + l + 32 (g % 2)],
+// high 2 bits = field g of qh[32n + l]; scale scales[8n + l / 16 + 2g]:
+// x = (d * sc) * (q - 32).
+#define QK 256
+#define QBYTES 210
+float dq(uint blk, uint j) {
+    uint n = j >> 7, g = (j >> 5) & 3u, l = j & 31u;
+    uint ql = (q_u8(blk + n * 64u + l + 32u * (g & 1u)) >> (4u * (g >> 1))) & 0xFu;
+    uint qh = (q_u8(blk + 128u + n * 32u + l) >> (2u * g)) & 3u;
+    int q = int(ql | (qh << 4)) - 32;
+    int sc = int(q_u8(blk + 192u + n * 8u + (l >> 4) + 2u * g) << 24) >> 24;
+    precise float v = q_f16(blk + 208u) * float(sc) * float(q);
+    return v;
+}
+#elif QTYPE == 15
+// Q8_K { f32 d; i8 qs[256]; i16 bsums[16]; } 292 bytes (activation format): x = d * q.
+#define QK 256
+#define QBYTES 292
+float dq(uint blk, uint j) {
+    int q = int(q_u8(blk + 4u + j) << 24) >> 24;
+    precise float v = uintBitsToFloat(q_u32(blk)) * float(q);
+    return v;
+}
+#elif QTYPE == 9
+// Q8_1 { f16 d, s; i8 qs[32]; } 36 bytes (activation format; s = d * sum(qs)): x = q * d.
+#define QK 32
+#define QBYTES 36
+float dq(uint blk, uint j) {
+    int q = int(q_u8(blk + 4u + j) << 24) >> 24;
+    precise float v = float(q) * q_f16(blk);
+    return v;
+}
+
 #else
 #error "quant.glsl: unsupported QTYPE"
 #endif
