@@ -28,8 +28,16 @@ pub const SUPPORTED: &[GgmlType] = &[
     GgmlType::Q5_K,
     GgmlType::Q6_K,
     GgmlType::Q8_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
+    GgmlType::NVFP4,
+    GgmlType::TQ1_0,
+    GgmlType::TQ2_0,
+    GgmlType::Q1_0,
+    GgmlType::Q2_0,
 ];
-const SUPPORTED_NAMES: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K";
+const SUPPORTED_NAMES: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4, NVFP4, TQ1_0, TQ2_0, Q1_0, Q2_0";
 
 /// Types with a vectorised mat-vec kernel (`mul_mat_vec_vec4.comp`, decoders in
 /// `include/quant_vec4.glsl`).
@@ -67,6 +75,14 @@ fn variant(op: &'static str, ty: GgmlType) -> Result<&'static str> {
         GgmlType::Q5_K => "q5_k",
         GgmlType::Q6_K => "q6_k",
         GgmlType::Q8_K => "q8_k",
+        GgmlType::IQ4_NL => "iq4_nl",
+        GgmlType::IQ4_XS => "iq4_xs",
+        GgmlType::MXFP4 => "mxfp4",
+        GgmlType::NVFP4 => "nvfp4",
+        GgmlType::TQ1_0 => "tq1_0",
+        GgmlType::TQ2_0 => "tq2_0",
+        GgmlType::Q1_0 => "q1_0",
+        GgmlType::Q2_0 => "q2_0",
         ty => return Err(OpsError::UnsupportedType { op, ty, supported: SUPPORTED_NAMES }),
     })
 }

@@ -13,6 +13,14 @@
 //! variant q5_k QTYPE=13
 //! variant q6_k QTYPE=14
 //! variant q8_k QTYPE=15
+//! variant iq4_nl QTYPE=20
+//! variant iq4_xs QTYPE=23
+//! variant mxfp4 QTYPE=39
+//! variant nvfp4 QTYPE=40
+//! variant tq1_0 QTYPE=34
+//! variant tq2_0 QTYPE=35
+//! variant q1_0 QTYPE=41
+//! variant q2_0 QTYPE=42
 // Dequantizes `n_blocks` whole blocks of one GGML type to f32.
 // Bindings: 0 = raw blocks (uint words), 1 = out (f32[n_blocks * QK]).
 // Push constants: src_offset (bytes, multiple of 4, where the blocks start in binding 0),

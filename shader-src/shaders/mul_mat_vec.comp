@@ -13,6 +13,14 @@
 //! variant q5_k QTYPE=13
 //! variant q6_k QTYPE=14
 //! variant q8_k QTYPE=15
+//! variant iq4_nl QTYPE=20
+//! variant iq4_xs QTYPE=23
+//! variant mxfp4 QTYPE=39
+//! variant nvfp4 QTYPE=40
+//! variant tq1_0 QTYPE=34
+//! variant tq2_0 QTYPE=35
+//! variant q1_0 QTYPE=41
+//! variant q2_0 QTYPE=42
 //! variant q4_0_sg QTYPE=2 SUBGROUP=1
 //! variant q4_1_sg QTYPE=3 SUBGROUP=1
 //! variant q5_0_sg QTYPE=6 SUBGROUP=1
@@ -28,6 +36,14 @@
 //! variant q5_k_sg QTYPE=13 SUBGROUP=1
 //! variant q6_k_sg QTYPE=14 SUBGROUP=1
 //! variant q8_k_sg QTYPE=15 SUBGROUP=1
+//! variant iq4_nl_sg QTYPE=20 SUBGROUP=1
+//! variant iq4_xs_sg QTYPE=23 SUBGROUP=1
+//! variant mxfp4_sg QTYPE=39 SUBGROUP=1
+//! variant nvfp4_sg QTYPE=40 SUBGROUP=1
+//! variant tq1_0_sg QTYPE=34 SUBGROUP=1
+//! variant tq2_0_sg QTYPE=35 SUBGROUP=1
+//! variant q1_0_sg QTYPE=41 SUBGROUP=1
+//! variant q2_0_sg QTYPE=42 SUBGROUP=1
 // Fused dequantize + mat-vec: y[b, r] = sum_c W[r, c] * x[b, c] for r < rows, b < batch,
 // reading W's blocks directly (no dequantized copy).
 // Bindings: 0 = W (raw blocks, row r at w_offset + r * row_bytes), 1 = x (f32[batch * k]),

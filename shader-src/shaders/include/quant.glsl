@@ -198,6 +198,124 @@ float dq(uint blk, uint j) {
     return v;
 }
 
+// ---- Code books, FP4 and ternary formats.
+#elif QTYPE == 20
+// IQ4_NL { f16 d; u8 qs[16]; } 18 bytes: x = d * kvalues_iq4nl[nibble]; low nibbles are
+// j < 16, as Q4_0.
+#define QK 32
+#define QBYTES 18
+#include "iq_tables.glsl"
+float dq(uint blk, uint j) {
+    uint q = (q_u8(blk + 2u + (j & 15u)) >> ((j >> 4) * 4u)) & 0xFu;
+    precise float v = q_f16(blk) * float(KVALUES_IQ4NL[q]);
+    return v;
+}
+#elif QTYPE == 23
+// IQ4_XS { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; } 136 bytes. Sub-block
+// t = o / 32: 6-bit scale = nibble (t % 2) of scales_l[t / 2] | field t of scales_h << 4;
+// quants as IQ4_NL in qs[16t..16t+16]: x = (d * (ls - 32)) * kvalues_iq4nl[nibble].
+#define QK 256
+#define QBYTES 136
+#include "iq_tables.glsl"
+float dq(uint blk, uint j) {
+    uint t = j >> 5, r = j & 31u;
+    uint ls = ((q_u8(blk + 4u + (t >> 1)) >> (4u * (t & 1u))) & 0xFu) | (((q_u16(blk + 2u) >> (2u * t)) & 3u) << 4);
+    uint q = (q_u8(blk + 8u + 16u * t + (r & 15u)) >> ((r >> 4) * 4u)) & 0xFu;
+    precise float dl = q_f16(blk) * float(int(ls) - 32);
+    precise float v = dl * float(KVALUES_IQ4NL[q]);
+    return v;
+}
+#elif QTYPE == 39
+// MXFP4 { u8 e; u8 qs[16]; } 17 bytes (the one odd block size: only byte loads are used).
+// x = kvalues_fp4[nibble] * 2^(e - 128) (the table holds doubled E2M1 values;
+// ggml_e8m0_to_fp32_half); low nibbles are j < 16.
+#define QK 32
+#define QBYTES 17
+#include "iq_tables.glsl"
+float dq(uint blk, uint j) {
+    uint e = q_u8(blk);
+    float d = uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
+    uint q = (q_u8(blk + 1u + (j & 15u)) >> ((j >> 4) * 4u)) & 0xFu;
+    precise float v = float(KVALUES_FP4[q]) * d;
+    return v;
+}
+#elif QTYPE == 40
+// NVFP4 { u8 d[4]; u8 qs[32]; } 36 bytes, 64 elements. Sub-block s = o / 16 has the UE4M3
+// scale d[s] (ggml_ue4m3_to_fp32, times 0.5; 0 and 0x7F are 0); element o is nibble
+// (o % 16 / 8) of qs[8s + o % 8]: x = kvalues_fp4[nibble] * scale.
+#define QK 64
+#define QBYTES 36
+#include "iq_tables.glsl"
+float dq(uint blk, uint j) {
+    uint s = j >> 4, r = j & 15u;
+    uint x = q_u8(blk + s);
+    float d = 0.0;
+    if (x != 0u && x != 0x7Fu) {
+        uint e = (x >> 3) & 0xFu;
+        float man = float(x & 7u);
+        // Every step is exact (powers of two, at most 4 significant bits).
+        precise float raw = e == 0u ? man * uintBitsToFloat(118u << 23)                        // 2^-9
+                                    : (1.0 + man * 0.125) * uintBitsToFloat((e + 120u) << 23); // 2^(e-7)
+        d = raw * 0.5;
+    }
+    uint q = (q_u8(blk + 4u + 8u * s + (r & 7u)) >> ((r >> 3) * 4u)) & 0xFu;
+    precise float v = float(KVALUES_FP4[q]) * d;
+    return v;
+}
+#elif QTYPE == 34
+// TQ1_0 { u8 qs[48]; u8 qh[4]; f16 d; } 54 bytes: base-3 digits, 5 per byte of qs and 4 per
+// byte of qh, digit n of byte q being ((q * 3^n mod 256) * 3) >> 8. Elements 0..160: digit
+// o / 32 of qs[o % 32]; 160..240: digit (o - 160) / 16 of qs[32 + o % 16]; 240..256: digit
+// (o - 240) / 4 of qh[o % 4]. x = (digit - 1) * d.
+#define QK 256
+#define QBYTES 54
+float dq(uint blk, uint j) {
+    uint byte, n;
+    if (j < 160u) {
+        byte = q_u8(blk + (j & 31u));
+        n = j >> 5;
+    } else if (j < 240u) {
+        byte = q_u8(blk + 32u + (j & 15u));
+        n = (j - 160u) >> 4;
+    } else {
+        byte = q_u8(blk + 48u + (j & 3u));
+        n = (j - 240u) >> 2;
+    }
+    const uint pow3[5] = uint[](1u, 3u, 9u, 27u, 81u);
+    uint q = (byte * pow3[n]) & 0xFFu;
+    int t = int((q * 3u) >> 8);
+    precise float v = float(t - 1) * q_f16(blk + 52u);
+    return v;
+}
+#elif QTYPE == 35
+// TQ2_0 { u8 qs[64]; f16 d; } 66 bytes: element o is 2-bit field (o % 128 / 32) of
+// qs[32 (o / 128) + o % 32]; x = (q - 1) * d.
+#define QK 256
+#define QBYTES 66
+float dq(uint blk, uint j) {
+    uint q = (q_u8(blk + (j >> 7) * 32u + (j & 31u)) >> (((j >> 5) & 3u) * 2u)) & 3u;
+    precise float v = float(int(q) - 1) * q_f16(blk + 64u);
+    return v;
+}
+#elif QTYPE == 41
+// Q1_0 { f16 d; u8 qs[16]; } 18 bytes, 128 elements: bit j % 8 of qs[j / 8]; x = bit ? d : -d.
+#define QK 128
+#define QBYTES 18
+float dq(uint blk, uint j) {
+    float d = q_f16(blk);
+    return ((q_u8(blk + 2u + (j >> 3)) >> (j & 7u)) & 1u) != 0u ? d : -d;
+}
+#elif QTYPE == 42
+// Q2_0 { f16 d; u8 qs[16]; } 18 bytes, 64 elements: 2-bit field j % 4 of qs[j / 4];
+// x = (q - 1) * d.
+#define QK 64
+#define QBYTES 18
+float dq(uint blk, uint j) {
+    uint q = (q_u8(blk + 2u + (j >> 2)) >> ((j & 3u) * 2u)) & 3u;
+    precise float v = float(int(q) - 1) * q_f16(blk);
+    return v;
+}
+
 #else
 #error "quant.glsl: unsupported QTYPE"
 #endif
