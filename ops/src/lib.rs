@@ -7,6 +7,7 @@
 //! Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0.
 
 pub mod error;
+pub mod nn;
 pub mod quant;
 pub mod tuning;
 
