@@ -292,10 +292,10 @@ pub fn mat_vec_with(
             ),
         });
     }
-    if !(1..=4).contains(&cfg.rows_per_subgroup) {
+    if !(1..=8).contains(&cfg.rows_per_subgroup) {
         return Err(OpsError::Shape {
             op: "mat_vec",
-            reason: format!("rows_per_subgroup {} is not in 1..=4", cfg.rows_per_subgroup),
+            reason: format!("rows_per_subgroup {} is not in 1..=8", cfg.rows_per_subgroup),
         });
     }
     if !cfg.workgroup.is_power_of_two() || cfg.workgroup > 128 {

@@ -19,7 +19,7 @@ pub struct MatVecConfig {
     /// blocks per invocation) for the 32-element block types, where
     /// [`row_subgroup_size`] finds a usable subgroup size. Takes precedence over `vec4`.
     pub subgroup_rows: bool,
-    /// Rows per subgroup in the block-wise kernel (1..=4): each `x` load serves this many rows.
+    /// Rows per subgroup in the block-wise kernel (1..=8): each `x` load serves this many rows.
     pub rows_per_subgroup: u32,
 }
 
