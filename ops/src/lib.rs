@@ -6,6 +6,7 @@
 //! with dequantize, get_rows (embedding lookup) and fused mat-vec for F32, F16, BF16,
 //! Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0.
 
+pub mod attention;
 pub mod error;
 pub mod nn;
 pub mod quant;

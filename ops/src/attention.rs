@@ -1,0 +1,216 @@
+//! Attention over an f16 KV cache: flash attention (streaming softmax) for prefill and
+//! decode, with grouped-query heads, causal masking and, for decode, a split over the KV
+//! length merged by a second pass. Kernels: `shader-src/shaders/flash_attn.comp`,
+//! `flash_attn_combine.comp`, `kv_append.comp`. The algorithm is FlashAttention's online
+//! softmax (Dao et al., 2022) with FlashDecoding's split-KV (Dao et al., 2023).
+//!
+//! Layouts: queries and outputs f32 `[t, n_heads, d]` (token-major, as a QKV mat-vec
+//! produces them); the cache f16 `[n_kv_heads, ctx, d]`, one [`KvCache`] for K and one for V.
+
+use std::sync::Arc;
+
+use vkml_hal::{Buffer, Device, MemoryKind, Pipeline, PipelineOptions, Stream};
+
+use crate::error::{OpsError, Result};
+
+/// Largest head dimension the kernel takes.
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// An f16 cache of keys or values, `[n_kv_heads, ctx, d]`.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    buffer: Buffer,
+    /// KV heads.
+    pub n_kv_heads: usize,
+    /// Positions the cache holds.
+    pub ctx: usize,
+    /// Head dimension (even, ≤ [`MAX_HEAD_DIM`]).
+    pub d: usize,
+}
+
+impl KvCache {
+    /// Allocates a zeroed cache in device-local memory.
+    ///
+    /// # Errors
+    /// [`OpsError::Shape`] for an odd or too large `d`; HAL allocation errors.
+    pub fn new(dev: &Device, n_kv_heads: usize, ctx: usize, d: usize) -> Result<KvCache> {
+        if d == 0 || !d.is_multiple_of(2) || d > MAX_HEAD_DIM {
+            return Err(OpsError::Shape {
+                op: "KvCache::new",
+                reason: format!("head dim {d} must be even and at most {MAX_HEAD_DIM}"),
+            });
+        }
+        // 2 bytes per element and d even: a whole number of 32-bit words.
+        let bytes = 2 * (n_kv_heads * ctx * d) as u64;
+        let buffer = dev.alloc(bytes, MemoryKind::DeviceLocal)?;
+        let mut s = Stream::new(dev)?;
+        s.fill(&buffer, 0, bytes, 0)?;
+        s.finish_and_wait()?;
+        Ok(KvCache { buffer, n_kv_heads, ctx, d })
+    }
+
+    /// The device buffer (packed f16).
+    pub fn buffer(&self) -> &Buffer {
+        &self.buffer
+    }
+}
+
+fn pipeline(dev: &Device, name: &str, wg: u32) -> Result<Arc<Pipeline>> {
+    Ok(dev.pipeline(&dev.kernel(name)?, &PipelineOptions { spec_constants: vec![(0, wg)], ..Default::default() })?)
+}
+
+fn words(w: &[u32]) -> Vec<u8> {
+    w.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Records `cache[h, pos0 + i, :] = f16(x[i, h, :])` for `i < t_new` (`x`: f32 `[t_new, n_kv_heads, d]`).
+///
+/// # Errors
+/// [`OpsError::Shape`] when positions run past the cache or `x` is too small; HAL errors.
+pub fn kv_append(s: &mut Stream, x: &Buffer, t_new: usize, pos0: usize, cache: &KvCache) -> Result<()> {
+    if pos0 + t_new > cache.ctx {
+        return Err(OpsError::Shape {
+            op: "kv_append",
+            reason: format!(
+                "positions {pos0}..{} exceed the cache's {} positions (context length)",
+                pos0 + t_new,
+                cache.ctx
+            ),
+        });
+    }
+    let n = t_new * cache.n_kv_heads * cache.d;
+    if x.size() < 4 * n as u64 {
+        return Err(OpsError::Shape {
+            op: "kv_append",
+            reason: format!("x holds {} bytes, needs {} f32", x.size(), n),
+        });
+    }
+    if t_new == 0 {
+        return Ok(());
+    }
+    let dev = s.device().clone();
+    let p = pipeline(&dev, "kv_append", 64)?;
+    let gx = (cache.d / 2).div_ceil(64) as u32;
+    let gy = (t_new * cache.n_kv_heads) as u32;
+    if gy > dev.caps().limits.max_workgroup_count[1] {
+        return Err(OpsError::Shape { op: "kv_append", reason: format!("{gy} rows exceed the device's grid") });
+    }
+    let pc = words(&[t_new as u32, cache.n_kv_heads as u32, cache.d as u32, pos0 as u32, cache.ctx as u32]);
+    s.dispatch(&p, &[x.into(), cache.buffer().into()], &pc, [gx, gy, 1])?;
+    Ok(())
+}
+
+/// One attention call: `t_q` queries at positions `q_pos0..q_pos0 + t_q` against the
+/// first `kv_len` cache positions.
+#[derive(Debug, Clone, Copy)]
+pub struct AttnShape {
+    /// Query tokens.
+    pub t_q: usize,
+    /// Query heads (a multiple of the cache's KV heads).
+    pub n_heads: usize,
+    /// Valid cache positions.
+    pub kv_len: usize,
+    /// Position of the first query (for the causal mask).
+    pub q_pos0: usize,
+    /// Mask keys after each query's position.
+    pub causal: bool,
+    /// Score scale, usually `1 / sqrt(d)`.
+    pub scale: f32,
+    /// Split the KV length over this many workgroups per (token, head) (decode); 1 for none.
+    pub n_splits: usize,
+}
+
+/// Scratch space [`flash_attn`] needs for `n_splits > 1`: `(partial outputs, max/sum)` in
+/// f32 elements.
+pub fn split_scratch_len(sh: &AttnShape, d: usize) -> (usize, usize) {
+    if sh.n_splits <= 1 {
+        (0, 0)
+    } else {
+        (sh.n_splits * sh.t_q * sh.n_heads * d, sh.n_splits * sh.t_q * sh.n_heads * 2)
+    }
+}
+
+/// Records `out = attention(q, K, V)` (see the module docs for layouts). With
+/// `n_splits > 1`, `scratch` holds buffers of at least [`split_scratch_len`] f32.
+///
+/// # Errors
+/// [`OpsError::Shape`] for heads that do not divide, `kv_len` past the cache, a missing or
+/// small scratch, or buffers too small; HAL errors.
+pub fn flash_attn(
+    s: &mut Stream,
+    q: &Buffer,
+    k: &KvCache,
+    v: &KvCache,
+    sh: AttnShape,
+    out: &Buffer,
+    scratch: Option<(&Buffer, &Buffer)>,
+) -> Result<()> {
+    let bad = |reason: String| Err(OpsError::Shape { op: "flash_attn", reason });
+    let d = k.d;
+    if (v.d, v.n_kv_heads, v.ctx) != (d, k.n_kv_heads, k.ctx) {
+        return bad("K and V caches differ in shape".into());
+    }
+    if sh.n_heads == 0 || k.n_kv_heads == 0 || !sh.n_heads.is_multiple_of(k.n_kv_heads) {
+        return bad(format!("{} query heads are not a multiple of {} KV heads", sh.n_heads, k.n_kv_heads));
+    }
+    if sh.kv_len > k.ctx {
+        return bad(format!("kv_len {} exceeds the cache's {} positions", sh.kv_len, k.ctx));
+    }
+    let n = sh.t_q * sh.n_heads * d;
+    if q.size() < 4 * n as u64 || out.size() < 4 * n as u64 {
+        return bad(format!("q and out need {} f32", n));
+    }
+    if sh.t_q == 0 {
+        return Ok(());
+    }
+    let dev = s.device().clone();
+    let lim = dev.caps().limits.max_workgroup_count;
+    let splits = sh.n_splits.max(1);
+    if sh.n_heads as u64 > u64::from(lim[0]) || sh.t_q as u64 > u64::from(lim[1]) || splits as u64 > u64::from(lim[2]) {
+        return bad("heads, tokens or splits exceed the device's grid".into());
+    }
+    let split_len = sh.kv_len.div_ceil(splits).max(1);
+    let wg = 64u32;
+    let p = pipeline(&dev, "flash_attn", wg)?;
+    let pc_words = |n_splits: usize| {
+        let mut w = vec![
+            sh.t_q as u32,
+            sh.n_heads as u32,
+            k.n_kv_heads as u32,
+            d as u32,
+            sh.kv_len as u32,
+            sh.q_pos0 as u32,
+            k.ctx as u32,
+            sh.causal as u32,
+            n_splits as u32,
+            split_len as u32,
+        ];
+        w.push(sh.scale.to_bits());
+        words(&w)
+    };
+    let groups = [sh.n_heads as u32, sh.t_q as u32, splits as u32];
+    if splits == 1 {
+        // The max/sum binding is unused: bind `out`.
+        s.dispatch(
+            &p,
+            &[q.into(), k.buffer().into(), v.buffer().into(), out.into(), out.into()],
+            &pc_words(1),
+            groups,
+        )?;
+        return Ok(());
+    }
+    let Some((po, ml)) = scratch else { return bad("n_splits > 1 needs scratch buffers".into()) };
+    let (po_len, ml_len) = split_scratch_len(&sh, d);
+    if po.size() < 4 * po_len as u64 || ml.size() < 4 * ml_len as u64 {
+        return bad(format!("scratch needs {po_len} and {ml_len} f32"));
+    }
+    s.dispatch(&p, &[q.into(), k.buffer().into(), v.buffer().into(), po.into(), ml.into()], &pc_words(splits), groups)?;
+    let c = pipeline(&dev, "flash_attn_combine", 64)?;
+    let rows = (sh.t_q * sh.n_heads) as u32;
+    if rows > lim[1] {
+        return bad("tokens x heads exceed the device's grid".into());
+    }
+    let pc = words(&[sh.t_q as u32, sh.n_heads as u32, d as u32, splits as u32]);
+    s.dispatch(&c, &[po.into(), ml.into(), out.into()], &pc, [(d as u32).div_ceil(64), rows, 1])?;
+    Ok(())
+}

@@ -1,0 +1,109 @@
+// Flash attention (streaming softmax, never materialising the score matrix) for
+// prefill and decode, over an f16 KV cache, with grouped-query heads and causal masking:
+//   out[t, h, :] = softmax_j(scale * q[t, h, :] . K[kvh, j, :]) V[kvh, j, :],
+//   kvh = h / (n_heads / n_kv_heads), j < kv_len, and j <= q_pos0 + t when causal.
+// Layouts: q, out f32 [t_q, n_heads, d] (token-major); K, V f16 [n_kv_heads, ctx, d] read
+// as packed words (no 16-bit storage feature needed); d even, <= 256.
+// Split over the KV length (decode): workgroup z = split s handles keys
+// [s * split_len, (s + 1) * split_len); with n_splits > 1 it writes its unnormalised
+// output to `out` at [s, t, h, :] and its running max and sum to ml[s, t, h, 0..2], and
+// flash_attn_combine.comp merges the splits.
+// Bindings: 0 = q, 1 = K, 2 = V, 3 = out (or partial outputs), 4 = ml (splits > 1).
+// Grid: x = heads, y = query tokens, z = splits. Workgroup: specialization constant 0 (64).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+layout(local_size_x_id = 0, local_size_x = 64) in;
+#define REDUCE_MAX 256
+#include "reduce.glsl"
+layout(std430, set = 0, binding = 0) readonly buffer Q { float q[]; };
+layout(std430, set = 0, binding = 1) readonly buffer K { uint kw[]; };
+layout(std430, set = 0, binding = 2) readonly buffer V { uint vw[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer O { float o[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer ML { float ml[]; };
+layout(push_constant) uniform P {
+    uint t_q; uint n_heads; uint n_kv_heads; uint d; uint kv_len; uint q_pos0; uint ctx;
+    uint causal; uint n_splits; uint split_len; float scale;
+} p;
+
+#define MAX_D 256
+#define MAX_DT 8 // output dims per invocation: MAX_D / smallest workgroup (32)
+shared float qs[MAX_D];
+shared float ps[256];
+
+float kv_at(uint word_base, uint i, bool is_v) {
+    uint w = is_v ? vw[word_base + (i >> 1)] : kw[word_base + (i >> 1)];
+    vec2 h = unpackHalf2x16(w);
+    return (i & 1u) == 0u ? h.x : h.y;
+}
+
+void main() {
+    uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, split = gl_WorkGroupID.z;
+    uint tid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
+    uint kvh = h / (p.n_heads / p.n_kv_heads);
+    uint qbase = (t * p.n_heads + h) * p.d;
+    for (uint i = tid; i < p.d; i += wg) qs[i] = q[qbase + i];
+    barrier();
+
+    uint end = p.kv_len;
+    if (p.causal != 0u) end = min(end, p.q_pos0 + t + 1u);
+    uint start = split * p.split_len;
+    end = min(end, start + p.split_len);
+
+    const float NEG_INF = uintBitsToFloat(0xFF800000u);
+    float m_run = NEG_INF, l_run = 0.0;
+    float acc[MAX_DT];
+    for (uint k = 0; k < MAX_DT; k++) acc[k] = 0.0;
+    uint head_words = (kvh * p.ctx) * (p.d / 2u);
+
+    for (uint j0 = start; j0 < end; j0 += wg) {
+        uint j = j0 + tid;
+        float s = NEG_INF;
+        if (j < end) {
+            uint kb = head_words + j * (p.d / 2u);
+            float dotv = 0.0;
+            for (uint i = 0; i < p.d; i += 2u) {
+                vec2 kk = unpackHalf2x16(kw[kb + (i >> 1)]);
+                dotv += qs[i] * kk.x + qs[i + 1u] * kk.y;
+            }
+            s = dotv * p.scale;
+        }
+        float m_new = max(m_run, wg_max(s));
+        float pj = (j < end) ? exp(s - m_new) : 0.0;
+        float corr = isinf(m_run) ? 0.0 : exp(m_run - m_new);
+        l_run = l_run * corr + wg_sum(pj);
+        ps[tid] = pj;
+        barrier();
+        uint n = min(wg, end - j0);
+        for (uint k = 0; k < MAX_DT; k++) {
+            uint dd = tid + k * wg;
+            if (dd >= p.d) break;
+            float a = acc[k] * corr;
+            for (uint jj = 0; jj < n; jj++) {
+                a += ps[jj] * kv_at(head_words + (j0 + jj) * (p.d / 2u), dd, true);
+            }
+            acc[k] = a;
+        }
+        m_run = m_new;
+        barrier();
+    }
+
+    if (p.n_splits == 1u) {
+        float inv = l_run > 0.0 ? 1.0 / l_run : 0.0; // no visible key: zeros
+        for (uint k = 0; k < MAX_DT; k++) {
+            uint dd = tid + k * wg;
+            if (dd >= p.d) break;
+            o[qbase + dd] = acc[k] * inv;
+        }
+    } else {
+        uint pbase = ((split * p.t_q + t) * p.n_heads + h);
+        for (uint k = 0; k < MAX_DT; k++) {
+            uint dd = tid + k * wg;
+            if (dd >= p.d) break;
+            o[pbase * p.d + dd] = acc[k];
+        }
+        if (tid == 0u) {
+            ml[pbase * 2u] = m_run;
+            ml[pbase * 2u + 1u] = l_run;
+        }
+    }
+}
