@@ -368,3 +368,46 @@ pub fn mat_vec_with(
     }
     Ok(())
 }
+
+/// Rows and tokens per tile of the quantized mat-mat (`mul_mat_q.comp`).
+pub const MAT_MAT_TILE: usize = 64;
+
+/// Records the quantized mat-mat for prompts, `y[n, r] = sum_c m[r, c] * x[n, c]` for
+/// `n < n_tok` (`x`: f32 `[n_tok, k]`, `y`: f32 `[n_tok, rows]`, row-major): 64 x 64 tiles,
+/// weight blocks dequantized into shared memory once per tile and reused by 64 tokens.
+/// Use [`mat_vec`] for a few tokens and this from about 8 on.
+///
+/// # Errors
+/// [`OpsError::Shape`] for buffers too small or a grid past the device's limits;
+/// [`OpsError::UnsupportedType`]; HAL errors.
+pub fn mat_mat(s: &mut Stream, m: &QMatrix, x: &vkml_hal::Buffer, n_tok: usize, y: &vkml_hal::Buffer) -> Result<()> {
+    let dev = s.device().clone();
+    if x.size() < 4 * (n_tok * m.k) as u64 || y.size() < 4 * (n_tok * m.rows) as u64 {
+        return Err(OpsError::Shape {
+            op: "mat_mat",
+            reason: format!(
+                "{n_tok} tokens of a {}x{} matrix need x of {} bytes and y of {} bytes, got {} and {}",
+                m.rows,
+                m.k,
+                4 * n_tok * m.k,
+                4 * n_tok * m.rows,
+                x.size(),
+                y.size()
+            ),
+        });
+    }
+    if n_tok == 0 || m.rows == 0 {
+        return Ok(());
+    }
+    let gx = m.rows.div_ceil(MAT_MAT_TILE) as u64;
+    let gy = n_tok.div_ceil(MAT_MAT_TILE) as u64;
+    let lim = dev.caps().limits.max_workgroup_count;
+    if gx > u64::from(lim[0]) || gy > u64::from(lim[1]) {
+        return Err(OpsError::Shape { op: "mat_mat", reason: format!("{gx} x {gy} tiles exceed the device's grid") });
+    }
+    let p =
+        dev.pipeline(&dev.kernel(&format!("mul_mat_q.{}", variant("mat_mat", m.ty)?))?, &PipelineOptions::default())?;
+    let pc = push(&[0, m.row_bytes as u32, m.k as u32, m.rows as u32, n_tok as u32]);
+    s.dispatch(&p, &[m.buffer().into(), x.into(), y.into()], &pc, [gx as u32, gy as u32, 1])?;
+    Ok(())
+}

@@ -181,6 +181,42 @@ fn mat_vec_matches_cpu_on_every_path() {
 }
 
 #[test]
+fn mat_mat_matches_cpu() {
+    let dev = device();
+    for &ty in SUPPORTED {
+        let bs = ty.block_size().max(32);
+        for (rows, k, n_tok) in [(37, bs, 8), (70, 3 * bs, 33), (129, 2 * bs, 70)] {
+            let bytes = encode(ty, &weights(rows, k, 5 + rows as u64));
+            let w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
+            let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+            let x = weights(n_tok, k, 31 + n_tok as u64);
+            let xb = dev.upload(&x).unwrap();
+            let yb = dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+            let mut s = Stream::new(&dev).unwrap();
+            quant::mat_mat(&mut s, &m, &xb, n_tok, &yb).unwrap();
+            s.finish_and_wait().unwrap();
+            let y = yb.to_vec::<f32>().unwrap();
+            for n in 0..n_tok {
+                for r in 0..rows {
+                    let (mut dot, mut mag) = (0f64, 0f64);
+                    for c in 0..k {
+                        let p = f64::from(w[r * k + c]) * f64::from(x[n * k + c]);
+                        dot += p;
+                        mag += p.abs();
+                    }
+                    let got = f64::from(y[n * rows + r]);
+                    assert!(
+                        (got - dot).abs() <= 1e-5 * mag + 1e-30,
+                        "{ty:?} {rows}x{k} token {n} row {r}: gpu {got} cpu {dot}"
+                    );
+                }
+            }
+        }
+    }
+    assert_clean(&dev);
+}
+
+#[test]
 fn shape_and_type_errors_are_clear() {
     let dev = device();
     let e = QMatrix::upload(&dev, GgmlType::Q4_0, 2, 48, &[0u8; 54]).unwrap_err();

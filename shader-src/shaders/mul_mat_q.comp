@@ -1,0 +1,79 @@
+//! variant f32 QTYPE=0
+//! variant f16 QTYPE=1
+//! variant bf16 QTYPE=30
+//! variant q4_0 QTYPE=2
+//! variant q4_1 QTYPE=3
+//! variant q5_0 QTYPE=6
+//! variant q5_1 QTYPE=7
+//! variant q8_0 QTYPE=8
+//! variant q8_1 QTYPE=9
+//! variant q2_k QTYPE=10
+//! variant q3_k QTYPE=11
+//! variant q4_k QTYPE=12
+//! variant q5_k QTYPE=13
+//! variant q6_k QTYPE=14
+//! variant q8_k QTYPE=15
+//! variant iq4_nl QTYPE=20
+//! variant iq4_xs QTYPE=23
+//! variant mxfp4 QTYPE=39
+//! variant nvfp4 QTYPE=40
+//! variant tq1_0 QTYPE=34
+//! variant tq2_0 QTYPE=35
+//! variant q1_0 QTYPE=41
+//! variant q2_0 QTYPE=42
+// Quantized mat-mat for prompts: C[n, r] = sum_c X[n, c] * W[r, c] for n < n_tok, r < rows.
+// X f32 [n_tok, k] row-major; W raw blocks (row r at w_offset + r * row_bytes); C f32 [n_tok, rows].
+// Tiles of BM = 64 weight rows x BN = 64 tokens x BK = 32; the weight tile is dequantized
+// into shared memory once per step (dq() of quant.glsl, any supported type) and reused
+// by all 64 tokens; 256 invocations each accumulate 4 x 4 outputs in f32.
+// Bindings: 0 = W, 1 = X, 2 = C. Push constants: w_offset, row_bytes, k, rows, n_tok.
+// Grid: x = ceil(rows / 64), y = ceil(n_tok / 64).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+layout(local_size_x = 256) in;
+#include "quant.glsl"
+layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer C { float c[]; };
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; } p;
+
+#define BM 64
+#define BN 64
+#define BK 32
+shared float ws[BK][BM + 1];
+shared float xs[BK][BN + 1];
+
+void main() {
+    uint r0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
+    uint tid = gl_LocalInvocationID.x;
+    uint tr = tid % 16u, tn = tid / 16u;
+    float acc[4][4];
+    for (uint i = 0; i < 4u; i++) for (uint j = 0; j < 4u; j++) acc[i][j] = 0.0;
+    for (uint k0 = 0; k0 < p.k; k0 += BK) {
+        for (uint i = tid; i < BM * BK; i += 256u) {
+            uint rr = i / BK, kk = i % BK, r = r0 + rr, col = k0 + kk;
+            float v = 0.0;
+            if (r < p.rows && col < p.k) v = dq(p.w_offset + r * p.row_bytes + (col / QK) * QBYTES, col % QK);
+            ws[kk][rr] = v;
+        }
+        for (uint i = tid; i < BN * BK; i += 256u) {
+            uint nn = i / BK, kk = i % BK, n = n0 + nn, col = k0 + kk;
+            xs[kk][nn] = (n < p.n_tok && col < p.k) ? x[n * p.k + col] : 0.0;
+        }
+        barrier();
+        for (uint kk = 0; kk < BK; kk++) {
+            float a[4], b[4];
+            for (uint i = 0; i < 4u; i++) a[i] = ws[kk][tr + 16u * i];
+            for (uint j = 0; j < 4u; j++) b[j] = xs[kk][tn + 16u * j];
+            for (uint i = 0; i < 4u; i++) for (uint j = 0; j < 4u; j++) acc[i][j] += a[i] * b[j];
+        }
+        barrier();
+    }
+    for (uint i = 0; i < 4u; i++) {
+        uint r = r0 + tr + 16u * i;
+        if (r >= p.rows) continue;
+        for (uint j = 0; j < 4u; j++) {
+            uint n = n0 + tn + 16u * j;
+            if (n < p.n_tok) c[n * p.rows + r] = acc[i][j];
+        }
+    }
+}
