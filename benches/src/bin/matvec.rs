@@ -180,4 +180,28 @@ fn main() {
             );
         }
     }
+
+    // Quantized mat-mat (prompt processing): 14336 rows x 4096 k by 512 tokens.
+    println!("\n| type | rows x k x tokens | GPU ms | TFLOP/s |");
+    println!("|---|---|---|---|");
+    let (rows, k, n_tok) = (14336usize, 4096usize, 512usize);
+    let x = dev.upload(&random(n_tok * k, 11)).unwrap();
+    let y = dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+    for (ty, bytes_all) in &encoded {
+        if !matches!(ty, GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::F16) {
+            continue;
+        }
+        let m = QMatrix::upload(&dev, *ty, rows, k, &bytes_all[..rows * k / ty.block_size() * ty.type_size()]).unwrap();
+        let mut s = Stream::new(&dev).unwrap();
+        quant::mat_mat(&mut s, &m, &x, n_tok, &y).unwrap();
+        s.finish_and_wait().unwrap();
+        let reps = 5;
+        for _ in 0..reps {
+            quant::mat_mat(&mut s, &m, &x, n_tok, &y).unwrap();
+        }
+        let t = Instant::now();
+        s.finish_and_wait().unwrap();
+        let secs = t.elapsed().as_secs_f64() / f64::from(reps);
+        println!("| {ty:?} | {rows}x{k}x{n_tok} | {:.2} | {:.1} |", secs * 1e3, 2.0 * (rows * k * n_tok) as f64 / secs / 1e12);
+    }
 }
