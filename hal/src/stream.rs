@@ -218,14 +218,7 @@ impl Stream {
             }
             self.hazards.clear();
             // Order against everything submitted earlier on this queue.
-            self.full_barrier(
-                cmd,
-                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-                vk::AccessFlags::SHADER_READ
-                    | vk::AccessFlags::SHADER_WRITE
-                    | vk::AccessFlags::TRANSFER_READ
-                    | vk::AccessFlags::TRANSFER_WRITE,
-            );
+            self.command_barrier(cmd);
             self.current = Some(Batch {
                 cmd,
                 commands: 0,
@@ -236,6 +229,19 @@ impl Stream {
             });
         }
         Ok(self.current.as_mut().expect("batch begun above"))
+    }
+
+    /// Makes every earlier compute/transfer write visible to later compute/transfer
+    /// commands (the barrier between dependent commands).
+    fn command_barrier(&self, cmd: vk::CommandBuffer) {
+        self.full_barrier(
+            cmd,
+            vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+            vk::AccessFlags::SHADER_READ
+                | vk::AccessFlags::SHADER_WRITE
+                | vk::AccessFlags::TRANSFER_READ
+                | vk::AccessFlags::TRANSFER_WRITE,
+        );
     }
 
     fn full_barrier(&self, cmd: vk::CommandBuffer, dst_stage: vk::PipelineStageFlags, dst_access: vk::AccessFlags) {
@@ -261,14 +267,7 @@ impl Stream {
     fn track(&mut self, accesses: &[(u64, u64, u64, Access)]) -> Result<()> {
         let cmd = self.batch()?.cmd;
         if accesses.iter().any(|&(id, s, e, a)| self.hazards.conflicts(id, s, e, a)) {
-            self.full_barrier(
-                cmd,
-                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-                vk::AccessFlags::SHADER_READ
-                    | vk::AccessFlags::SHADER_WRITE
-                    | vk::AccessFlags::TRANSFER_READ
-                    | vk::AccessFlags::TRANSFER_WRITE,
-            );
+            self.command_barrier(cmd);
             self.hazards.clear();
             self.stats.barriers += 1;
         }

@@ -188,6 +188,25 @@ fn grid(dev: &Device, groups: u64) -> Result<[u32; 3]> {
     Ok([x as u32, y as u32, 1])
 }
 
+/// Checks that `x` holds `n` f32 rows of `m.k` and `y` holds `n` rows of `m.rows`.
+fn check_io(op: &'static str, m: &QMatrix, x: &vkml_hal::Buffer, n: usize, y: &vkml_hal::Buffer) -> Result<()> {
+    if x.size() < 4 * (n * m.k) as u64 || y.size() < 4 * (n * m.rows) as u64 {
+        return Err(OpsError::Shape {
+            op,
+            reason: format!(
+                "an input of {n} rows through a {}x{} matrix needs x of {} bytes and y of {} bytes, got {} and {}",
+                m.rows,
+                m.k,
+                4 * n * m.k,
+                4 * n * m.rows,
+                x.size(),
+                y.size()
+            ),
+        });
+    }
+    Ok(())
+}
+
 fn push(words: &[u32]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
@@ -278,20 +297,7 @@ pub fn mat_vec_with(
     cfg: MatVecConfig,
 ) -> Result<()> {
     let dev = s.device().clone();
-    if x.size() < 4 * (batch * m.k) as u64 || y.size() < 4 * (batch * m.rows) as u64 {
-        return Err(OpsError::Shape {
-            op: "mat_vec",
-            reason: format!(
-                "batch {batch} of a {}x{} matrix needs x of {} bytes and y of {} bytes, got {} and {}",
-                m.rows,
-                m.k,
-                4 * batch * m.k,
-                4 * batch * m.rows,
-                x.size(),
-                y.size()
-            ),
-        });
-    }
+    check_io("mat_vec", m, x, batch, y)?;
     if !(1..=8).contains(&cfg.rows_per_subgroup) {
         return Err(OpsError::Shape {
             op: "mat_vec",
@@ -382,20 +388,7 @@ pub const MAT_MAT_TILE: usize = 64;
 /// [`OpsError::UnsupportedType`]; HAL errors.
 pub fn mat_mat(s: &mut Stream, m: &QMatrix, x: &vkml_hal::Buffer, n_tok: usize, y: &vkml_hal::Buffer) -> Result<()> {
     let dev = s.device().clone();
-    if x.size() < 4 * (n_tok * m.k) as u64 || y.size() < 4 * (n_tok * m.rows) as u64 {
-        return Err(OpsError::Shape {
-            op: "mat_mat",
-            reason: format!(
-                "{n_tok} tokens of a {}x{} matrix need x of {} bytes and y of {} bytes, got {} and {}",
-                m.rows,
-                m.k,
-                4 * n_tok * m.k,
-                4 * n_tok * m.rows,
-                x.size(),
-                y.size()
-            ),
-        });
-    }
+    check_io("mat_mat", m, x, n_tok, y)?;
     if n_tok == 0 || m.rows == 0 {
         return Ok(());
     }
