@@ -55,6 +55,9 @@ pub const VEC4_TYPES: &[GgmlType] = &[
 /// Types with a block-wise mat-vec kernel (`mul_mat_vec_q32.comp`).
 pub const Q32_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0];
 
+/// Types with an integer-dot mat-vec kernel (`mul_mat_vec_dot.comp`).
+pub const DOT_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q8_0];
+
 /// Most batch columns one mat-vec dispatch handles (`MAX_BATCH` in the shader).
 pub const MAX_MAT_VEC_BATCH: usize = 8;
 
@@ -315,6 +318,15 @@ pub fn mat_vec_with(
     }
     let caps = dev.caps();
     let row_sg = tuning::row_subgroup_size(caps).filter(|_| cfg.subgroup_rows && Q32_TYPES.contains(&m.ty));
+    let use_dot = row_sg.is_some() && cfg.integer_dot && caps.integer_dot.supported && DOT_TYPES.contains(&m.ty);
+    // x as Q8_1 for the integer-dot kernel: 36 bytes per 32 values, all batch rows.
+    let xq = if use_dot {
+        let xq = dev.alloc(36 * (batch * m.k / 32) as u64, MemoryKind::DeviceLocal)?;
+        quantize_q8_1(s, x, batch * m.k / 32, &xq)?;
+        Some(xq)
+    } else {
+        None
+    };
     let groups = match row_sg {
         Some((sg, _)) => {
             grid(&dev, (m.rows as u64).div_ceil(u64::from(cfg.workgroup.max(sg) / sg * cfg.rows_per_subgroup)))?
@@ -324,7 +336,7 @@ pub fn mat_vec_with(
     let pipeline_for = |nb: usize| -> Result<std::sync::Arc<vkml_hal::Pipeline>> {
         let (name, options) = match row_sg {
             Some((sg, require)) => (
-                format!("mul_mat_vec_q32.{}", variant("mat_vec", m.ty)?),
+                format!("mul_mat_vec_{}.{}", if use_dot { "dot" } else { "q32" }, variant("mat_vec", m.ty)?),
                 PipelineOptions {
                     spec_constants: vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, cfg.rows_per_subgroup)],
                     required_subgroup_size: require.then_some(sg),
@@ -361,17 +373,50 @@ pub fn mat_vec_with(
             });
         }
         let p = pipeline_for(nb)?;
-        s.dispatch(
-            &p,
-            &[
-                m.buffer().into(),
-                BufferArg::range(x, x_off, (4 * nb * m.k) as u64),
-                BufferArg::range(y, y_off, (4 * nb * m.rows) as u64),
-            ],
-            &pc,
-            groups,
-        )?;
+        let x_arg = match &xq {
+            // Q8_1 rows: 36 bytes per 32 values; the chunk's offset must be aligned as well.
+            Some(xq) => {
+                let off = (36 * b0 * m.k / 32) as u64;
+                if !off.is_multiple_of(align) {
+                    return Err(OpsError::Shape {
+                        op: "mat_vec",
+                        reason: format!(
+                            "batch > {MAX_MAT_VEC_BATCH} with integer dot needs {align}-byte aligned Q8_1 rows"
+                        ),
+                    });
+                }
+                BufferArg::range(xq, off, (36 * nb * m.k / 32) as u64)
+            }
+            None => BufferArg::range(x, x_off, (4 * nb * m.k) as u64),
+        };
+        s.dispatch(&p, &[m.buffer().into(), x_arg, BufferArg::range(y, y_off, (4 * nb * m.rows) as u64)], &pc, groups)?;
     }
+    Ok(())
+}
+
+/// Records the quantization of `n_blocks * 32` f32 values of `x` to Q8_1 blocks in `out`
+/// (36 bytes each: f16 d, f16 s = d * sum(q), 32 x i8), as ggml's `quantize_row_q8_1_ref`
+/// up to GPU division rounding (a quant may differ by one step at a rounding boundary).
+///
+/// # Errors
+/// [`OpsError::Shape`] for buffers too small; HAL errors.
+pub fn quantize_q8_1(s: &mut Stream, x: &vkml_hal::Buffer, n_blocks: usize, out: &vkml_hal::Buffer) -> Result<()> {
+    if x.size() < 128 * n_blocks as u64 || out.size() < 36 * n_blocks as u64 {
+        return Err(OpsError::Shape {
+            op: "quantize_q8_1",
+            reason: format!("{n_blocks} blocks need x of {} bytes and out of {} bytes", 128 * n_blocks, 36 * n_blocks),
+        });
+    }
+    if n_blocks == 0 {
+        return Ok(());
+    }
+    let dev = s.device().clone();
+    let p = dev.pipeline(
+        &dev.kernel("quantize_q8_1")?,
+        &PipelineOptions { spec_constants: vec![(0, 64)], ..Default::default() },
+    )?;
+    let groups = grid(&dev, (n_blocks as u64).div_ceil(64))?;
+    s.dispatch(&p, &[x.into(), out.into()], &push(&[n_blocks as u32]), groups)?;
     Ok(())
 }
 

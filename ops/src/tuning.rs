@@ -21,6 +21,11 @@ pub struct MatVecConfig {
     pub subgroup_rows: bool,
     /// Rows per subgroup in the block-wise kernel (1..=8): each `x` load serves this many rows.
     pub rows_per_subgroup: u32,
+    /// Quantize `x` to Q8_1 on the GPU and use packed 4x8-bit integer dot products
+    /// (`mul_mat_vec_dot.comp`) for the types that have it, where the block-wise kernel
+    /// applies. Changes results by the Q8_1 rounding of `x` (as ggml's MMVQ path does);
+    /// on by default where `integerDotProduct4x8BitPackedSignedAccelerated` is set.
+    pub integer_dot: bool,
 }
 
 /// The subgroup size the block-wise mat-vec runs with, and whether the pipeline must
@@ -68,5 +73,6 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         vec4: true,
         subgroup_rows: row_subgroup_size(caps).is_some(),
         rows_per_subgroup,
+        integer_dot: caps.integer_dot.supported && caps.integer_dot.packed_4x8_signed_accelerated,
     }
 }

@@ -119,6 +119,7 @@ fn mat_vec_matches_cpu_on_every_path() {
                 vec4,
                 subgroup_rows: false,
                 rows_per_subgroup: 1,
+                integer_dot: false,
             });
             if sg {
                 configs.push(MatVecConfig {
@@ -127,6 +128,7 @@ fn mat_vec_matches_cpu_on_every_path() {
                     vec4,
                     subgroup_rows: false,
                     rows_per_subgroup: 1,
+                    integer_dot: false,
                 });
             }
         }
@@ -139,6 +141,7 @@ fn mat_vec_matches_cpu_on_every_path() {
                 vec4: true,
                 subgroup_rows: true,
                 rows_per_subgroup,
+                integer_dot: false,
             });
         }
     }
@@ -217,6 +220,80 @@ fn mat_mat_matches_cpu() {
 }
 
 #[test]
+fn q8_1_quantization_matches_cpu_within_one_step() {
+    let dev = device();
+    let n_blocks = 300;
+    let x = weights(1, 32 * n_blocks, 17);
+    let xb = dev.upload(&x).unwrap();
+    let out = dev.alloc(36 * n_blocks as u64, MemoryKind::DeviceLocal).unwrap();
+    let mut s = Stream::new(&dev).unwrap();
+    quant::quantize_q8_1(&mut s, &xb, n_blocks, &out).unwrap();
+    s.finish_and_wait().unwrap();
+    let gpu: Vec<vkml_quant::blocks::BlockQ8_1> = out.to_vec().unwrap();
+    let cpu = vkml_quant::quantize_q8_1(&x).unwrap();
+    let mut off_by_one = 0;
+    for (i, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
+        let (gd, cd) = (g.d.to_f32(), c.d.to_f32());
+        assert!((gd - cd).abs() <= 1e-3 * cd.abs(), "block {i}: d {gd} vs {cd}");
+        for j in 0..32 {
+            let diff = (i32::from(g.qs[j]) - i32::from(c.qs[j])).abs();
+            assert!(diff <= 1, "block {i} q[{j}]: {} vs {}", g.qs[j], c.qs[j]);
+            off_by_one += diff;
+        }
+        let sum: i32 = g.qs.iter().map(|&q| i32::from(q)).sum();
+        assert!((g.s.to_f32() - sum as f32 * gd).abs() <= 1e-3 * (sum as f32 * gd).abs() + 1e-3, "block {i}: s");
+    }
+    // Rounding-boundary differences are rare, not systematic.
+    assert!(off_by_one <= (32 * n_blocks) as i32 / 100, "{off_by_one} quants differ by one");
+    assert_clean(&dev);
+}
+
+#[test]
+fn integer_dot_mat_vec_matches_cpu_dot() {
+    let dev = device();
+    if vkml_ops::tuning::row_subgroup_size(dev.caps()).is_none() || !dev.caps().integer_dot.supported {
+        eprintln!("skipped: no integer dot product or usable subgroup size on this device");
+        return;
+    }
+    for &ty in quant::DOT_TYPES {
+        for (rows, k, batch) in [(37usize, 32usize, 1usize), (70, 320, 3), (129, 96, 8)] {
+            let bytes = encode(ty, &weights(rows, k, 9 + rows as u64));
+            let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+            let x = weights(batch, k, 3 + k as u64);
+            let xb = dev.upload(&x).unwrap();
+            let yb = dev.alloc(4 * (batch * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+            let xq = dev.alloc(36 * (batch * k / 32) as u64, MemoryKind::DeviceLocal).unwrap();
+            let cfg = MatVecConfig { integer_dot: true, ..vkml_ops::tuning::mat_vec_config(dev.caps()) };
+            let mut s = Stream::new(&dev).unwrap();
+            quant::mat_vec_with(&mut s, &m, &xb, batch, &yb, MatVecConfig { subgroup_rows: true, ..cfg }).unwrap();
+            quant::quantize_q8_1(&mut s, &xb, batch * k / 32, &xq).unwrap();
+            s.finish_and_wait().unwrap();
+            let y = yb.to_vec::<f32>().unwrap();
+            let xq: Vec<vkml_quant::blocks::BlockQ8_1> = xq.to_vec().unwrap();
+            let row_bytes = m.row_bytes() as usize;
+            for b in 0..batch {
+                let xblocks = &xq[b * k / 32..(b + 1) * k / 32];
+                for r in 0..rows {
+                    // ggml's integer dot on the very Q8_1 blocks the GPU used.
+                    let want =
+                        vkml_quant::vec_dot_q8_1(ty, &bytes[r * row_bytes..(r + 1) * row_bytes], xblocks).unwrap();
+                    let w = vkml_quant::dequantize_to_vec(ty, &bytes[r * row_bytes..(r + 1) * row_bytes]).unwrap();
+                    let mag: f32 = (0..k)
+                        .map(|c| (w[c] * xblocks[c / 32].d.to_f32() * f32::from(xblocks[c / 32].qs[c % 32])).abs())
+                        .sum();
+                    let got = y[b * rows + r];
+                    assert!(
+                        (got - want).abs() <= 1e-5 * mag + 1e-6,
+                        "{ty:?} {rows}x{k} batch {b} row {r}: gpu {got} cpu {want}"
+                    );
+                }
+            }
+        }
+    }
+    assert_clean(&dev);
+}
+
+#[test]
 fn shape_and_type_errors_are_clear() {
     let dev = device();
     let e = QMatrix::upload(&dev, GgmlType::Q4_0, 2, 48, &[0u8; 54]).unwrap_err();
@@ -267,7 +344,8 @@ fn tuning_table_per_architecture() {
                 subgroup_reduce: true,
                 vec4: true,
                 subgroup_rows: true,
-                rows_per_subgroup: nr
+                rows_per_subgroup: nr,
+                integer_dot: caps.integer_dot.supported && caps.integer_dot.packed_4x8_signed_accelerated,
             },
             "{arch:?}"
         );
