@@ -24,7 +24,7 @@ pub struct MatVecConfig {
     /// Quantize `x` to Q8_1 on the GPU and use packed 4x8-bit integer dot products
     /// (`mul_mat_vec_dot.comp`) for the types that have it, where the block-wise kernel
     /// applies. Changes results by the Q8_1 rounding of `x` (as ggml's MMVQ path does);
-    /// on by default where `integerDotProduct4x8BitPackedSignedAccelerated` is set.
+    /// off by default until `x` is quantized once per step and shared (see `mat_vec_config`).
     pub integer_dot: bool,
 }
 
@@ -73,6 +73,9 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         vec4: true,
         subgroup_rows: row_subgroup_size(caps).is_some(),
         rows_per_subgroup,
-        integer_dot: caps.integer_dot.supported && caps.integer_dot.packed_4x8_signed_accelerated,
+        // Off by default: each mat_vec call quantizes x itself today, and on the H100
+        // that extra dispatch and barrier cost more than the int8 loads save
+        // (benches/RESULTS.md). It pays once x is quantized once per decode step.
+        integer_dot: false,
     }
 }

@@ -345,7 +345,7 @@ fn tuning_table_per_architecture() {
                 vec4: true,
                 subgroup_rows: true,
                 rows_per_subgroup: nr,
-                integer_dot: caps.integer_dot.supported && caps.integer_dot.packed_4x8_signed_accelerated,
+                integer_dot: false,
             },
             "{arch:?}"
         );

@@ -6,7 +6,8 @@
 //! not the 50 MB L2.
 //!
 //! Usage: `matvec [--min-bytes N] [--reps N]`; device per `VKML_DEVICE`; `VKML_MATVEC_NR`
-//! overrides the rows per subgroup of the block-wise kernel. Prints a Markdown
+//! overrides the rows per subgroup of the block-wise kernel, `VKML_MATVEC_IDOT=0|1` the
+//! integer-dot path. Prints a Markdown
 //! table. Times are host wall-clock around one submission of many independent dispatches
 //! (submission latency amortised over ≥ 1 ms of work); host recording is timed apart.
 
@@ -111,6 +112,9 @@ fn main() {
     let mut cfg = vkml_ops::tuning::mat_vec_config(c);
     if let Some(nr) = std::env::var("VKML_MATVEC_NR").ok().and_then(|v| v.parse().ok()) {
         cfg.rows_per_subgroup = nr;
+    }
+    if let Ok(v) = std::env::var("VKML_MATVEC_IDOT") {
+        cfg.integer_dot = v == "1";
     }
     println!("mat-vec launch: {cfg:?}");
     println!("device: {} ({}, driver {}), commit {}", c.name, c.driver_name, c.driver_version, option_env!("VKML_COMMIT").unwrap_or("unknown"));
