@@ -9,6 +9,7 @@
 //! //! variant f32 TYPE=float
 //! //! variant f16 TYPE=float16_t
 //! //! target vulkan1.3
+//! //! variants-of dequant.comp      (every variant of another shader, same names and defines)
 //! ```
 //!
 //! Each variant is registered as `<file stem>.<variant>`; a shader without variant lines is
@@ -173,6 +174,21 @@ fn parse_header(file: &Path, stem: &str, source: &str) -> (compile::TargetEnv, V
                     })
                     .collect();
                 variants.push(Variant { key: format!("{stem}.{name}"), defines });
+            }
+            Some("variants-of") => {
+                // The variant list of another shader (same names and defines), so that
+                // kernels covering every type need the list kept in one place.
+                let other = words.next().unwrap_or_else(|| die(&format!("{}: `//! variants-of` needs a file", file.display())));
+                let path = file.with_file_name(other);
+                let text = read(&path);
+                let (_, theirs) = parse_header(&path, "", &text);
+                for v in theirs {
+                    let name = v.key.trim_start_matches('.');
+                    if name.is_empty() {
+                        die(&format!("{}: {other} declares no variants", file.display()));
+                    }
+                    variants.push(Variant { key: format!("{stem}.{name}"), defines: v.defines });
+                }
             }
             Some("target") => {
                 target = match words.next() {

@@ -1,26 +1,4 @@
-//! variant f32 QTYPE=0
-//! variant f16 QTYPE=1
-//! variant bf16 QTYPE=30
-//! variant q4_0 QTYPE=2
-//! variant q4_1 QTYPE=3
-//! variant q5_0 QTYPE=6
-//! variant q5_1 QTYPE=7
-//! variant q8_0 QTYPE=8
-//! variant q8_1 QTYPE=9
-//! variant q2_k QTYPE=10
-//! variant q3_k QTYPE=11
-//! variant q4_k QTYPE=12
-//! variant q5_k QTYPE=13
-//! variant q6_k QTYPE=14
-//! variant q8_k QTYPE=15
-//! variant iq4_nl QTYPE=20
-//! variant iq4_xs QTYPE=23
-//! variant mxfp4 QTYPE=39
-//! variant nvfp4 QTYPE=40
-//! variant tq1_0 QTYPE=34
-//! variant tq2_0 QTYPE=35
-//! variant q1_0 QTYPE=41
-//! variant q2_0 QTYPE=42
+//! variants-of dequant.comp
 // Quantized mat-mat for prompts: C[n, r] = sum_c X[n, c] * W[r, c] for n < n_tok, r < rows.
 // X f32 [n_tok, k] row-major; W raw blocks (row r at w_offset + r * row_bytes); C f32 [n_tok, rows].
 // Tiles of BM = 64 weight rows x BN = 64 tokens x BK = 32; the weight tile is dequantized
