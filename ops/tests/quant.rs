@@ -38,14 +38,46 @@ fn weights(rows: usize, k: usize, seed: u64) -> Vec<f32> {
     v
 }
 
-/// Raw GGML bytes of `w` in type `ty` (floats are stored as-is).
+/// Raw GGML bytes of `w` in type `ty` (floats are stored as-is). Types vkml-quant cannot
+/// quantize (the grid i-quants) get pseudo-random blocks ([`random_blocks`]).
 fn encode(ty: GgmlType, w: &[f32]) -> Vec<u8> {
     match ty {
         GgmlType::F32 => w.iter().flat_map(|x| x.to_le_bytes()).collect(),
         GgmlType::F16 => w.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect(),
         GgmlType::BF16 => w.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect(),
-        ty => vkml_quant::quantize(ty, w).unwrap(),
+        ty => vkml_quant::quantize(ty, w).unwrap_or_else(|_| random_blocks(ty, w)),
     }
+}
+
+/// Pseudo-random blocks of `ty` holding `w.len()` elements: random bytes (every grid index,
+/// sign pattern and sub-block scale is valid) with the f16 super-block scale set from the
+/// block's largest |w|, so the values are finite and of the weights' magnitude.
+fn random_blocks(ty: GgmlType, w: &[f32]) -> Vec<u8> {
+    let (bs, ts) = (ty.block_size(), ty.type_size());
+    let mut s = w.iter().fold(w.len() as u64, |h, x| h.rotate_left(5) ^ u64::from(x.to_bits())) | 1;
+    let mut out = Vec::with_capacity(w.len() / bs * ts);
+    for blk in w.chunks(bs) {
+        let mut b: Vec<u8> = (0..ts)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 24) as u8
+            })
+            .collect();
+        let amax = blk.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let d = half::f16::from_f32(amax / 8.0).to_bits();
+        if ty == GgmlType::IQ1_M {
+            // The scale is spread over the top nibbles of the four u16 `scales` (bytes 48..56).
+            for i in 0..4 {
+                b[49 + 2 * i] = (b[49 + 2 * i] & 0x0F) | ((((d >> (4 * i)) & 0xF) as u8) << 4);
+            }
+        } else {
+            b[..2].copy_from_slice(&d.to_le_bytes());
+        }
+        out.extend_from_slice(&b);
+    }
+    out
 }
 
 fn shapes(ty: GgmlType) -> Vec<(usize, usize)> {
@@ -300,8 +332,8 @@ fn shape_and_type_errors_are_clear() {
     assert!(e.to_string().contains("not a positive multiple of the Q4_0 block size 32"), "{e}");
     let e = QMatrix::upload(&dev, GgmlType::Q4_0, 2, 32, &[0u8; 35]).unwrap_err();
     assert!(e.to_string().contains("got 35"), "{e}");
-    let e = QMatrix::upload(&dev, GgmlType::IQ2_XXS, 1, 256, &[0u8; 66]).unwrap_err();
-    assert!(e.to_string().contains("no GPU kernel for IQ2_XXS"), "{e}");
+    let e = QMatrix::upload(&dev, GgmlType::I32, 1, 4, &[0u8; 16]).unwrap_err();
+    assert!(e.to_string().contains("no GPU kernel for I32"), "{e}");
     let m = QMatrix::upload(&dev, GgmlType::Q8_0, 4, 32, &[0u8; 4 * 34]).unwrap();
     let small = dev.alloc(8, MemoryKind::DeviceLocal).unwrap();
     let mut s = Stream::new(&dev).unwrap();

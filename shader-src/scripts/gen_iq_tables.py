@@ -2,13 +2,22 @@
 """Generates shader-src/shaders/include/iq_tables.glsl from quant/src/tables.rs.
 
 The tables are data defined by the GGML formats (ggml-common.h: grid points, sign
-patterns, code books); vkml-quant holds the canonical copy. Each table is emitted as a
-GLSL constant array inside `#if` on the QTYPE values that read it, so a kernel variant
-only compiles the table of its own format. 64-bit grid entries become two uints
-(low word first): byte j of entry i is `(T[2 * i + (j >> 2)] >> (8 * (j & 3))) & 0xFF`.
+patterns, code books); vkml-quant holds the canonical copy. Each table becomes a GLSL
+constant array inside `#if` on the QTYPE values that read it, so a kernel variant only
+compiles the table of its own format.
 
-Usage: python3 shader-src/scripts/gen_iq_tables.py   (from the repository root; rewrites
-the header; `--check` exits 1 if the committed header is stale).
+The grids are stored packed: every grid byte takes one of at most 8 values, so each is
+replaced by its code (2 or 3 bits) into the table's sorted value list, an entry's codes
+are concatenated (16 bits for 8 bytes of 4 values, 12 bits for 4 bytes of 8), two
+entries share a 32-bit word, and words are grouped into uvec4s. This is 4x smaller
+than the raw tables, and it matters: Mesa lavapipe (llvmpipe) copies a dynamically
+indexed constant array into a local array and its LLVM compile time grows about
+quadratically with the array's element count (a 2048-uint grid took ~7 minutes per
+kernel variant). `uint NAME_byte(uint i, uint j)` returns byte j of entry i exactly as
+in the original table (the generator checks the round trip).
+
+Usage: python3 shader-src/scripts/gen_iq_tables.py   (rewrites the header;
+`--check` exits 1 if the committed header is stale).
 """
 import re
 import sys
@@ -18,28 +27,25 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "quant" / "src" / "tables.rs"
 DST = ROOT / "shader-src" / "shaders" / "include" / "iq_tables.glsl"
 
-# table name in tables.rs -> (GLSL element type, QTYPE ids that use it)
 # GGUF ids: 16 IQ2_XXS, 17 IQ2_XS, 18 IQ3_XXS, 19 IQ1_S, 20 IQ4_NL, 21 IQ3_S, 22 IQ2_S,
 #           23 IQ4_XS, 29 IQ1_M, 39 MXFP4, 40 NVFP4.
-TABLES = {
-    "KSIGNS_IQ2XS": ("uint", [16, 17, 18]),
-    "IQ2XXS_GRID": ("uint", [16]),
-    "IQ2XS_GRID": ("uint", [17]),
-    "IQ2S_GRID": ("uint", [22]),
-    "IQ3XXS_GRID": ("uint", [18]),
-    "IQ3S_GRID": ("uint", [21]),
-    "IQ1S_GRID": ("uint", [19, 29]),
-    "KVALUES_IQ4NL": ("int", [20, 23]),
-    "KVALUES_FP4": ("int", [39, 40]),
+GRIDS = {  # name -> QTYPE ids that read it
+    "IQ2XXS_GRID": [16],
+    "IQ2XS_GRID": [17],
+    "IQ2S_GRID": [22],
+    "IQ3XXS_GRID": [18],
+    "IQ3S_GRID": [21],
+    "IQ1S_GRID": [19, 29],
 }
+BYTES = {"KSIGNS_IQ2XS": [16, 17, 18]}  # u8 tables, packed 4 per uint
+INTS = {"KVALUES_IQ4NL": [20, 23], "KVALUES_FP4": [39, 40]}  # small, kept as int[]
 
 DECL = re.compile(r"pub const (\w+): \[(\w+); (\d+)\] = \[(.*?)\];", re.S)
 
 
 def parse():
-    text = SRC.read_text()
     out = {}
-    for m in DECL.finditer(text):
+    for m in DECL.finditer(SRC.read_text()):
         name, rust_ty, n, body = m.group(1), m.group(2), int(m.group(3)), m.group(4)
         vals = [int(v, 0) for v in re.findall(r"-?(?:0x[0-9a-fA-F]+|\d+)", body)]
         assert len(vals) == n, f"{name}: {len(vals)} values, declared {n}"
@@ -47,43 +53,91 @@ def parse():
     return out
 
 
+def cond(ids):
+    return " || ".join(f"QTYPE == {i}" for i in ids)
+
+
+def uvec4_array(name, words, comment):
+    while len(words) % 4:
+        words.append(0)
+    lines = [f"// {comment}", f"const uvec4 {name}[{len(words) // 4}] = uvec4[]("]
+    items = [f"uvec4(0x{words[k]:08x}u, 0x{words[k+1]:08x}u, 0x{words[k+2]:08x}u, 0x{words[k+3]:08x}u)" for k in range(0, len(words), 4)]
+    for k in range(0, len(items), 2):
+        sep = "," if k + 2 < len(items) else ""
+        lines.append("    " + ", ".join(items[k : k + 2]) + sep)
+    lines.append(");")
+    return lines
+
+
+def grid(name, rust_ty, vals):
+    nbytes = 8 if rust_ty == "u64" else 4
+    entries = [[(v >> (8 * j)) & 0xFF for j in range(nbytes)] for v in vals]
+    values = sorted({b for e in entries for b in e})
+    assert len(values) <= 8, f"{name}: {len(values)} distinct bytes"
+    bits = 2 if len(values) <= 4 else 3
+    ebits = bits * nbytes
+    assert 2 * ebits <= 32
+    code = {v: i for i, v in enumerate(values)}
+    packed = []
+    for e in entries:
+        c = 0
+        for j, b in enumerate(e):
+            c |= code[b] << (bits * j)
+        packed.append(c)
+    words = [packed[i] | (packed[i + 1] << ebits if i + 1 < len(packed) else 0) for i in range(0, len(packed), 2)]
+    # round trip
+    for i, e in enumerate(entries):
+        w = words[(i >> 1)]
+        for j in range(nbytes):
+            assert values[(w >> (ebits * (i & 1) + bits * j)) & ((1 << bits) - 1)] == e[j]
+    vw = values + [0] * (8 - len(values))
+    v0 = sum(vw[k] << (8 * k) for k in range(4))
+    v1 = sum(vw[4 + k] << (8 * k) for k in range(4))
+    lines = uvec4_array(
+        f"{name}_P",
+        words,
+        f"{name}: {len(vals)} entries x {nbytes} bytes, {bits}-bit codes into {values}",
+    )
+    lines += [
+        f"const uvec2 {name}_V = uvec2(0x{v0:08x}u, 0x{v1:08x}u);",
+        f"uint {name}_byte(uint i, uint j) {{",
+        f"    uint w = {name}_P[i >> 3][(i >> 1) & 3u];",
+        f"    uint c = (w >> ({ebits}u * (i & 1u) + {bits}u * j)) & {(1 << bits) - 1}u;",
+        f"    return ({name}_V[c >> 2] >> (8u * (c & 3u))) & 0xFFu;",
+        "}",
+    ]
+    return lines
+
+
 def emit(tables):
     lines = [
         "// GGML lookup tables for the i-quant / code-book formats, as GLSL constants.",
         "// Generated by shader-src/scripts/gen_iq_tables.py from quant/src/tables.rs",
         "// (source: ggml-common.h). Do not edit; rerun the script.",
-        "// 64-bit grid entries are two uints, low word first: byte j of entry i is",
-        "//   (T[2 * i + (j >> 2)] >> (8 * (j & 3))) & 0xFF.",
+        "// Grids are packed (2- or 3-bit codes, see the script): NAME_byte(i, j) is byte j of",
+        "// entry i of the ggml table NAME. KSIGNS_IQ2XS_at(i) is ksigns_iq2xs[i].",
         "// Each table is compiled only into the QTYPE variants that read it.",
         "#ifndef VKML_IQ_TABLES_GLSL",
         "#define VKML_IQ_TABLES_GLSL",
     ]
-    for name, (glsl_ty, ids) in TABLES.items():
+    for name, ids in BYTES.items():
+        _, vals = tables[name]
+        words = [sum(vals[k + b] << (8 * b) for b in range(4)) for k in range(0, len(vals), 4)]
+        lines += ["", f"#if {cond(ids)}"]
+        lines += uvec4_array(f"{name}_P", words, f"{name}: {len(vals)} bytes, 4 per uint")
+        lines += [
+            f"uint {name}_at(uint i) {{ return ({name}_P[i >> 4][(i >> 2) & 3u] >> (8u * (i & 3u))) & 0xFFu; }}",
+            "#endif",
+        ]
+    for name, ids in GRIDS.items():
         rust_ty, vals = tables[name]
-        if rust_ty == "u64":
-            words = []
-            for v in vals:
-                words += [v & 0xFFFFFFFF, v >> 32]
-            items = [f"0x{w:08x}u" for w in words]
-            per = 8
-        elif glsl_ty == "uint":
-            items = [f"{v}u" for v in vals] if rust_ty == "u8" else [f"0x{v:08x}u" for v in vals]
-            per = 16 if rust_ty == "u8" else 8
-        else:
-            items = [str(v) for v in vals]
-            per = 16
-        cond = " || ".join(f"QTYPE == {i}" for i in ids)
-        lines.append("")
-        lines.append(f"#if {cond}")
-        lines.append(f"// {name}: {len(vals)} x {rust_ty}")
-        lines.append(f"const {glsl_ty} {name}[{len(items)}] = {glsl_ty}[](")
-        for k in range(0, len(items), per):
-            sep = "," if k + per < len(items) else ""
-            lines.append("    " + ", ".join(items[k : k + per]) + sep)
-        lines.append(");")
+        lines += ["", f"#if {cond(ids)}"] + grid(name, rust_ty, vals) + ["#endif"]
+    for name, ids in INTS.items():
+        _, vals = tables[name]
+        lines += ["", f"#if {cond(ids)}", f"// {name}: {len(vals)} x i8"]
+        lines.append(f"const int {name}[{len(vals)}] = int[](" + ", ".join(map(str, vals)) + ");")
         lines.append("#endif")
-    lines.append("")
-    lines.append("#endif")
+    lines += ["", "#endif"]
     return "\n".join(lines) + "\n"
 
 

@@ -21,6 +21,13 @@
 //! variant tq2_0 QTYPE=35
 //! variant q1_0 QTYPE=41
 //! variant q2_0 QTYPE=42
+//! variant iq2_xxs QTYPE=16
+//! variant iq2_xs QTYPE=17
+//! variant iq2_s QTYPE=22
+//! variant iq3_xxs QTYPE=18
+//! variant iq3_s QTYPE=21
+//! variant iq1_s QTYPE=19
+//! variant iq1_m QTYPE=29
 // Dequantizes `n_blocks` whole blocks of one GGML type to f32.
 // Bindings: 0 = raw blocks (uint words), 1 = out (f32[n_blocks * QK]).
 // Push constants: src_offset (bytes, multiple of 4, where the blocks start in binding 0),

@@ -21,6 +21,13 @@
 //! variant tq2_0 QTYPE=35
 //! variant q1_0 QTYPE=41
 //! variant q2_0 QTYPE=42
+//! variant iq2_xxs QTYPE=16
+//! variant iq2_xs QTYPE=17
+//! variant iq2_s QTYPE=22
+//! variant iq3_xxs QTYPE=18
+//! variant iq3_s QTYPE=21
+//! variant iq1_s QTYPE=19
+//! variant iq1_m QTYPE=29
 // Embedding lookup: out[r, :] = dequant(table[ids[r], :]) for r < n_ids.
 // Bindings: 0 = table rows (raw blocks; row i starts at src_offset + i * row_bytes),
 //           1 = ids (u32[n_ids]), 2 = out (f32[n_ids * k]).

@@ -21,6 +21,13 @@
 //! variant tq2_0 QTYPE=35
 //! variant q1_0 QTYPE=41
 //! variant q2_0 QTYPE=42
+//! variant iq2_xxs QTYPE=16
+//! variant iq2_xs QTYPE=17
+//! variant iq2_s QTYPE=22
+//! variant iq3_xxs QTYPE=18
+//! variant iq3_s QTYPE=21
+//! variant iq1_s QTYPE=19
+//! variant iq1_m QTYPE=29
 //! variant q4_0_sg QTYPE=2 SUBGROUP=1
 //! variant q4_1_sg QTYPE=3 SUBGROUP=1
 //! variant q5_0_sg QTYPE=6 SUBGROUP=1
@@ -44,6 +51,13 @@
 //! variant tq2_0_sg QTYPE=35 SUBGROUP=1
 //! variant q1_0_sg QTYPE=41 SUBGROUP=1
 //! variant q2_0_sg QTYPE=42 SUBGROUP=1
+//! variant iq2_xxs_sg QTYPE=16 SUBGROUP=1
+//! variant iq2_xs_sg QTYPE=17 SUBGROUP=1
+//! variant iq2_s_sg QTYPE=22 SUBGROUP=1
+//! variant iq3_xxs_sg QTYPE=18 SUBGROUP=1
+//! variant iq3_s_sg QTYPE=21 SUBGROUP=1
+//! variant iq1_s_sg QTYPE=19 SUBGROUP=1
+//! variant iq1_m_sg QTYPE=29 SUBGROUP=1
 // Fused dequantize + mat-vec: y[b, r] = sum_c W[r, c] * x[b, c] for r < rows, b < batch,
 // reading W's blocks directly (no dequantized copy).
 // Bindings: 0 = W (raw blocks, row r at w_offset + r * row_bytes), 1 = x (f32[batch * k]),

@@ -316,6 +316,134 @@ float dq(uint blk, uint j) {
     return v;
 }
 
+// ---- Grid i-quants (packed tables in iq_tables.glsl: NAME_byte(i, j) = byte j of entry i). Sub-block ib = o / 32, group l = o % 32 / 8
+// of 8 elements, element e = o % 8. Grid entries are 8 (IQ2_*, IQ1_*) or 4 (IQ3_*) bytes.
+#elif QTYPE == 16
+// IQ2_XXS { f16 d; u16 qs[32]; } 66 bytes. Per sub-block 8 bytes at 2 + 8ib: bytes 0..4 are
+// grid indices (one per group), bytes 4..8 a u32 `aux` = 4 x 7-bit sign indices | 4-bit
+// scale << 28. x = ((d * (0.5 + scale)) * 0.25) * grid[e] * (sign bit e ? -1 : 1).
+#define QK 256
+#define QBYTES 66
+#include "iq_tables.glsl"
+float dq(uint blk, uint j) {
+    uint ib = j >> 5, l = (j >> 3) & 3u, e = j & 7u;
+    uint at = blk + 2u + 8u * ib;
+    uint aux = q_u32(at + 4u);
+    uint g = IQ2XXS_GRID_byte(q_u8(at + l), e);
+    uint signs = KSIGNS_IQ2XS_at((aux >> (7u * l)) & 127u);
+    precise float db = q_f16(blk) * (0.5 + float(aux >> 28)) * 0.25;
+    precise float v = db * float(g) * ((signs & (1u << e)) != 0u ? -1.0 : 1.0);
+    return v;
+}
+#elif QTYPE == 17
+// IQ2_XS { f16 d; u16 qs[32]; u8 scales[8]; } 74 bytes. qs[4ib + l] = 9-bit grid index |
+// 7-bit sign index << 9; scales[ib] has the 4-bit scale of groups 0-1 (low) and 2-3 (high).
+// x = ((d * (0.5 + scale)) * 0.25) * grid[e] * sign.
+#define QK 256
+#define QBYTES 74
+#include "iq_tables.glsl"
+float dq(uint blk, uint j) {
+    uint ib = j >> 5, l = (j >> 3) & 3u, e = j & 7u;
+    uint q = q_u16(blk + 2u + 2u * (4u * ib + l));
+    uint sc = (q_u8(blk + 66u + ib) >> (4u * (l >> 1))) & 0xFu;
+    uint g = IQ2XS_GRID_byte(q & 511u, e);
+    uint signs = KSIGNS_IQ2XS_at(q >> 9);
+    precise float db = q_f16(blk) * (0.5 + float(sc)) * 0.25;
+    precise float v = db * float(g) * ((signs & (1u << e)) != 0u ? -1.0 : 1.0);
+    return v;
+}
+#elif QTYPE == 22
+// IQ2_S { f16 d; u8 qs[64]; u8 qh[8]; u8 scales[8]; } 82 bytes. Grid index = qs[4ib + l] |
+// field l of qh[ib] << 8 (10 bits); sign bits = qs[32 + 4ib + l]; scales as IQ2_XS.
+#define QK 256
+#define QBYTES 82
+#include "iq_tables.glsl"
+float dq(uint blk, uint j) {
+    uint ib = j >> 5, l = (j >> 3) & 3u, e = j & 7u;
+    uint idx = q_u8(blk + 2u + 4u * ib + l) | ((q_u8(blk + 66u + ib) << (8u - 2u * l)) & 0x300u);
+    uint signs = q_u8(blk + 34u + 4u * ib + l);
+    uint sc = (q_u8(blk + 74u + ib) >> (4u * (l >> 1))) & 0xFu;
+    uint g = IQ2S_GRID_byte(idx, e);
+    precise float db = q_f16(blk) * (0.5 + float(sc)) * 0.25;
+    precise float v = db * float(g) * ((signs & (1u << e)) != 0u ? -1.0 : 1.0);
+    return v;
+}
+#elif QTYPE == 18
+// IQ3_XXS { f16 d; u8 qs[96]; } 98 bytes. qs[0..64]: two 4-byte grid indices per group
+// (qs[8ib + 2l] for e < 4, qs[8ib + 2l + 1] for e >= 4); qs[64 + 4ib ..] a u32 `aux` as
+// IQ2_XXS. x = ((d * (0.5 + scale)) * 0.5) * grid[e % 4] * sign.
+#define QK 256
+#define QBYTES 98
+#include "iq_tables.glsl"
+float dq(uint blk, uint j) {
+    uint ib = j >> 5, l = (j >> 3) & 3u, e = j & 7u;
+    uint aux = q_u32(blk + 66u + 4u * ib);
+    uint idx = q_u8(blk + 2u + 8u * ib + 2u * l + (e >> 2));
+    uint g = IQ3XXS_GRID_byte(idx, e & 3u);
+    uint signs = KSIGNS_IQ2XS_at((aux >> (7u * l)) & 127u);
+    precise float db = q_f16(blk) * (0.5 + float(aux >> 28)) * 0.5;
+    precise float v = db * float(g) * ((signs & (1u << e)) != 0u ? -1.0 : 1.0);
+    return v;
+}
+#elif QTYPE == 21
+// IQ3_S { f16 d; u8 qs[64]; u8 qh[8]; u8 signs[32]; u8 scales[4]; } 110 bytes. Grid index
+// (9 bits) = qs[8ib + 2l + e / 4] | bit (2l + e / 4) of qh[ib] << 8; sign bits signs[4ib + l];
+// 4-bit scale = nibble (ib % 2) of scales[ib / 2]: x = (d * (1 + 2 scale)) * grid[e % 4] * sign.
+#define QK 256
+#define QBYTES 110
+#include "iq_tables.glsl"
+float dq(uint blk, uint j) {
+    uint ib = j >> 5, l = (j >> 3) & 3u, e = j & 7u;
+    uint h = 2u * l + (e >> 2);
+    uint idx = q_u8(blk + 2u + 8u * ib + h) | ((q_u8(blk + 66u + ib) << (8u - h)) & 256u);
+    uint signs = q_u8(blk + 74u + 4u * ib + l);
+    uint sc = (q_u8(blk + 106u + (ib >> 1)) >> (4u * (ib & 1u))) & 0xFu;
+    uint g = IQ3S_GRID_byte(idx, e & 3u);
+    precise float db = q_f16(blk) * float(int(1u + 2u * sc));
+    precise float v = db * float(g) * ((signs & (1u << e)) != 0u ? -1.0 : 1.0);
+    return v;
+}
+#elif QTYPE == 19
+// IQ1_S { f16 d; u8 qs[32]; u16 qh[8]; } 50 bytes. Grid index (11 bits) = qs[4ib + l] |
+// field l (3 bits) of qh[ib] << 8; qh[ib] bits 12..15 = 3-bit scale, delta sign. Grid
+// bytes are signed (-1, 0, 1): x = (d * (2 scale + 1)) * (grid[e] + (sign ? -1/8 : 1/8)).
+#define QK 256
+#define QBYTES 50
+#include "iq_tables.glsl"
+float dq(uint blk, uint j) {
+    uint ib = j >> 5, l = (j >> 3) & 3u, e = j & 7u;
+    uint qh = q_u16(blk + 34u + 2u * ib);
+    uint idx = q_u8(blk + 2u + 4u * ib + l) | (((qh >> (3u * l)) & 7u) << 8);
+    int g = int(IQ1S_GRID_byte(idx, e) << 24) >> 24;
+    float delta = (qh & 0x8000u) != 0u ? -0.125 : 0.125;
+    precise float dl = q_f16(blk) * float(2u * ((qh >> 12) & 7u) + 1u);
+    precise float v = dl * (float(g) + delta);
+    return v;
+}
+#elif QTYPE == 29
+// IQ1_M { u8 qs[32]; u8 qh[16]; u8 scales[8]; } 56 bytes. The f16 super-block scale is the
+// top nibbles of the 4 u16 in scales (iq1m_scale). Group l: grid index = qs[4ib + l] |
+// (qh[2ib + l / 2] >> 4 (l % 2)) & 7 << 8, delta sign = bit 3 of that nibble; 3-bit scale =
+// field (2 (ib % 2) + l / 2) of u16 scales[ib / 2]:
+// x = (d * (2 scale + 1)) * (grid[e] + (sign ? -1/8 : 1/8)).
+#define QK 256
+#define QBYTES 56
+#include "iq_tables.glsl"
+float dq(uint blk, uint j) {
+    uint ib = j >> 5, l = (j >> 3) & 3u, e = j & 7u;
+    uint u = (q_u16(blk + 48u) >> 12) | ((q_u16(blk + 50u) >> 8) & 0x00F0u) | ((q_u16(blk + 52u) >> 4) & 0x0F00u) |
+             (q_u16(blk + 54u) & 0xF000u);
+    float d = unpackHalf2x16(u).x;
+    uint s = q_u16(blk + 48u + 2u * (ib >> 1));
+    uint sc = (s >> (6u * (ib & 1u) + 3u * (l >> 1))) & 7u;
+    uint qh = q_u8(blk + 32u + 2u * ib + (l >> 1)) >> (4u * (l & 1u));
+    uint idx = q_u8(blk + 4u * ib + l) | ((qh & 7u) << 8);
+    int g = int(IQ1S_GRID_byte(idx, e) << 24) >> 24;
+    float delta = (qh & 8u) != 0u ? -0.125 : 0.125;
+    precise float dl = d * float(2u * sc + 1u);
+    precise float v = dl * (float(g) + delta);
+    return v;
+}
 #else
 #error "quant.glsl: unsupported QTYPE"
 #endif
