@@ -20,7 +20,7 @@ pub enum OpsError {
         /// The type asked for.
         ty: GgmlType,
         /// The types it does support.
-        supported: &'static str,
+        supported: String,
     },
     /// Shapes or sizes that do not fit together.
     #[error("{op}: {reason}")]

@@ -44,7 +44,6 @@ pub const SUPPORTED: &[GgmlType] = &[
     GgmlType::IQ1_S,
     GgmlType::IQ1_M,
 ];
-const SUPPORTED_NAMES: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4, NVFP4, TQ1_0, TQ2_0, Q1_0, Q2_0, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M";
 
 /// Types with a vectorised mat-vec kernel (`mul_mat_vec_vec4.comp`, decoders in
 /// `include/quant_vec4.glsl`).
@@ -100,7 +99,10 @@ fn variant(op: &'static str, ty: GgmlType) -> Result<&'static str> {
         GgmlType::IQ3_S => "iq3_s",
         GgmlType::IQ1_S => "iq1_s",
         GgmlType::IQ1_M => "iq1_m",
-        ty => return Err(OpsError::UnsupportedType { op, ty, supported: SUPPORTED_NAMES }),
+        ty => {
+            let supported = SUPPORTED.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ");
+            return Err(OpsError::UnsupportedType { op, ty, supported });
+        }
     })
 }
 
