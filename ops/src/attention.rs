@@ -7,11 +7,10 @@
 //! Layouts: queries and outputs f32 `[t, n_heads, d]` (token-major, as a QKV mat-vec
 //! produces them); the cache f16 `[n_kv_heads, ctx, d]`, one [`KvCache`] for K and one for V.
 
-use std::sync::Arc;
-
-use vkml_hal::{Buffer, Device, MemoryKind, Pipeline, PipelineOptions, Stream};
+use vkml_hal::{Buffer, Device, MemoryKind, Stream};
 
 use crate::error::{OpsError, Result};
+use crate::launch::{pipeline, push_words};
 
 /// Largest head dimension the kernel takes.
 pub const MAX_HEAD_DIM: usize = 256;
@@ -55,14 +54,6 @@ impl KvCache {
     }
 }
 
-fn pipeline(dev: &Device, name: &str, wg: u32) -> Result<Arc<Pipeline>> {
-    Ok(dev.pipeline(&dev.kernel(name)?, &PipelineOptions { spec_constants: vec![(0, wg)], ..Default::default() })?)
-}
-
-fn words(w: &[u32]) -> Vec<u8> {
-    w.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
 /// Records `cache[h, pos0 + i, :] = f16(x[i, h, :])` for `i < t_new` (`x`: f32 `[t_new, n_kv_heads, d]`).
 ///
 /// # Errors
@@ -95,7 +86,7 @@ pub fn kv_append(s: &mut Stream, x: &Buffer, t_new: usize, pos0: usize, cache: &
     if gy > dev.caps().limits.max_workgroup_count[1] {
         return Err(OpsError::Shape { op: "kv_append", reason: format!("{gy} rows exceed the device's grid") });
     }
-    let pc = words(&[t_new as u32, cache.n_kv_heads as u32, cache.d as u32, pos0 as u32, cache.ctx as u32]);
+    let pc = push_words(&[t_new as u32, cache.n_kv_heads as u32, cache.d as u32, pos0 as u32, cache.ctx as u32]);
     s.dispatch(&p, &[x.into(), cache.buffer().into()], &pc, [gx, gy, 1])?;
     Ok(())
 }
@@ -186,7 +177,7 @@ pub fn flash_attn(
             split_len as u32,
         ];
         w.push(sh.scale.to_bits());
-        words(&w)
+        push_words(&w)
     };
     let groups = [sh.n_heads as u32, sh.t_q as u32, splits as u32];
     if splits == 1 {
@@ -210,7 +201,7 @@ pub fn flash_attn(
     if rows > lim[1] {
         return bad("tokens x heads exceed the device's grid".into());
     }
-    let pc = words(&[sh.t_q as u32, sh.n_heads as u32, d as u32, splits as u32]);
+    let pc = push_words(&[sh.t_q as u32, sh.n_heads as u32, d as u32, splits as u32]);
     s.dispatch(&c, &[po.into(), ml.into(), out.into()], &pc, [(d as u32).div_ceil(64), rows, 1])?;
     Ok(())
 }

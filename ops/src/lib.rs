@@ -8,6 +8,7 @@
 
 pub mod attention;
 pub mod error;
+mod launch;
 pub mod nn;
 pub mod quant;
 pub mod tuning;

@@ -7,40 +7,19 @@
 //! `ops::softmax_last_dim`, `rotary_emb::rope` / `rope_i`, `ops::silu`, `Tensor::gelu`,
 //! `Tensor::gelu_erf`), which the tests compare against.
 
-use std::sync::Arc;
-
-use vkml_hal::{Buffer, Device, Pipeline, PipelineOptions, Stream};
+use vkml_hal::{Buffer, Stream};
 
 use crate::error::{OpsError, Result};
+use crate::launch::{grid, pipeline, push_words};
 
 /// Workgroup size of the row kernels (norms, softmax): a power of two.
 pub const ROW_WORKGROUP: u32 = 256;
-
-fn pipeline(dev: &Device, name: &str, workgroup: u32) -> Result<Arc<Pipeline>> {
-    let k = dev.kernel(name)?;
-    Ok(dev.pipeline(&k, &PipelineOptions { spec_constants: vec![(0, workgroup)], ..Default::default() })?)
-}
-
-fn words(w: &[u32]) -> Vec<u8> {
-    w.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
 
 fn need(op: &'static str, what: &str, b: &Buffer, elems: usize) -> Result<()> {
     if b.size() < 4 * elems as u64 {
         return Err(OpsError::Shape { op, reason: format!("{what} holds {} bytes, needs {} f32", b.size(), elems) });
     }
     Ok(())
-}
-
-/// One workgroup per row, split over x and y when rows exceed the x limit.
-fn row_grid(dev: &Device, op: &'static str, rows: usize) -> Result<[u32; 3]> {
-    let max_x = dev.caps().limits.max_workgroup_count[0] as usize;
-    let x = rows.clamp(1, max_x);
-    let y = rows.div_ceil(x);
-    if y > dev.caps().limits.max_workgroup_count[1] as usize {
-        return Err(OpsError::Shape { op, reason: format!("{rows} rows exceed the device's grid") });
-    }
-    Ok([x as u32, y as u32, 1])
 }
 
 /// Records `y = x / sqrt(mean(x²) + eps) * w` over rows of `n` (`x`, `y`: f32[rows * n];
@@ -108,8 +87,8 @@ fn norm(
     // Unused optional bindings get x (never read: has_w / has_b are 0).
     let wb = w.unwrap_or(x);
     let bb = b.unwrap_or(x);
-    let pc = words(&[n as u32, rows as u32, eps.to_bits(), w.is_some() as u32, b.is_some() as u32]);
-    s.dispatch(&p, &[x.into(), wb.into(), bb.into(), y.into()], &pc, row_grid(&dev, op, rows)?)?;
+    let pc = push_words(&[n as u32, rows as u32, eps.to_bits(), w.is_some() as u32, b.is_some() as u32]);
+    s.dispatch(&p, &[x.into(), wb.into(), bb.into(), y.into()], &pc, grid(&dev, op, rows as u64)?)?;
     Ok(())
 }
 
@@ -142,8 +121,8 @@ pub fn softmax(
     let dev = s.device().clone();
     let p = pipeline(&dev, "softmax", ROW_WORKGROUP)?;
     let (mb, mr) = mask.unwrap_or((x, 0));
-    let pc = words(&[n as u32, rows as u32, scale.to_bits(), mr as u32]);
-    s.dispatch(&p, &[x.into(), mb.into(), y.into()], &pc, row_grid(&dev, "softmax", rows)?)?;
+    let pc = push_words(&[n as u32, rows as u32, scale.to_bits(), mr as u32]);
+    s.dispatch(&p, &[x.into(), mb.into(), y.into()], &pc, grid(&dev, "softmax", rows as u64)?)?;
     Ok(())
 }
 
@@ -219,7 +198,7 @@ pub fn rope(
     let max_y = dev.caps().limits.max_workgroup_count[1] as usize;
     let gy = rows.min(max_y);
     let gz = rows.div_ceil(gy);
-    let pc = words(&[sh.d as u32, sh.t as u32, rows as u32, sh.rot as u32, sh.pos_offset as u32]);
+    let pc = push_words(&[sh.d as u32, sh.t as u32, rows as u32, sh.rot as u32, sh.pos_offset as u32]);
     s.dispatch(&p, &[x.into(), cos.into(), sin.into(), y.into()], &pc, [gx, gy as u32, gz as u32])?;
     Ok(())
 }
@@ -253,14 +232,7 @@ pub fn glu(s: &mut Stream, act: GluActivation, gate: &Buffer, up: &Buffer, n: us
         GluActivation::GeluErf => "glu.gelu_erf",
     };
     let p = pipeline(&dev, name, 256)?;
-    let groups = (n as u64).div_ceil(256);
-    let max_x = u64::from(dev.caps().limits.max_workgroup_count[0]);
-    let gx = groups.min(max_x);
-    s.dispatch(
-        &p,
-        &[gate.into(), up.into(), y.into()],
-        &words(&[n as u32]),
-        [gx as u32, groups.div_ceil(gx) as u32, 1],
-    )?;
+    let groups = grid(&dev, "glu", (n as u64).div_ceil(256))?;
+    s.dispatch(&p, &[gate.into(), up.into(), y.into()], &push_words(&[n as u32]), groups)?;
     Ok(())
 }

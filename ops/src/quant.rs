@@ -9,6 +9,7 @@ use vkml_hal::{BufferArg, Device, MemoryKind, PipelineOptions, Stream};
 use vkml_quant::GgmlType;
 
 use crate::error::{OpsError, Result};
+use crate::launch::{grid, pipeline, push_words};
 use crate::tuning::{self, MatVecConfig, ELEMENTWISE_WORKGROUP};
 
 /// Types with GPU dequantize, get_rows and mat-vec kernels today.
@@ -195,18 +196,6 @@ impl QMatrix {
     }
 }
 
-/// Splits `groups` workgroups over x and y so that neither exceeds the device limit.
-fn grid(dev: &Device, groups: u64) -> Result<[u32; 3]> {
-    let max_x = u64::from(dev.caps().limits.max_workgroup_count[0]);
-    let max_y = u64::from(dev.caps().limits.max_workgroup_count[1]);
-    let x = groups.min(max_x).max(1);
-    let y = groups.div_ceil(x);
-    if y > max_y {
-        return Err(OpsError::Shape { op: "launch", reason: format!("{groups} workgroups exceed the device's grid") });
-    }
-    Ok([x as u32, y as u32, 1])
-}
-
 /// Checks that `x` holds `n` f32 rows of `m.k` and `y` holds `n` rows of `m.rows`.
 fn check_io(op: &'static str, m: &QMatrix, x: &vkml_hal::Buffer, n: usize, y: &vkml_hal::Buffer) -> Result<()> {
     if x.size() < 4 * (n * m.k) as u64 || y.size() < 4 * (n * m.rows) as u64 {
@@ -226,15 +215,6 @@ fn check_io(op: &'static str, m: &QMatrix, x: &vkml_hal::Buffer, n: usize, y: &v
     Ok(())
 }
 
-fn push(words: &[u32]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
-}
-
-fn elementwise_pipeline(dev: &Device, name: &str) -> Result<std::sync::Arc<vkml_hal::Pipeline>> {
-    let k = dev.kernel(name)?;
-    Ok(dev.pipeline(&k, &PipelineOptions { spec_constants: vec![(0, ELEMENTWISE_WORKGROUP)], ..Default::default() })?)
-}
-
 /// Records `out[0 .. rows*k] = dequantize(m)` as f32, row-major.
 ///
 /// # Errors
@@ -248,10 +228,10 @@ pub fn dequantize(s: &mut Stream, m: &QMatrix, out: &vkml_hal::Buffer) -> Result
             reason: format!("output holds {} bytes, needs {}", out.size(), 4 * n),
         });
     }
-    let p = elementwise_pipeline(&dev, &format!("dequant.{}", variant("dequantize", m.ty)?))?;
+    let p = pipeline(&dev, &format!("dequant.{}", variant("dequantize", m.ty)?), ELEMENTWISE_WORKGROUP)?;
     let n_blocks = n / m.ty.block_size() as u64;
-    let groups = grid(&dev, n.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
-    s.dispatch(&p, &[m.buffer().into(), out.into()], &push(&[0, n_blocks as u32, 0]), groups)?;
+    let groups = grid(&dev, "dequantize", n.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
+    s.dispatch(&p, &[m.buffer().into(), out.into()], &push_words(&[0, n_blocks as u32, 0]), groups)?;
     Ok(())
 }
 
@@ -277,7 +257,7 @@ pub fn get_rows(
     if n_ids == 0 {
         return Ok(());
     }
-    let p = elementwise_pipeline(&dev, &format!("get_rows.{}", variant("get_rows", m.ty)?))?;
+    let p = pipeline(&dev, &format!("get_rows.{}", variant("get_rows", m.ty)?), ELEMENTWISE_WORKGROUP)?;
     let gx = (m.k as u64).div_ceil(u64::from(ELEMENTWISE_WORKGROUP));
     let max_y = u64::from(dev.caps().limits.max_workgroup_count[1]);
     let gy = (n_ids as u64).min(max_y);
@@ -285,7 +265,7 @@ pub fn get_rows(
     if gz > u64::from(dev.caps().limits.max_workgroup_count[2]) {
         return Err(OpsError::Shape { op: "get_rows", reason: format!("{n_ids} ids exceed the device's grid") });
     }
-    let pc = push(&[0, m.row_bytes as u32, m.k as u32, n_ids as u32, m.rows as u32]);
+    let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, n_ids as u32, m.rows as u32]);
     s.dispatch(&p, &[m.buffer().into(), ids.into(), out.into()], &pc, [gx as u32, gy as u32, gz as u32])?;
     Ok(())
 }
@@ -344,10 +324,12 @@ pub fn mat_vec_with(
         None
     };
     let groups = match row_sg {
-        Some((sg, _)) => {
-            grid(&dev, (m.rows as u64).div_ceil(u64::from(cfg.workgroup.max(sg) / sg * cfg.rows_per_subgroup)))?
-        }
-        None => grid(&dev, m.rows as u64)?,
+        Some((sg, _)) => grid(
+            &dev,
+            "mat_vec",
+            (m.rows as u64).div_ceil(u64::from(cfg.workgroup.max(sg) / sg * cfg.rows_per_subgroup)),
+        )?,
+        None => grid(&dev, "mat_vec", m.rows as u64)?,
     };
     let pipeline_for = |nb: usize| -> Result<std::sync::Arc<vkml_hal::Pipeline>> {
         let (name, options) = match row_sg {
@@ -376,7 +358,7 @@ pub fn mat_vec_with(
     };
     for b0 in (0..batch).step_by(MAX_MAT_VEC_BATCH) {
         let nb = (batch - b0).min(MAX_MAT_VEC_BATCH);
-        let pc = push(&[0, m.row_bytes as u32, m.k as u32, m.rows as u32, nb as u32]);
+        let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, m.rows as u32, nb as u32]);
         // Later batch chunks bind sub-ranges of x and y, which must meet the device's
         // storage-buffer offset alignment.
         let x_off = (4 * b0 * m.k) as u64;
@@ -431,8 +413,8 @@ pub fn quantize_q8_1(s: &mut Stream, x: &vkml_hal::Buffer, n_blocks: usize, out:
         &dev.kernel("quantize_q8_1")?,
         &PipelineOptions { spec_constants: vec![(0, 64)], ..Default::default() },
     )?;
-    let groups = grid(&dev, (n_blocks as u64).div_ceil(64))?;
-    s.dispatch(&p, &[x.into(), out.into()], &push(&[n_blocks as u32]), groups)?;
+    let groups = grid(&dev, "quantize_q8_1", (n_blocks as u64).div_ceil(64))?;
+    s.dispatch(&p, &[x.into(), out.into()], &push_words(&[n_blocks as u32]), groups)?;
     Ok(())
 }
 
@@ -461,7 +443,7 @@ pub fn mat_mat(s: &mut Stream, m: &QMatrix, x: &vkml_hal::Buffer, n_tok: usize, 
     }
     let p =
         dev.pipeline(&dev.kernel(&format!("mul_mat_q.{}", variant("mat_mat", m.ty)?))?, &PipelineOptions::default())?;
-    let pc = push(&[0, m.row_bytes as u32, m.k as u32, m.rows as u32, n_tok as u32]);
+    let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, m.rows as u32, n_tok as u32]);
     s.dispatch(&p, &[m.buffer().into(), x.into(), y.into()], &pc, [gx as u32, gy as u32, 1])?;
     Ok(())
 }

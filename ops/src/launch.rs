@@ -1,0 +1,35 @@
+//! Launch helpers shared by every op module: pipelines with a workgroup-size
+//! specialization constant, push-constant words, and grids split to device limits.
+
+use std::sync::Arc;
+
+use vkml_hal::{Device, Pipeline, PipelineOptions};
+
+use crate::error::{OpsError, Result};
+
+/// The pipeline of kernel `name` with specialization constant 0 (workgroup size) set to
+/// `workgroup`.
+pub(crate) fn pipeline(dev: &Device, name: &str, workgroup: u32) -> Result<Arc<Pipeline>> {
+    let k = dev.kernel(name)?;
+    Ok(dev.pipeline(&k, &PipelineOptions { spec_constants: vec![(0, workgroup)], ..Default::default() })?)
+}
+
+/// Push constants from 32-bit words (little-endian, the kernels' `uint`/`float` fields).
+pub(crate) fn push_words(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// Splits `groups` workgroups over x and y so that neither exceeds the device limit.
+///
+/// # Errors
+/// [`OpsError::Shape`] (naming `op`) when even the y dimension would exceed the limit.
+pub(crate) fn grid(dev: &Device, op: &'static str, groups: u64) -> Result<[u32; 3]> {
+    let max_x = u64::from(dev.caps().limits.max_workgroup_count[0]);
+    let max_y = u64::from(dev.caps().limits.max_workgroup_count[1]);
+    let x = groups.min(max_x).max(1);
+    let y = groups.div_ceil(x);
+    if y > max_y {
+        return Err(OpsError::Shape { op, reason: format!("{groups} workgroups exceed the device's grid") });
+    }
+    Ok([x as u32, y as u32, 1])
+}
