@@ -22,9 +22,6 @@ layout(std430, set = 0, binding = 1) readonly buffer XQ { uint xq[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; } p;
 
-uint funnel(uint lo, uint hi, uint s) { return (lo >> s) | ((hi << 1) << (31u - s)); }
-#define LOAD_WORDS(q, N, at) { uint a_ = (at); uint w_ = a_ >> 2; uint s_ = (a_ & 2u) * 8u; uint prev_ = qw[w_]; \
-    [[unroll]] for (uint i_ = 0; i_ < N; i_++) { uint next_ = qw[w_ + i_ + 1u]; q[i_] = funnel(prev_, next_, s_); prev_ = next_; } }
 
 void main() {
     uint r0 = ((gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups + gl_SubgroupID) * NR;

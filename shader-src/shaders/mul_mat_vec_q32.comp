@@ -25,13 +25,6 @@ layout(std430, set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; } p;
 
-// 32 bits starting at byte offset `at` (2-byte aligned), from the aligned words lo, hi.
-uint funnel(uint lo, uint hi, uint s) { return (lo >> s) | ((hi << 1) << (31u - s)); }
-
-// N consecutive words of bytes starting at `at` (2-byte aligned) into q[0..N).
-#define LOAD_WORDS(q, N, at) { uint a_ = (at); uint w_ = a_ >> 2; uint s_ = (a_ & 2u) * 8u; uint prev_ = qw[w_]; \
-    [[unroll]] for (uint i_ = 0; i_ < N; i_++) { uint next_ = qw[w_ + i_ + 1u]; q[i_] = funnel(prev_, next_, s_); prev_ = next_; } }
-
 vec4 nib_lo(uint u) { uint v = u & 0x0F0F0F0Fu; return vec4(v & 0xFFu, (v >> 8) & 0xFFu, (v >> 16) & 0xFFu, v >> 24); }
 vec4 nib_hi(uint u) { return nib_lo(u >> 4); }
 // Bits i..i+3 of h as the 0/16 fifth bit of four elements.
