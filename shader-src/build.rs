@@ -178,7 +178,8 @@ fn parse_header(file: &Path, stem: &str, source: &str) -> (compile::TargetEnv, V
             Some("variants-of") => {
                 // The variant list of another shader (same names and defines), so that
                 // kernels covering every type need the list kept in one place.
-                let other = words.next().unwrap_or_else(|| die(&format!("{}: `//! variants-of` needs a file", file.display())));
+                let other =
+                    words.next().unwrap_or_else(|| die(&format!("{}: `//! variants-of` needs a file", file.display())));
                 let path = file.with_file_name(other);
                 let text = read(&path);
                 let (_, theirs) = parse_header(&path, "", &text);

@@ -418,32 +418,159 @@ pub fn quantize_q8_1(s: &mut Stream, x: &vkml_hal::Buffer, n_blocks: usize, out:
     Ok(())
 }
 
-/// Rows and tokens per tile of the quantized mat-mat (`mul_mat_q.comp`).
+/// Rows and tokens per tile of the scalar quantized mat-mat (`mul_mat_q.comp`).
 pub const MAT_MAT_TILE: usize = 64;
 
+/// Rows and tokens per tile of the cooperative-matrix mat-mat (`mul_mat_cm.comp`).
+pub const MAT_MAT_CM_TILE: usize = 128;
+
+/// Which quantized mat-mat kernel to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatMatPath {
+    /// `mul_mat_q.comp`: f32 FMA on 64 x 64 tiles; runs on every device. Results equal
+    /// the f32 dot products of the dequantized weights (up to summation order).
+    Scalar,
+    /// `mul_mat_cm.comp`: f16 cooperative matrices (tensor cores) with f32 accumulation
+    /// on 128 x 128 tiles; needs [`tuning::coopmat_subgroup_size`] and `k % 32 == 0`.
+    /// Weights and activations are rounded to f16 before the products.
+    CoopMat,
+}
+
+/// Launch options of [`mat_mat_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatMatOptions {
+    /// The kernel.
+    pub path: MatMatPath,
+    /// Add the product to `y` instead of overwriting it (a residual add folded into the
+    /// producing kernel).
+    pub accumulate: bool,
+    /// Split-K for [`MatMatPath::CoopMat`]: how many workgroups share each output tile's
+    /// `k` range (their partial products are added by a second kernel). `None` splits
+    /// only grids of fewer than 128 tiles, up to about 128 workgroups with chunks of at
+    /// least 1024 `k` (on the H100 a split of a 128-tile grid is slower, benches/RESULTS.md).
+    pub split_k: Option<u32>,
+}
+
+impl MatMatOptions {
+    /// `path`, overwriting `y`, automatic split-K.
+    pub fn new(path: MatMatPath) -> Self {
+        MatMatOptions { path, accumulate: false, split_k: None }
+    }
+}
+
 /// Records the quantized mat-mat for prompts, `y[n, r] = sum_c m[r, c] * x[n, c]` for
-/// `n < n_tok` (`x`: f32 `[n_tok, k]`, `y`: f32 `[n_tok, rows]`, row-major): 64 x 64 tiles,
-/// weight blocks dequantized into shared memory once per tile and reused by 64 tokens.
-/// Use [`mat_vec`] for a few tokens and this from about 8 on.
+/// `n < n_tok` (`x`: f32 `[n_tok, k]`, `y`: f32 `[n_tok, rows]`, row-major), on the
+/// fastest path the device offers ([`MatMatPath::CoopMat`] where it applies, else
+/// [`MatMatPath::Scalar`]). Weight blocks are decoded into shared memory once per tile and
+/// reused by every token of the tile. Use [`mat_vec`] for a few tokens and this from
+/// about 8 on.
 ///
 /// # Errors
 /// [`OpsError::Shape`] for buffers too small or a grid past the device's limits;
 /// [`OpsError::UnsupportedType`]; HAL errors.
 pub fn mat_mat(s: &mut Stream, m: &QMatrix, x: &vkml_hal::Buffer, n_tok: usize, y: &vkml_hal::Buffer) -> Result<()> {
+    let path = if tuning::coopmat_subgroup_size(s.device().caps()).is_some() && m.k.is_multiple_of(32) {
+        MatMatPath::CoopMat
+    } else {
+        MatMatPath::Scalar
+    };
+    mat_mat_with(s, m, x, n_tok, y, MatMatOptions::new(path))
+}
+
+/// [`mat_mat`] with explicit [`MatMatOptions`].
+///
+/// # Errors
+/// As [`mat_mat`]; [`OpsError::Shape`] when the path is [`MatMatPath::CoopMat`] and the
+/// device lacks cooperative matrices (f16, 16x16x16, subgroups of 32) or `k % 32 != 0`,
+/// or for a split-K of 0.
+pub fn mat_mat_with(
+    s: &mut Stream,
+    m: &QMatrix,
+    x: &vkml_hal::Buffer,
+    n_tok: usize,
+    y: &vkml_hal::Buffer,
+    opts: MatMatOptions,
+) -> Result<()> {
     let dev = s.device().clone();
     check_io("mat_mat", m, x, n_tok, y)?;
+    let (tile, name, options) = match opts.path {
+        MatMatPath::Scalar => (MAT_MAT_TILE, "mul_mat_q", PipelineOptions::default()),
+        MatMatPath::CoopMat => {
+            let Some((sg, require)) = tuning::coopmat_subgroup_size(dev.caps()) else {
+                return Err(OpsError::Shape {
+                    op: "mat_mat",
+                    reason: "the cooperative-matrix path needs VK_KHR_cooperative_matrix with a 16x16x16 f16 x f16 + f32 shape and subgroups of 32; this device has none".into(),
+                });
+            };
+            if !m.k.is_multiple_of(32) {
+                return Err(OpsError::Shape {
+                    op: "mat_mat",
+                    reason: format!("the cooperative-matrix path needs k % 32 == 0, k = {}", m.k),
+                });
+            }
+            let options = PipelineOptions {
+                required_subgroup_size: require.then_some(sg),
+                full_subgroups: dev.caps().subgroup.full_subgroups,
+                ..Default::default()
+            };
+            (MAT_MAT_CM_TILE, "mul_mat_cm", options)
+        }
+    };
+    if opts.split_k == Some(0) {
+        return Err(OpsError::Shape { op: "mat_mat", reason: "split_k must be at least 1".into() });
+    }
     if n_tok == 0 || m.rows == 0 {
         return Ok(());
     }
-    let gx = m.rows.div_ceil(MAT_MAT_TILE) as u64;
-    let gy = n_tok.div_ceil(MAT_MAT_TILE) as u64;
+    let gx = m.rows.div_ceil(tile) as u64;
+    let gy = n_tok.div_ceil(tile) as u64;
     let lim = dev.caps().limits.max_workgroup_count;
     if gx > u64::from(lim[0]) || gy > u64::from(lim[1]) {
         return Err(OpsError::Shape { op: "mat_mat", reason: format!("{gx} x {gy} tiles exceed the device's grid") });
     }
-    let p =
-        dev.pipeline(&dev.kernel(&format!("mul_mat_q.{}", variant("mat_mat", m.ty)?))?, &PipelineOptions::default())?;
-    let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, m.rows as u32, n_tok as u32]);
-    s.dispatch(&p, &[m.buffer().into(), x.into(), y.into()], &pc, [gx as u32, gy as u32, 1])?;
+    let p = dev.pipeline(&dev.kernel(&format!("{name}.{}", variant("mat_mat", m.ty)?))?, &options)?;
+    if opts.path == MatMatPath::Scalar {
+        let pc =
+            push_words(&[0, m.row_bytes as u32, m.k as u32, m.rows as u32, n_tok as u32, u32::from(opts.accumulate)]);
+        s.dispatch(&p, &[m.buffer().into(), x.into(), y.into()], &pc, [gx as u32, gy as u32, 1])?;
+        return Ok(());
+    }
+    // Split-K: each output tile's k range is shared by `splits` workgroups (chunks a
+    // multiple of 256, so no block straddles two), so that a grid of few tiles still
+    // keeps every multiprocessor's memory pipeline busy.
+    let max_splits = (m.k / 1024).max(1) as u64;
+    let want = opts.split_k.map_or_else(|| 128u64.div_ceil(gx * gy).min(max_splits), u64::from).max(1);
+    let k_chunk = (m.k as u64).div_ceil(want).next_multiple_of(256);
+    let splits = (m.k as u64).div_ceil(k_chunk);
+    if splits > u64::from(lim[2]) {
+        return Err(OpsError::Shape { op: "mat_mat", reason: format!("split-K {splits} exceeds the device's grid") });
+    }
+    // The tensor-core kernel reads x as f16: converted once here, it is half the bytes each
+    // of the rows / 128 workgroup columns re-reads from L2.
+    let n4 = (n_tok * m.k / 4) as u64;
+    let x16 = dev.alloc(8 * n4, MemoryKind::DeviceLocal)?;
+    let cvt = pipeline(&dev, "convert_f16", ELEMENTWISE_WORKGROUP)?;
+    let groups = grid(&dev, "mat_mat", n4.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
+    s.dispatch(&cvt, &[x.into(), (&x16).into()], &push_words(&[n4 as u32]), groups)?;
+    let out_len = (n_tok * m.rows) as u64;
+    let part = if splits > 1 { Some(dev.alloc(4 * splits * out_len, MemoryKind::DeviceLocal)?) } else { None };
+    let accumulate = opts.accumulate && part.is_none();
+    let pc = push_words(&[
+        0,
+        m.row_bytes as u32,
+        m.k as u32,
+        m.rows as u32,
+        n_tok as u32,
+        u32::from(accumulate),
+        k_chunk as u32,
+    ]);
+    let c_arg = part.as_ref().map_or(y.into(), Into::into);
+    s.dispatch(&p, &[m.buffer().into(), (&x16).into(), c_arg], &pc, [gx as u32, gy as u32, splits as u32])?;
+    if let Some(part) = &part {
+        let red = pipeline(&dev, "reduce_partials", ELEMENTWISE_WORKGROUP)?;
+        let groups = grid(&dev, "mat_mat", out_len.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
+        let pc = push_words(&[out_len as u32, splits as u32, u32::from(opts.accumulate)]);
+        s.dispatch(&red, &[part.into(), y.into()], &pc, groups)?;
+    }
     Ok(())
 }

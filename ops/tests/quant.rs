@@ -3,7 +3,7 @@
 //! smallest legal size), through both reduction paths, with validation on.
 
 use vkml_hal::{Device, DeviceSelector, Instance, InstanceOptions, MemoryKind, Stream};
-use vkml_ops::quant::{self, QMatrix, SUPPORTED};
+use vkml_ops::quant::{self, MatMatOptions, MatMatPath, QMatrix, SUPPORTED};
 use vkml_ops::tuning::MatVecConfig;
 use vkml_quant::GgmlType;
 
@@ -215,35 +215,79 @@ fn mat_vec_matches_cpu_on_every_path() {
     assert_clean(&dev);
 }
 
+/// Every mat-mat path the device has: the scalar kernel everywhere, the cooperative-matrix
+/// kernel where `tuning::coopmat_subgroup_size` finds one (the H100, not lavapipe).
+fn mat_mat_paths(dev: &Device) -> Vec<MatMatPath> {
+    let mut paths = vec![MatMatPath::Scalar];
+    if vkml_ops::tuning::coopmat_subgroup_size(dev.caps()).is_some() {
+        paths.push(MatMatPath::CoopMat);
+    } else {
+        eprintln!("mat_mat: no cooperative-matrix path on {}; scalar only", dev.caps().name);
+    }
+    paths
+}
+
+/// Mat-mat against f64 dot products of the CPU-dequantized weights. The scalar path must
+/// agree within 1e-5 of the sum of |products|; the cooperative-matrix path multiplies f16
+/// weights and activations, so its reference rounds both to f16 first, and it may differ
+/// by 1e-4 of the sum of |products| (tensor cores accumulate in f32 without IEEE rounding
+/// of every partial sum). Shapes cover edge tiles on both axes, split-K (k ≥ 1024) and,
+/// with `accumulate`, the folded residual add.
 #[test]
 fn mat_mat_matches_cpu() {
     let dev = device();
-    for &ty in SUPPORTED {
-        let bs = ty.block_size().max(32);
-        for (rows, k, n_tok) in [(37, bs, 8), (70, 3 * bs, 33), (129, 2 * bs, 70)] {
-            let bytes = encode(ty, &weights(rows, k, 5 + rows as u64));
-            let w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
-            let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
-            let x = weights(n_tok, k, 31 + n_tok as u64);
-            let xb = dev.upload(&x).unwrap();
-            let yb = dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap();
-            let mut s = Stream::new(&dev).unwrap();
-            quant::mat_mat(&mut s, &m, &xb, n_tok, &yb).unwrap();
-            s.finish_and_wait().unwrap();
-            let y = yb.to_vec::<f32>().unwrap();
-            for n in 0..n_tok {
-                for r in 0..rows {
-                    let (mut dot, mut mag) = (0f64, 0f64);
-                    for c in 0..k {
-                        let p = f64::from(w[r * k + c]) * f64::from(x[n * k + c]);
-                        dot += p;
-                        mag += p.abs();
+    for path in mat_mat_paths(&dev) {
+        for &ty in SUPPORTED {
+            let bs = ty.block_size().max(32);
+            if path == MatMatPath::CoopMat && bs % 32 != 0 {
+                continue;
+            }
+            let mut shapes = vec![(37, bs, 8, false), (70, 3 * bs, 33, true), (129, 2 * bs, 70, false)];
+            if path == MatMatPath::CoopMat {
+                // Two 128-row tiles with a ragged third, two token tiles with a ragged second.
+                shapes.push((300, 4 * bs, 150, true));
+            }
+            for (rows, k, n_tok, accumulate) in shapes {
+                let bytes = encode(ty, &weights(rows, k, 5 + rows as u64));
+                let mut w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
+                let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+                let mut x = weights(n_tok, k, 31 + n_tok as u64);
+                let xb = dev.upload(&x).unwrap();
+                let y0 = weights(n_tok, rows, 77);
+                let yb = if accumulate {
+                    dev.upload(&y0).unwrap()
+                } else {
+                    dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap()
+                };
+                let mut s = Stream::new(&dev).unwrap();
+                let opts = MatMatOptions { path, accumulate, split_k: (k >= 1024).then_some(2) };
+                quant::mat_mat_with(&mut s, &m, &xb, n_tok, &yb, opts).unwrap();
+                s.finish_and_wait().unwrap();
+                let y = yb.to_vec::<f32>().unwrap();
+                let tol = match path {
+                    MatMatPath::Scalar => 1e-5,
+                    MatMatPath::CoopMat => {
+                        for v in w.iter_mut().chain(x.iter_mut()) {
+                            *v = half::f16::from_f32(*v).to_f32();
+                        }
+                        1e-4
                     }
-                    let got = f64::from(y[n * rows + r]);
-                    assert!(
-                        (got - dot).abs() <= 1e-5 * mag + 1e-30,
-                        "{ty:?} {rows}x{k} token {n} row {r}: gpu {got} cpu {dot}"
-                    );
+                };
+                for n in 0..n_tok {
+                    for r in 0..rows {
+                        let base = if accumulate { f64::from(y0[n * rows + r]) } else { 0.0 };
+                        let (mut dot, mut mag) = (base, base.abs());
+                        for c in 0..k {
+                            let p = f64::from(w[r * k + c]) * f64::from(x[n * k + c]);
+                            dot += p;
+                            mag += p.abs();
+                        }
+                        let got = f64::from(y[n * rows + r]);
+                        assert!(
+                            (got - dot).abs() <= tol * mag + 1e-30,
+                            "{path:?} {ty:?} {rows}x{k} x {n_tok} token {n} row {r}: gpu {got} cpu {dot}"
+                        );
+                    }
                 }
             }
         }

@@ -4,15 +4,16 @@
 // Tiles of BM = 64 weight rows x BN = 64 tokens x BK = 32; the weight tile is dequantized
 // into shared memory once per step (dq() of quant.glsl, any supported type) and reused
 // by all 64 tokens; 256 invocations each accumulate 4 x 4 outputs in f32.
-// Bindings: 0 = W, 1 = X, 2 = C. Push constants: w_offset, row_bytes, k, rows, n_tok.
+// Bindings: 0 = W, 1 = X, 2 = C. Push constants: w_offset, row_bytes, k, rows, n_tok,
+// accumulate (1: add to C, folding a residual add into the product).
 // Grid: x = ceil(rows / 64), y = ceil(n_tok / 64).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 256) in;
 #include "quant.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer C { float c[]; };
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; } p;
+layout(std430, set = 0, binding = 2) buffer C { float c[]; };
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; } p;
 
 #define BM 64
 #define BN 64
@@ -51,7 +52,10 @@ void main() {
         if (r >= p.rows) continue;
         for (uint j = 0; j < 4u; j++) {
             uint n = n0 + tn + 16u * j;
-            if (n < p.n_tok) c[n * p.rows + r] = acc[i][j];
+            if (n < p.n_tok) {
+                uint at = n * p.rows + r;
+                c[at] = p.accumulate != 0u ? c[at] + acc[i][j] : acc[i][j];
+            }
         }
     }
 }

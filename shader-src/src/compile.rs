@@ -237,7 +237,8 @@ pub fn reflect(name: &str, words: &[u32]) -> Result<Interface, CompileError> {
     if words.first() != Some(&spirv::MAGIC_NUMBER) {
         return Err(bad("missing the SPIR-V magic number 0x07230203".into()));
     }
-    let module = rspirv::dr::load_words(words).map_err(|e| bad(e.to_string()))?;
+    let mut module = FlatModule::default();
+    rspirv::binary::parse_words(words, &mut module).map_err(|e| bad(e.to_string()))?;
     let m = &module;
 
     let mut decorations: Decorations = HashMap::new();
@@ -340,6 +341,63 @@ pub fn reflect(name: &str, words: &[u32]) -> Result<Interface, CompileError> {
         _ => None,
     });
     Ok(Interface { bindings: out, push_constant_size, spec_ids, local_size })
+}
+
+/// The module-level instructions reflection needs, sorted by section. rspirv's `dr`
+/// loader rejects type declarations its `is_type` table lacks (OpTypeCooperativeMatrixKHR
+/// in rspirv 0.12), so this consumer sorts by position instead: everything between the
+/// annotations and the first OpFunction is a type, constant or global variable.
+#[derive(Default)]
+struct FlatModule {
+    annotations: Vec<Instruction>,
+    execution_modes: Vec<Instruction>,
+    types_global_values: Vec<Instruction>,
+    in_function: bool,
+}
+
+impl rspirv::binary::Consumer for FlatModule {
+    fn initialize(&mut self) -> rspirv::binary::ParseAction {
+        rspirv::binary::ParseAction::Continue
+    }
+
+    fn finalize(&mut self) -> rspirv::binary::ParseAction {
+        rspirv::binary::ParseAction::Continue
+    }
+
+    fn consume_header(&mut self, _: rspirv::dr::ModuleHeader) -> rspirv::binary::ParseAction {
+        rspirv::binary::ParseAction::Continue
+    }
+
+    fn consume_instruction(&mut self, inst: Instruction) -> rspirv::binary::ParseAction {
+        match inst.class.opcode {
+            Op::Function => self.in_function = true,
+            Op::FunctionEnd => self.in_function = false,
+            _ if self.in_function => {}
+            Op::Decorate | Op::MemberDecorate | Op::DecorateId | Op::DecorateString | Op::MemberDecorateString => {
+                self.annotations.push(inst);
+            }
+            Op::ExecutionMode | Op::ExecutionModeId => self.execution_modes.push(inst),
+            Op::Capability
+            | Op::Extension
+            | Op::ExtInstImport
+            | Op::MemoryModel
+            | Op::EntryPoint
+            | Op::String
+            | Op::Source
+            | Op::SourceExtension
+            | Op::SourceContinued
+            | Op::Name
+            | Op::MemberName
+            | Op::ModuleProcessed
+            | Op::Line
+            | Op::NoLine
+            | Op::DecorationGroup
+            | Op::GroupDecorate
+            | Op::GroupMemberDecorate => {}
+            _ => self.types_global_values.push(inst),
+        }
+        rspirv::binary::ParseAction::Continue
+    }
 }
 
 fn literal(op: Option<&Operand>) -> Option<u32> {

@@ -5,7 +5,11 @@
 //! in the same run. Weights rotate over at least 256 MiB of copies so the figure is memory,
 //! not the 50 MB L2.
 //!
-//! Usage: `matvec [--min-bytes N] [--reps N]`; device per `VKML_DEVICE`; `VKML_MATVEC_NR`
+//! Then quantized mat-mat TFLOP/s at 14336x4096 and 4096x14336 by 512 tokens on every
+//! mat-mat path of the device.
+//!
+//! Usage: `matvec [--min-bytes N] [--reps N] [--mat-mat-only]`; device per `VKML_DEVICE`;
+//! `VKML_BENCH_TYPES=Q4_0,Q8_0` limits the mat-vec sweep to those types; `VKML_MATVEC_NR`
 //! overrides the rows per subgroup of the block-wise kernel, `VKML_MATVEC_IDOT=0|1` the
 //! integer-dot path. Prints a Markdown
 //! table. Times are host wall-clock around one submission of many independent dispatches
@@ -34,12 +38,32 @@ fn random(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// Raw blocks of `w` in `ty`; the grid i-quants, which vkml-quant cannot quantize, get
+/// pseudo-random bytes (the kernels' speed does not depend on the values).
 fn encode(ty: GgmlType, w: &[f32]) -> Vec<u8> {
     match ty {
         GgmlType::F32 => w.iter().flat_map(|x| x.to_le_bytes()).collect(),
         GgmlType::F16 => w.iter().flat_map(|x| half_bits(*x).to_le_bytes()).collect(),
         GgmlType::BF16 => w.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect(),
-        ty => vkml_quant::quantize(ty, w).expect("quantizable type"),
+        ty => vkml_quant::quantize(ty, w).unwrap_or_else(|_| {
+            let n = w.len() / ty.block_size() * ty.type_size();
+            let mut s = 0x9e37_79b9_7f4a_7c15u64;
+            let mut b: Vec<u8> = (0..n)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    (s >> 24) as u8
+                })
+                .collect();
+            // Keep f16 scales finite: clear the top exponent bit of every 16-bit word.
+            for pair in b.chunks_mut(2) {
+                if let [_, hi] = pair {
+                    *hi &= 0xBF;
+                }
+            }
+            b
+        }),
     }
 }
 
@@ -84,14 +108,15 @@ fn kernel_copy_bandwidth(dev: &Device, bytes: u64, reps: u32) -> f64 {
     let a = dev.alloc(bytes, MemoryKind::DeviceLocal).unwrap();
     let b = dev.alloc(bytes, MemoryKind::DeviceLocal).unwrap();
     let k = dev.kernel("copy_vec4").unwrap();
-    let p = dev.pipeline(&k, &vkml_hal::PipelineOptions { spec_constants: vec![(0, 256)], ..Default::default() }).unwrap();
+    let p =
+        dev.pipeline(&k, &vkml_hal::PipelineOptions { spec_constants: vec![(0, 256)], ..Default::default() }).unwrap();
     let n = (bytes / 16) as u32;
     let groups = n.div_ceil(256);
     let max_x = dev.caps().limits.max_workgroup_count[0];
     let grid = [groups.min(max_x), groups.div_ceil(groups.min(max_x)), 1];
     let mut s = Stream::new(dev).unwrap();
     let once = |s: &mut Stream, i: u32| {
-        let (x, y) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let (x, y) = if i.is_multiple_of(2) { (&a, &b) } else { (&b, &a) };
         s.dispatch(&p, &[x.into(), y.into()], &n.to_le_bytes(), grid).unwrap();
     };
     once(&mut s, 0);
@@ -102,6 +127,12 @@ fn kernel_copy_bandwidth(dev: &Device, bytes: u64, reps: u32) -> f64 {
     }
     s.finish_and_wait().unwrap();
     2.0 * bytes as f64 * f64::from(reps) / t.elapsed().as_secs_f64()
+}
+
+/// Mat-mat options for `path`; `VKML_MATMAT_SPLITK` overrides the split-K.
+fn opts(path: quant::MatMatPath) -> quant::MatMatOptions {
+    let split_k = std::env::var("VKML_MATMAT_SPLITK").ok().and_then(|v| v.parse().ok());
+    quant::MatMatOptions { split_k, ..quant::MatMatOptions::new(path) }
 }
 
 fn main() {
@@ -117,7 +148,13 @@ fn main() {
         cfg.integer_dot = v == "1";
     }
     println!("mat-vec launch: {cfg:?}");
-    println!("device: {} ({}, driver {}), commit {}", c.name, c.driver_name, c.driver_version, option_env!("VKML_COMMIT").unwrap_or("unknown"));
+    println!(
+        "device: {} ({}, driver {}), commit {}",
+        c.name,
+        c.driver_name,
+        c.driver_version,
+        option_env!("VKML_COMMIT").unwrap_or("unknown")
+    );
     // Warm-up: ~2 s of streaming so the GPU leaves its idle clocks before anything is timed.
     let warm = Instant::now();
     while warm.elapsed().as_secs_f64() < 2.0 {
@@ -126,7 +163,11 @@ fn main() {
     let cmd_copy = copy_bandwidth(&dev, 1 << 30, 20);
     let bytes = (1u64 << 30).min(dev.caps().limits.max_storage_buffer_range / 16 * 16);
     let copy = kernel_copy_bandwidth(&dev, bytes, 20);
-    println!("copy bandwidth, read + write: copy_vec4 kernel {:.1} GB/s (the reference below); vkCmdCopyBuffer {:.1} GB/s\n", copy / 1e9, cmd_copy / 1e9);
+    println!(
+        "copy bandwidth, read + write: copy_vec4 kernel {:.1} GB/s (the reference below); vkCmdCopyBuffer {:.1} GB/s\n",
+        copy / 1e9,
+        cmd_copy / 1e9
+    );
     println!("| type | rows x k | weight MiB | copies | host record us | GPU us / mat-vec | GB/s | of copy bw |");
     println!("|---|---|---|---|---|---|---|---|");
     let shapes = [(4096usize, 4096usize), (4096, 14336), (14336, 4096)];
@@ -135,15 +176,22 @@ fn main() {
     // Quantize everything before timing anything: CPU work in between would let the
     // GPU drop to idle clocks.
     let encoded: Vec<(GgmlType, Vec<u8>)> = SUPPORTED.iter().map(|&ty| (ty, encode(ty, &w))).collect();
+    let only: Option<Vec<String>> =
+        std::env::var("VKML_BENCH_TYPES").ok().map(|v| v.split(',').map(|t| t.trim().to_uppercase()).collect());
+    let skip_matvec = std::env::args().any(|a| a == "--mat-mat-only");
     for (ty, bytes_all) in &encoded {
         let ty = *ty;
+        if skip_matvec || only.as_ref().is_some_and(|o| !o.contains(&format!("{ty:?}"))) {
+            continue;
+        }
         for &(rows, k) in &shapes {
             let n = rows * k;
             let bytes = &bytes_all[..n / ty.block_size() * ty.type_size()];
             let copies = (min_bytes.div_ceil(bytes.len() as u64)).max(1) as usize;
             let mats: Vec<QMatrix> = (0..copies).map(|_| QMatrix::upload(&dev, ty, rows, k, bytes).unwrap()).collect();
             let x = dev.upload(&random(k, 3)).unwrap();
-            let ys: Vec<_> = (0..copies).map(|_| dev.alloc(4 * rows as u64, MemoryKind::DeviceLocal).unwrap()).collect();
+            let ys: Vec<_> =
+                (0..copies).map(|_| dev.alloc(4 * rows as u64, MemoryKind::DeviceLocal).unwrap()).collect();
             let mut s = Stream::new(&dev).unwrap();
             let run = |s: &mut Stream, n: usize| -> Result<(), vkml_ops::OpsError> {
                 for i in 0..n {
@@ -154,7 +202,10 @@ fn main() {
             };
             // Warm-up (pipelines, caches); a shape the device cannot bind is reported.
             if let Err(e) = run(&mut s, copies) {
-                println!("| {ty:?} | {rows}x{k} | {:.1} | - | - | - | - | not run: {e} |", bytes.len() as f64 / (1 << 20) as f64);
+                println!(
+                    "| {ty:?} | {rows}x{k} | {:.1} | - | - | - | - | not run: {e} |",
+                    bytes.len() as f64 / (1 << 20) as f64
+                );
                 continue;
             }
             // Re-warm: uploads above left the GPU idle for a moment.
@@ -185,27 +236,45 @@ fn main() {
         }
     }
 
-    // Quantized mat-mat (prompt processing): 14336 rows x 4096 k by 512 tokens.
-    println!("\n| type | rows x k x tokens | GPU ms | TFLOP/s |");
-    println!("|---|---|---|---|");
-    let (rows, k, n_tok) = (14336usize, 4096usize, 512usize);
-    let x = dev.upload(&random(n_tok * k, 11)).unwrap();
-    let y = dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+    // Quantized mat-mat (prompt processing): rows x k by 512 tokens, both orientations of
+    // the 4096 x 14336 weight, every path the device has.
+    println!("\n| type | path | rows x k x tokens | GPU ms | TFLOP/s |");
+    println!("|---|---|---|---|---|");
+    let mut paths = vec![quant::MatMatPath::Scalar];
+    if vkml_ops::tuning::coopmat_subgroup_size(c).is_some() {
+        paths.insert(0, quant::MatMatPath::CoopMat);
+    }
+    let n_tok = 512usize;
+    let x = dev.upload(&random(n_tok * 14336, 11)).unwrap();
+    let y = dev.alloc(4 * (n_tok * 14336) as u64, MemoryKind::DeviceLocal).unwrap();
     for (ty, bytes_all) in &encoded {
-        if !matches!(ty, GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::F16) {
+        if !matches!(ty, GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::F16) {
             continue;
         }
-        let m = QMatrix::upload(&dev, *ty, rows, k, &bytes_all[..rows * k / ty.block_size() * ty.type_size()]).unwrap();
-        let mut s = Stream::new(&dev).unwrap();
-        quant::mat_mat(&mut s, &m, &x, n_tok, &y).unwrap();
-        s.finish_and_wait().unwrap();
-        let reps = 5;
-        for _ in 0..reps {
-            quant::mat_mat(&mut s, &m, &x, n_tok, &y).unwrap();
+        for &(rows, k) in &[(14336usize, 4096usize), (4096, 14336)] {
+            let m =
+                QMatrix::upload(&dev, *ty, rows, k, &bytes_all[..rows * k / ty.block_size() * ty.type_size()]).unwrap();
+            for &path in &paths {
+                let mut s = Stream::new(&dev).unwrap();
+                let run = |s: &mut Stream| quant::mat_mat_with(s, &m, &x, n_tok, &y, opts(path));
+                if let Err(e) = run(&mut s) {
+                    println!("| {ty:?} | {path:?} | {rows}x{k}x{n_tok} | - | not run: {e} |");
+                    continue;
+                }
+                s.finish_and_wait().unwrap();
+                let reps = if path == quant::MatMatPath::Scalar { 5 } else { 20 };
+                for _ in 0..reps {
+                    run(&mut s).unwrap();
+                }
+                let t = Instant::now();
+                s.finish_and_wait().unwrap();
+                let secs = t.elapsed().as_secs_f64() / f64::from(reps);
+                println!(
+                    "| {ty:?} | {path:?} | {rows}x{k}x{n_tok} | {:.3} | {:.1} |",
+                    secs * 1e3,
+                    2.0 * (rows * k * n_tok) as f64 / secs / 1e12
+                );
+            }
         }
-        let t = Instant::now();
-        s.finish_and_wait().unwrap();
-        let secs = t.elapsed().as_secs_f64() / f64::from(reps);
-        println!("| {ty:?} | {rows}x{k}x{n_tok} | {:.2} | {:.1} |", secs * 1e3, 2.0 * (rows * k * n_tok) as f64 / secs / 1e12);
     }
 }

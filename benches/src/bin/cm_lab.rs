@@ -1,0 +1,92 @@
+//! Kernel lab for the cooperative-matrix mat-mat: compiles each GLSL file named on the
+//! command line at run time as `mul_mat_cm.<type>` (overriding the built-in kernel), on a
+//! fresh device each, and times `quant::mat_mat_with(.., MatMatPath::CoopMat, ..)` at
+//! 14336x4096 and 4096x14336 by 512 tokens for Q4_0 and Q8_0, checking every output
+//! against the built-in kernel's. For trying kernel variants in one device session.
+//!
+//! Usage: `cm_lab FILE.comp...` (device per `VKML_DEVICE`).
+
+use std::time::Instant;
+
+use vkml_hal::shader::Glsl;
+use vkml_hal::{Device, MemoryKind, Stream, TargetEnv};
+use vkml_ops::quant::{self, MatMatPath, QMatrix};
+use vkml_quant::GgmlType;
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Mat-mat options for `path`; `VKML_MATMAT_SPLITK` overrides the split-K.
+fn opts(path: quant::MatMatPath) -> quant::MatMatOptions {
+    let split_k = std::env::var("VKML_MATMAT_SPLITK").ok().and_then(|v| v.parse().ok());
+    quant::MatMatOptions { split_k, ..quant::MatMatOptions::new(path) }
+}
+
+fn main() {
+    let files: Vec<String> = std::env::args().skip(1).collect();
+    let n_tok = 512usize;
+    let w = random(4096 * 14336, 7);
+    let x = random(n_tok * 14336, 11);
+    let types = [(GgmlType::Q4_0, "q4_0", "2"), (GgmlType::Q8_0, "q8_0", "8")];
+    let enc: Vec<Vec<u8>> = types.iter().map(|(ty, _, _)| vkml_quant::quantize(*ty, &w).unwrap()).collect();
+    let mut reference: Vec<Vec<f32>> = Vec::new();
+    for (fi, file) in std::iter::once("built-in".to_string()).chain(files).enumerate() {
+        let dev = Device::from_env().expect("a Vulkan device");
+        for (ti, (ty, name, id)) in types.iter().enumerate() {
+            if fi > 0 {
+                let src = std::fs::read(&file).unwrap();
+                let fe = Glsl::new().define("QTYPE", id).target(TargetEnv::Vulkan1_3);
+                if let Err(e) = dev.register_kernel(&format!("mul_mat_cm.{name}"), &fe, &src) {
+                    println!("{file}: {e}");
+                    break;
+                }
+            }
+            for (si, &(rows, k)) in [(14336usize, 4096usize), (4096, 14336)].iter().enumerate() {
+                let m = QMatrix::upload(&dev, *ty, rows, k, &enc[ti][..rows * k / 32 * ty.type_size()]).unwrap();
+                let xb = dev.upload(&x[..n_tok * k]).unwrap();
+                let y = dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+                let mut s = Stream::new(&dev).unwrap();
+                let run = |s: &mut Stream| quant::mat_mat_with(s, &m, &xb, n_tok, &y, opts(MatMatPath::CoopMat));
+                if let Err(e) = run(&mut s) {
+                    println!("{file}: {e}");
+                    continue;
+                }
+                s.finish_and_wait().unwrap();
+                let out = y.to_vec::<f32>().unwrap();
+                let slot = ti * 2 + si;
+                let diff = if fi == 0 {
+                    reference.push(out);
+                    0.0
+                } else {
+                    reference[slot].iter().zip(&out).map(|(a, b)| (a - b).abs() / a.abs().max(1.0)).fold(0f32, f32::max)
+                };
+                let warm = Instant::now();
+                while warm.elapsed().as_secs_f64() < 0.5 {
+                    run(&mut s).unwrap();
+                    s.finish_and_wait().unwrap();
+                }
+                let reps = 30;
+                for _ in 0..reps {
+                    run(&mut s).unwrap();
+                }
+                let t = Instant::now();
+                s.finish_and_wait().unwrap();
+                let secs = t.elapsed().as_secs_f64() / f64::from(reps);
+                println!(
+                    "{file} {ty:?} {rows}x{k}x{n_tok}: {:.3} ms {:.1} TFLOP/s, max rel diff vs built-in {diff:.2e}",
+                    secs * 1e3,
+                    2.0 * (rows * k * n_tok) as f64 / secs / 1e12
+                );
+            }
+        }
+    }
+}
