@@ -79,3 +79,13 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         integer_dot: false,
     }
 }
+
+/// Whether the kernels that reduce over a row or a block of keys (`norm.comp`,
+/// `softmax.comp`, `flash_attn.comp`, through `include/reduce.glsl`) use subgroup
+/// arithmetic: `subgroupAdd` / `subgroupMax` within each subgroup, then one
+/// shared-memory step across the workgroup's subgroups, instead of the portable
+/// shared-memory tree with log2(workgroup) barriers. Needs `arithmetic` in the subgroup
+/// operations; any subgroup size works.
+pub fn subgroup_reduce(caps: &Capabilities) -> bool {
+    caps.subgroup.operations.contains(&"arithmetic")
+}
