@@ -32,7 +32,7 @@ fn need(op: &'static str, what: &str, b: &Buffer, elems: usize, dt: Dtype) -> Re
 }
 
 /// Records `y = x / sqrt(mean(x²) + eps) * w` over rows of `n` (candle-nn
-/// `ops::rms_norm`). `x`, `y`: `dt[rows * n]`; `w`: f32[n], or `None` for no scale.
+/// `ops::rms_norm`). `x`, `y`: `dt[rows * n]`; `w`: `f32[n]`, or `None` for no scale.
 ///
 /// # Errors
 /// [`OpsError::Shape`] for buffers too small; [`OpsError::MissingFeature`] for
@@ -52,7 +52,7 @@ pub fn rms_norm(
 }
 
 /// Records `y = (x - mean) / sqrt(var + eps) * w + b` over rows of `n` (biased variance;
-/// candle-nn `ops::layer_norm`). `x`, `y`: `dt[rows * n]`; `w`, `b`: f32[n] or `None`.
+/// candle-nn `ops::layer_norm`). `x`, `y`: `dt[rows * n]`; `w`, `b`: `f32[n]` or `None`.
 ///
 /// # Errors
 /// As [`rms_norm`].
@@ -74,7 +74,7 @@ pub fn layer_norm(
 /// Records, in one kernel, the residual add of a decode step and the next rms_norm:
 /// `h = x + residual` (written out: the next residual stream, rounded to `dt`) and
 /// `y = rms_norm(h) * w` computed from the stored `h`. `x`, `residual`, `h`, `y`:
-/// `dt[rows * n]`, four distinct buffers; `w`: f32[n], or `None` for no scale.
+/// `dt[rows * n]`, four distinct buffers; `w`: `f32[n]`, or `None` for no scale.
 /// Equivalent to an add followed by [`rms_norm`], without the round trip of `h`.
 ///
 /// # Errors
@@ -218,7 +218,7 @@ pub struct RopeShape {
 }
 
 /// Records rotary embeddings `y = rope(x)` (candle-nn `rotary_emb::rope` or `rope_i` on
-/// the first `rot` dims, the rest copied); `cos`, `sin`: f32[positions, rot/2].
+/// the first `rot` dims, the rest copied); `cos`, `sin`: `f32[positions, rot/2]`.
 ///
 /// # Errors
 /// [`OpsError::Shape`] for an odd `d` or `rot`, `rot > d`, positions past the tables, or
