@@ -4,13 +4,16 @@
 //! `flash_attn_combine.comp`, `kv_append.comp`. The algorithm is FlashAttention's online
 //! softmax (Dao et al., 2022) with FlashDecoding's split-KV (Dao et al., 2023).
 //!
-//! Layouts: queries and outputs f32 `[t, n_heads, d]` (token-major, as a QKV mat-vec
-//! produces them); the cache f16 `[n_kv_heads, ctx, d]`, one [`KvCache`] for K and one for V.
+//! Layouts: queries and outputs `[t, n_heads, d]` (token-major, as a QKV mat-vec produces
+//! them) of f32 or f16 ([`Dtype`]; arithmetic in f32); the cache f16
+//! `[n_kv_heads, ctx, d]`, one [`KvCache`] for K and one for V. The softmax reductions use
+//! subgroup arithmetic where the device has it ([`crate::tuning::subgroup_reduce`]).
 
-use vkml_hal::{Buffer, Device, MemoryKind, Stream};
+use vkml_hal::{Buffer, BufferArg, Device, MemoryKind, Stream};
 
+use crate::dtype::Dtype;
 use crate::error::{OpsError, Result};
-use crate::launch::{pipeline, push_words};
+use crate::launch::{pipeline, push_words, variant};
 
 /// Largest head dimension the kernel takes.
 pub const MAX_HEAD_DIM: usize = 256;
@@ -54,11 +57,13 @@ impl KvCache {
     }
 }
 
-/// Records `cache[h, pos0 + i, :] = f16(x[i, h, :])` for `i < t_new` (`x`: f32 `[t_new, n_kv_heads, d]`).
+/// Records `cache[h, pos0 + i, :] = f16(x[i, h, :])` for `i < t_new` (`x`:
+/// `dt[t_new, n_kv_heads, d]`; f16 values are copied as they are, which needs no 16-bit
+/// storage feature).
 ///
 /// # Errors
 /// [`OpsError::Shape`] when positions run past the cache or `x` is too small; HAL errors.
-pub fn kv_append(s: &mut Stream, x: &Buffer, t_new: usize, pos0: usize, cache: &KvCache) -> Result<()> {
+pub fn kv_append(s: &mut Stream, dt: Dtype, x: &Buffer, t_new: usize, pos0: usize, cache: &KvCache) -> Result<()> {
     if pos0 + t_new > cache.ctx {
         return Err(OpsError::Shape {
             op: "kv_append",
@@ -70,17 +75,17 @@ pub fn kv_append(s: &mut Stream, x: &Buffer, t_new: usize, pos0: usize, cache: &
         });
     }
     let n = t_new * cache.n_kv_heads * cache.d;
-    if x.size() < 4 * n as u64 {
+    if x.size() < (dt.size() * n) as u64 {
         return Err(OpsError::Shape {
             op: "kv_append",
-            reason: format!("x holds {} bytes, needs {} f32", x.size(), n),
+            reason: format!("x holds {} bytes, needs {n} {}", x.size(), dt.name()),
         });
     }
     if t_new == 0 {
         return Ok(());
     }
     let dev = s.device().clone();
-    let p = pipeline(&dev, "kv_append", 64)?;
+    let p = pipeline(&dev, &variant(&dev, "kv_append", "", dt, false), 64)?;
     let gx = (cache.d / 2).div_ceil(64) as u32;
     let gy = (t_new * cache.n_kv_heads) as u32;
     if gy > dev.caps().limits.max_workgroup_count[1] {
@@ -121,14 +126,18 @@ pub fn split_scratch_len(sh: &AttnShape, d: usize) -> (usize, usize) {
     }
 }
 
-/// Records `out = attention(q, K, V)` (see the module docs for layouts). With
-/// `n_splits > 1`, `scratch` holds buffers of at least [`split_scratch_len`] f32.
+/// Records `out = softmax(q Kᵀ · scale + causal mask) V` per head (see the module docs for
+/// layouts; `q`, `out`: `dt[t_q, n_heads, d]`). With `n_splits > 1`, `scratch` holds f32
+/// buffers of at least [`split_scratch_len`] elements (whatever `dt` is).
 ///
 /// # Errors
 /// [`OpsError::Shape`] for heads that do not divide, `kv_len` past the cache, a missing or
-/// small scratch, or buffers too small; HAL errors.
+/// small scratch, or buffers too small; [`OpsError::MissingFeature`] for [`Dtype::F16`]
+/// without 16-bit storage; HAL errors.
+#[allow(clippy::too_many_arguments)]
 pub fn flash_attn(
     s: &mut Stream,
+    dt: Dtype,
     q: &Buffer,
     k: &KvCache,
     v: &KvCache,
@@ -136,6 +145,7 @@ pub fn flash_attn(
     out: &Buffer,
     scratch: Option<(&Buffer, &Buffer)>,
 ) -> Result<()> {
+    dt.require(s.device(), "flash_attn")?;
     let bad = |reason: String| Err(OpsError::Shape { op: "flash_attn", reason });
     let d = k.d;
     if (v.d, v.n_kv_heads, v.ctx) != (d, k.n_kv_heads, k.ctx) {
@@ -148,8 +158,8 @@ pub fn flash_attn(
         return bad(format!("kv_len {} exceeds the cache's {} positions", sh.kv_len, k.ctx));
     }
     let n = sh.t_q * sh.n_heads * d;
-    if q.size() < 4 * n as u64 || out.size() < 4 * n as u64 {
-        return bad(format!("q and out need {} f32", n));
+    if q.size() < (dt.size() * n) as u64 || out.size() < (dt.size() * n) as u64 {
+        return bad(format!("q and out need {n} {}", dt.name()));
     }
     if sh.t_q == 0 {
         return Ok(());
@@ -162,7 +172,7 @@ pub fn flash_attn(
     }
     let split_len = sh.kv_len.div_ceil(splits).max(1);
     let wg = 64u32;
-    let p = pipeline(&dev, "flash_attn", wg)?;
+    let p = pipeline(&dev, &variant(&dev, "flash_attn", "", dt, true), wg)?;
     let pc_words = |n_splits: usize| {
         let mut w = vec![
             sh.t_q as u32,
@@ -181,10 +191,10 @@ pub fn flash_attn(
     };
     let groups = [sh.n_heads as u32, sh.t_q as u32, splits as u32];
     if splits == 1 {
-        // The max/sum binding is unused: bind `out`.
+        // The partial-output and max/sum bindings are unused: bind `out`.
         s.dispatch(
             &p,
-            &[q.into(), k.buffer().into(), v.buffer().into(), out.into(), out.into()],
+            &[q.into(), k.buffer().into(), v.buffer().into(), out.into(), out.into(), out.into()],
             &pc_words(1),
             groups,
         )?;
@@ -195,8 +205,11 @@ pub fn flash_attn(
     if po.size() < 4 * po_len as u64 || ml.size() < 4 * ml_len as u64 {
         return bad(format!("scratch needs {po_len} and {ml_len} f32"));
     }
-    s.dispatch(&p, &[q.into(), k.buffer().into(), v.buffer().into(), po.into(), ml.into()], &pc_words(splits), groups)?;
-    let c = pipeline(&dev, "flash_attn_combine", 64)?;
+    // The final-output binding is unused: bind `out`.
+    let bindings: [BufferArg<'_>; 6] =
+        [q.into(), k.buffer().into(), v.buffer().into(), out.into(), po.into(), ml.into()];
+    s.dispatch(&p, &bindings, &pc_words(splits), groups)?;
+    let c = pipeline(&dev, &variant(&dev, "flash_attn_combine", "", dt, false), 64)?;
     let rows = (sh.t_q * sh.n_heads) as u32;
     if rows > lim[1] {
         return bad("tokens x heads exceed the device's grid".into());

@@ -22,6 +22,16 @@ pub enum OpsError {
         /// The types it does support.
         supported: String,
     },
+    /// The device lacks a feature the op needs for these arguments.
+    #[error("{op}: the device lacks {feature}, needed for {needed_for}")]
+    MissingFeature {
+        /// The op.
+        op: &'static str,
+        /// The Vulkan feature (as the specification names it).
+        feature: &'static str,
+        /// What needs it.
+        needed_for: &'static str,
+    },
     /// Shapes or sizes that do not fit together.
     #[error("{op}: {reason}")]
     Shape {

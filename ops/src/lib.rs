@@ -4,13 +4,17 @@
 //!
 //! Built so far (issue 4, first slice): quantized weights on the device ([`quant::QMatrix`])
 //! with dequantize, get_rows (embedding lookup) and fused mat-vec for F32, F16, BF16,
-//! Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0.
+//! Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0; transformer ops ([`nn`]: norms, the fused residual
+//! add + rms_norm, softmax, rope, gated activations) and flash attention over an f16 KV
+//! cache ([`attention`]), on f32 or f16 activations ([`Dtype`]).
 
 pub mod attention;
+mod dtype;
 pub mod error;
 mod launch;
 pub mod nn;
 pub mod quant;
 pub mod tuning;
 
+pub use dtype::Dtype;
 pub use error::{OpsError, Result};

@@ -1,34 +1,46 @@
-//! Transformer ops on f32 rows in device buffers (contiguous, row-major): rms_norm,
-//! layer_norm, softmax over the last dim with scale and mask, rotary embeddings
-//! (neox and interleaved, partial rotary dims), gated silu/gelu. Kernels:
-//! `shader-src/shaders/{norm,softmax,rope,glu}.comp`.
+//! Transformer ops on rows in device buffers (contiguous, row-major), with f32 or f16
+//! activations ([`Dtype`]; arithmetic in f32, parameters f32): rms_norm, layer_norm, the
+//! decode fusion of the residual add with rms_norm ([`add_rms_norm`]), softmax over the
+//! last dim with scale and mask, rotary embeddings (neox and interleaved, partial rotary
+//! dims), gated silu/gelu. Kernels: `shader-src/shaders/{norm,softmax,rope,glu}.comp`.
+//!
+//! The row reductions (norms, softmax) use subgroup arithmetic where the device has it
+//! ([`crate::tuning::subgroup_reduce`]), else a portable shared-memory tree.
 //!
 //! Semantics follow candle-nn 0.11 (`ops::rms_norm`, `ops::layer_norm`,
 //! `ops::softmax_last_dim`, `rotary_emb::rope` / `rope_i`, `ops::silu`, `Tensor::gelu`,
 //! `Tensor::gelu_erf`), which the tests compare against.
 
-use vkml_hal::{Buffer, Stream};
+use vkml_hal::{Buffer, BufferArg, Stream};
 
+use crate::dtype::Dtype;
 use crate::error::{OpsError, Result};
-use crate::launch::{grid, pipeline, push_words};
+use crate::launch::{grid, pipeline, push_words, variant};
 
 /// Workgroup size of the row kernels (norms, softmax): a power of two.
 pub const ROW_WORKGROUP: u32 = 256;
 
-fn need(op: &'static str, what: &str, b: &Buffer, elems: usize) -> Result<()> {
-    if b.size() < 4 * elems as u64 {
-        return Err(OpsError::Shape { op, reason: format!("{what} holds {} bytes, needs {} f32", b.size(), elems) });
+fn need(op: &'static str, what: &str, b: &Buffer, elems: usize, dt: Dtype) -> Result<()> {
+    let bytes = (dt.size() * elems) as u64;
+    if b.size() < bytes {
+        return Err(OpsError::Shape {
+            op,
+            reason: format!("{what} holds {} bytes, needs {elems} {} ({bytes} bytes)", b.size(), dt.name()),
+        });
     }
     Ok(())
 }
 
-/// Records `y = x / sqrt(mean(x²) + eps) * w` over rows of `n` (`x`, `y`: f32[rows * n];
-/// `w`: f32[n], or `None` for no scale).
+/// Records `y = x / sqrt(mean(x²) + eps) * w` over rows of `n` (candle-nn
+/// `ops::rms_norm`). `x`, `y`: `dt[rows * n]`; `w`: `f32[n]`, or `None` for no scale.
 ///
 /// # Errors
-/// [`OpsError::Shape`] for buffers too small; HAL errors.
+/// [`OpsError::Shape`] for buffers too small; [`OpsError::MissingFeature`] for
+/// [`Dtype::F16`] without 16-bit storage; HAL errors.
+#[allow(clippy::too_many_arguments)]
 pub fn rms_norm(
     s: &mut Stream,
+    dt: Dtype,
     x: &Buffer,
     w: Option<&Buffer>,
     rows: usize,
@@ -36,17 +48,18 @@ pub fn rms_norm(
     eps: f32,
     y: &Buffer,
 ) -> Result<()> {
-    norm(s, "rms_norm", "norm.rms", x, w, None, rows, n, eps, y)
+    norm(s, Norm::Rms, dt, x, w, None, rows, n, eps, y)
 }
 
 /// Records `y = (x - mean) / sqrt(var + eps) * w + b` over rows of `n` (biased variance;
-/// `w`, `b`: f32[n] or `None`).
+/// candle-nn `ops::layer_norm`). `x`, `y`: `dt[rows * n]`; `w`, `b`: `f32[n]` or `None`.
 ///
 /// # Errors
 /// As [`rms_norm`].
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm(
     s: &mut Stream,
+    dt: Dtype,
     x: &Buffer,
     w: Option<&Buffer>,
     b: Option<&Buffer>,
@@ -55,14 +68,45 @@ pub fn layer_norm(
     eps: f32,
     y: &Buffer,
 ) -> Result<()> {
-    norm(s, "layer_norm", "norm.layer", x, w, b, rows, n, eps, y)
+    norm(s, Norm::Layer, dt, x, w, b, rows, n, eps, y)
+}
+
+/// Records, in one kernel, the residual add of a decode step and the next rms_norm:
+/// `h = x + residual` (written out: the next residual stream, rounded to `dt`) and
+/// `y = rms_norm(h) * w` computed from the stored `h`. `x`, `residual`, `h`, `y`:
+/// `dt[rows * n]`, four distinct buffers; `w`: `f32[n]`, or `None` for no scale.
+/// Equivalent to an add followed by [`rms_norm`], without the round trip of `h`.
+///
+/// # Errors
+/// As [`rms_norm`].
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm(
+    s: &mut Stream,
+    dt: Dtype,
+    x: &Buffer,
+    residual: &Buffer,
+    w: Option<&Buffer>,
+    rows: usize,
+    n: usize,
+    eps: f32,
+    h: &Buffer,
+    y: &Buffer,
+) -> Result<()> {
+    norm(s, Norm::AddRms { residual, h }, dt, x, w, None, rows, n, eps, y)
+}
+
+#[derive(Clone, Copy)]
+enum Norm<'a> {
+    Rms,
+    Layer,
+    AddRms { residual: &'a Buffer, h: &'a Buffer },
 }
 
 #[allow(clippy::too_many_arguments)]
 fn norm(
     s: &mut Stream,
-    op: &'static str,
-    kernel: &str,
+    kind: Norm<'_>,
+    dt: Dtype,
     x: &Buffer,
     w: Option<&Buffer>,
     b: Option<&Buffer>,
@@ -71,35 +115,53 @@ fn norm(
     eps: f32,
     y: &Buffer,
 ) -> Result<()> {
-    need(op, "x", x, rows * n)?;
-    need(op, "y", y, rows * n)?;
+    let (op, kernel) = match kind {
+        Norm::Rms => ("rms_norm", "rms_"),
+        Norm::Layer => ("layer_norm", "layer_"),
+        Norm::AddRms { .. } => ("add_rms_norm", "add_rms_"),
+    };
+    let dev = s.device().clone();
+    dt.require(&dev, op)?;
+    need(op, "x", x, rows * n, dt)?;
+    need(op, "y", y, rows * n, dt)?;
+    if let Norm::AddRms { residual, h } = kind {
+        need(op, "residual", residual, rows * n, dt)?;
+        need(op, "h", h, rows * n, dt)?;
+    }
     if let Some(w) = w {
-        need(op, "weight", w, n)?;
+        need(op, "weight", w, n, Dtype::F32)?;
     }
     if let Some(b) = b {
-        need(op, "bias", b, n)?;
+        need(op, "bias", b, n, Dtype::F32)?;
     }
     if rows == 0 || n == 0 {
         return Ok(());
     }
-    let dev = s.device().clone();
-    let p = pipeline(&dev, kernel, ROW_WORKGROUP)?;
-    // Unused optional bindings get x (never read: has_w / has_b are 0).
+    let p = pipeline(&dev, &variant(&dev, "norm", kernel, dt, true), ROW_WORKGROUP)?;
+    // An unused weight or bias binding gets x (never read: has_w / has_b are 0).
     let wb = w.unwrap_or(x);
-    let bb = b.unwrap_or(x);
+    let mut bindings: Vec<BufferArg<'_>> = vec![x.into(), wb.into(), y.into()];
+    match kind {
+        Norm::Rms => {}
+        Norm::Layer => bindings.push(b.unwrap_or(x).into()),
+        Norm::AddRms { residual, h } => bindings.extend([BufferArg::from(residual), h.into()]),
+    }
     let pc = push_words(&[n as u32, rows as u32, eps.to_bits(), w.is_some() as u32, b.is_some() as u32]);
-    s.dispatch(&p, &[x.into(), wb.into(), bb.into(), y.into()], &pc, grid(&dev, op, rows as u64)?)?;
+    s.dispatch(&p, &bindings, &pc, grid(&dev, op, rows as u64)?)?;
     Ok(())
 }
 
-/// Records `y = softmax(x * scale + mask)` over rows of `n`; `mask` is
-/// `(buffer f32[mask_rows * n], mask_rows)`, row `r` using mask row `r % mask_rows`
-/// (additive: 0 keeps, -inf removes). Rows that are all -inf give zeros.
+/// Records `y = softmax(x * scale + mask)` over rows of `n` (candle-nn
+/// `ops::softmax_last_dim` of the scaled, masked logits). `x`, `y`: `dt[rows * n]`;
+/// `mask` is `(buffer f32[mask_rows * n], mask_rows)`, row `r` using mask row
+/// `r % mask_rows` (additive: 0 keeps, -inf removes). Rows that are all -inf give zeros.
 ///
 /// # Errors
-/// As [`rms_norm`].
+/// As [`rms_norm`], and [`OpsError::Shape`] for a mask of zero rows.
+#[allow(clippy::too_many_arguments)]
 pub fn softmax(
     s: &mut Stream,
+    dt: Dtype,
     x: &Buffer,
     mask: Option<(&Buffer, usize)>,
     rows: usize,
@@ -107,19 +169,20 @@ pub fn softmax(
     scale: f32,
     y: &Buffer,
 ) -> Result<()> {
-    need("softmax", "x", x, rows * n)?;
-    need("softmax", "y", y, rows * n)?;
+    let dev = s.device().clone();
+    dt.require(&dev, "softmax")?;
+    need("softmax", "x", x, rows * n, dt)?;
+    need("softmax", "y", y, rows * n, dt)?;
     if let Some((m, mr)) = mask {
         if mr == 0 {
             return Err(OpsError::Shape { op: "softmax", reason: "a mask needs at least one row".into() });
         }
-        need("softmax", "mask", m, mr * n)?;
+        need("softmax", "mask", m, mr * n, Dtype::F32)?;
     }
     if rows == 0 || n == 0 {
         return Ok(());
     }
-    let dev = s.device().clone();
-    let p = pipeline(&dev, "softmax", ROW_WORKGROUP)?;
+    let p = pipeline(&dev, &variant(&dev, "softmax", "", dt, true), ROW_WORKGROUP)?;
     let (mb, mr) = mask.unwrap_or((x, 0));
     let pc = push_words(&[n as u32, rows as u32, scale.to_bits(), mr as u32]);
     s.dispatch(&p, &[x.into(), mb.into(), y.into()], &pc, grid(&dev, "softmax", rows as u64)?)?;
@@ -135,7 +198,7 @@ pub enum RopeStyle {
     Interleaved,
 }
 
-/// Shape of a rope application: `x` is f32[bh, t, d]; the first `rot` dims of each
+/// Shape of a rope application: `x` and `y` are `dt[bh, t, d]`; the first `rot` dims of each
 /// vector rotate (even, ≤ d), the rest pass through; position of step `j` is
 /// `pos_offset + j`, indexing rows of the cos/sin tables (f32[positions, rot/2]).
 #[derive(Debug, Clone, Copy)]
@@ -154,13 +217,17 @@ pub struct RopeShape {
     pub positions: usize,
 }
 
-/// Records rotary embeddings `y = rope(x)`.
+/// Records rotary embeddings `y = rope(x)` (candle-nn `rotary_emb::rope` or `rope_i` on
+/// the first `rot` dims, the rest copied); `cos`, `sin`: `f32[positions, rot/2]`.
 ///
 /// # Errors
 /// [`OpsError::Shape`] for an odd `d` or `rot`, `rot > d`, positions past the tables, or
-/// buffers too small; HAL errors.
+/// buffers too small; [`OpsError::MissingFeature`] for [`Dtype::F16`] without 16-bit
+/// storage; HAL errors.
+#[allow(clippy::too_many_arguments)]
 pub fn rope(
     s: &mut Stream,
+    dt: Dtype,
     style: RopeStyle,
     x: &Buffer,
     cos: &Buffer,
@@ -168,6 +235,8 @@ pub fn rope(
     sh: RopeShape,
     y: &Buffer,
 ) -> Result<()> {
+    let dev = s.device().clone();
+    dt.require(&dev, "rope")?;
     let bad = |reason: String| Err(OpsError::Shape { op: "rope", reason });
     if !sh.d.is_multiple_of(2) || !sh.rot.is_multiple_of(2) || sh.rot > sh.d {
         return bad(format!("head dim {} and rotary dims {} must be even with rot <= d", sh.d, sh.rot));
@@ -181,19 +250,18 @@ pub fn rope(
         ));
     }
     let rows = sh.bh * sh.t;
-    need("rope", "x", x, rows * sh.d)?;
-    need("rope", "y", y, rows * sh.d)?;
-    need("rope", "cos", cos, sh.positions * sh.rot / 2)?;
-    need("rope", "sin", sin, sh.positions * sh.rot / 2)?;
+    need("rope", "x", x, rows * sh.d, dt)?;
+    need("rope", "y", y, rows * sh.d, dt)?;
+    need("rope", "cos", cos, sh.positions * sh.rot / 2, Dtype::F32)?;
+    need("rope", "sin", sin, sh.positions * sh.rot / 2, Dtype::F32)?;
     if rows == 0 || sh.d == 0 {
         return Ok(());
     }
-    let dev = s.device().clone();
-    let name = match style {
-        RopeStyle::Neox => "rope.neox",
-        RopeStyle::Interleaved => "rope.interleaved",
+    let kind = match style {
+        RopeStyle::Neox => "neox_",
+        RopeStyle::Interleaved => "interleaved_",
     };
-    let p = pipeline(&dev, name, 64)?;
+    let p = pipeline(&dev, &variant(&dev, "rope", kind, dt, false), 64)?;
     let gx = (sh.d / 2).div_ceil(64) as u32;
     let max_y = dev.caps().limits.max_workgroup_count[1] as usize;
     let gy = rows.min(max_y);
@@ -214,24 +282,34 @@ pub enum GluActivation {
     GeluErf,
 }
 
-/// Records `y = act(gate) * up` over `n` elements.
+/// Records `y = act(gate) * up` over `n` elements (`gate`, `up`, `y`: `dt[n]`; candle-nn
+/// `ops::silu`, `Tensor::gelu`, `Tensor::gelu_erf` times `up`).
 ///
 /// # Errors
 /// As [`rms_norm`].
-pub fn glu(s: &mut Stream, act: GluActivation, gate: &Buffer, up: &Buffer, n: usize, y: &Buffer) -> Result<()> {
-    need("glu", "gate", gate, n)?;
-    need("glu", "up", up, n)?;
-    need("glu", "y", y, n)?;
+pub fn glu(
+    s: &mut Stream,
+    dt: Dtype,
+    act: GluActivation,
+    gate: &Buffer,
+    up: &Buffer,
+    n: usize,
+    y: &Buffer,
+) -> Result<()> {
+    let dev = s.device().clone();
+    dt.require(&dev, "glu")?;
+    need("glu", "gate", gate, n, dt)?;
+    need("glu", "up", up, n, dt)?;
+    need("glu", "y", y, n, dt)?;
     if n == 0 {
         return Ok(());
     }
-    let dev = s.device().clone();
-    let name = match act {
-        GluActivation::Silu => "glu.silu",
-        GluActivation::Gelu => "glu.gelu",
-        GluActivation::GeluErf => "glu.gelu_erf",
+    let kind = match act {
+        GluActivation::Silu => "silu_",
+        GluActivation::Gelu => "gelu_",
+        GluActivation::GeluErf => "gelu_erf_",
     };
-    let p = pipeline(&dev, name, 256)?;
+    let p = pipeline(&dev, &variant(&dev, "glu", kind, dt, false), 256)?;
     let groups = grid(&dev, "glu", (n as u64).div_ceil(256))?;
     s.dispatch(&p, &[gate.into(), up.into(), y.into()], &push_words(&[n as u32]), groups)?;
     Ok(())

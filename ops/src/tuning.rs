@@ -83,7 +83,8 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
 /// The subgroup size the cooperative-matrix mat-mat (`mul_mat_cm.comp`) runs with, and
 /// whether the pipeline must require it; `None` where the device lacks what that kernel
 /// needs: a 16x16x16 f16 x f16 + f32 → f32 subgroup-scope shape (`VK_KHR_cooperative_matrix`)
-/// and subgroups of exactly 32 (the kernel tiles 8 subgroups of 32 over 256 invocations).
+/// and subgroups of exactly 32 (the kernel tiles 8 subgroups of 32 over 256 invocations),
+/// plus f16 arithmetic (`shaderFloat16`) and 48 KiB of shared memory.
 pub fn coopmat_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
     let shape = caps.cooperative_matrix.iter().any(|s| {
         (s.m, s.n, s.k) == (16, 16, 16)
@@ -94,7 +95,7 @@ pub fn coopmat_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
             && s.scope == "subgroup"
     });
     let sg = &caps.subgroup;
-    if !shape || caps.limits.max_shared_memory < 28 * 1024 {
+    if !shape || !caps.types.float16 || caps.limits.max_shared_memory < 48 * 1024 {
         return None;
     }
     if sg.min_size == 32 && sg.max_size == 32 {
@@ -104,4 +105,14 @@ pub fn coopmat_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
     } else {
         None
     }
+}
+
+/// Whether the kernels that reduce over a row or a block of keys (`norm.comp`,
+/// `softmax.comp`, `flash_attn.comp`, through `include/reduce.glsl`) use subgroup
+/// arithmetic: `subgroupAdd` / `subgroupMax` within each subgroup, then one
+/// shared-memory step across the workgroup's subgroups, instead of the portable
+/// shared-memory tree with log2(workgroup) barriers. Needs `arithmetic` in the subgroup
+/// operations; any subgroup size works.
+pub fn subgroup_reduce(caps: &Capabilities) -> bool {
+    caps.subgroup.operations.contains(&"arithmetic")
 }

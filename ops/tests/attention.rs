@@ -1,27 +1,22 @@
 //! Flash attention over the f16 KV cache against candle on the CPU
 //! (softmax(q kᵀ · scale + causal mask) v with K and V rounded to f16 as the cache stores
-//! them), for prefill and decode, grouped-query heads, and split-KV decode.
-//! Tolerance: |gpu − cpu| ≤ 2e-5 · max(1, |cpu|).
+//! them), for prefill and decode, grouped-query heads, and split-KV decode. Every case
+//! runs with f32 and with f16 queries, new K/V and output, on a device with subgroup
+//! reductions and on one told it has none (portable reductions; see `common`). The
+//! reference takes q rounded to f16 for the f16 runs.
+//! Tolerance: |gpu − cpu| ≤ tol · max(1, |cpu|), tol 2e-5 for f32 and 1e-3 for f16 (the
+//! output's rounding to f16, ≤ 2^-11 relative, plus the f32 error).
 
-use std::sync::OnceLock;
+mod common;
 
 use candle_core::Tensor;
+use common::{alloc, download, reduce_devices, round, upload, DTYPES};
 use proptest::prelude::*;
-use vkml_hal::{Device, DeviceSelector, Instance, InstanceOptions, MemoryKind, Stream};
+use vkml_hal::Stream;
 use vkml_ops::attention::{self, AttnShape, KvCache};
+use vkml_ops::{Dtype, OpsError};
 
 const CPU: candle_core::Device = candle_core::Device::Cpu;
-
-fn device() -> &'static Device {
-    static DEV: OnceLock<Device> = OnceLock::new();
-    DEV.get_or_init(|| {
-        let validation = std::env::var("VKML_VALIDATION").map_or(true, |v| v != "0");
-        Instance::new(&InstanceOptions { validation })
-            .unwrap()
-            .create_device(&DeviceSelector::from_env(), Default::default())
-            .unwrap()
-    })
-}
 
 fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
     (0..n)
@@ -87,7 +82,6 @@ proptest! {
         n_kv in 1usize..3, group in 1usize..4, half_d in 1usize..65, kv_len in 1usize..90,
         t_q in 1usize..6, causal in any::<bool>(), n_splits in 1usize..5, split_at in 0usize..90, seed in any::<u64>(),
     ) {
-        let dev = device();
         let (h, d) = (n_kv * group, 2 * half_d);
         let t_q = t_q.min(kv_len);
         let q_pos0 = kv_len - t_q; // the queries are the last t_q positions
@@ -96,46 +90,67 @@ proptest! {
         let q = rand_vec(t_q * h * d, &mut seed);
         let k = rand_vec(kv_len * n_kv * d, &mut seed);
         let v = rand_vec(kv_len * n_kv * d, &mut seed);
-        let kc = KvCache::new(dev, n_kv, ctx, d).unwrap();
-        let vc = KvCache::new(dev, n_kv, ctx, d).unwrap();
-        // Fill the caches in two appends (a prompt, then later tokens).
-        let cut = split_at.min(kv_len);
-        let row = n_kv * d;
-        let parts = [(0, cut), (cut, kv_len)];
-        let bufs: Vec<_> = parts.iter().flat_map(|&(a, b)| [dev.upload(&k[a * row..b * row]).unwrap(), dev.upload(&v[a * row..b * row]).unwrap()]).collect();
-        let qb = dev.upload(&q).unwrap();
-        let out = dev.alloc(4 * (t_q * h * d) as u64, MemoryKind::DeviceLocal).unwrap();
         let sh = AttnShape { t_q, n_heads: h, kv_len, q_pos0, causal, scale: 1.0 / (d as f32).sqrt(), n_splits };
         let (po_len, ml_len) = attention::split_scratch_len(&sh, d);
-        let po = dev.alloc(4 * po_len.max(1) as u64, MemoryKind::DeviceLocal).unwrap();
-        let ml = dev.alloc(4 * ml_len.max(1) as u64, MemoryKind::DeviceLocal).unwrap();
-        let mut s = Stream::new(dev).unwrap();
-        for (i, &(a, b)) in parts.iter().enumerate() {
-            attention::kv_append(&mut s, &bufs[2 * i], b - a, a, &kc).unwrap();
-            attention::kv_append(&mut s, &bufs[2 * i + 1], b - a, a, &vc).unwrap();
+        for dt in DTYPES {
+            // K and V reach the cache as f16 either way.
+            let want = reference(&round(dt, &q), &k, &v, t_q, h, n_kv, d, kv_len, q_pos0, causal, sh.scale);
+            let tol = if dt == Dtype::F16 { 1e-3 } else { 2e-5 };
+            for (path, dev) in reduce_devices() {
+                let kc = KvCache::new(dev, n_kv, ctx, d).unwrap();
+                let vc = KvCache::new(dev, n_kv, ctx, d).unwrap();
+                // Fill the caches in two appends (a prompt, then later tokens).
+                let cut = split_at.min(kv_len);
+                let row = n_kv * d;
+                let parts = [(0, cut), (cut, kv_len)];
+                let bufs: Vec<_> = parts.iter().flat_map(|&(a, b)| [upload(dev, dt, &k[a * row..b * row]), upload(dev, dt, &v[a * row..b * row])]).collect();
+                let qb = upload(dev, dt, &q);
+                let out = alloc(dev, dt, t_q * h * d);
+                let po = alloc(dev, Dtype::F32, po_len.max(1));
+                let ml = alloc(dev, Dtype::F32, ml_len.max(1));
+                let mut s = Stream::new(dev).unwrap();
+                for (i, &(a, b)) in parts.iter().enumerate() {
+                    attention::kv_append(&mut s, dt, &bufs[2 * i], b - a, a, &kc).unwrap();
+                    attention::kv_append(&mut s, dt, &bufs[2 * i + 1], b - a, a, &vc).unwrap();
+                }
+                attention::flash_attn(&mut s, dt, &qb, &kc, &vc, sh, &out, Some((&po, &ml))).unwrap();
+                s.finish_and_wait().unwrap();
+                let got = download(dt, &out);
+                prop_assert_eq!(got.len(), want.len());
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    prop_assert!((g - w).abs() <= tol * w.abs().max(1.0), "{:?} {} [{}]: gpu {} cpu {} ({:?})", dt, path, i, g, w, sh);
+                }
+                let errs = dev.instance().take_validation_errors();
+                prop_assert!(errs.is_empty(), "validation errors: {:?}", errs);
+            }
         }
-        attention::flash_attn(&mut s, &qb, &kc, &vc, sh, &out, Some((&po, &ml))).unwrap();
-        s.finish_and_wait().unwrap();
-        let got = out.to_vec::<f32>().unwrap();
-        let want = reference(&q, &k, &v, t_q, h, n_kv, d, kv_len, q_pos0, causal, sh.scale);
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            prop_assert!((g - w).abs() <= 2e-5 * w.abs().max(1.0), "[{}]: gpu {} cpu {} ({:?})", i, g, w, sh);
-        }
-        let errs = dev.instance().take_validation_errors();
-        prop_assert!(errs.is_empty(), "validation errors: {:?}", errs);
     }
 }
 
 #[test]
 fn cache_overflow_and_bad_heads_are_errors() {
-    let dev = device();
+    let dev = common::device();
     let kc = KvCache::new(dev, 2, 8, 4).unwrap();
     let x = dev.upload(&[0.0f32; 64]).unwrap();
     let mut s = Stream::new(dev).unwrap();
-    let e = attention::kv_append(&mut s, &x, 4, 6, &kc).unwrap_err();
+    let e = attention::kv_append(&mut s, Dtype::F32, &x, 4, 6, &kc).unwrap_err();
     assert!(e.to_string().contains("exceed the cache's 8 positions"), "{e}");
     let sh = AttnShape { t_q: 1, n_heads: 3, kv_len: 2, q_pos0: 1, causal: true, scale: 0.5, n_splits: 1 };
-    let e = attention::flash_attn(&mut s, &x, &kc, &kc, sh, &x, None).unwrap_err();
+    let e = attention::flash_attn(&mut s, Dtype::F32, &x, &kc, &kc, sh, &x, None).unwrap_err();
     assert!(e.to_string().contains("not a multiple of 2 KV heads"), "{e}");
     assert!(KvCache::new(dev, 1, 4, 3).is_err());
+}
+
+#[test]
+fn f16_attention_without_16bit_storage_is_a_clear_error() {
+    let dev = common::no_f16_device();
+    let kc = KvCache::new(&dev, 1, 8, 4).unwrap();
+    let x = dev.upload(&[0.5f32; 16]).unwrap();
+    let mut s = Stream::new(&dev).unwrap();
+    let sh = AttnShape { t_q: 1, n_heads: 1, kv_len: 2, q_pos0: 1, causal: true, scale: 0.5, n_splits: 1 };
+    let e = attention::flash_attn(&mut s, Dtype::F16, &x, &kc, &kc, sh, &x, None).unwrap_err();
+    assert!(matches!(e, OpsError::MissingFeature { feature: "storageBuffer16BitAccess", .. }), "{e}");
+    // Appending f16 keys copies packed words: no 16-bit storage needed.
+    attention::kv_append(&mut s, Dtype::F16, &x, 2, 0, &kc).unwrap();
+    s.finish_and_wait().unwrap();
 }

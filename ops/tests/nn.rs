@@ -1,24 +1,40 @@
 //! Transformer ops on the GPU against candle-nn 0.11 on candle's CPU backend, driven by
-//! proptest over shapes and values. Tolerances (max |gpu - cpu| ≤ tol * max(1, |cpu|)):
-//! rms_norm / layer_norm 2e-5, softmax 2e-6, rope 2e-6, silu 2e-6, gelu 2e-5,
-//! gelu_erf 2e-5 (the GPU erf approximation is accurate to 1.2e-7 absolute).
+//! proptest over shapes and values. Every case runs each op in f32 and in f16, and each
+//! reducing op (norms, softmax) on two devices: one with subgroup reductions and one told
+//! it has no subgroup arithmetic (portable shared-memory reductions; see `common`).
+//!
+//! Reference: candle in f32 on the inputs as the device sees them (rounded to f16 for
+//! f16 runs; parameters, i.e. norm weight and bias, mask, cos/sin, stay f32). For
+//! `add_rms_norm` the reference is `h = x + r` (rounded to the dtype, as the kernel
+//! stores it) then `candle_nn::ops::rms_norm(h)`.
+//!
+//! Tolerances, max |gpu - cpu| ≤ tol * max(1, |cpu|):
+//! - f32: rms_norm / layer_norm / add_rms_norm 2e-5, softmax 2e-6, rope 2e-6, silu 2e-6,
+//!   gelu 2e-5, gelu_erf 2e-5 (the GPU erf approximation is accurate to 1.2e-7 absolute);
+//!   `h` of add_rms_norm exact.
+//! - f16: 1e-3 for every op: the output's own rounding to f16 (≤ 2^-11 ≈ 4.9e-4 relative)
+//!   plus the f32 error above, the arithmetic being f32 on both sides; `h` exact.
 
-use std::sync::OnceLock;
+mod common;
 
 use candle_core::Tensor;
+use common::{alloc, download, reduce_devices, round, upload, DTYPES};
+use proptest::prelude::*;
+use vkml_hal::{Device, Stream};
+use vkml_ops::nn::{self, GluActivation, RopeShape, RopeStyle};
+use vkml_ops::{Dtype, OpsError};
 
 const CPU: candle_core::Device = candle_core::Device::Cpu;
-use proptest::prelude::*;
-use vkml_hal::{Device, DeviceSelector, Instance, InstanceOptions, MemoryKind, Stream};
-use vkml_ops::nn::{self, GluActivation, RopeShape, RopeStyle};
 
-fn device() -> &'static Device {
-    static DEV: OnceLock<Device> = OnceLock::new();
-    DEV.get_or_init(|| {
-        let validation = std::env::var("VKML_VALIDATION").map_or(true, |v| v != "0");
-        let inst = Instance::new(&InstanceOptions { validation }).unwrap();
-        inst.create_device(&DeviceSelector::from_env(), Default::default()).unwrap()
-    })
+/// The f16 tolerance (see the module docs).
+const F16_TOL: f32 = 1e-3;
+
+fn tol(dt: Dtype, f32_tol: f32) -> f32 {
+    if dt == Dtype::F16 {
+        F16_TOL
+    } else {
+        f32_tol
+    }
 }
 
 fn check(name: &str, gpu: &[f32], cpu: &[f32], tol: f32) -> Result<(), TestCaseError> {
@@ -26,23 +42,27 @@ fn check(name: &str, gpu: &[f32], cpu: &[f32], tol: f32) -> Result<(), TestCaseE
     for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
         prop_assert!((g - c).abs() <= tol * c.abs().max(1.0), "{} [{}]: gpu {} cpu {}", name, i, g, c);
     }
-    let errs = device().instance().take_validation_errors();
+    let errs = common::device().instance().take_validation_errors();
     prop_assert!(errs.is_empty(), "validation errors: {:?}", errs);
     Ok(())
 }
 
-fn run(f: impl FnOnce(&mut Stream)) {
-    let mut s = Stream::new(device()).unwrap();
+fn run(dev: &Device, f: impl FnOnce(&mut Stream)) {
+    let mut s = Stream::new(dev).unwrap();
     f(&mut s);
     s.finish_and_wait().unwrap();
 }
 
-fn out(n: usize) -> vkml_hal::Buffer {
-    device().alloc(4 * n as u64, MemoryKind::DeviceLocal).unwrap()
-}
-
 fn values(len: impl Into<prop::collection::SizeRange>) -> impl Strategy<Value = Vec<f32>> {
     prop::collection::vec(-4.0f32..4.0, len)
+}
+
+fn t2(v: &[f32], rows: usize, n: usize) -> Tensor {
+    Tensor::from_vec(v.to_vec(), (rows, n), &CPU).unwrap()
+}
+
+fn flat(t: &Tensor) -> Vec<f32> {
+    t.flatten_all().unwrap().to_vec1().unwrap()
 }
 
 proptest! {
@@ -50,25 +70,48 @@ proptest! {
 
     #[test]
     fn rms_norm_matches_candle((rows, n, x, w) in (1usize..6, 1usize..700).prop_flat_map(|(r, n)| (Just(r), Just(n), values(r * n), values(n))), eps in 1e-6f32..1e-2, with_w in any::<bool>()) {
-        let dev = device();
-        let (xb, wb, yb) = (dev.upload(&x).unwrap(), dev.upload(&w).unwrap(), out(rows * n));
-        run(|s| nn::rms_norm(s, &xb, with_w.then_some(&wb), rows, n, eps, &yb).unwrap());
-        let xt = Tensor::from_vec(x.clone(), (rows, n), &CPU).unwrap();
         let wt = if with_w { Tensor::from_vec(w.clone(), n, &CPU).unwrap() } else { Tensor::ones(n, candle_core::DType::F32, &CPU).unwrap() };
-        let want: Vec<f32> = candle_nn::ops::rms_norm(&xt, &wt, eps).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-        check("rms_norm", &yb.to_vec::<f32>().unwrap(), &want, 2e-5)?;
+        for dt in DTYPES {
+            let xr = round(dt, &x);
+            let want = flat(&candle_nn::ops::rms_norm(&t2(&xr, rows, n), &wt, eps).unwrap());
+            for (path, dev) in reduce_devices() {
+                let (xb, wb, yb) = (upload(dev, dt, &x), dev.upload(&w).unwrap(), alloc(dev, dt, rows * n));
+                run(dev, |s| nn::rms_norm(s, dt, &xb, with_w.then_some(&wb), rows, n, eps, &yb).unwrap());
+                check(&format!("rms_norm {dt:?} {path}"), &download(dt, &yb), &want, tol(dt, 2e-5))?;
+            }
+        }
+    }
+
+    #[test]
+    fn add_rms_norm_matches_candle((rows, n, x, r, w) in (1usize..6, 1usize..700).prop_flat_map(|(rows, n)| (Just(rows), Just(n), values(rows * n), values(rows * n), values(n))), eps in 1e-6f32..1e-2, with_w in any::<bool>()) {
+        let wt = if with_w { Tensor::from_vec(w.clone(), n, &CPU).unwrap() } else { Tensor::ones(n, candle_core::DType::F32, &CPU).unwrap() };
+        for dt in DTYPES {
+            // h as the kernel stores it: the f32 sum of the inputs as the device sees them, rounded to dt.
+            let sum = (t2(&round(dt, &x), rows, n) + t2(&round(dt, &r), rows, n)).unwrap();
+            let want_h = round(dt, &flat(&sum));
+            let want = flat(&candle_nn::ops::rms_norm(&t2(&want_h, rows, n), &wt, eps).unwrap());
+            for (path, dev) in reduce_devices() {
+                let (xb, rb, wb) = (upload(dev, dt, &x), upload(dev, dt, &r), dev.upload(&w).unwrap());
+                let (hb, yb) = (alloc(dev, dt, rows * n), alloc(dev, dt, rows * n));
+                run(dev, |s| nn::add_rms_norm(s, dt, &xb, &rb, with_w.then_some(&wb), rows, n, eps, &hb, &yb).unwrap());
+                check(&format!("add_rms_norm h {dt:?} {path}"), &download(dt, &hb), &want_h, 0.0)?;
+                check(&format!("add_rms_norm y {dt:?} {path}"), &download(dt, &yb), &want, tol(dt, 2e-5))?;
+            }
+        }
     }
 
     #[test]
     fn layer_norm_matches_candle((rows, n, x, w, b) in (1usize..6, 2usize..700).prop_flat_map(|(r, n)| (Just(r), Just(n), values(r * n), values(n), values(n))), eps in 1e-6f32..1e-2) {
-        let dev = device();
-        let (xb, wb, bb, yb) = (dev.upload(&x).unwrap(), dev.upload(&w).unwrap(), dev.upload(&b).unwrap(), out(rows * n));
-        run(|s| nn::layer_norm(s, &xb, Some(&wb), Some(&bb), rows, n, eps, &yb).unwrap());
-        let xt = Tensor::from_vec(x.clone(), (rows, n), &CPU).unwrap();
         let wt = Tensor::from_vec(w.clone(), n, &CPU).unwrap();
         let bt = Tensor::from_vec(b.clone(), n, &CPU).unwrap();
-        let want: Vec<f32> = candle_nn::ops::layer_norm(&xt, &wt, &bt, eps).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-        check("layer_norm", &yb.to_vec::<f32>().unwrap(), &want, 2e-5)?;
+        for dt in DTYPES {
+            let want = flat(&candle_nn::ops::layer_norm(&t2(&round(dt, &x), rows, n), &wt, &bt, eps).unwrap());
+            for (path, dev) in reduce_devices() {
+                let (xb, wb, bb, yb) = (upload(dev, dt, &x), dev.upload(&w).unwrap(), dev.upload(&b).unwrap(), alloc(dev, dt, rows * n));
+                run(dev, |s| nn::layer_norm(s, dt, &xb, Some(&wb), Some(&bb), rows, n, eps, &yb).unwrap());
+                check(&format!("layer_norm {dt:?} {path}"), &download(dt, &yb), &want, tol(dt, 2e-5))?;
+            }
+        }
     }
 
     #[test]
@@ -78,16 +121,19 @@ proptest! {
         scale in 0.05f32..2.0,
         use_mask in any::<bool>(),
     ) {
-        let dev = device();
         let rows = reps * mask_rows;
         // Causal-style additive mask: 0 or -inf; the first entry of each row stays, so no row is all -inf.
         let mask: Vec<f32> = mask_bits.iter().enumerate().map(|(i, &m)| if m && i % n != 0 { f32::NEG_INFINITY } else { 0.0 }).collect();
-        let (xb, mb, yb) = (dev.upload(&x).unwrap(), dev.upload(&mask).unwrap(), out(rows * n));
-        run(|s| nn::softmax(s, &xb, use_mask.then_some((&mb, mask_rows)), rows, n, scale, &yb).unwrap());
-        let xt = Tensor::from_vec(x.clone(), (reps, mask_rows, n), &CPU).unwrap().affine(f64::from(scale), 0.0).unwrap();
-        let logits = if use_mask { xt.broadcast_add(&Tensor::from_vec(mask.clone(), (mask_rows, n), &CPU).unwrap()).unwrap() } else { xt };
-        let want: Vec<f32> = candle_nn::ops::softmax_last_dim(&logits).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-        check("softmax", &yb.to_vec::<f32>().unwrap(), &want, 2e-6)?;
+        for dt in DTYPES {
+            let xt = Tensor::from_vec(round(dt, &x), (reps, mask_rows, n), &CPU).unwrap().affine(f64::from(scale), 0.0).unwrap();
+            let logits = if use_mask { xt.broadcast_add(&t2(&mask, mask_rows, n)).unwrap() } else { xt };
+            let want = flat(&candle_nn::ops::softmax_last_dim(&logits).unwrap());
+            for (path, dev) in reduce_devices() {
+                let (xb, mb, yb) = (upload(dev, dt, &x), dev.upload(&mask).unwrap(), alloc(dev, dt, rows * n));
+                run(dev, |s| nn::softmax(s, dt, &xb, use_mask.then_some((&mb, mask_rows)), rows, n, scale, &yb).unwrap());
+                check(&format!("softmax {dt:?} {path}"), &download(dt, &yb), &want, tol(dt, 2e-6))?;
+            }
+        }
     }
 
     #[test]
@@ -97,7 +143,7 @@ proptest! {
         interleaved in any::<bool>(),
         seed in any::<u64>(),
     ) {
-        let dev = device();
+        let dev = common::device();
         let (d, rot) = (2 * half_d, 2 * half_rot);
         let positions = pos_offset + t + 2;
         let mut rng = seed | 1;
@@ -112,53 +158,94 @@ proptest! {
                 sin.push(a.sin());
             }
         }
-        let (xb, cb, sb, yb) = (dev.upload(&x).unwrap(), dev.upload(&cos).unwrap(), dev.upload(&sin).unwrap(), out(x.len()));
         let style = if interleaved { RopeStyle::Interleaved } else { RopeStyle::Neox };
-        run(|s| nn::rope(s, style, &xb, &cb, &sb, RopeShape { bh: b * h, t, d, rot, pos_offset, positions }, &yb).unwrap());
-        let xt = Tensor::from_vec(x.clone(), (b, h, t, d), &CPU).unwrap();
         let ct = Tensor::from_vec(cos.clone(), (positions, half_rot), &CPU).unwrap().narrow(0, pos_offset, t).unwrap().contiguous().unwrap();
         let st = Tensor::from_vec(sin.clone(), (positions, half_rot), &CPU).unwrap().narrow(0, pos_offset, t).unwrap().contiguous().unwrap();
-        let xr = xt.narrow(3, 0, rot).unwrap().contiguous().unwrap();
-        let rotated = if interleaved { candle_nn::rotary_emb::rope_i(&xr, &ct, &st) } else { candle_nn::rotary_emb::rope(&xr, &ct, &st) }.unwrap();
-        let full = if rot < d { Tensor::cat(&[&rotated, &xt.narrow(3, rot, d - rot).unwrap()], 3).unwrap() } else { rotated };
-        let want: Vec<f32> = full.flatten_all().unwrap().to_vec1().unwrap();
-        check("rope", &yb.to_vec::<f32>().unwrap(), &want, 2e-6)?;
+        for dt in DTYPES {
+            let (xb, cb, sb, yb) = (upload(dev, dt, &x), dev.upload(&cos).unwrap(), dev.upload(&sin).unwrap(), alloc(dev, dt, x.len()));
+            run(dev, |s| nn::rope(s, dt, style, &xb, &cb, &sb, RopeShape { bh: b * h, t, d, rot, pos_offset, positions }, &yb).unwrap());
+            let xt = Tensor::from_vec(round(dt, &x), (b, h, t, d), &CPU).unwrap();
+            let xr = xt.narrow(3, 0, rot).unwrap().contiguous().unwrap();
+            let rotated = if interleaved { candle_nn::rotary_emb::rope_i(&xr, &ct, &st) } else { candle_nn::rotary_emb::rope(&xr, &ct, &st) }.unwrap();
+            let full = if rot < d { Tensor::cat(&[&rotated, &xt.narrow(3, rot, d - rot).unwrap()], 3).unwrap() } else { rotated };
+            check(&format!("rope {dt:?}"), &download(dt, &yb), &flat(&full), tol(dt, 2e-6))?;
+        }
     }
 
     #[test]
     fn gated_activations_match_candle((g, u) in (1usize..3000).prop_flat_map(|n| (prop::collection::vec(-12.0f32..12.0, n), values(n))), which in 0usize..3) {
-        let dev = device();
+        let dev = common::device();
         let n = g.len();
-        let (gb, ub, yb) = (dev.upload(&g).unwrap(), dev.upload(&u).unwrap(), out(n));
         let act = [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf][which];
-        run(|s| nn::glu(s, act, &gb, &ub, n, &yb).unwrap());
-        let gt = Tensor::from_vec(g.clone(), n, &CPU).unwrap();
-        let ut = Tensor::from_vec(u.clone(), n, &CPU).unwrap();
-        let a = match act { GluActivation::Silu => candle_nn::ops::silu(&gt), GluActivation::Gelu => gt.gelu(), GluActivation::GeluErf => gt.gelu_erf() }.unwrap();
-        let want: Vec<f32> = (a * ut).unwrap().to_vec1().unwrap();
-        let tol = if act == GluActivation::Silu { 2e-6 } else { 2e-5 };
-        check("glu", &yb.to_vec::<f32>().unwrap(), &want, tol)?;
+        for dt in DTYPES {
+            let (gb, ub, yb) = (upload(dev, dt, &g), upload(dev, dt, &u), alloc(dev, dt, n));
+            run(dev, |s| nn::glu(s, dt, act, &gb, &ub, n, &yb).unwrap());
+            let gt = Tensor::from_vec(round(dt, &g), n, &CPU).unwrap();
+            let ut = Tensor::from_vec(round(dt, &u), n, &CPU).unwrap();
+            let a = match act { GluActivation::Silu => candle_nn::ops::silu(&gt), GluActivation::Gelu => gt.gelu(), GluActivation::GeluErf => gt.gelu_erf() }.unwrap();
+            let want: Vec<f32> = (a * ut).unwrap().to_vec1().unwrap();
+            let f32_tol = if act == GluActivation::Silu { 2e-6 } else { 2e-5 };
+            check(&format!("glu {act:?} {dt:?}"), &download(dt, &yb), &want, tol(dt, f32_tol))?;
+        }
     }
 }
 
 #[test]
 fn all_masked_softmax_row_is_zero_not_nan() {
-    let dev = device();
-    let x = dev.upload(&[1.0f32, 2.0, 3.0]).unwrap();
-    let mask = dev.upload(&[f32::NEG_INFINITY; 3]).unwrap();
-    let y = out(3);
-    run(|s| nn::softmax(s, &x, Some((&mask, 1)), 1, 3, 1.0, &y).unwrap());
-    assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.0; 3]);
+    for dt in DTYPES {
+        for (path, dev) in reduce_devices() {
+            let x = upload(dev, dt, &[1.0, 2.0, 3.0]);
+            let mask = dev.upload(&[f32::NEG_INFINITY; 3]).unwrap();
+            let y = alloc(dev, dt, 3);
+            run(dev, |s| nn::softmax(s, dt, &x, Some((&mask, 1)), 1, 3, 1.0, &y).unwrap());
+            assert_eq!(download(dt, &y), vec![0.0; 3], "{dt:?} {path}");
+        }
+    }
 }
 
 #[test]
 fn rope_shape_errors() {
-    let dev = device();
-    let b = out(64);
+    let dev = common::device();
+    let b = alloc(dev, Dtype::F32, 64);
     let mut s = Stream::new(dev).unwrap();
     let sh = RopeShape { bh: 1, t: 4, d: 8, rot: 8, pos_offset: 3, positions: 6 };
-    let e = nn::rope(&mut s, RopeStyle::Neox, &b, &b, &b, sh, &b).unwrap_err();
+    let e = nn::rope(&mut s, Dtype::F32, RopeStyle::Neox, &b, &b, &b, sh, &b).unwrap_err();
     assert!(e.to_string().contains("exceed the 6-row cos/sin tables"), "{e}");
-    let e = nn::rope(&mut s, RopeStyle::Neox, &b, &b, &b, RopeShape { rot: 10, ..sh }, &b).unwrap_err();
+    let e = nn::rope(&mut s, Dtype::F32, RopeStyle::Neox, &b, &b, &b, RopeShape { rot: 10, ..sh }, &b).unwrap_err();
     assert!(e.to_string().contains("rot <= d"), "{e}");
+}
+
+#[test]
+fn f16_buffers_are_sized_in_f16_elements() {
+    let dev = common::device();
+    // 7 f16 elements fit in 14 bytes, 7 f32 do not.
+    let (x, y) = (alloc(dev, Dtype::F16, 7), alloc(dev, Dtype::F16, 7));
+    let mut s = Stream::new(dev).unwrap();
+    nn::rms_norm(&mut s, Dtype::F16, &x, None, 1, 7, 1e-6, &y).unwrap();
+    let e = nn::rms_norm(&mut s, Dtype::F32, &x, None, 1, 7, 1e-6, &y).unwrap_err();
+    assert!(e.to_string().contains("needs 7 f32 (28 bytes)"), "{e}");
+    s.finish_and_wait().unwrap();
+}
+
+#[test]
+fn f16_without_16bit_storage_is_a_clear_error() {
+    let dev = common::no_f16_device();
+    let b = alloc(&dev, Dtype::F32, 64);
+    let mut s = Stream::new(&dev).unwrap();
+    let sh = RopeShape { bh: 1, t: 1, d: 8, rot: 8, pos_offset: 0, positions: 1 };
+    let errs = [
+        nn::rms_norm(&mut s, Dtype::F16, &b, None, 1, 8, 1e-6, &b).unwrap_err(),
+        nn::add_rms_norm(&mut s, Dtype::F16, &b, &b, None, 1, 8, 1e-6, &b, &b).unwrap_err(),
+        nn::layer_norm(&mut s, Dtype::F16, &b, None, None, 1, 8, 1e-6, &b).unwrap_err(),
+        nn::softmax(&mut s, Dtype::F16, &b, None, 1, 8, 1.0, &b).unwrap_err(),
+        nn::rope(&mut s, Dtype::F16, RopeStyle::Neox, &b, &b, &b, sh, &b).unwrap_err(),
+        nn::glu(&mut s, Dtype::F16, GluActivation::Silu, &b, &b, 8, &b).unwrap_err(),
+    ];
+    for e in errs {
+        assert!(matches!(e, OpsError::MissingFeature { feature: "storageBuffer16BitAccess", .. }), "{e}");
+        assert!(e.to_string().contains("lacks storageBuffer16BitAccess, needed for f16"), "{e}");
+    }
+    // f32 still works there.
+    nn::rms_norm(&mut s, Dtype::F32, &b, None, 1, 8, 1e-6, &b).unwrap();
+    s.finish_and_wait().unwrap();
 }

@@ -1,25 +1,39 @@
+//! variant f32
+//! variant f32_sg SUBGROUP_REDUCE=1
+//! variant f16 F16=1
+//! variant f16_sg F16=1 SUBGROUP_REDUCE=1
 // Flash attention (streaming softmax, never materialising the score matrix) for
 // prefill and decode, over an f16 KV cache, with grouped-query heads and causal masking:
 //   out[t, h, :] = softmax_j(scale * q[t, h, :] . K[kvh, j, :]) V[kvh, j, :],
 //   kvh = h / (n_heads / n_kv_heads), j < kv_len, and j <= q_pos0 + t when causal.
-// Layouts: q, out f32 [t_q, n_heads, d] (token-major); K, V f16 [n_kv_heads, ctx, d] read
-// as packed words (no 16-bit storage feature needed); d even, <= 256.
+// Layouts: q, out [t_q, n_heads, d] (token-major) of type ACT (f32, or f16 with F16;
+// arithmetic in f32); K, V f16 [n_kv_heads, ctx, d] read as packed words (no 16-bit
+// storage feature needed for them); d even, <= 256.
 // Split over the KV length (decode): workgroup z = split s handles keys
 // [s * split_len, (s + 1) * split_len); with n_splits > 1 it writes its unnormalised
-// output to `out` at [s, t, h, :] and its running max and sum to ml[s, t, h, 0..2], and
-// flash_attn_combine.comp merges the splits.
-// Bindings: 0 = q, 1 = K, 2 = V, 3 = out (or partial outputs), 4 = ml (splits > 1).
+// output to po (f32) at [s, t, h, :] and its running max and sum to ml[s, t, h, 0..2], and
+// flash_attn_combine.comp merges the splits into out.
+// Bindings: 0 = q, 1 = K, 2 = V, 3 = out (n_splits == 1), 4 = po and 5 = ml (n_splits > 1).
 // Grid: x = heads, y = query tokens, z = splits. Workgroup: specialization constant 0 (64).
+// Reductions: reduce.glsl, subgroup path with SUBGROUP_REDUCE.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#ifdef F16
+#extension GL_EXT_shader_16bit_storage : require
+#endif
+#ifdef SUBGROUP_REDUCE
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 layout(local_size_x_id = 0, local_size_x = 64) in;
 #define REDUCE_MAX 256
+#include "common.glsl"
 #include "reduce.glsl"
-layout(std430, set = 0, binding = 0) readonly buffer Q { float q[]; };
+layout(std430, set = 0, binding = 0) readonly buffer Q { ACT q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K { uint kw[]; };
 layout(std430, set = 0, binding = 2) readonly buffer V { uint vw[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer O { float o[]; };
-layout(std430, set = 0, binding = 4) writeonly buffer ML { float ml[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer O { ACT o[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer PO { float po[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer ML { float ml[]; };
 layout(push_constant) uniform P {
     uint t_q; uint n_heads; uint n_kv_heads; uint d; uint kv_len; uint q_pos0; uint ctx;
     uint causal; uint n_splits; uint split_len; float scale;
@@ -41,7 +55,7 @@ void main() {
     uint tid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
     uint kvh = h / (p.n_heads / p.n_kv_heads);
     uint qbase = (t * p.n_heads + h) * p.d;
-    for (uint i = tid; i < p.d; i += wg) qs[i] = q[qbase + i];
+    for (uint i = tid; i < p.d; i += wg) qs[i] = float(q[qbase + i]);
     barrier();
 
     uint end = p.kv_len;
@@ -92,14 +106,14 @@ void main() {
         for (uint k = 0; k < MAX_DT; k++) {
             uint dd = tid + k * wg;
             if (dd >= p.d) break;
-            o[qbase + dd] = acc[k] * inv;
+            o[qbase + dd] = ACT(acc[k] * inv);
         }
     } else {
         uint pbase = ((split * p.t_q + t) * p.n_heads + h);
         for (uint k = 0; k < MAX_DT; k++) {
             uint dd = tid + k * wg;
             if (dd >= p.d) break;
-            o[pbase * p.d + dd] = acc[k];
+            po[pbase * p.d + dd] = acc[k];
         }
         if (tid == 0u) {
             ml[pbase * 2u] = m_run;

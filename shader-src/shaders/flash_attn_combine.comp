@@ -1,12 +1,20 @@
+//! variant f32
+//! variant f16 F16=1
 // Merges the n_splits partial results of flash_attn.comp:
 //   M = max_s m_s; L = sum_s l_s exp(m_s - M); out = sum_s o_s exp(m_s - M) / L.
 // Bindings: 0 = partial o f32 [n_splits, t_q, n_heads, d], 1 = ml f32 [n_splits, t_q, n_heads, 2],
-// 2 = out f32 [t_q, n_heads, d]. Push: t_q, n_heads, d, n_splits. Grid: x over d, y = t_q * n_heads.
+// 2 = out [t_q, n_heads, d] of type ACT (f32, or f16 with F16).
+// Push: t_q, n_heads, d, n_splits. Grid: x over d, y = t_q * n_heads.
 #version 450
+#extension GL_GOOGLE_include_directive : require
+#ifdef F16
+#extension GL_EXT_shader_16bit_storage : require
+#endif
 layout(local_size_x_id = 0, local_size_x = 64) in;
+#include "common.glsl"
 layout(std430, set = 0, binding = 0) readonly buffer PO { float po[]; };
 layout(std430, set = 0, binding = 1) readonly buffer ML { float ml[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer O { float o[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer O { ACT o[]; };
 layout(push_constant) uniform P { uint t_q; uint n_heads; uint d; uint n_splits; } p;
 
 void main() {
@@ -25,5 +33,5 @@ void main() {
             a += po[(s * stride + row) * p.d + dd] * w;
         }
     }
-    o[row * p.d + dd] = l > 0.0 ? a / l : 0.0;
+    o[row * p.d + dd] = ACT(l > 0.0 ? a / l : 0.0);
 }

@@ -1,17 +1,24 @@
-//! variant silu SILU=1
-//! variant gelu GELU=1
-//! variant gelu_erf GELU_ERF=1
-// Gated activations, f32, element-wise over n: y = act(gate) * up with
+//! variant silu_f32 SILU=1
+//! variant gelu_f32 GELU=1
+//! variant gelu_erf_f32 GELU_ERF=1
+//! variant silu_f16 SILU=1 F16=1
+//! variant gelu_f16 GELU=1 F16=1
+//! variant gelu_erf_f16 GELU_ERF=1 F16=1
+// Gated activations, element-wise over n (gate, up, y of type ACT: f32, or f16 with F16;
+// arithmetic in f32): y = act(gate) * up with
 //   silu: g / (1 + exp(-g));  gelu: tanh approximation 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)));
 //   gelu_erf: 0.5 g (1 + erf(g / sqrt(2))). (candle's silu / gelu / gelu_erf.)
 // Bindings: 0 = gate, 1 = up, 2 = y. Push constants: n.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#ifdef F16
+#extension GL_EXT_shader_16bit_storage : require
+#endif
 layout(local_size_x_id = 0, local_size_x = 256) in;
 #include "common.glsl"
-layout(std430, set = 0, binding = 0) readonly buffer G { float g[]; };
-layout(std430, set = 0, binding = 1) readonly buffer U { float u[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
+layout(std430, set = 0, binding = 0) readonly buffer G { ACT g[]; };
+layout(std430, set = 0, binding = 1) readonly buffer U { ACT u[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Y { ACT y[]; };
 layout(push_constant) uniform P { uint n; } p;
 
 // erf with |error| < 1.2e-7 (W. J. Cody's rational Chebyshev form as tabulated in
@@ -28,7 +35,7 @@ float erf_approx(float x) {
 void main() {
     uint i = vkml_global_index_1d();
     if (i >= p.n) return;
-    float x = g[i];
+    float x = float(g[i]);
 #if defined(SILU)
     float a = x / (1.0 + exp(-x));
 #elif defined(GELU)
@@ -37,5 +44,5 @@ void main() {
 #else
     float a = 0.5 * x * (1.0 + erf_approx(x * 0.7071067811865476));
 #endif
-    y[i] = a * u[i];
+    y[i] = ACT(a * float(u[i]));
 }

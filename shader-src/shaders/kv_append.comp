@@ -1,10 +1,17 @@
+//! variant f32
+//! variant f16 F16=1
 // Appends new keys or values to an f16 cache: cache[kvh, pos0 + t, :] = f16(x[t, kvh, :]).
-// Bindings: 0 = x f32 [t_new, n_kv_heads, d], 1 = cache (packed f16 words,
+// Bindings: 0 = x [t_new, n_kv_heads, d], f32, or with F16 packed f16 words (copied as
+// they are; no 16-bit storage feature needed), 1 = cache (packed f16 words,
 // [n_kv_heads, ctx, d]). Push: t_new, n_kv_heads, d (even), pos0, ctx.
 // One invocation per pair of elements; grid x over d/2, y over t_new * n_kv_heads.
 #version 450
 layout(local_size_x_id = 0, local_size_x = 64) in;
+#ifdef F16
+layout(std430, set = 0, binding = 0) readonly buffer X { uint xw[]; };
+#else
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
+#endif
 layout(std430, set = 0, binding = 1) buffer C { uint cw[]; };
 layout(push_constant) uniform P { uint t_new; uint n_kv_heads; uint d; uint pos0; uint ctx; } p;
 
@@ -14,5 +21,9 @@ void main() {
     uint t = row / p.n_kv_heads, kvh = row % p.n_kv_heads;
     uint src = row * p.d + 2u * i;
     uint dst = ((kvh * p.ctx + p.pos0 + t) * p.d) / 2u + i;
+#ifdef F16
+    cw[dst] = xw[src / 2u];
+#else
     cw[dst] = packHalf2x16(vec2(x[src], x[src + 1u]));
+#endif
 }

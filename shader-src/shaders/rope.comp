@@ -1,18 +1,27 @@
-//! variant neox
-//! variant interleaved INTERLEAVED=1
-// Rotary position embedding on x [bh, t, d] (f32, contiguous), rotating the first `rot`
-// dims of each vector (rot even, <= d) and copying the rest:
+//! variant neox_f32
+//! variant interleaved_f32 INTERLEAVED=1
+//! variant neox_f16 F16=1
+//! variant interleaved_f16 INTERLEAVED=1 F16=1
+// Rotary position embedding on x [bh, t, d] (contiguous; x, y of type ACT: f32, or f16
+// with F16, arithmetic in f32), rotating the first `rot` dims of each vector (rot even,
+// <= d) and copying the rest:
 //   neox (candle_nn::rotary_emb::rope): pairs (i, i + rot/2);
 //   interleaved (rope_i): pairs (2i, 2i + 1);
-//   (a, b) -> (a cos - b sin, a sin + b cos), cos/sin [positions, rot/2] at row pos_offset + t.
+//   (a, b) -> (a cos - b sin, a sin + b cos), cos/sin f32 [positions, rot/2] at row
+//   pos_offset + t.
 // Bindings: 0 = x, 1 = cos, 2 = sin, 3 = y. Push constants: d, t, rows (bh * t), rot, pos_offset.
 // Grid: x over d/2 pairs-or-passthrough slots, y (and z) over rows.
 #version 450
+#extension GL_GOOGLE_include_directive : require
+#ifdef F16
+#extension GL_EXT_shader_16bit_storage : require
+#endif
 layout(local_size_x_id = 0, local_size_x = 64) in;
-layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
+#include "common.glsl"
+layout(std430, set = 0, binding = 0) readonly buffer X { ACT x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer C { float cs[]; };
 layout(std430, set = 0, binding = 2) readonly buffer S { float sn[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer Y { ACT y[]; };
 layout(push_constant) uniform P { uint d; uint t; uint rows; uint rot; uint pos_offset; } p;
 
 void main() {
@@ -30,9 +39,9 @@ void main() {
 #else
         uint i0 = j, i1 = j + half_rot;
 #endif
-        float a = x[base + i0], b = x[base + i1];
-        y[base + i0] = a * c - b * s;
-        y[base + i1] = a * s + b * c;
+        float a = float(x[base + i0]), b = float(x[base + i1]);
+        y[base + i0] = ACT(a * c - b * s);
+        y[base + i1] = ACT(a * s + b * c);
     } else {
         // Pass-through dims rot .. d, two per invocation.
         uint i = p.rot + 2u * (j - half_rot);
