@@ -10,6 +10,7 @@ use vkml_quant::GgmlType;
 
 use crate::error::{OpsError, Result};
 use crate::launch::{grid, pipeline, push_words};
+use crate::nn::GluActivation;
 use crate::tuning::{self, MatVecConfig, ELEMENTWISE_WORKGROUP};
 
 /// Types with GPU dequantize, get_rows and mat-vec kernels today.
@@ -194,11 +195,58 @@ impl QMatrix {
     pub fn buffer(&self) -> &vkml_hal::Buffer {
         &self.buffer
     }
+
+    /// The rows of `parts`, in order, as one matrix (a copy recorded on `s`): Q, K and V
+    /// projections become one mat-vec ([`mat_vec`] writes `[q | k | v]` per batch column),
+    /// gate and up one gated product ([`MatVecEpilogue::Glu`]). The parts can be dropped
+    /// once the copy is recorded.
+    ///
+    /// # Errors
+    /// [`OpsError::Shape`] for no parts, or parts of different types or row lengths; HAL
+    /// errors (allocation).
+    pub fn concat_rows(s: &mut Stream, parts: &[&QMatrix]) -> Result<QMatrix> {
+        let Some(first) = parts.first() else {
+            return Err(OpsError::Shape { op: "concat_rows", reason: "no matrices to concatenate".into() });
+        };
+        if let Some(p) = parts.iter().find(|p| p.ty != first.ty || p.k != first.k) {
+            return Err(OpsError::Shape {
+                op: "concat_rows",
+                reason: format!(
+                    "every part needs the type and row length of the first ({:?}, k = {}); got {:?}, k = {}",
+                    first.ty, first.k, p.ty, p.k
+                ),
+            });
+        }
+        let rows: usize = parts.iter().map(|p| p.rows).sum();
+        let total: u64 = parts.iter().map(|p| p.rows as u64 * p.row_bytes).sum();
+        let buf = s.device().alloc(total.max(4), MemoryKind::DeviceLocal)?;
+        let mut at = 0;
+        for p in parts {
+            let len = p.rows as u64 * p.row_bytes;
+            if len > 0 {
+                s.copy(p.buffer(), 0, &buf, at, len)?;
+            }
+            at += len;
+        }
+        Ok(QMatrix { ty: first.ty, rows, k: first.k, row_bytes: first.row_bytes, buffer: buf })
+    }
 }
 
 /// Checks that `x` holds `n` f32 rows of `m.k` and `y` holds `n` rows of `m.rows`.
 fn check_io(op: &'static str, m: &QMatrix, x: &vkml_hal::Buffer, n: usize, y: &vkml_hal::Buffer) -> Result<()> {
-    if x.size() < 4 * (n * m.k) as u64 || y.size() < 4 * (n * m.rows) as u64 {
+    check_io_rows(op, m, m.rows, x, n, y)
+}
+
+/// As [`check_io`] for an output of `out_rows` rows per input row.
+fn check_io_rows(
+    op: &'static str,
+    m: &QMatrix,
+    out_rows: usize,
+    x: &vkml_hal::Buffer,
+    n: usize,
+    y: &vkml_hal::Buffer,
+) -> Result<()> {
+    if x.size() < 4 * (n * m.k) as u64 || y.size() < 4 * (n * out_rows) as u64 {
         return Err(OpsError::Shape {
             op,
             reason: format!(
@@ -206,7 +254,7 @@ fn check_io(op: &'static str, m: &QMatrix, x: &vkml_hal::Buffer, n: usize, y: &v
                 m.rows,
                 m.k,
                 4 * n * m.k,
-                4 * n * m.rows,
+                4 * n * out_rows,
                 x.size(),
                 y.size()
             ),
@@ -295,8 +343,62 @@ pub fn mat_vec_with(
     y: &vkml_hal::Buffer,
     cfg: MatVecConfig,
 ) -> Result<()> {
+    mat_vec_fused(s, m, x, batch, y, cfg, MatVecEpilogue::Store)
+}
+
+/// What a mat-vec does with its dot products (`include/mat_vec_out.glsl`): the decode
+/// step's fusions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatVecEpilogue {
+    /// `y[b, r] = t`.
+    Store,
+    /// `y[b, r] += t`: a residual add folded into the producing kernel.
+    Add,
+    /// Gated products in one pass: the matrix holds the gate rows then the up rows
+    /// ([`QMatrix::concat_rows`] of gate and up, `2 n` rows), and `y[b, r] = act(gate_r . x)
+    /// * (up_r . x)` for `r < n` (`y`: f32 `[batch, n]`), each `x` load serving both.
+    Glu(GluActivation),
+}
+
+impl MatVecEpilogue {
+    fn spec(self) -> u32 {
+        match self {
+            MatVecEpilogue::Store => 0,
+            MatVecEpilogue::Add => 1,
+            MatVecEpilogue::Glu(GluActivation::Silu) => 2,
+            MatVecEpilogue::Glu(GluActivation::Gelu) => 3,
+            MatVecEpilogue::Glu(GluActivation::GeluErf) => 4,
+        }
+    }
+}
+
+/// [`mat_vec_with`] with an output [`MatVecEpilogue`]: `y = W x` ([`MatVecEpilogue::Store`]),
+/// `y += W x` ([`MatVecEpilogue::Add`]) or the gated product of a gate/up matrix
+/// ([`MatVecEpilogue::Glu`]; `y` then has `m.rows() / 2` rows per batch column). Every
+/// mat-vec kernel has every epilogue, except the integer-dot kernel, which is skipped for
+/// the block-wise one when the epilogue is not `Store`.
+///
+/// # Errors
+/// As [`mat_vec_with`]; [`OpsError::Shape`] for a gated product over an odd row count.
+pub fn mat_vec_fused(
+    s: &mut Stream,
+    m: &QMatrix,
+    x: &vkml_hal::Buffer,
+    batch: usize,
+    y: &vkml_hal::Buffer,
+    cfg: MatVecConfig,
+    epilogue: MatVecEpilogue,
+) -> Result<()> {
     let dev = s.device().clone();
-    check_io("mat_vec", m, x, batch, y)?;
+    let glu = matches!(epilogue, MatVecEpilogue::Glu(_));
+    if glu && !m.rows.is_multiple_of(2) {
+        return Err(OpsError::Shape {
+            op: "mat_vec",
+            reason: format!("a gated product needs the gate and up rows stacked (an even count), got {}", m.rows),
+        });
+    }
+    let out_rows = if glu { m.rows / 2 } else { m.rows };
+    check_io_rows("mat_vec", m, out_rows, x, batch, y)?;
     if !(1..=8).contains(&cfg.rows_per_subgroup) {
         return Err(OpsError::Shape {
             op: "mat_vec",
@@ -314,7 +416,11 @@ pub fn mat_vec_with(
     }
     let caps = dev.caps();
     let row_sg = tuning::row_subgroup_size(caps).filter(|_| cfg.subgroup_rows && Q32_TYPES.contains(&m.ty));
-    let use_dot = row_sg.is_some() && cfg.integer_dot && caps.integer_dot.supported && DOT_TYPES.contains(&m.ty);
+    let use_dot = row_sg.is_some()
+        && cfg.integer_dot
+        && caps.integer_dot.supported
+        && DOT_TYPES.contains(&m.ty)
+        && epilogue == MatVecEpilogue::Store;
     // x as Q8_1 for the integer-dot kernel: 36 bytes per 32 values, all batch rows.
     let xq = if use_dot {
         let xq = dev.alloc(36 * (batch * m.k / 32) as u64, MemoryKind::DeviceLocal)?;
@@ -327,16 +433,25 @@ pub fn mat_vec_with(
         Some((sg, _)) => grid(
             &dev,
             "mat_vec",
-            (m.rows as u64).div_ceil(u64::from(cfg.workgroup.max(sg) / sg * cfg.rows_per_subgroup)),
+            (out_rows as u64).div_ceil(u64::from(cfg.workgroup.max(sg) / sg * cfg.rows_per_subgroup)),
         )?,
-        None => grid(&dev, "mat_vec", m.rows as u64)?,
+        None => grid(&dev, "mat_vec", out_rows as u64)?,
     };
     let pipeline_for = |nb: usize| -> Result<std::sync::Arc<vkml_hal::Pipeline>> {
         let (name, options) = match row_sg {
             Some((sg, require)) => (
                 format!("mul_mat_vec_{}.{}", if use_dot { "dot" } else { "q32" }, variant("mat_vec", m.ty)?),
                 PipelineOptions {
-                    spec_constants: vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, cfg.rows_per_subgroup)],
+                    spec_constants: if use_dot {
+                        vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, cfg.rows_per_subgroup)]
+                    } else {
+                        vec![
+                            (0, cfg.workgroup.max(sg)),
+                            (1, nb as u32),
+                            (2, cfg.rows_per_subgroup),
+                            (10, epilogue.spec()),
+                        ]
+                    },
                     required_subgroup_size: require.then_some(sg),
                     full_subgroups: caps.subgroup.full_subgroups,
                 },
@@ -350,7 +465,10 @@ pub fn mat_vec_with(
                 let sg = if cfg.subgroup_reduce { "_sg" } else { "" };
                 (
                     format!("{kernel}.{}{sg}", variant("mat_vec", m.ty)?),
-                    PipelineOptions { spec_constants: vec![(0, cfg.workgroup)], ..Default::default() },
+                    PipelineOptions {
+                        spec_constants: vec![(0, cfg.workgroup), (10, epilogue.spec())],
+                        ..Default::default()
+                    },
                 )
             }
         };
@@ -358,11 +476,11 @@ pub fn mat_vec_with(
     };
     for b0 in (0..batch).step_by(MAX_MAT_VEC_BATCH) {
         let nb = (batch - b0).min(MAX_MAT_VEC_BATCH);
-        let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, m.rows as u32, nb as u32]);
+        let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, out_rows as u32, nb as u32]);
         // Later batch chunks bind sub-ranges of x and y, which must meet the device's
         // storage-buffer offset alignment.
         let x_off = (4 * b0 * m.k) as u64;
-        let y_off = (4 * b0 * m.rows) as u64;
+        let y_off = (4 * b0 * out_rows) as u64;
         let align = dev.caps().limits.min_storage_buffer_offset_alignment.max(1);
         if !x_off.is_multiple_of(align) || !y_off.is_multiple_of(align) {
             return Err(OpsError::Shape {
@@ -387,7 +505,12 @@ pub fn mat_vec_with(
             }
             None => BufferArg::range(x, x_off, (4 * nb * m.k) as u64),
         };
-        s.dispatch(&p, &[m.buffer().into(), x_arg, BufferArg::range(y, y_off, (4 * nb * m.rows) as u64)], &pc, groups)?;
+        s.dispatch(
+            &p,
+            &[m.buffer().into(), x_arg, BufferArg::range(y, y_off, (4 * nb * out_rows) as u64)],
+            &pc,
+            groups,
+        )?;
     }
     Ok(())
 }

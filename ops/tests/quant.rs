@@ -3,7 +3,8 @@
 //! smallest legal size), through both reduction paths, with validation on.
 
 use vkml_hal::{Device, DeviceSelector, Instance, InstanceOptions, MemoryKind, Stream};
-use vkml_ops::quant::{self, MatMatOptions, MatMatPath, QMatrix, SUPPORTED};
+use vkml_ops::nn::GluActivation;
+use vkml_ops::quant::{self, MatMatOptions, MatMatPath, MatVecEpilogue, QMatrix, SUPPORTED};
 use vkml_ops::tuning::MatVecConfig;
 use vkml_quant::GgmlType;
 
@@ -138,9 +139,9 @@ fn get_rows_equals_cpu_reference() {
     assert_clean(&dev);
 }
 
-#[test]
-fn mat_vec_matches_cpu_on_every_path() {
-    let dev = device();
+/// Every mat-vec launch the device can run: per-element and vec4 kernels with shared-memory
+/// and subgroup reductions, and the block-wise kernel with 1 to 4 rows per subgroup.
+fn mat_vec_configs(dev: &Device) -> Vec<MatVecConfig> {
     let sg = dev.caps().subgroup.operations.contains(&"arithmetic");
     let mut configs = Vec::new();
     for vec4 in [false, true] {
@@ -177,6 +178,13 @@ fn mat_vec_matches_cpu_on_every_path() {
             });
         }
     }
+    configs
+}
+
+#[test]
+fn mat_vec_matches_cpu_on_every_path() {
+    let dev = device();
+    let configs = mat_vec_configs(&dev);
     for &ty in SUPPORTED {
         for (rows, k) in shapes(ty) {
             let bytes = encode(ty, &weights(rows, k, 100 + k as u64));
@@ -428,4 +436,137 @@ fn tuning_table_per_architecture() {
         caps.subgroup.operations = vec!["basic"];
         assert!(!vkml_ops::tuning::mat_vec_config(&caps).subgroup_reduce);
     }
+}
+
+/// The gated activations in f64 (erf from candle's CPU backend, an independent port).
+fn act(a: GluActivation, g: f64) -> f64 {
+    match a {
+        GluActivation::Silu => g / (1.0 + (-g).exp()),
+        GluActivation::Gelu => 0.5 * g * (1.0 + (0.797_884_560_802_865_4 * (g + 0.044715 * g * g * g)).tanh()),
+        GluActivation::GeluErf => 0.5 * g * (1.0 + candle_core::cpu::erf::erf_f64(g / std::f64::consts::SQRT_2)),
+    }
+}
+
+/// (dot, sum of |products|) of row r of w with batch column b of x, in f64.
+fn dot_ref(w: &[f32], x: &[f32], k: usize, r: usize, b: usize) -> (f64, f64) {
+    (0..k).fold((0.0, 0.0), |(d, m), c| {
+        let p = f64::from(w[r * k + c]) * f64::from(x[b * k + c]);
+        (d + p, m + p.abs())
+    })
+}
+
+/// The decode fusions on every mat-vec path: the residual add folded into the mat-vec
+/// (`y += W x`), gate/up with silu, gelu and gelu_erf in one pass over a
+/// `concat_rows(gate, up)` matrix, and Q/K/V as one `concat_rows` matrix (bit-identical to
+/// three separate mat-vecs). Tolerances propagate the mat-vec bound 1e-5 * sum|products|
+/// through the activation (|act'| ≤ 1.13) and the product.
+#[test]
+fn fused_mat_vec_epilogues_match_cpu() {
+    let dev = device();
+    let configs = mat_vec_configs(&dev);
+    let types = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::IQ4_XS,
+    ];
+    for ty in types {
+        let bs = ty.block_size().max(32);
+        let (n, k) = (37, 2 * bs);
+        let gate_w = weights(n, k, 3);
+        let up_w = weights(n, k, 4);
+        let gate = QMatrix::upload(&dev, ty, n, k, &encode(ty, &gate_w)).unwrap();
+        let up = QMatrix::upload(&dev, ty, n, k, &encode(ty, &up_w)).unwrap();
+        let (gd, ud) = (
+            vkml_quant::dequantize_to_vec(ty, &encode(ty, &gate_w)).unwrap(),
+            vkml_quant::dequantize_to_vec(ty, &encode(ty, &up_w)).unwrap(),
+        );
+        let mut s = Stream::new(&dev).unwrap();
+        let gu = QMatrix::concat_rows(&mut s, &[&gate, &up]).unwrap();
+        let qkv = QMatrix::concat_rows(&mut s, &[&gate, &up, &gate]).unwrap();
+        s.finish_and_wait().unwrap();
+        assert_eq!((gu.rows(), qkv.rows()), (2 * n, 3 * n));
+        for batch in [1usize, 3] {
+            let x = weights(batch, k, 50 + batch as u64);
+            let xb = dev.upload(&x).unwrap();
+            for cfg in &configs {
+                // y += W x.
+                let y0 = weights(batch, n, 9);
+                let yb = dev.upload(&y0).unwrap();
+                let mut s = Stream::new(&dev).unwrap();
+                quant::mat_vec_fused(&mut s, &gate, &xb, batch, &yb, *cfg, MatVecEpilogue::Add).unwrap();
+                s.finish_and_wait().unwrap();
+                let y = yb.to_vec::<f32>().unwrap();
+                for b in 0..batch {
+                    for r in 0..n {
+                        let (d, m) = dot_ref(&gd, &x, k, r, b);
+                        let want = f64::from(y0[b * n + r]) + d;
+                        let got = f64::from(y[b * n + r]);
+                        assert!(
+                            (got - want).abs() <= 1e-5 * (m + want.abs()) + 1e-30,
+                            "add {ty:?} {cfg:?} b {b} r {r}: gpu {got} cpu {want}"
+                        );
+                    }
+                }
+                // Gated products.
+                for a in [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf] {
+                    let yb = dev.alloc(4 * (batch * n) as u64, MemoryKind::DeviceLocal).unwrap();
+                    let mut s = Stream::new(&dev).unwrap();
+                    quant::mat_vec_fused(&mut s, &gu, &xb, batch, &yb, *cfg, MatVecEpilogue::Glu(a)).unwrap();
+                    s.finish_and_wait().unwrap();
+                    let y = yb.to_vec::<f32>().unwrap();
+                    for b in 0..batch {
+                        for r in 0..n {
+                            let (g, mg) = dot_ref(&gd, &x, k, r, b);
+                            let (u, mu) = dot_ref(&ud, &x, k, r, b);
+                            let want = act(a, g) * u;
+                            let tol =
+                                1.13 * 1e-5 * mg * u.abs() + act(a, g).abs() * 1e-5 * mu + 1e-6 * want.abs() + 1e-30;
+                            let got = f64::from(y[b * n + r]);
+                            assert!(
+                                (got - want).abs() <= tol,
+                                "{a:?} {ty:?} {cfg:?} b {b} r {r}: gpu {got} cpu {want}"
+                            );
+                        }
+                    }
+                }
+                // Q/K/V in one pass equals three passes, bit for bit.
+                let yq = dev.alloc(4 * (batch * 3 * n) as u64, MemoryKind::DeviceLocal).unwrap();
+                let parts: Vec<_> =
+                    (0..3).map(|_| dev.alloc(4 * (batch * n) as u64, MemoryKind::DeviceLocal).unwrap()).collect();
+                let mut s = Stream::new(&dev).unwrap();
+                quant::mat_vec_with(&mut s, &qkv, &xb, batch, &yq, *cfg).unwrap();
+                for (m, yb) in [&gate, &up, &gate].into_iter().zip(&parts) {
+                    quant::mat_vec_with(&mut s, m, &xb, batch, yb, *cfg).unwrap();
+                }
+                s.finish_and_wait().unwrap();
+                let fused = yq.to_vec::<f32>().unwrap();
+                let sep: Vec<Vec<f32>> = parts.iter().map(|p| p.to_vec::<f32>().unwrap()).collect();
+                for b in 0..batch {
+                    for (i, part) in sep.iter().enumerate() {
+                        assert_eq!(
+                            &fused[b * 3 * n + i * n..b * 3 * n + (i + 1) * n],
+                            &part[b * n..(b + 1) * n],
+                            "qkv {ty:?} {cfg:?} b {b} part {i}"
+                        );
+                    }
+                }
+            }
+        }
+        // Errors: mismatched parts, odd gate/up.
+        let other = QMatrix::upload(&dev, ty, 3, 2 * k, &encode(ty, &weights(3, 2 * k, 1))).unwrap();
+        let mut s = Stream::new(&dev).unwrap();
+        let e = QMatrix::concat_rows(&mut s, &[&gate, &other]).unwrap_err();
+        assert!(e.to_string().contains("row length"), "{e}");
+        let xb = dev.upload(&weights(1, k, 2)).unwrap();
+        let yb = dev.alloc(4 * n as u64, MemoryKind::DeviceLocal).unwrap();
+        let e = quant::mat_vec_fused(&mut s, &gate, &xb, 1, &yb, configs[0], MatVecEpilogue::Glu(GluActivation::Silu))
+            .unwrap_err();
+        assert!(e.to_string().contains("even"), "{e}");
+        s.finish_and_wait().unwrap();
+    }
+    assert_clean(&dev);
 }

@@ -61,7 +61,8 @@
 // Fused dequantize + mat-vec: y[b, r] = sum_c W[r, c] * x[b, c] for r < rows, b < batch,
 // reading W's blocks directly (no dequantized copy).
 // Bindings: 0 = W (raw blocks, row r at w_offset + r * row_bytes), 1 = x (f32[batch * k]),
-//           2 = y (f32[batch * rows]).
+//           2 = y (f32[batch * rows]); epilogues (residual add, gated products) per
+//           include/mat_vec_out.glsl.
 // Push constants: w_offset (bytes), row_bytes, k, rows, batch.
 // One workgroup per row; its invocations stride over the row's elements, each
 // accumulating every batch column (up to MAX_BATCH = 8), then reduce: through subgroup
@@ -75,20 +76,19 @@
 layout(local_size_x_id = 0, local_size_x = 128) in;
 #include "quant.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; } p;
+#include "mat_vec_out.glsl"
 
 #define MAX_BATCH 8
 shared float partial[MAX_BATCH * 128];
 
-void main() {
-    uint r = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
-    if (r >= p.rows) return; // uniform across the workgroup
+// Row wr's dot products with every batch column into res (valid in invocation 0).
+void row_dot(uint wr, out float res[MAX_BATCH]) {
     uint tid = gl_LocalInvocationID.x;
     uint nb = min(p.batch, MAX_BATCH);
     float acc[MAX_BATCH];
     for (uint b = 0; b < MAX_BATCH; b++) acc[b] = 0.0;
-    uint row = p.w_offset + r * p.row_bytes;
+    uint row = p.w_offset + wr * p.row_bytes;
     for (uint c = tid; c < p.k; c += gl_WorkGroupSize.x) {
         float w = dq(row + (c / QK) * QBYTES, c % QK);
         for (uint b = 0; b < nb; b++) acc[b] += w * x[b * p.k + c];
@@ -103,7 +103,7 @@ void main() {
         for (uint b = 0; b < nb; b++) {
             float s = 0.0;
             for (uint g = 0; g < gl_NumSubgroups; g++) s += partial[b * 128 + g];
-            y[b * p.rows + r] = s;
+            res[b] = s;
         }
     }
 #else
@@ -116,7 +116,25 @@ void main() {
         barrier();
     }
     if (tid == 0) {
-        for (uint b = 0; b < nb; b++) y[b * p.rows + r] = partial[b * 128];
+        for (uint b = 0; b < nb; b++) res[b] = partial[b * 128];
     }
 #endif
+    barrier(); // partial is reused by the next call
+}
+
+void main() {
+    uint r = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    if (r >= p.rows) return; // uniform across the workgroup
+    uint nb = min(p.batch, MAX_BATCH);
+    float g[MAX_BATCH];
+    row_dot(r, g);
+    if (MV_GLU) {
+        float u[MAX_BATCH];
+        row_dot(r + p.rows, u);
+        if (gl_LocalInvocationID.x == 0) {
+            for (uint b = 0; b < nb; b++) mv_store_glu(b, r, g[b], u[b]);
+        }
+    } else if (gl_LocalInvocationID.x == 0) {
+        for (uint b = 0; b < nb; b++) mv_store(b, r, g[b]);
+    }
 }

@@ -18,7 +18,8 @@
 // consecutive elements per step (dq4: one or two 32-bit weight loads, one vec4 x load),
 // so a subgroup of 32 reads 128 contiguous elements per step. Needs k % 4 == 0.
 // Bindings: 0 = W (raw blocks, row r at w_offset + r * row_bytes), 1 = x (vec4[batch * k / 4]),
-//           2 = y (f32[batch * rows]). Push constants: w_offset, row_bytes, k, rows, batch.
+//           2 = y (f32[batch * rows]); epilogues (residual add, gated products) per
+//           include/mat_vec_out.glsl. Push constants: w_offset, row_bytes, k, rows, batch.
 // One workgroup per row; workgroup size = specialization constant 0 (power of two ≤ 128).
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -29,21 +30,20 @@ layout(local_size_x_id = 0, local_size_x = 128) in;
 #include "quant.glsl"
 #include "quant_vec4.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; } p;
+#include "mat_vec_out.glsl"
 
 #define MAX_BATCH 8
 shared float partial[MAX_BATCH * 128];
 
-void main() {
-    uint r = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
-    if (r >= p.rows) return; // uniform across the workgroup
+// Row wr's dot products with every batch column into res (valid in invocation 0).
+void row_dot(uint wr, out float res[MAX_BATCH]) {
     uint tid = gl_LocalInvocationID.x;
     uint nb = min(p.batch, MAX_BATCH);
     uint k4 = p.k / 4u;
     float acc[MAX_BATCH];
     for (uint b = 0; b < MAX_BATCH; b++) acc[b] = 0.0;
-    uint row = p.w_offset + r * p.row_bytes;
+    uint row = p.w_offset + wr * p.row_bytes;
     for (uint c4 = tid; c4 < k4; c4 += gl_WorkGroupSize.x) {
         uint c = c4 * 4u;
         vec4 w = dq4(row + (c / QK) * QBYTES, c % QK);
@@ -59,7 +59,7 @@ void main() {
         for (uint b = 0; b < nb; b++) {
             float s = 0.0;
             for (uint g = 0; g < gl_NumSubgroups; g++) s += partial[b * 128 + g];
-            y[b * p.rows + r] = s;
+            res[b] = s;
         }
     }
 #else
@@ -72,7 +72,25 @@ void main() {
         barrier();
     }
     if (tid == 0) {
-        for (uint b = 0; b < nb; b++) y[b * p.rows + r] = partial[b * 128];
+        for (uint b = 0; b < nb; b++) res[b] = partial[b * 128];
     }
 #endif
+    barrier(); // partial is reused by the next call
+}
+
+void main() {
+    uint r = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    if (r >= p.rows) return; // uniform across the workgroup
+    uint nb = min(p.batch, MAX_BATCH);
+    float g[MAX_BATCH];
+    row_dot(r, g);
+    if (MV_GLU) {
+        float u[MAX_BATCH];
+        row_dot(r + p.rows, u);
+        if (gl_LocalInvocationID.x == 0) {
+            for (uint b = 0; b < nb; b++) mv_store_glu(b, r, g[b], u[b]);
+        }
+    } else if (gl_LocalInvocationID.x == 0) {
+        for (uint b = 0; b < nb; b++) mv_store(b, r, g[b]);
+    }
 }

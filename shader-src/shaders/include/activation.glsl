@@ -1,0 +1,25 @@
+// Activations of the gated products (candle's silu / gelu / gelu_erf), in f32:
+//   silu: g / (1 + exp(-g));  gelu: tanh approximation 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)));
+//   gelu_erf: 0.5 g (1 + erf(g / sqrt(2))).
+#ifndef VKML_ACTIVATION_GLSL
+#define VKML_ACTIVATION_GLSL
+// erf with |error| < 1.2e-7 (W. J. Cody's rational Chebyshev form as tabulated in
+// Numerical Recipes, erfc via exp(-z^2 - 1.26551223 + t * (...))).
+float erf_approx(float x) {
+    float z = abs(x);
+    float t = 1.0 / (1.0 + 0.5 * z);
+    float r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 +
+        t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 +
+        t * (-0.82215223 + t * 0.17087277)))))))));
+    return x >= 0.0 ? 1.0 - r : r - 1.0;
+}
+
+float act_silu(float x) { return x / (1.0 + exp(-x)); }
+
+float act_gelu(float x) {
+    float inner = clamp(0.7978845608028654 * (x + 0.044715 * x * x * x), -15.0, 15.0);
+    return 0.5 * x * (1.0 + tanh(inner));
+}
+
+float act_gelu_erf(float x) { return 0.5 * x * (1.0 + erf_approx(x * 0.7071067811865476)); }
+#endif
