@@ -389,6 +389,40 @@ pub fn mat_vec_fused(
     cfg: MatVecConfig,
     epilogue: MatVecEpilogue,
 ) -> Result<()> {
+    mat_vec_core(s, m, x, false, batch, y, cfg, epilogue)
+}
+
+/// The integer-dot mat-vec on activations already quantized to Q8_1 by [`quantize_q8_1`]
+/// (`xq`: `batch * k / 32` blocks of 36 bytes): quantize once per decode step and share
+/// `xq` between every matrix that reads the same activations (Q, K, V; gate, up).
+///
+/// # Errors
+/// [`OpsError::Shape`] where the integer-dot kernel does not apply (a type outside
+/// [`DOT_TYPES`], a device without integer dot products or subgroup rows, `cfg` without
+/// `subgroup_rows`) or `xq` is too small; as [`mat_vec_with`] otherwise.
+pub fn mat_vec_q8_1(
+    s: &mut Stream,
+    m: &QMatrix,
+    xq: &vkml_hal::Buffer,
+    batch: usize,
+    y: &vkml_hal::Buffer,
+    cfg: MatVecConfig,
+) -> Result<()> {
+    let cfg = MatVecConfig { integer_dot: true, ..cfg };
+    mat_vec_core(s, m, xq, true, batch, y, cfg, MatVecEpilogue::Store)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn mat_vec_core(
+    s: &mut Stream,
+    m: &QMatrix,
+    x: &vkml_hal::Buffer,
+    pre_quantized: bool,
+    batch: usize,
+    y: &vkml_hal::Buffer,
+    cfg: MatVecConfig,
+    epilogue: MatVecEpilogue,
+) -> Result<()> {
     let dev = s.device().clone();
     let glu = matches!(epilogue, MatVecEpilogue::Glu(_));
     if glu && !m.rows.is_multiple_of(2) {
@@ -398,7 +432,23 @@ pub fn mat_vec_fused(
         });
     }
     let out_rows = if glu { m.rows / 2 } else { m.rows };
-    check_io_rows("mat_vec", m, out_rows, x, batch, y)?;
+    if pre_quantized {
+        let need = 36 * (batch * m.k / 32) as u64;
+        if x.size() < need || y.size() < 4 * (batch * out_rows) as u64 {
+            return Err(OpsError::Shape {
+                op: "mat_vec_q8_1",
+                reason: format!(
+                    "{batch} Q8_1 rows of {} need xq of {need} bytes and y of {} bytes, got {} and {}",
+                    m.k,
+                    4 * batch * out_rows,
+                    x.size(),
+                    y.size()
+                ),
+            });
+        }
+    } else {
+        check_io_rows("mat_vec", m, out_rows, x, batch, y)?;
+    }
     if !(1..=8).contains(&cfg.rows_per_subgroup) {
         return Err(OpsError::Shape {
             op: "mat_vec",
@@ -421,8 +471,21 @@ pub fn mat_vec_fused(
         && caps.integer_dot.supported
         && DOT_TYPES.contains(&m.ty)
         && epilogue == MatVecEpilogue::Store;
+    if pre_quantized && !use_dot {
+        return Err(OpsError::Shape {
+            op: "mat_vec_q8_1",
+            reason: format!(
+                "Q8_1 activations need the integer-dot kernel: a type in {DOT_TYPES:?} (got {:?}), integer dot products and subgroup rows on the device (integer dot {}, subgroup rows {}), and cfg.subgroup_rows",
+                m.ty,
+                caps.integer_dot.supported,
+                tuning::row_subgroup_size(caps).is_some()
+            ),
+        });
+    }
     // x as Q8_1 for the integer-dot kernel: 36 bytes per 32 values, all batch rows.
-    let xq = if use_dot {
+    let xq = if pre_quantized {
+        None
+    } else if use_dot {
         let xq = dev.alloc(36 * (batch * m.k / 32) as u64, MemoryKind::DeviceLocal)?;
         quantize_q8_1(s, x, batch * m.k / 32, &xq)?;
         Some(xq)
@@ -489,7 +552,8 @@ pub fn mat_vec_fused(
             });
         }
         let p = pipeline_for(nb)?;
-        let x_arg = match &xq {
+        let xq_ref = if pre_quantized { Some(x) } else { xq.as_ref() };
+        let x_arg = match xq_ref {
             // Q8_1 rows: 36 bytes per 32 values; the chunk's offset must be aligned as well.
             Some(xq) => {
                 let off = (36 * b0 * m.k / 32) as u64;

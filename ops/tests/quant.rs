@@ -351,8 +351,12 @@ fn integer_dot_mat_vec_matches_cpu_dot() {
             let mut s = Stream::new(&dev).unwrap();
             quant::mat_vec_with(&mut s, &m, &xb, batch, &yb, MatVecConfig { subgroup_rows: true, ..cfg }).unwrap();
             quant::quantize_q8_1(&mut s, &xb, batch * k / 32, &xq).unwrap();
+            // The same product from x quantized once, outside the mat-vec.
+            let y2 = dev.alloc(4 * (batch * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+            quant::mat_vec_q8_1(&mut s, &m, &xq, batch, &y2, cfg).unwrap();
             s.finish_and_wait().unwrap();
             let y = yb.to_vec::<f32>().unwrap();
+            assert_eq!(y, y2.to_vec::<f32>().unwrap(), "{ty:?} {rows}x{k}: pre-quantized x differs");
             let xq: Vec<vkml_quant::blocks::BlockQ8_1> = xq.to_vec().unwrap();
             let row_bytes = m.row_bytes() as usize;
             for b in 0..batch {

@@ -8,10 +8,10 @@
 //! Then quantized mat-mat TFLOP/s at 14336x4096 and 4096x14336 by 512 tokens on every
 //! mat-mat path of the device.
 //!
-//! Usage: `matvec [--min-bytes N] [--reps N] [--mat-mat-only]`; device per `VKML_DEVICE`;
+//! Usage: `matvec [--min-bytes N] [--reps N] [--mat-mat-only | --mat-vec-only]`; device per `VKML_DEVICE`;
 //! `VKML_BENCH_TYPES=Q4_0,Q8_0` limits the mat-vec sweep to those types; `VKML_MATVEC_NR`
-//! overrides the rows per subgroup of the block-wise kernel, `VKML_MATVEC_IDOT=0|1` the
-//! integer-dot path. Prints a Markdown
+//! overrides the rows per subgroup of the block-wise kernel, `VKML_MATVEC_IDOT=0|1|pre` the
+//! integer-dot path (`pre`: x quantized to Q8_1 once, outside the timed mat-vecs). Prints a Markdown
 //! table. Times are host wall-clock around one submission of many independent dispatches
 //! (submission latency amortised over ≥ 1 ms of work); host recording is timed apart.
 
@@ -144,9 +144,11 @@ fn main() {
     if let Some(nr) = std::env::var("VKML_MATVEC_NR").ok().and_then(|v| v.parse().ok()) {
         cfg.rows_per_subgroup = nr;
     }
-    if let Ok(v) = std::env::var("VKML_MATVEC_IDOT") {
-        cfg.integer_dot = v == "1";
-    }
+    // VKML_MATVEC_IDOT=1: integer dot, x quantized inside each mat-vec; =pre: x quantized
+    // to Q8_1 once, outside the timed mat-vecs (as a decode step shares it).
+    let idot = std::env::var("VKML_MATVEC_IDOT").unwrap_or_default();
+    cfg.integer_dot = idot == "1" || idot == "pre";
+    let pre_q8_1 = idot == "pre";
     println!("mat-vec launch: {cfg:?}");
     println!(
         "device: {} ({}, driver {}), commit {}",
@@ -190,12 +192,26 @@ fn main() {
             let copies = (min_bytes.div_ceil(bytes.len() as u64)).max(1) as usize;
             let mats: Vec<QMatrix> = (0..copies).map(|_| QMatrix::upload(&dev, ty, rows, k, bytes).unwrap()).collect();
             let x = dev.upload(&random(k, 3)).unwrap();
+            let pre = pre_q8_1 && quant::DOT_TYPES.contains(&ty);
+            let xq = dev.alloc(36 * (k / 32).max(1) as u64, MemoryKind::DeviceLocal).unwrap();
+            if pre {
+                let mut s = Stream::new(&dev).unwrap();
+                quant::quantize_q8_1(&mut s, &x, k / 32, &xq).unwrap();
+                s.finish_and_wait().unwrap();
+            }
+            let mv = |s: &mut Stream, m: &QMatrix, y: &vkml_hal::Buffer| {
+                if pre {
+                    quant::mat_vec_q8_1(s, m, &xq, 1, y, cfg)
+                } else {
+                    quant::mat_vec_with(s, m, &x, 1, y, cfg)
+                }
+            };
             let ys: Vec<_> =
                 (0..copies).map(|_| dev.alloc(4 * rows as u64, MemoryKind::DeviceLocal).unwrap()).collect();
             let mut s = Stream::new(&dev).unwrap();
             let run = |s: &mut Stream, n: usize| -> Result<(), vkml_ops::OpsError> {
                 for i in 0..n {
-                    quant::mat_vec_with(s, &mats[i % copies], &x, 1, &ys[i % copies], cfg)?;
+                    mv(s, &mats[i % copies], &ys[i % copies])?;
                 }
                 s.finish_and_wait()?;
                 Ok(())
@@ -218,7 +234,7 @@ fn main() {
             // reported separately and not counted in the bandwidth.
             let t0 = Instant::now();
             for i in 0..count {
-                quant::mat_vec_with(&mut s, &mats[i % copies], &x, 1, &ys[i % copies], cfg).unwrap();
+                mv(&mut s, &mats[i % copies], &ys[i % copies]).unwrap();
             }
             let record = t0.elapsed().as_secs_f64() / count as f64;
             let t = Instant::now();
@@ -236,6 +252,9 @@ fn main() {
         }
     }
 
+    if std::env::args().any(|a| a == "--mat-vec-only") {
+        return;
+    }
     // Quantized mat-mat (prompt processing): rows x k by 512 tokens, both orientations of
     // the 4096 x 14336 weight, every path the device has.
     println!("\n| type | path | rows x k x tokens | GPU ms | TFLOP/s |");
