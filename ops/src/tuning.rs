@@ -116,3 +116,14 @@ pub fn coopmat_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
 pub fn subgroup_reduce(caps: &Capabilities) -> bool {
     caps.subgroup.operations.contains(&"arithmetic")
 }
+
+/// Whether a decode step should quantize its activations to Q8_1 once
+/// ([`crate::quant::quantize_q8_1`]) and run the [`crate::quant::DOT_TYPES`] matrices through
+/// [`crate::quant::mat_vec_q8_1`]: where packed 4x8-bit signed dot products are hardware
+/// accelerated and the block-wise kernel applies. On the H100 that path reads Q8_0 at
+/// 82–85 % and Q4_0 at 69–81 % of copy bandwidth against 62–76 % and 51–53 % for f32
+/// activations (benches/RESULTS.md). Results then carry the Q8_1 rounding of `x`, as
+/// ggml's MMVQ path does.
+pub fn q8_1_activations(caps: &Capabilities) -> bool {
+    caps.integer_dot.supported && caps.integer_dot.packed_4x8_signed_accelerated && row_subgroup_size(caps).is_some()
+}

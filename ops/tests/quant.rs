@@ -437,6 +437,31 @@ fn tuning_table_per_architecture() {
             },
             "{arch:?}"
         );
+        // Q8_1 activations follow accelerated packed dot products; cooperative matrices
+        // need the f16 16x16x16 shape and subgroups of 32.
+        caps.subgroup.operations = vec!["basic", "arithmetic"];
+        for accel in [false, true] {
+            caps.integer_dot.supported = true;
+            caps.integer_dot.packed_4x8_signed_accelerated = accel;
+            assert_eq!(vkml_ops::tuning::q8_1_activations(&caps), accel, "{arch:?}");
+        }
+        caps.cooperative_matrix.clear();
+        assert_eq!(vkml_ops::tuning::coopmat_subgroup_size(&caps), None);
+        caps.cooperative_matrix.push(vkml_hal::caps::CoopMatShape {
+            m: 16,
+            n: 16,
+            k: 16,
+            a: "f16",
+            b: "f16",
+            c: "f32",
+            result: "f32",
+            saturating: false,
+            scope: "subgroup",
+        });
+        caps.types.float16 = true;
+        caps.limits.max_shared_memory = 48 * 1024;
+        caps.subgroup.size_control = false;
+        assert_eq!(vkml_ops::tuning::coopmat_subgroup_size(&caps), (sg == 32).then_some((32, false)), "{arch:?}");
         caps.subgroup.operations = vec!["basic"];
         assert!(!vkml_ops::tuning::mat_vec_config(&caps).subgroup_reduce);
     }
