@@ -74,9 +74,13 @@ pub const Q32_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q
 /// lane decoding 32-element slices of blocks with 32-bit loads, subgroup add at the end
 /// (see [`MatVecConfig::subgroup_rows`]). The kernel per type ([`block_kernel`]):
 /// [`Q32_TYPES`] in `mul_mat_vec_q32.comp`; the K-quants (256-element super-blocks, 8 lanes
-/// each) in `mul_mat_vec_k.comp`; IQ4_NL, IQ4_XS, MXFP4, NVFP4, TQ2_0, Q1_0, Q2_0 in
-/// `mul_mat_vec_iq.comp` (launch scheme in `include/mul_mat_vec_block.glsl`). The other
-/// [`SUPPORTED`] types use the per-element kernel `mul_mat_vec.comp`.
+/// each) in `mul_mat_vec_k.comp`; the code-book, FP4, ternary/binary and IQ2/IQ3 grid
+/// types in `mul_mat_vec_iq.comp` (launch scheme in `include/mul_mat_vec_block.glsl`). The
+/// other [`SUPPORTED`] types use the per-workgroup kernels `mul_mat_vec_vec4.comp` /
+/// `mul_mat_vec.comp`: F32, F16, BF16, Q8_1, and IQ1_S and IQ1_M, whose 2048-entry grid
+/// as an indexed constant array makes lavapipe's compile of an unrolled block kernel take
+/// many minutes (a shared-memory copy of the grids needs a workgroup barrier, with which
+/// lavapipe compiled the grid kernels far too slowly as well).
 pub const BLOCK_TYPES: &[GgmlType] = &[
     GgmlType::Q4_0,
     GgmlType::Q4_1,
@@ -93,9 +97,15 @@ pub const BLOCK_TYPES: &[GgmlType] = &[
     GgmlType::IQ4_XS,
     GgmlType::MXFP4,
     GgmlType::NVFP4,
+    GgmlType::TQ1_0,
     GgmlType::TQ2_0,
     GgmlType::Q1_0,
     GgmlType::Q2_0,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
 ];
 
 /// The block-wise mat-vec shader (file stem) for `ty`, `None` for types not in
@@ -110,9 +120,15 @@ pub fn block_kernel(ty: GgmlType) -> Option<&'static str> {
         | GgmlType::IQ4_XS
         | GgmlType::MXFP4
         | GgmlType::NVFP4
+        | GgmlType::TQ1_0
         | GgmlType::TQ2_0
         | GgmlType::Q1_0
-        | GgmlType::Q2_0 => Some("mul_mat_vec_iq"),
+        | GgmlType::Q2_0
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S => Some("mul_mat_vec_iq"),
         _ => None,
     }
 }
