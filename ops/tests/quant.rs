@@ -1,6 +1,7 @@
 //! GPU dequantize, get_rows and fused mat-vec against vkml-quant's CPU reference, for
 //! every supported type, on odd shapes (rows not a multiple of the workgroup, k the
-//! smallest legal size), through both reduction paths, with validation on.
+//! smallest legal size), through both reduction paths and the block-wise kernels, with
+//! validation on.
 
 use vkml_hal::{Device, DeviceSelector, Instance, InstanceOptions, MemoryKind, Stream};
 use vkml_ops::quant::{self, QMatrix, SUPPORTED};
@@ -165,6 +166,9 @@ fn mat_vec_matches_cpu_on_every_path() {
             }
         }
     }
+    // The block-wise kernels (every type in quant::BLOCK_TYPES) with 1 to 4 rows per
+    // subgroup; the shapes give row counts that are no multiple of those or of the
+    // workgroup, and k of one block (fewer slices than lanes) up to 10 blocks.
     if vkml_ops::tuning::row_subgroup_size(dev.caps()).is_some() {
         for (workgroup, rows_per_subgroup) in [(64, 1), (128, 1), (64, 2), (128, 3), (64, 4)] {
             configs.push(MatVecConfig {
