@@ -2,6 +2,13 @@
 //! the kernels (`shader-src/shaders/{dequant,get_rows,mul_mat_vec}.comp`, block decoding
 //! in `include/quant.glsl`).
 //!
+//! Mat-vec kernels, fastest first ([`mat_vec_with`] picks by [`MatVecConfig`] and type):
+//! block-wise, one subgroup per `rows_per_subgroup` rows with lanes decoding 32-element
+//! slices of blocks ([`BLOCK_TYPES`]: `mul_mat_vec_q32.comp`, `mul_mat_vec_k.comp`,
+//! `mul_mat_vec_iq.comp`; optionally integer dot, [`DOT_TYPES`]); one workgroup per row
+//! with 4 elements per step ([`VEC4_TYPES`], `mul_mat_vec_vec4.comp`); one workgroup per
+//! row decoding element by element with `dq()` (every type, `mul_mat_vec.comp`).
+//!
 //! Layout: a matrix of `rows` rows of `k` elements, GGUF/ggml order (`ne[0] = k` is the
 //! contiguous dimension); each row is `k / block_size` blocks, `row_bytes` bytes.
 
@@ -60,8 +67,72 @@ pub const VEC4_TYPES: &[GgmlType] = &[
     GgmlType::Q8_0,
 ];
 
-/// Types with a block-wise mat-vec kernel (`mul_mat_vec_q32.comp`).
+/// The 32-element types of the block-wise mat-vec kernel `mul_mat_vec_q32.comp` (a lane
+/// decodes whole blocks).
 pub const Q32_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0];
+
+/// Types with a block-wise mat-vec kernel: one subgroup per `rows_per_subgroup` rows, each
+/// lane decoding 32-element slices of blocks with 32-bit loads, subgroup add at the end
+/// (see [`MatVecConfig::subgroup_rows`]). The kernel per type ([`block_kernel`]):
+/// [`Q32_TYPES`] in `mul_mat_vec_q32.comp`; the K-quants (256-element super-blocks, 8 lanes
+/// each) in `mul_mat_vec_k.comp`; the code-book, FP4, ternary/binary and IQ2/IQ3 grid
+/// types in `mul_mat_vec_iq.comp` (launch scheme in `include/mul_mat_vec_block.glsl`). The
+/// other [`SUPPORTED`] types use the per-workgroup kernels `mul_mat_vec_vec4.comp` /
+/// `mul_mat_vec.comp`: F32, F16, BF16, Q8_1, and IQ1_S and IQ1_M, whose 2048-entry grid
+/// as an indexed constant array makes lavapipe's compile of an unrolled block kernel take
+/// many minutes (a shared-memory copy of the grids needs a workgroup barrier, with which
+/// lavapipe compiled the grid kernels far too slowly as well).
+pub const BLOCK_TYPES: &[GgmlType] = &[
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::Q8_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
+    GgmlType::NVFP4,
+    GgmlType::TQ1_0,
+    GgmlType::TQ2_0,
+    GgmlType::Q1_0,
+    GgmlType::Q2_0,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+];
+
+/// The block-wise mat-vec shader (file stem) for `ty`, `None` for types not in
+/// [`BLOCK_TYPES`].
+pub fn block_kernel(ty: GgmlType) -> Option<&'static str> {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => Some("mul_mat_vec_q32"),
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q8_K => {
+            Some("mul_mat_vec_k")
+        }
+        GgmlType::IQ4_NL
+        | GgmlType::IQ4_XS
+        | GgmlType::MXFP4
+        | GgmlType::NVFP4
+        | GgmlType::TQ1_0
+        | GgmlType::TQ2_0
+        | GgmlType::Q1_0
+        | GgmlType::Q2_0
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S => Some("mul_mat_vec_iq"),
+        _ => None,
+    }
+}
 
 /// Types with an integer-dot mat-vec kernel (`mul_mat_vec_dot.comp`).
 pub const DOT_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q8_0];
@@ -465,7 +536,8 @@ fn mat_vec_core(
         return Ok(());
     }
     let caps = dev.caps();
-    let row_sg = tuning::row_subgroup_size(caps).filter(|_| cfg.subgroup_rows && Q32_TYPES.contains(&m.ty));
+    let block = block_kernel(m.ty);
+    let row_sg = tuning::row_subgroup_size(caps).filter(|_| cfg.subgroup_rows && block.is_some());
     let use_dot = row_sg.is_some()
         && cfg.integer_dot
         && caps.integer_dot.supported
@@ -503,7 +575,11 @@ fn mat_vec_core(
     let pipeline_for = |nb: usize| -> Result<std::sync::Arc<vkml_hal::Pipeline>> {
         let (name, options) = match row_sg {
             Some((sg, require)) => (
-                format!("mul_mat_vec_{}.{}", if use_dot { "dot" } else { "q32" }, variant("mat_vec", m.ty)?),
+                format!(
+                    "{}.{}",
+                    if use_dot { "mul_mat_vec_dot" } else { block.unwrap_or("mul_mat_vec_q32") },
+                    variant("mat_vec", m.ty)?
+                ),
                 PipelineOptions {
                     spec_constants: if use_dot {
                         vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, cfg.rows_per_subgroup)]

@@ -5,7 +5,7 @@
 use vkml_hal::caps::ArchClass;
 use vkml_hal::Capabilities;
 
-/// How to launch the fused quantized mat-vec (`mul_mat_vec.comp`).
+/// How to launch the fused quantized mat-vec (`mul_mat_vec*.comp`; see `quant`'s module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MatVecConfig {
     /// Invocations per workgroup (one workgroup per output row); a power of two ≤ 128.
@@ -15,9 +15,11 @@ pub struct MatVecConfig {
     /// Use the vectorised kernel (`mul_mat_vec_vec4.comp`: 4 elements per invocation and
     /// step) where the type has one and `k % 4 == 0`; else the per-element kernel.
     pub vec4: bool,
-    /// Use the block-wise kernel (`mul_mat_vec_q32.comp`: one subgroup per row, whole
-    /// blocks per invocation) for the 32-element block types, where
-    /// [`row_subgroup_size`] finds a usable subgroup size. Takes precedence over `vec4`.
+    /// Use the block-wise kernels (one subgroup per `rows_per_subgroup` rows, each lane
+    /// decoding 32-element slices of blocks with 32-bit loads; 256-element super-blocks
+    /// are shared by 8 lanes) for the types in `quant::BLOCK_TYPES` (shader per type:
+    /// `quant::block_kernel`), where [`row_subgroup_size`] finds a usable subgroup size.
+    /// Takes precedence over `vec4`; other types keep the per-workgroup kernels.
     pub subgroup_rows: bool,
     /// Rows per subgroup in the block-wise kernel (1..=8): each `x` load serves this many rows.
     pub rows_per_subgroup: u32,
@@ -28,7 +30,7 @@ pub struct MatVecConfig {
     pub integer_dot: bool,
 }
 
-/// The subgroup size the block-wise mat-vec runs with, and whether the pipeline must
+/// The subgroup size the block-wise mat-vec kernels run with, and whether the pipeline must
 /// require it: a fixed size (`min == max`), else the largest size where the device can
 /// require it with full subgroups. `None` without subgroup arithmetic or size control.
 pub fn row_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {

@@ -1,6 +1,7 @@
 //! GPU dequantize, get_rows and fused mat-vec against vkml-quant's CPU reference, for
 //! every supported type, on odd shapes (rows not a multiple of the workgroup, k the
-//! smallest legal size), through both reduction paths, with validation on.
+//! smallest legal size), through both reduction paths and the block-wise kernels, with
+//! validation on.
 
 use vkml_hal::{Device, DeviceSelector, Instance, InstanceOptions, MemoryKind, Stream};
 use vkml_ops::nn::GluActivation;
@@ -166,6 +167,9 @@ fn mat_vec_configs(dev: &Device) -> Vec<MatVecConfig> {
             }
         }
     }
+    // The block-wise kernels (every type in quant::BLOCK_TYPES) with 1 to 4 rows per
+    // subgroup; the shapes give row counts that are no multiple of those or of the
+    // workgroup, and k of one block (fewer slices than lanes) up to 10 blocks.
     if vkml_ops::tuning::row_subgroup_size(dev.caps()).is_some() {
         for (workgroup, rows_per_subgroup) in [(64, 1), (128, 1), (64, 2), (128, 3), (64, 4)] {
             configs.push(MatVecConfig {
@@ -241,6 +245,19 @@ fn mat_mat_paths(dev: &Device) -> Vec<MatMatPath> {
 /// by 1e-4 of the sum of |products| (tensor cores accumulate in f32 without IEEE rounding
 /// of every partial sum). Shapes cover edge tiles on both axes, split-K (k ≥ 1024) and,
 /// with `accumulate`, the folded residual add.
+#[test]
+fn block_kernels_exist_for_block_types() {
+    for &ty in SUPPORTED {
+        let kernel = quant::block_kernel(ty);
+        assert_eq!(kernel.is_some(), quant::BLOCK_TYPES.contains(&ty), "{ty:?}");
+        if let Some(kernel) = kernel {
+            let name = format!("{kernel}.{}", format!("{ty:?}").to_lowercase());
+            assert!(vkml_shaders::get(&name).is_some(), "{ty:?}: no shader {name}");
+        }
+    }
+    assert!(quant::Q32_TYPES.iter().all(|t| quant::BLOCK_TYPES.contains(t)));
+}
+
 #[test]
 fn mat_mat_matches_cpu() {
     let dev = device();

@@ -36,13 +36,15 @@ uint q_u16(uint b) { return (qw[b >> 2] >> ((b & 2u) * 8u)) & 0xFFFFu; }
 uint q_u32(uint b) { return q_u16(b) | (q_u16(b + 2u) << 16); }
 float q_f16(uint b) { return unpackHalf2x16(q_u16(b)).x; }
 float q_bf16(uint b) { return uintBitsToFloat(q_u16(b) << 16); }
-// 32 bits starting at a 2-byte-aligned byte offset, from the aligned words lo and hi
-// around it (s = 0 or 16: the offset's bit 1 times 16).
+// 32 bits starting at a byte offset, from the aligned words lo and hi around it
+// (s = 8 * (offset % 4)).
 uint funnel(uint lo, uint hi, uint s) { return (lo >> s) | ((hi << 1) << (31u - s)); }
-// N consecutive words of bytes starting at `at` (2-byte aligned) into q[0..N), from N + 1
-// aligned loads. Needs GL_EXT_control_flow_attributes where it is expanded.
-#define LOAD_WORDS(q, N, at) { uint a_ = (at); uint w_ = a_ >> 2; uint s_ = (a_ & 2u) * 8u; uint prev_ = qw[w_]; \
-    [[unroll]] for (uint i_ = 0; i_ < N; i_++) { uint next_ = qw[w_ + i_ + 1u]; q[i_] = funnel(prev_, next_, s_); prev_ = next_; } }
+// N consecutive words of bytes starting at `at` (any byte offset) into q[0..N), from the
+// aligned words that hold those bytes only (never the word after the last byte, which may
+// lie past the end of the buffer). Needs GL_EXT_control_flow_attributes where expanded.
+#define LOAD_WORDS(q, N, at) { uint a_ = (at); uint w_ = a_ >> 2; uint s_ = (a_ & 3u) * 8u; \
+    uint last_ = (a_ + 4u * (N) - 1u) >> 2; uint prev_ = qw[w_]; \
+    [[unroll]] for (uint i_ = 0; i_ < N; i_++) { uint next_ = qw[min(w_ + i_ + 1u, last_)]; q[i_] = funnel(prev_, next_, s_); prev_ = next_; } }
 
 #if QTYPE == 0
 #define QK 1

@@ -1,0 +1,92 @@
+// Launch scheme of the block-wise fused mat-vec kernels for the types whose blocks are
+// larger than 32 elements or need code books (mul_mat_vec_k.comp, mul_mat_vec_iq.comp),
+// the same as mul_mat_vec_q32.comp's: one subgroup per NR rows, subgroup add at the end.
+// y[b, r] = sum_c W[r, c] * x[b, c], b < NB.
+// Bindings: 0 = W (raw blocks, row r at w_offset + r * row_bytes), 1 = x (vec4[NB * k / 4]),
+//           2 = y (f32[NB * rows]; epilogue per include/mat_vec_out.glsl: with the gated
+//           products each subgroup also computes the NR up rows beside its gate rows).
+// Push constants: w_offset, row_bytes, k, rows (output rows), batch (unused: NB).
+// Specialization: 0 = workgroup size (a multiple of the subgroup size; subgroups must be
+// full), 1 = NB, the batch count (1..8), 2 = NR, rows per subgroup: each x vec4 loaded once
+// serves NR rows.
+//
+// Each block is cut into SPB slices (SPB lanes share a block); lane i of the subgroup takes
+// slices i, i + subgroup size, ... of the row (consecutive lanes read consecutive bytes), so
+// a 256-element super-block keeps 8 lanes busy and any subgroup size and any k that is a
+// multiple of QK is handled. The including shader includes quant.glsl first and defines:
+//   SPB                 slices per block   } before including this file
+//   XV                  x vec4s per slice  }
+//   uint x_at(uint s, uint j)   vec4 index, within the block, of the slice's j-th x vec4
+//   float slice_dot(uint blk, uint s, vec4 xv[XV])   sum of w * x over slice s of the block
+//                                                    at byte blk (xv[j] = x vec4 x_at(s, j))
+//   SHARED_INIT (optional)  a void init_shared() that the whole workgroup runs before any
+//                           invocation returns (code books into shared memory), then a barrier.
+// Kernels for types whose QBYTES is a multiple of 4 read fields with LOAD_ALIGNED and so
+// need w_offset % 4 == 0 (ops always binds matrices at offset 0).
+#ifndef VKML_MUL_MAT_VEC_BLOCK_GLSL
+#define VKML_MUL_MAT_VEC_BLOCK_GLSL
+
+layout(std430, set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; } p;
+#include "mat_vec_out.glsl"
+
+// N words from the 4-byte-aligned byte offset `at`.
+#define LOAD_ALIGNED(q, N, at) { uint w_ = (at) >> 2; [[unroll]] for (uint i_ = 0; i_ < N; i_++) q[i_] = qw[w_ + i_]; }
+// N words of bytes from any byte offset `at`, reading only the words that hold those bytes
+// (LOAD_WORDS may read the word after the last one, past the end of the buffer).
+#define LOAD_SPAN(q, N, at) { uint a_ = (at); uint w_ = a_ >> 2; uint s_ = (a_ & 3u) * 8u; uint last_ = (a_ + 4u * N - 1u) >> 2; \
+    uint prev_ = qw[w_]; [[unroll]] for (uint i_ = 0; i_ < N; i_++) { uint next_ = qw[min(w_ + i_ + 1u, last_)]; \
+    q[i_] = funnel(prev_, next_, s_); prev_ = next_; } }
+
+// The four bytes of u as floats, unsigned and signed.
+vec4 u8x4(uint u) { return vec4(u & 0xFFu, (u >> 8) & 0xFFu, (u >> 16) & 0xFFu, u >> 24); }
+vec4 i8x4(uint u) { int v = int(u); return vec4(bitfieldExtract(v, 0, 8), bitfieldExtract(v, 8, 8), bitfieldExtract(v, 16, 8), bitfieldExtract(v, 24, 8)); }
+
+uint x_at(uint s, uint j);
+float slice_dot(uint blk, uint s, vec4 xv[XV]);
+#ifdef SHARED_INIT
+void init_shared();
+#endif
+
+void main() {
+#ifdef SHARED_INIT
+    init_shared();
+    barrier();
+#endif
+    uint r0 = ((gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups + gl_SubgroupID) * NR;
+    if (r0 >= p.rows) return; // uniform across the subgroup
+    uint lane = gl_SubgroupInvocationID;
+    uint nslices = p.k / uint(QK) * uint(SPB);
+    uint k4 = p.k / 4u;
+    float acc[NR * NB], acc2[NR * NB]; // acc2: the up rows of the gated products
+    [[unroll]] for (uint i = 0; i < NR * NB; i++) { acc[i] = 0.0; acc2[i] = 0.0; }
+    for (uint i = lane; i < nslices; i += gl_SubgroupSize) {
+        uint ib = i / uint(SPB), s = i % uint(SPB);
+        uint x0 = ib * uint(QK / 4);
+        [[unroll]] for (uint b = 0; b < NB; b++) {
+            vec4 xv[XV];
+            [[unroll]] for (uint j = 0; j < uint(XV); j++) xv[j] = x4[b * k4 + x0 + x_at(s, j)];
+            [[unroll]] for (uint rr = 0; rr < NR; rr++) {
+                uint r = min(r0 + rr, p.rows - 1u); // rows past the end recompute the last row, unstored
+                uint blk = p.w_offset + r * p.row_bytes + ib * uint(QBYTES);
+                acc[rr * NB + b] += slice_dot(blk, s, xv);
+                if (MV_GLU) acc2[rr * NB + b] += slice_dot(blk + p.rows * p.row_bytes, s, xv);
+            }
+        }
+    }
+    [[unroll]] for (uint rr = 0; rr < NR; rr++) {
+        [[unroll]] for (uint b = 0; b < NB; b++) {
+            float t = subgroupAdd(acc[rr * NB + b]);
+            float u = MV_GLU ? subgroupAdd(acc2[rr * NB + b]) : 0.0;
+            if (lane == 0 && r0 + rr < p.rows) {
+                if (MV_GLU) {
+                    mv_store_glu(b, r0 + rr, t, u);
+                } else {
+                    mv_store(b, r0 + rr, t);
+                }
+            }
+        }
+    }
+}
+
+#endif
