@@ -355,7 +355,7 @@ pub fn dequantize(s: &mut Stream, m: &QMatrix, out: &vkml_hal::Buffer) -> Result
 }
 
 /// Records the embedding lookup `out[i, :] = dequantize(m[ids[i], :])` for `i < n_ids`
-/// (`ids`: u32[n_ids]; `out`: f32[n_ids * k]). Ids past the last row give rows of NaN.
+/// (`ids`: u32 `[n_ids]`; `out`: f32 `[n_ids * k]`). Ids past the last row give rows of NaN.
 ///
 /// # Errors
 /// [`OpsError::Shape`] for buffers too small or more than 65535 × 65535 ids; HAL errors.
