@@ -143,35 +143,27 @@ fn get_rows_equals_cpu_reference() {
 /// Every mat-vec launch the device can run: per-element and vec4 kernels with shared-memory
 /// and subgroup reductions, and the block-wise kernel with 1 to 4 rows per subgroup.
 fn mat_vec_configs(dev: &Device) -> Vec<MatVecConfig> {
+    // Each kernel with each reduction once; workgroup sizes alternate between kernels (every
+    // pipeline is a cold LLVM compile on CI's lavapipe, so the matrix stays small).
     let sg = dev.caps().subgroup.operations.contains(&"arithmetic");
     let mut configs = Vec::new();
-    for vec4 in [false, true] {
-        for workgroup in [64, 128] {
+    for (vec4, workgroup) in [(false, 64), (true, 128)] {
+        for subgroup_reduce in [false, true] {
+            if subgroup_reduce && !sg {
+                continue;
+            }
             configs.push(MatVecConfig {
-                workgroup,
-                subgroup_reduce: false,
+                workgroup: if subgroup_reduce { 192 - workgroup } else { workgroup },
+                subgroup_reduce,
                 vec4,
                 subgroup_rows: false,
                 rows_per_subgroup: 1,
                 integer_dot: false,
             });
-            if sg {
-                configs.push(MatVecConfig {
-                    workgroup,
-                    subgroup_reduce: true,
-                    vec4,
-                    subgroup_rows: false,
-                    rows_per_subgroup: 1,
-                    integer_dot: false,
-                });
-            }
         }
     }
-    // The block-wise kernels (every type in quant::BLOCK_TYPES) with 1 to 4 rows per
-    // subgroup; the shapes give row counts that are no multiple of those or of the
-    // workgroup, and k of one block (fewer slices than lanes) up to 10 blocks.
     if vkml_ops::tuning::row_subgroup_size(dev.caps()).is_some() {
-        for (workgroup, rows_per_subgroup) in [(64, 1), (128, 1), (64, 2), (128, 3), (64, 4)] {
+        for (workgroup, rows_per_subgroup) in [(64, 1), (128, 3), (64, 4)] {
             configs.push(MatVecConfig {
                 workgroup,
                 subgroup_reduce: true,
