@@ -13,7 +13,7 @@
 //! variant iq3_s QTYPE=21
 // Block-wise fused mat-vec for the code-book, FP4 and ternary/binary formats (ggml-common.h
 // block layouts; described in quant.glsl). Launch, bindings, push and specialization
-// constants as include/mul_mat_vec_block.glsl (the same as mul_mat_vec_q32.comp's).
+// constants as include/mul_mat_vec_block.glsl.
 // Slices (one lane each, 32 elements but for TQ1_0, 32-bit loads, vec4 dot products):
 //   IQ4_NL, MXFP4 (32-element blocks): the whole block.
 //   IQ4_XS: sub-block s (8 lanes per super-block).

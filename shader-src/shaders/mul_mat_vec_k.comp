@@ -6,7 +6,7 @@
 //! variant q8_k QTYPE=15
 // Block-wise fused mat-vec for the K-quants (256-element super-blocks, ggml-common.h
 // block_q*_K; field layouts in quant.glsl). Launch, bindings, push and specialization
-// constants as include/mul_mat_vec_block.glsl (the same as mul_mat_vec_q32.comp's).
+// constants as include/mul_mat_vec_block.glsl.
 // 8 lanes per super-block, each decoding a 32-element slice from 32-bit loads (every quant
 // byte read once, by one lane) with vec4 dot products:
 //   Q4_K, Q5_K: slice s = (c = s / 2, h = s % 2): the 16 bytes qs[32c + 16h ..] give, from

@@ -1,6 +1,6 @@
-// Launch scheme of the block-wise fused mat-vec kernels for the types whose blocks are
-// larger than 32 elements or need code books (mul_mat_vec_k.comp, mul_mat_vec_iq.comp),
-// the same as mul_mat_vec_q32.comp's: one subgroup per NR rows, subgroup add at the end.
+// Launch scheme of the block-wise fused mat-vec kernels (mul_mat_vec_q32.comp,
+// mul_mat_vec_k.comp, mul_mat_vec_iq.comp):
+// one subgroup per NR rows, subgroup add at the end.
 // y[b, r] = sum_c W[r, c] * x[b, c], b < NB.
 // Bindings: 0 = W (raw blocks, row r at w_offset + r * row_bytes), 1 = x (vec4[NB * k / 4]),
 //           2 = y (f32[NB * rows]; epilogue per include/mat_vec_out.glsl: with the gated
