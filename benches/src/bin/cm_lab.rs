@@ -8,28 +8,11 @@
 
 use std::time::Instant;
 
+use vkml_benches::{mat_mat_options, random};
 use vkml_hal::shader::Glsl;
 use vkml_hal::{Device, MemoryKind, Stream, TargetEnv};
 use vkml_ops::quant::{self, MatMatPath, QMatrix};
 use vkml_quant::GgmlType;
-
-fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-/// Mat-mat options for `path`; `VKML_MATMAT_SPLITK` overrides the split-K.
-fn opts(path: quant::MatMatPath) -> quant::MatMatOptions {
-    let split_k = std::env::var("VKML_MATMAT_SPLITK").ok().and_then(|v| v.parse().ok());
-    quant::MatMatOptions { split_k, ..quant::MatMatOptions::new(path) }
-}
 
 fn main() {
     let files: Vec<String> = std::env::args().skip(1).collect();
@@ -55,7 +38,8 @@ fn main() {
                 let xb = dev.upload(&x[..n_tok * k]).unwrap();
                 let y = dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap();
                 let mut s = Stream::new(&dev).unwrap();
-                let run = |s: &mut Stream| quant::mat_mat_with(s, &m, &xb, n_tok, &y, opts(MatMatPath::CoopMat));
+                let run =
+                    |s: &mut Stream| quant::mat_mat_with(s, &m, &xb, n_tok, &y, mat_mat_options(MatMatPath::CoopMat));
                 if let Err(e) = run(&mut s) {
                     println!("{file}: {e}");
                     continue;

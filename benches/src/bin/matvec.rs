@@ -17,6 +17,7 @@
 
 use std::time::Instant;
 
+use vkml_benches::{mat_mat_options, random};
 use vkml_hal::{Device, MemoryKind, Stream};
 use vkml_ops::quant::{self, QMatrix, SUPPORTED};
 use vkml_quant::GgmlType;
@@ -24,18 +25,6 @@ use vkml_quant::GgmlType;
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 /// Raw blocks of `w` in `ty`; the grid i-quants, which vkml-quant cannot quantize, get
@@ -127,12 +116,6 @@ fn kernel_copy_bandwidth(dev: &Device, bytes: u64, reps: u32) -> f64 {
     }
     s.finish_and_wait().unwrap();
     2.0 * bytes as f64 * f64::from(reps) / t.elapsed().as_secs_f64()
-}
-
-/// Mat-mat options for `path`; `VKML_MATMAT_SPLITK` overrides the split-K.
-fn opts(path: quant::MatMatPath) -> quant::MatMatOptions {
-    let split_k = std::env::var("VKML_MATMAT_SPLITK").ok().and_then(|v| v.parse().ok());
-    quant::MatMatOptions { split_k, ..quant::MatMatOptions::new(path) }
 }
 
 fn main() {
@@ -275,7 +258,7 @@ fn main() {
                 QMatrix::upload(&dev, *ty, rows, k, &bytes_all[..rows * k / ty.block_size() * ty.type_size()]).unwrap();
             for &path in &paths {
                 let mut s = Stream::new(&dev).unwrap();
-                let run = |s: &mut Stream| quant::mat_mat_with(s, &m, &x, n_tok, &y, opts(path));
+                let run = |s: &mut Stream| quant::mat_mat_with(s, &m, &x, n_tok, &y, mat_mat_options(path));
                 if let Err(e) = run(&mut s) {
                     println!("| {ty:?} | {path:?} | {rows}x{k}x{n_tok} | - | not run: {e} |");
                     continue;
