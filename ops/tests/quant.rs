@@ -504,7 +504,7 @@ fn dot_ref(w: &[f32], x: &[f32], k: usize, r: usize, b: usize) -> (f64, f64) {
 /// The decode fusions on every mat-vec path: the residual add folded into the mat-vec
 /// (`y += W x`), gate/up with silu, gelu and gelu_erf in one pass over a
 /// `concat_rows(gate, up)` matrix, and Q/K/V as one `concat_rows` matrix (bit-identical to
-/// three separate mat-vecs). Tolerances propagate the mat-vec bound 1e-5 * sum|products|
+/// three separate mat-vecs, and within the mat-vec bound of the CPU reference). Tolerances propagate the mat-vec bound 1e-5 * sum|products|
 /// through the activation (|act'| ≤ 1.13) and the product.
 #[test]
 fn fused_mat_vec_epilogues_match_cpu() {
@@ -600,6 +600,16 @@ fn fused_mat_vec_epilogues_match_cpu() {
                             &part[b * n..(b + 1) * n],
                             "qkv {ty:?} {cfg:?} b {b} part {i}"
                         );
+                        // And against the CPU reference (parts: gate, up, gate).
+                        let w = if i == 1 { &ud } else { &gd };
+                        for r in 0..n {
+                            let (d, m) = dot_ref(w, &x, k, r, b);
+                            let got = f64::from(fused[b * 3 * n + i * n + r]);
+                            assert!(
+                                (got - d).abs() <= 1e-5 * m + 1e-30,
+                                "qkv {ty:?} {cfg:?} b {b} part {i} r {r}: gpu {got} cpu {d}"
+                            );
+                        }
                     }
                 }
             }
