@@ -1,12 +1,15 @@
 //! `vkml`: Vulkan compute for Rust machine learning, from the command line.
 //!
 //! - `vkml info [--json]`: every Vulkan device with its capabilities.
+//! - `vkml generate [--model FILE] --prompt TEXT [--chat] ...`: text from a GGUF model.
 //! - `vkml gguf inspect FILE`: a GGUF file's metadata and tensor table.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod fetch;
+mod generate;
 mod info;
 
 #[derive(Parser, Debug)]
@@ -25,6 +28,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Generate text with a GGUF language model (llama family) on the best Vulkan
+    /// device (or --device), streaming it as it is sampled.
+    Generate(generate::Args),
     /// GGUF model files.
     Gguf {
         #[command(subcommand)]
@@ -49,6 +55,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info { json } => info::run(json),
+        Command::Generate(args) => generate::run(args),
         Command::Gguf { command: GgufCommand::Inspect { file } } => vkml_quant::gguf::GgufFile::open(&file)
             .map(|f| print!("{}", vkml_quant::gguf::inspect::render(&f)))
             .map_err(|e| e.to_string()),

@@ -49,3 +49,51 @@ fn missing_gguf_file_is_a_one_line_error() {
     assert!(err.starts_with("error: ") && err.contains("/nonexistent/model.gguf"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+fn test_model() -> std::path::PathBuf {
+    let dir = std::env::var_os("VKML_TEST_MODELS").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/vkml/test-models")
+    });
+    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(p.is_file(), "test model {} is missing: run quant/scripts/fetch_test_models.sh", p.display());
+    p
+}
+
+fn one_line_error(out: &std::process::Output, needle: &str) {
+    assert!(!out.status.success(), "expected a failure");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.trim_end().lines().last().unwrap_or("");
+    assert!(last.starts_with("error: ") && last.contains(needle), "{err}");
+}
+
+#[test]
+fn generate_greedy_is_deterministic_and_reports_speed() {
+    let m = test_model();
+    let args =
+        ["generate", "-m", m.to_str().unwrap(), "--chat", "-p", "What is 2 + 2?", "-n", "8", "--temperature", "0"];
+    let a = vkml(&args);
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    let b = vkml(&args);
+    let text = String::from_utf8(a.stdout).unwrap();
+    assert!(!text.trim().is_empty(), "no text generated");
+    assert_eq!(text, String::from_utf8(b.stdout).unwrap(), "greedy decoding differs between runs");
+    let err = String::from_utf8(a.stderr).unwrap();
+    assert!(err.contains("prompt ") && err.contains("tokens/s; generation "), "{err}");
+}
+
+#[test]
+fn generate_errors_are_one_line() {
+    // A malformed model file.
+    let dir = std::env::temp_dir().join(format!("vkml-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.gguf");
+    std::fs::write(&bad, b"GGUF\x03\x00\x00\x00garbage").unwrap();
+    one_line_error(&vkml(&["generate", "-m", bad.to_str().unwrap(), "-p", "hi"]), "bad.gguf");
+    // A prompt longer than the context.
+    let m = test_model();
+    let long = "word ".repeat(40);
+    one_line_error(&vkml(&["generate", "-m", m.to_str().unwrap(), "-p", &long, "--ctx", "16"]), "the context holds 16");
+    // No such device.
+    one_line_error(&vkml(&["generate", "-m", m.to_str().unwrap(), "-p", "hi", "-d", "no-such-gpu"]), "no-such-gpu");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

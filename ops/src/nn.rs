@@ -198,8 +198,9 @@ pub enum RopeStyle {
     Interleaved,
 }
 
-/// Shape of a rope application: `x` and `y` are `dt[bh, t, d]`; the first `rot` dims of each
-/// vector rotate (even, ≤ d), the rest pass through; position of step `j` is
+/// Shape of a rope application: `x` and `y` are `dt[bh, t, d]`, or `dt[t, bh, d]` with
+/// `token_major` (the layout a Q or K projection of `t` tokens writes); the first `rot`
+/// dims of each vector rotate (even, ≤ d), the rest pass through; position of step `j` is
 /// `pos_offset + j`, indexing rows of the cos/sin tables (f32[positions, rot/2]).
 #[derive(Debug, Clone, Copy)]
 pub struct RopeShape {
@@ -215,6 +216,8 @@ pub struct RopeShape {
     pub pos_offset: usize,
     /// Rows in the cos/sin tables.
     pub positions: usize,
+    /// `x`, `y` are `[t, bh, d]` rather than `[bh, t, d]`.
+    pub token_major: bool,
 }
 
 /// Records rotary embeddings `y = rope(x)` (candle-nn `rotary_emb::rope` or `rope_i` on
@@ -266,7 +269,8 @@ pub fn rope(
     let max_y = dev.caps().limits.max_workgroup_count[1] as usize;
     let gy = rows.min(max_y);
     let gz = rows.div_ceil(gy);
-    let pc = push_words(&[sh.d as u32, sh.t as u32, rows as u32, sh.rot as u32, sh.pos_offset as u32]);
+    let tok_div = if sh.token_major { sh.bh.max(1) } else { 1 };
+    let pc = push_words(&[sh.d as u32, sh.t as u32, rows as u32, sh.rot as u32, sh.pos_offset as u32, tok_div as u32]);
     s.dispatch(&p, &[x.into(), cos.into(), sin.into(), y.into()], &pc, [gx, gy as u32, gz as u32])?;
     Ok(())
 }

@@ -163,12 +163,19 @@ proptest! {
         let st = Tensor::from_vec(sin.clone(), (positions, half_rot), &CPU).unwrap().narrow(0, pos_offset, t).unwrap().contiguous().unwrap();
         for dt in DTYPES {
             let (xb, cb, sb, yb) = (upload(dev, dt, &x), dev.upload(&cos).unwrap(), dev.upload(&sin).unwrap(), alloc(dev, dt, x.len()));
-            run(dev, |s| nn::rope(s, dt, style, &xb, &cb, &sb, RopeShape { bh: b * h, t, d, rot, pos_offset, positions }, &yb).unwrap());
+            let sh = RopeShape { bh: b * h, t, d, rot, pos_offset, positions, token_major: false };
+            run(dev, |s| nn::rope(s, dt, style, &xb, &cb, &sb, sh, &yb).unwrap());
             let xt = Tensor::from_vec(round(dt, &x), (b, h, t, d), &CPU).unwrap();
             let xr = xt.narrow(3, 0, rot).unwrap().contiguous().unwrap();
             let rotated = if interleaved { candle_nn::rotary_emb::rope_i(&xr, &ct, &st) } else { candle_nn::rotary_emb::rope(&xr, &ct, &st) }.unwrap();
             let full = if rot < d { Tensor::cat(&[&rotated, &xt.narrow(3, rot, d - rot).unwrap()], 3).unwrap() } else { rotated };
             check(&format!("rope {dt:?}"), &download(dt, &yb), &flat(&full), tol(dt, 2e-6))?;
+            // The same vectors token-major, [t, b*h, d], as a QKV projection writes them.
+            let x_tm = flat(&xt.reshape((b * h, t, d)).unwrap().transpose(0, 1).unwrap().contiguous().unwrap());
+            let (xb, yb) = (upload(dev, dt, &x_tm), alloc(dev, dt, x.len()));
+            run(dev, |s| nn::rope(s, dt, style, &xb, &cb, &sb, RopeShape { token_major: true, ..sh }, &yb).unwrap());
+            let want_tm = flat(&full.reshape((b * h, t, d)).unwrap().transpose(0, 1).unwrap().contiguous().unwrap());
+            check(&format!("rope token-major {dt:?}"), &download(dt, &yb), &want_tm, tol(dt, 2e-6))?;
         }
     }
 
@@ -208,7 +215,7 @@ fn rope_shape_errors() {
     let dev = common::device();
     let b = alloc(dev, Dtype::F32, 64);
     let mut s = Stream::new(dev).unwrap();
-    let sh = RopeShape { bh: 1, t: 4, d: 8, rot: 8, pos_offset: 3, positions: 6 };
+    let sh = RopeShape { bh: 1, t: 4, d: 8, rot: 8, pos_offset: 3, positions: 6, token_major: false };
     let e = nn::rope(&mut s, Dtype::F32, RopeStyle::Neox, &b, &b, &b, sh, &b).unwrap_err();
     assert!(e.to_string().contains("exceed the 6-row cos/sin tables"), "{e}");
     let e = nn::rope(&mut s, Dtype::F32, RopeStyle::Neox, &b, &b, &b, RopeShape { rot: 10, ..sh }, &b).unwrap_err();
@@ -232,7 +239,7 @@ fn f16_without_16bit_storage_is_a_clear_error() {
     let dev = common::no_f16_device();
     let b = alloc(&dev, Dtype::F32, 64);
     let mut s = Stream::new(&dev).unwrap();
-    let sh = RopeShape { bh: 1, t: 1, d: 8, rot: 8, pos_offset: 0, positions: 1 };
+    let sh = RopeShape { bh: 1, t: 1, d: 8, rot: 8, pos_offset: 0, positions: 1, token_major: false };
     let errs = [
         nn::rms_norm(&mut s, Dtype::F16, &b, None, 1, 8, 1e-6, &b).unwrap_err(),
         nn::add_rms_norm(&mut s, Dtype::F16, &b, &b, None, 1, 8, 1e-6, &b, &b).unwrap_err(),

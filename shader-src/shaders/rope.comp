@@ -2,14 +2,16 @@
 //! variant interleaved_f32 INTERLEAVED=1
 //! variant neox_f16 F16=1
 //! variant interleaved_f16 INTERLEAVED=1 F16=1
-// Rotary position embedding on x [bh, t, d] (contiguous; x, y of type ACT: f32, or f16
+// Rotary position embedding on x [bh, t, d], or token-major [t, bh, d] when tok_div = bh
+// (contiguous; x, y of type ACT: f32, or f16
 // with F16, arithmetic in f32), rotating the first `rot` dims of each vector (rot even,
 // <= d) and copying the rest:
 //   neox (candle_nn::rotary_emb::rope): pairs (i, i + rot/2);
 //   interleaved (rope_i): pairs (2i, 2i + 1);
 //   (a, b) -> (a cos - b sin, a sin + b cos), cos/sin f32 [positions, rot/2] at row
 //   pos_offset + t.
-// Bindings: 0 = x, 1 = cos, 2 = sin, 3 = y. Push constants: d, t, rows (bh * t), rot, pos_offset.
+// Bindings: 0 = x, 1 = cos, 2 = sin, 3 = y. Push constants: d, t, rows (bh * t), rot,
+// pos_offset, tok_div (1 for [bh, t, d]; bh for [t, bh, d]): row r is at step (r / tok_div) % t.
 // Grid: x over d/2 pairs-or-passthrough slots, y (and z) over rows.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -22,7 +24,7 @@ layout(std430, set = 0, binding = 0) readonly buffer X { ACT x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer C { float cs[]; };
 layout(std430, set = 0, binding = 2) readonly buffer S { float sn[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Y { ACT y[]; };
-layout(push_constant) uniform P { uint d; uint t; uint rows; uint rot; uint pos_offset; } p;
+layout(push_constant) uniform P { uint d; uint t; uint rows; uint rot; uint pos_offset; uint tok_div; } p;
 
 void main() {
     uint j = gl_GlobalInvocationID.x; // 0 .. d/2
@@ -31,7 +33,7 @@ void main() {
     uint base = row * p.d;
     uint half_rot = p.rot / 2u;
     if (j < half_rot) {
-        uint pos = p.pos_offset + row % p.t;
+        uint pos = p.pos_offset + (row / p.tok_div) % p.t;
         float c = cs[pos * half_rot + j];
         float s = sn[pos * half_rot + j];
 #ifdef INTERLEAVED

@@ -1,0 +1,532 @@
+//! The llama family (llama, mistral, smollm: GGUF architecture `llama` or `mistral`) on
+//! vkml's kernels, read from GGUF: quantized weights stay quantized on the device, the
+//! KV cache is f16 on the device, and each call of [`Llama::forward`] records the whole
+//! step (every layer, the final norm and the output projection) into one command buffer
+//! and waits for it once.
+//!
+//! The computation is llama.cpp's `llm_build_llama` / candle-transformers'
+//! `quantized_llama` (pre-norm blocks: rms_norm → Q/K/V → rope → causal GQA attention →
+//! output projection + residual → rms_norm → SwiGLU MLP + residual; final rms_norm and
+//! the output projection, tied to `token_embd.weight` when `output.weight` is absent).
+//! Rope is the interleaved (GGML "NORM") style for these architectures, as llama.cpp's
+//! `llama_model_rope_type` says; the GGUF converters permute Q/K rows to match.
+//!
+//! The step per layer, for `t` new tokens (DESIGN.md, "one decode step"):
+//! - `t == 1` (decode): one mat-vec over the stacked Q|K|V matrix, rope of Q and K in one
+//!   dispatch, KV append, split-KV flash attention, the output projection with the
+//!   residual add as its epilogue, rms_norm, one mat-vec over the stacked gate|up matrix
+//!   with the SwiGLU epilogue, the down projection with the residual add.
+//! - `t <= 8`: the same with batched mat-vecs (Q, K, V separately: the stacked output
+//!   would interleave them per token).
+//! - `t > 8` (prompt): quantized mat-mats (cooperative-matrix where the device has it),
+//!   the residual adds folded in as `accumulate`.
+
+use vkml_hal::{Buffer, Device, MemoryKind, Stream};
+use vkml_ops::attention::{self, AttnShape, KvCache};
+use vkml_ops::nn::{self, GluActivation, RopeShape, RopeStyle};
+use vkml_ops::quant::{self, MatVecEpilogue, QMatrix, MAX_MAT_VEC_BATCH};
+use vkml_ops::{tuning, Dtype};
+use vkml_quant::gguf::{GgufFile, GgufValue};
+
+use crate::error::{model_err, Error, Result};
+
+/// Hyper-parameters of a llama-family model, from GGUF metadata (`{arch}.*` keys of the
+/// GGUF spec, "LLM" section).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaConfig {
+    /// `general.architecture`.
+    pub arch: String,
+    /// `{arch}.block_count`.
+    pub n_layers: usize,
+    /// `{arch}.embedding_length`.
+    pub n_embd: usize,
+    /// `{arch}.feed_forward_length`.
+    pub n_ff: usize,
+    /// `{arch}.attention.head_count`.
+    pub n_head: usize,
+    /// `{arch}.attention.head_count_kv` (defaults to `n_head`).
+    pub n_kv_head: usize,
+    /// `n_embd / n_head` (or `{arch}.attention.key_length`).
+    pub head_dim: usize,
+    /// `{arch}.rope.dimension_count` (defaults to `head_dim`).
+    pub rope_dim: usize,
+    /// `{arch}.rope.freq_base` (defaults to 10000).
+    pub rope_base: f32,
+    /// `{arch}.attention.layer_norm_rms_epsilon`.
+    pub rms_eps: f32,
+    /// `{arch}.context_length`: the context the model was trained for.
+    pub context_length: usize,
+    /// Rows of `token_embd.weight`.
+    pub vocab: usize,
+}
+
+fn meta_u(f: &GgufFile, key: &str) -> Result<Option<usize>> {
+    match f.get(key) {
+        None => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(|x| Some(x as usize))
+            .ok_or_else(|| model_err(format!("metadata {key} is not an unsigned integer"))),
+    }
+}
+
+fn meta_f(f: &GgufFile, key: &str) -> Result<Option<f32>> {
+    match f.get(key) {
+        None => Ok(None),
+        Some(GgufValue::F32(x)) => Ok(Some(*x)),
+        Some(GgufValue::F64(x)) => Ok(Some(*x as f32)),
+        Some(_) => Err(model_err(format!("metadata {key} is not a float"))),
+    }
+}
+
+impl LlamaConfig {
+    /// Reads the hyper-parameters.
+    ///
+    /// # Errors
+    /// [`Error::Model`] for an architecture other than `llama`/`mistral`, a missing or
+    /// ill-typed key, or inconsistent shapes (heads not dividing, odd head dims).
+    pub fn from_gguf(f: &GgufFile) -> Result<LlamaConfig> {
+        let arch = f
+            .get("general.architecture")
+            .and_then(GgufValue::as_str)
+            .ok_or_else(|| model_err("metadata general.architecture is missing"))?
+            .to_string();
+        if !matches!(arch.as_str(), "llama" | "mistral") {
+            return Err(model_err(format!(
+                "architecture {arch:?} is not supported (supported: llama, mistral; qwen2 needs Q/K/V biases, not yet)"
+            )));
+        }
+        let req = |k: &str| -> Result<usize> {
+            let key = format!("{arch}.{k}");
+            meta_u(f, &key)?.ok_or_else(|| model_err(format!("metadata {key} is missing")))
+        };
+        let n_layers = req("block_count")?;
+        let n_embd = req("embedding_length")?;
+        let n_ff = req("feed_forward_length")?;
+        let n_head = req("attention.head_count")?;
+        let n_kv_head = meta_u(f, &format!("{arch}.attention.head_count_kv"))?.unwrap_or(n_head);
+        if n_head == 0 || n_kv_head == 0 || !n_head.is_multiple_of(n_kv_head) || !n_embd.is_multiple_of(n_head) {
+            return Err(model_err(format!(
+                "{n_head} heads, {n_kv_head} KV heads and embedding length {n_embd} do not divide"
+            )));
+        }
+        let head_dim = meta_u(f, &format!("{arch}.attention.key_length"))?.unwrap_or(n_embd / n_head);
+        let rope_dim = meta_u(f, &format!("{arch}.rope.dimension_count"))?.unwrap_or(head_dim);
+        if !head_dim.is_multiple_of(2)
+            || head_dim > attention::MAX_HEAD_DIM
+            || rope_dim > head_dim
+            || !rope_dim.is_multiple_of(2)
+        {
+            return Err(model_err(format!(
+                "head dim {head_dim} / rotary dims {rope_dim}: need even dims, rot <= head dim <= {}",
+                attention::MAX_HEAD_DIM
+            )));
+        }
+        let rope_base = meta_f(f, &format!("{arch}.rope.freq_base"))?.unwrap_or(10000.0);
+        let rms_eps = meta_f(f, &format!("{arch}.attention.layer_norm_rms_epsilon"))?
+            .ok_or_else(|| model_err(format!("metadata {arch}.attention.layer_norm_rms_epsilon is missing")))?;
+        let context_length = req("context_length")?;
+        let emb =
+            f.header().tensor("token_embd.weight").ok_or_else(|| model_err("tensor token_embd.weight is missing"))?;
+        if emb.row_len() as usize != n_embd {
+            return Err(model_err(format!("token_embd.weight rows have {} elements, not {n_embd}", emb.row_len())));
+        }
+        let vocab = emb.n_rows() as usize;
+        Ok(LlamaConfig {
+            arch,
+            n_layers,
+            n_embd,
+            n_ff,
+            n_head,
+            n_kv_head,
+            head_dim,
+            rope_dim,
+            rope_base,
+            rms_eps,
+            context_length,
+            vocab,
+        })
+    }
+}
+
+/// How to load a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Positions of the KV cache; `None`: the model's context length, at most 4096.
+    pub ctx: Option<usize>,
+    /// Most tokens one [`Llama::forward`] call processes in one pass; longer inputs run
+    /// in chunks of this size.
+    pub max_batch: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { ctx: None, max_batch: 512 }
+    }
+}
+
+#[derive(Debug)]
+struct Layer {
+    attn_norm: Buffer,
+    ffn_norm: Buffer,
+    wq: QMatrix,
+    wk: QMatrix,
+    wv: QMatrix,
+    wqkv: QMatrix,
+    wo: QMatrix,
+    w_gate: QMatrix,
+    w_up: QMatrix,
+    w_gate_up: QMatrix,
+    w_down: QMatrix,
+    k_cache: KvCache,
+    v_cache: KvCache,
+}
+
+/// Per-step buffers, sized for `max_batch` tokens (f32).
+#[derive(Debug)]
+struct Scratch {
+    ids: Buffer,
+    x: Buffer,
+    xn: Buffer,
+    q: Buffer,
+    k: Buffer,
+    v: Buffer,
+    qr: Buffer,
+    kr: Buffer,
+    attn: Buffer,
+    gate: Buffer,
+    up: Buffer,
+    ffn: Buffer,
+    last: Buffer,
+    last_n: Buffer,
+    split_o: Buffer,
+    split_ml: Buffer,
+    logits: Buffer,
+    all_logits: Option<Buffer>,
+}
+
+/// Largest KV split of a decode step's attention.
+const MAX_SPLITS: usize = 16;
+
+/// A llama-family model on a vkml device, with its KV cache.
+#[derive(Debug)]
+pub struct Llama {
+    dev: Device,
+    cfg: LlamaConfig,
+    ctx: usize,
+    max_batch: usize,
+    tok_embd: QMatrix,
+    output: QMatrix,
+    output_norm: Buffer,
+    layers: Vec<Layer>,
+    cos: Buffer,
+    sin: Buffer,
+    scratch: Scratch,
+    stream: Stream,
+    pos: usize,
+}
+
+fn f32_bytes(n: usize) -> u64 {
+    4 * n.max(1) as u64
+}
+
+/// Rope tables as candle-transformers' `quantized_llama::precomput_freqs_cis` computes
+/// them (f32): `theta_i = 1 / base^(2i / rot)`, `angle = pos * theta_i`.
+fn rope_tables(rot: usize, base: f32, positions: usize) -> (Vec<f32>, Vec<f32>) {
+    let theta: Vec<f32> = (0..rot).step_by(2).map(|i| 1f32 / base.powf(i as f32 / rot as f32)).collect();
+    let mut cos = Vec::with_capacity(positions * theta.len());
+    let mut sin = Vec::with_capacity(positions * theta.len());
+    for p in 0..positions {
+        for &th in &theta {
+            let a = p as f32 * th;
+            cos.push(a.cos());
+            sin.push(a.sin());
+        }
+    }
+    (cos, sin)
+}
+
+impl Llama {
+    /// Loads a llama-family GGUF model onto `dev`, calling `progress(done, total)` (in
+    /// bytes of tensor data) as tensors are uploaded.
+    ///
+    /// # Errors
+    /// [`Error::Model`] for unsupported or inconsistent models (see
+    /// [`LlamaConfig::from_gguf`]) and missing or misshapen tensors; [`Error::Ops`] for
+    /// tensor types without GPU kernels or tensors past the device's limits; HAL errors
+    /// (out of device memory names the size).
+    pub fn load(dev: &Device, file: &GgufFile, opts: LoadOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Llama> {
+        let cfg = LlamaConfig::from_gguf(file)?;
+        let ctx = opts.ctx.unwrap_or(cfg.context_length.min(4096)).max(1);
+        let max_batch = opts.max_batch.max(1);
+        let total: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
+        let mut done = 0u64;
+        let mut matrix = |name: &str, rows: usize, k: usize| -> Result<QMatrix> {
+            let (info, bytes) =
+                file.tensor_data_by_name(name).map_err(|_| model_err(format!("tensor {name} is missing")))?;
+            if info.row_len() as usize != k || info.n_rows() as usize != rows {
+                return Err(model_err(format!("tensor {name} has shape {:?}, expected [{k}, {rows}]", info.dims)));
+            }
+            let m = QMatrix::from_gguf(dev, info, bytes)?;
+            done += info.n_bytes;
+            progress(done, total);
+            Ok(m)
+        };
+        let (e, h, hk, ff) = (cfg.n_embd, cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim, cfg.n_ff);
+        let tok_embd = matrix("token_embd.weight", cfg.vocab, e)?;
+        let output = if file.header().tensor("output.weight").is_some() {
+            matrix("output.weight", cfg.vocab, e)?
+        } else {
+            tok_embd.clone()
+        };
+        let vector = |name: &str, n: usize| -> Result<Buffer> {
+            let v = file.dequantize(name).map_err(|_| model_err(format!("tensor {name} is missing")))?;
+            if v.len() != n {
+                return Err(model_err(format!("tensor {name} has {} elements, expected {n}", v.len())));
+            }
+            Ok(dev.upload(&v)?)
+        };
+        let output_norm = vector("output_norm.weight", e)?;
+        let mut stream = Stream::new(dev)?;
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            let p = |n: &str| format!("blk.{i}.{n}");
+            if file.header().tensor(&p("attn_q.bias")).is_some() {
+                return Err(model_err("Q/K/V biases (attn_q.bias) are not supported yet"));
+            }
+            let wq = matrix(&p("attn_q.weight"), h, e)?;
+            let wk = matrix(&p("attn_k.weight"), hk, e)?;
+            let wv = matrix(&p("attn_v.weight"), hk, e)?;
+            let w_gate = matrix(&p("ffn_gate.weight"), ff, e)?;
+            let w_up = matrix(&p("ffn_up.weight"), ff, e)?;
+            let wqkv = QMatrix::concat_rows(&mut stream, &[&wq, &wk, &wv])?;
+            let w_gate_up = QMatrix::concat_rows(&mut stream, &[&w_gate, &w_up])?;
+            layers.push(Layer {
+                attn_norm: vector(&p("attn_norm.weight"), e)?,
+                ffn_norm: vector(&p("ffn_norm.weight"), e)?,
+                wo: matrix(&p("attn_output.weight"), e, h)?,
+                w_down: matrix(&p("ffn_down.weight"), e, ff)?,
+                wq,
+                wk,
+                wv,
+                wqkv,
+                w_gate,
+                w_up,
+                w_gate_up,
+                k_cache: KvCache::new(dev, cfg.n_kv_head, ctx, cfg.head_dim)?,
+                v_cache: KvCache::new(dev, cfg.n_kv_head, ctx, cfg.head_dim)?,
+            });
+        }
+        stream.finish_and_wait()?;
+        let (cos, sin) = rope_tables(cfg.rope_dim, cfg.rope_base, ctx);
+        let b = max_batch;
+        let a = |n: usize| dev.alloc(f32_bytes(n), MemoryKind::DeviceLocal);
+        let scratch = Scratch {
+            ids: dev.alloc(f32_bytes(b), MemoryKind::Upload)?,
+            x: a(b * e)?,
+            xn: a(b * e)?,
+            q: a(b * (h + 2 * hk))?,
+            k: a(b * hk)?,
+            v: a(b * hk)?,
+            qr: a(b * (h + hk))?,
+            kr: a(b * hk)?,
+            attn: a(b * h)?,
+            gate: a(b * ff)?,
+            up: a(b * ff)?,
+            ffn: a(b * ff)?,
+            last: a(e)?,
+            last_n: a(e)?,
+            split_o: a(MAX_SPLITS * h)?,
+            split_ml: a(MAX_SPLITS * cfg.n_head * 2)?,
+            logits: dev.alloc(f32_bytes(cfg.vocab), MemoryKind::Readback)?,
+            all_logits: None,
+        };
+        Ok(Llama {
+            dev: dev.clone(),
+            cos: dev.upload(&cos)?,
+            sin: dev.upload(&sin)?,
+            cfg,
+            ctx,
+            max_batch: b,
+            tok_embd,
+            output,
+            output_norm,
+            layers,
+            scratch,
+            stream,
+            pos: 0,
+        })
+    }
+
+    /// The hyper-parameters.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.cfg
+    }
+
+    /// Positions the KV cache holds.
+    pub fn context(&self) -> usize {
+        self.ctx
+    }
+
+    /// Tokens in the KV cache: the position the next token gets.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// Empties the KV cache (the next token is at position 0).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+
+    /// Runs `tokens` at positions `position() ..`, appending them to the KV cache, and
+    /// returns the logits (f32, `vocab` per token) of the last token, or of every token
+    /// with `all_logits`. Inputs longer than the batch run in chunks, each one command
+    /// buffer with one host wait.
+    ///
+    /// # Errors
+    /// [`Error::Context`] when the cache cannot take the tokens; [`Error::Model`] for
+    /// an empty input or a token id past the vocabulary; kernel and device errors.
+    pub fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(model_err("forward needs at least one token"));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+            return Err(model_err(format!("token id {bad} is past the vocabulary of {}", self.cfg.vocab)));
+        }
+        if self.pos + tokens.len() > self.ctx {
+            return Err(Error::Context { tokens: self.pos + tokens.len(), ctx: self.ctx });
+        }
+        let mut out = Vec::with_capacity(if all_logits { tokens.len() * self.cfg.vocab } else { self.cfg.vocab });
+        let n_chunks = tokens.len().div_ceil(self.max_batch);
+        for (i, chunk) in tokens.chunks(self.max_batch).enumerate() {
+            let want = all_logits || i + 1 == n_chunks;
+            if let Some(l) = self.step(chunk, all_logits, want)? {
+                if !all_logits {
+                    out.clear();
+                }
+                out.extend_from_slice(&l);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records and runs one chunk of `t <= max_batch` tokens.
+    fn step(&mut self, tokens: &[u32], all_logits: bool, want_logits: bool) -> Result<Option<Vec<f32>>> {
+        let t = tokens.len();
+        let c = &self.cfg;
+        let (e, d) = (c.n_embd, c.head_dim);
+        let (h, hk) = (c.n_head * d, c.n_kv_head * d);
+        let sc = &self.scratch;
+        sc.ids.write(0, bytemuck::cast_slice(tokens))?;
+        let s = &mut self.stream;
+        let pos0 = self.pos;
+        let kv_len = pos0 + t;
+        let mv_cfg = tuning::mat_vec_config(self.dev.caps());
+        let matvec = t <= MAX_MAT_VEC_BATCH;
+        // y (+)= W x over t tokens, the kernel by batch size.
+        let linear = |s: &mut Stream, w: &QMatrix, x: &Buffer, y: &Buffer, add: bool| -> Result<()> {
+            if matvec {
+                let ep = if add { MatVecEpilogue::Add } else { MatVecEpilogue::Store };
+                quant::mat_vec_fused(s, w, x, t, y, mv_cfg, ep)?;
+            } else {
+                let path = if tuning::coopmat_subgroup_size(s.device().caps()).is_some() && w.k().is_multiple_of(32) {
+                    quant::MatMatPath::CoopMat
+                } else {
+                    quant::MatMatPath::Scalar
+                };
+                let opts = quant::MatMatOptions { accumulate: add, ..quant::MatMatOptions::new(path) };
+                quant::mat_mat_with(s, w, x, t, y, opts)?;
+            }
+            Ok(())
+        };
+        let rope = |s: &mut Stream, x: &Buffer, heads: usize, y: &Buffer| -> Result<()> {
+            let sh = RopeShape {
+                bh: heads,
+                t,
+                d,
+                rot: c.rope_dim,
+                pos_offset: pos0,
+                positions: self.ctx,
+                token_major: true,
+            };
+            nn::rope(s, Dtype::F32, RopeStyle::Interleaved, x, &self.cos, &self.sin, sh, y)?;
+            Ok(())
+        };
+        quant::get_rows(s, &self.tok_embd, &sc.ids, t, &sc.x)?;
+        let splits = if t == 1 { kv_len.div_ceil(256).clamp(1, MAX_SPLITS) } else { 1 };
+        for l in &self.layers {
+            nn::rms_norm(s, Dtype::F32, &sc.x, Some(&l.attn_norm), t, e, c.rms_eps, &sc.xn)?;
+            if t == 1 {
+                // One pass over the stacked Q|K|V rows; rope rotates the Q and K heads,
+                // which are adjacent; K and V move to their own buffers for the append.
+                quant::mat_vec_fused(s, &l.wqkv, &sc.xn, 1, &sc.q, mv_cfg, MatVecEpilogue::Store)?;
+                rope(s, &sc.q, c.n_head + c.n_kv_head, &sc.qr)?;
+                s.copy(&sc.qr, 4 * h as u64, &sc.kr, 0, 4 * hk as u64)?;
+                s.copy(&sc.q, 4 * (h + hk) as u64, &sc.v, 0, 4 * hk as u64)?;
+            } else {
+                linear(s, &l.wq, &sc.xn, &sc.q, false)?;
+                linear(s, &l.wk, &sc.xn, &sc.k, false)?;
+                linear(s, &l.wv, &sc.xn, &sc.v, false)?;
+                rope(s, &sc.q, c.n_head, &sc.qr)?;
+                rope(s, &sc.k, c.n_kv_head, &sc.kr)?;
+            }
+            attention::kv_append(s, Dtype::F32, &sc.kr, t, pos0, &l.k_cache)?;
+            attention::kv_append(s, Dtype::F32, &sc.v, t, pos0, &l.v_cache)?;
+            let sh = AttnShape {
+                t_q: t,
+                n_heads: c.n_head,
+                kv_len,
+                q_pos0: pos0,
+                causal: true,
+                scale: 1.0 / (d as f32).sqrt(),
+                n_splits: splits,
+            };
+            let scratch = (splits > 1).then_some((&sc.split_o, &sc.split_ml));
+            attention::flash_attn(s, Dtype::F32, &sc.qr, &l.k_cache, &l.v_cache, sh, &sc.attn, scratch)?;
+            linear(s, &l.wo, &sc.attn, &sc.x, true)?;
+            nn::rms_norm(s, Dtype::F32, &sc.x, Some(&l.ffn_norm), t, e, c.rms_eps, &sc.xn)?;
+            if matvec {
+                let ep = MatVecEpilogue::Glu(GluActivation::Silu);
+                quant::mat_vec_fused(s, &l.w_gate_up, &sc.xn, t, &sc.ffn, mv_cfg, ep)?;
+            } else {
+                linear(s, &l.w_gate, &sc.xn, &sc.gate, false)?;
+                linear(s, &l.w_up, &sc.xn, &sc.up, false)?;
+                nn::glu(s, Dtype::F32, GluActivation::Silu, &sc.gate, &sc.up, t * c.n_ff, &sc.ffn)?;
+            }
+            linear(s, &l.w_down, &sc.ffn, &sc.x, true)?;
+        }
+        let result = if !want_logits {
+            s.finish_and_wait()?;
+            None
+        } else if all_logits {
+            let need = f32_bytes(t * c.vocab);
+            if self.scratch.all_logits.as_ref().is_none_or(|b| b.size() < need) {
+                self.scratch.all_logits = Some(self.dev.alloc(need, MemoryKind::Readback)?);
+            }
+            let sc = &self.scratch;
+            let s = &mut self.stream;
+            let out = sc.all_logits.as_ref().expect("allocated above");
+            nn::rms_norm(s, Dtype::F32, &sc.x, Some(&self.output_norm), t, e, c.rms_eps, &sc.xn)?;
+            linear(s, &self.output, &sc.xn, out, false)?;
+            s.finish_and_wait()?;
+            let mut v = vec![0f32; t * c.vocab];
+            out.read(0, bytemuck::cast_slice_mut(&mut v))?;
+            Some(v)
+        } else {
+            s.copy(&sc.x, 4 * ((t - 1) * e) as u64, &sc.last, 0, 4 * e as u64)?;
+            nn::rms_norm(s, Dtype::F32, &sc.last, Some(&self.output_norm), 1, e, c.rms_eps, &sc.last_n)?;
+            quant::mat_vec_fused(s, &self.output, &sc.last_n, 1, &sc.logits, mv_cfg, MatVecEpilogue::Store)?;
+            s.finish_and_wait()?;
+            let mut v = vec![0f32; c.vocab];
+            sc.logits.read(0, bytemuck::cast_slice_mut(&mut v))?;
+            Some(v)
+        };
+        self.pos += t;
+        Ok(result)
+    }
+}

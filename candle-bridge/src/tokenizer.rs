@@ -1,0 +1,331 @@
+//! The tokenizer a GGUF file carries (`tokenizer.ggml.*` keys, GGUF spec "Tokenizer"
+//! section), rebuilt as a [`tokenizers::Tokenizer`], and its chat template
+//! (`tokenizer.chat_template`, Jinja) rendered with minijinja.
+//!
+//! - `tokenizer.ggml.model = "gpt2"`: byte-level BPE from `tokens` and `merges`; the
+//!   pre-tokenizer follows `tokenizer.ggml.pre` as llama.cpp's `llama-vocab.cpp` maps it
+//!   (`default`/`gpt2`: GPT-2's split; `smollm`: single digits, then GPT-2's split;
+//!   `llama-bpe`/`llama3`: Llama 3's split).
+//! - `tokenizer.ggml.model = "llama"`: SentencePiece BPE with byte fallback, from
+//!   `tokens` and `scores`; merges are derived from the scores as HF's
+//!   `SentencePieceExtractor` does (a merge for every split of a piece into two pieces,
+//!   ranked by the merged piece's score).
+//!
+//! Tokens of type control (3) or user-defined (4) in `tokenizer.ggml.token_type` are
+//! special: matched whole in the input, before the model sees it.
+
+use std::collections::HashMap;
+
+use tokenizers::decoders::byte_fallback::ByteFallback;
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip;
+use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::{Prepend, Replace};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, DecoderWrapper, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
+use vkml_quant::gguf::{GgufArray, GgufFile, GgufValue};
+
+use crate::error::{Error, Result};
+
+/// Llama 3's pre-tokenizer split (llama.cpp `LLAMA_VOCAB_PRE_TYPE_LLAMA3`).
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+fn tok_err(e: impl std::fmt::Display) -> Error {
+    Error::Tokenizer(e.to_string())
+}
+
+/// A GGUF model's tokenizer, special tokens and chat template.
+#[derive(Debug, Clone)]
+pub struct GgufTokenizer {
+    inner: tokenizers::Tokenizer,
+    /// `tokenizer.ggml.bos_token_id`.
+    pub bos: Option<u32>,
+    /// `tokenizer.ggml.eos_token_id`.
+    pub eos: Option<u32>,
+    /// Token ids that end generation: EOS, plus `<|im_end|>`, `<|eot_id|>`,
+    /// `<end_of_turn>` and `<|end|>` where the vocabulary has them.
+    pub stop: Vec<u32>,
+    /// `tokenizer.ggml.add_bos_token` (default: true for `llama`, false for `gpt2`).
+    pub add_bos: bool,
+    /// `tokenizer.chat_template`.
+    pub chat_template: Option<String>,
+    tokens: Vec<String>,
+}
+
+fn strings<'a>(f: &'a GgufFile, key: &str) -> Result<&'a [String]> {
+    match f.get(key) {
+        Some(GgufValue::Array(GgufArray::String(v))) => Ok(v),
+        Some(_) => Err(tok_err(format!("metadata {key} is not an array of strings"))),
+        None => Err(tok_err(format!("metadata {key} is missing"))),
+    }
+}
+
+fn id(f: &GgufFile, key: &str, n: usize) -> Result<Option<u32>> {
+    match f.get(key).map(GgufValue::as_u64) {
+        None => Ok(None),
+        Some(Some(v)) if (v as usize) < n => Ok(Some(v as u32)),
+        Some(_) => Err(tok_err(format!("metadata {key} is not a token id below {n}"))),
+    }
+}
+
+impl GgufTokenizer {
+    /// Builds the tokenizer from a GGUF file's metadata.
+    ///
+    /// # Errors
+    /// [`Error::Tokenizer`] for a missing or ill-typed `tokenizer.ggml.*` key, a
+    /// tokenizer model other than `gpt2` or `llama`, or a `gpt2` pre-tokenizer
+    /// (`tokenizer.ggml.pre`) this code does not know.
+    pub fn from_gguf(f: &GgufFile) -> Result<GgufTokenizer> {
+        let model = f
+            .get("tokenizer.ggml.model")
+            .and_then(GgufValue::as_str)
+            .ok_or_else(|| tok_err("metadata tokenizer.ggml.model is missing"))?;
+        let tokens = strings(f, "tokenizer.ggml.tokens")?;
+        let n = tokens.len();
+        let types: Vec<i32> = match f.get("tokenizer.ggml.token_type") {
+            Some(GgufValue::Array(GgufArray::I32(v))) if v.len() == n => v.clone(),
+            Some(_) => return Err(tok_err("metadata tokenizer.ggml.token_type is not one i32 per token")),
+            None => vec![1; n],
+        };
+        let vocab: HashMap<String, u32> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let mut inner = match model {
+            "gpt2" => {
+                let merges: Vec<(String, String)> = strings(f, "tokenizer.ggml.merges")?
+                    .iter()
+                    .map(|m| {
+                        m.split_once(' ')
+                            .map(|(a, b)| (a.to_string(), b.to_string()))
+                            .ok_or_else(|| tok_err(format!("merge {m:?} is not two tokens separated by a space")))
+                    })
+                    .collect::<Result<_>>()?;
+                let bpe = BPE::builder()
+                    .vocab_and_merges(
+                        vocab.iter().map(|(k, v)| (k.clone(), *v)).collect::<tokenizers::models::bpe::Vocab>(),
+                        merges,
+                    )
+                    .build()
+                    .map_err(tok_err)?;
+                let mut t = tokenizers::Tokenizer::new(bpe);
+                let pre = f.get("tokenizer.ggml.pre").and_then(GgufValue::as_str).unwrap_or("default");
+                let byte_level = |regex: bool| PreTokenizerWrapper::from(ByteLevel::new(false, false, regex));
+                let pre_tok: PreTokenizerWrapper = match pre {
+                    "default" | "gpt2" | "gpt-2" => byte_level(true),
+                    "smollm" => PreSequence::new(vec![Digits::new(true).into(), byte_level(true)]).into(),
+                    "llama-bpe" | "llama3" => {
+                        let split = Split::new(
+                            SplitPattern::Regex(LLAMA3_SPLIT.into()),
+                            SplitDelimiterBehavior::Isolated,
+                            false,
+                        )
+                        .map_err(tok_err)?;
+                        PreSequence::new(vec![split.into(), byte_level(false)]).into()
+                    }
+                    other => return Err(tok_err(format!(
+                        "gpt2 pre-tokenizer {other:?} is not supported (supported: default, gpt2, smollm, llama-bpe)"
+                    ))),
+                };
+                t.with_pre_tokenizer(Some(pre_tok));
+                t.with_decoder(Some(ByteLevelDecoder::default()));
+                t
+            }
+            "llama" => {
+                let scores: Vec<f32> = match f.get("tokenizer.ggml.scores") {
+                    Some(GgufValue::Array(GgufArray::F32(v))) if v.len() == n => v.clone(),
+                    _ => return Err(tok_err("metadata tokenizer.ggml.scores is missing or not one f32 per token")),
+                };
+                // Merges from scores: every way a piece splits into two pieces, ranked by
+                // the piece's score (higher first), then by the pieces' ids.
+                let mut merges: Vec<(f32, u32, u32, u32)> = Vec::new();
+                for (i, piece) in tokens.iter().enumerate() {
+                    if types[i] != 1 {
+                        continue;
+                    }
+                    for (cut, _) in piece.char_indices().skip(1) {
+                        let (a, b) = piece.split_at(cut);
+                        if let (Some(&ia), Some(&ib)) = (vocab.get(a), vocab.get(b)) {
+                            merges.push((scores[i], i as u32, ia, ib));
+                        }
+                    }
+                }
+                merges.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.2.cmp(&y.2)).then(x.3.cmp(&y.3)));
+                let merges = merges
+                    .into_iter()
+                    .map(|(_, _, a, b)| (tokens[a as usize].clone(), tokens[b as usize].clone()))
+                    .collect();
+                let unk = id(f, "tokenizer.ggml.unknown_token_id", n)?.map(|u| tokens[u as usize].clone());
+                let mut b = BPE::builder()
+                    .vocab_and_merges(
+                        vocab.iter().map(|(k, v)| (k.clone(), *v)).collect::<tokenizers::models::bpe::Vocab>(),
+                        merges,
+                    )
+                    .byte_fallback(true)
+                    .fuse_unk(true);
+                if let Some(u) = unk {
+                    b = b.unk_token(u);
+                }
+                let mut t = tokenizers::Tokenizer::new(b.build().map_err(tok_err)?);
+                let add_space = matches!(f.get("tokenizer.ggml.add_space_prefix"), Some(GgufValue::Bool(true)) | None);
+                let mut norms: Vec<NormalizerWrapper> = Vec::new();
+                if add_space {
+                    norms.push(Prepend::new("▁".into()).into());
+                }
+                norms.push(Replace::new(" ", "▁").map_err(tok_err)?.into());
+                t.with_normalizer(Some(tokenizers::normalizers::Sequence::new(norms))).map_err(tok_err)?;
+                let mut decs: Vec<DecoderWrapper> = vec![
+                    tokenizers::normalizers::Replace::new("▁", " ").map_err(tok_err)?.into(),
+                    ByteFallback::new().into(),
+                    Fuse::new().into(),
+                ];
+                if add_space {
+                    decs.push(Strip::new(' ', 1, 0).into());
+                }
+                t.with_decoder(Some(DecoderSequence::new(decs)));
+                t
+            }
+            other => {
+                return Err(tok_err(format!("tokenizer model {other:?} is not supported (supported: gpt2, llama)")))
+            }
+        };
+        let special: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, &ty)| ty == 3 || ty == 4)
+            .map(|(t, _)| AddedToken::from(t.clone(), true))
+            .collect();
+        inner.add_special_tokens(special).map_err(tok_err)?;
+        let bos = id(f, "tokenizer.ggml.bos_token_id", n)?;
+        let eos = id(f, "tokenizer.ggml.eos_token_id", n)?;
+        let add_bos = match f.get("tokenizer.ggml.add_bos_token") {
+            Some(GgufValue::Bool(b)) => *b,
+            _ => model == "llama",
+        };
+        let mut stop: Vec<u32> = eos.into_iter().collect();
+        for s in ["<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>"] {
+            if let Some(i) = tokens.iter().position(|t| t == s) {
+                if !stop.contains(&(i as u32)) {
+                    stop.push(i as u32);
+                }
+            }
+        }
+        let chat_template = f.get("tokenizer.chat_template").and_then(GgufValue::as_str).map(str::to_string);
+        Ok(GgufTokenizer { inner, bos, eos, stop, add_bos, chat_template, tokens: tokens.to_vec() })
+    }
+
+    /// Token ids of `text`, with BOS first where the model adds it and `add_bos` asks
+    /// for it. Special-token text (`<|im_start|>`) becomes its one id.
+    ///
+    /// # Errors
+    /// [`Error::Tokenizer`] from the tokenizer.
+    pub fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
+        let enc = self.inner.encode(text, false).map_err(tok_err)?;
+        let mut ids = Vec::with_capacity(enc.len() + 1);
+        if add_bos && self.add_bos {
+            ids.extend(self.bos);
+        }
+        ids.extend_from_slice(enc.get_ids());
+        Ok(ids)
+    }
+
+    /// Text of `ids` (special tokens included as their text).
+    ///
+    /// # Errors
+    /// [`Error::Tokenizer`] from the tokenizer.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner.decode(ids, false).map_err(tok_err)
+    }
+
+    /// The token's string as stored in the vocabulary.
+    pub fn token(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(String::as_str)
+    }
+
+    /// Vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Renders the chat template for one user message (`messages = [{role: "user",
+    /// content}]`, optionally preceded by a system message) with
+    /// `add_generation_prompt = true`, as `transformers`' `apply_chat_template` does.
+    ///
+    /// # Errors
+    /// [`Error::Tokenizer`] when the model has no chat template or it fails to render
+    /// (including the template's own `raise_exception`).
+    pub fn apply_chat_template(&self, system: Option<&str>, user: &str) -> Result<String> {
+        let tpl = self
+            .chat_template
+            .as_deref()
+            .ok_or_else(|| tok_err("the model has no tokenizer.chat_template; run without --chat"))?;
+        let mut env = minijinja::Environment::new();
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        });
+        env.add_template("chat", tpl).map_err(|e| tok_err(format!("chat template: {e}")))?;
+        let mut messages = Vec::new();
+        if let Some(s) = system {
+            messages.push(minijinja::context! { role => "system", content => s });
+        }
+        messages.push(minijinja::context! { role => "user", content => user });
+        let tok = |i: Option<u32>| i.and_then(|i| self.token(i)).unwrap_or("").to_string();
+        env.get_template("chat")
+            .and_then(|t| {
+                t.render(minijinja::context! {
+                    messages => messages,
+                    add_generation_prompt => true,
+                    bos_token => tok(self.bos),
+                    eos_token => tok(self.eos),
+                })
+            })
+            .map_err(|e| tok_err(format!("chat template: {e}")))
+    }
+}
+
+/// Turns generated ids into text as they arrive: emits only whole characters (a token
+/// may end inside a multi-byte UTF-8 character, which byte-level BPE decodes as U+FFFD
+/// until the next token completes it).
+#[derive(Debug, Clone, Default)]
+pub struct TokenStream {
+    ids: Vec<u32>,
+    emitted: usize,
+}
+
+impl TokenStream {
+    /// An empty stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a token; returns the text that is now complete, if any.
+    ///
+    /// # Errors
+    /// [`Error::Tokenizer`] from decoding.
+    pub fn push(&mut self, tok: &GgufTokenizer, id: u32) -> Result<Option<String>> {
+        self.ids.push(id);
+        let text = tok.decode(&self.ids)?;
+        if text.len() > self.emitted && !text.ends_with('\u{fffd}') && text.is_char_boundary(self.emitted) {
+            let new = text[self.emitted..].to_string();
+            self.emitted = text.len();
+            Ok(Some(new))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// The text not emitted yet (at the end of generation).
+    ///
+    /// # Errors
+    /// [`Error::Tokenizer`] from decoding.
+    pub fn rest(&mut self, tok: &GgufTokenizer) -> Result<String> {
+        let text = tok.decode(&self.ids)?;
+        let rest = text.get(self.emitted..).unwrap_or("").to_string();
+        self.emitted = text.len();
+        Ok(rest)
+    }
+}

