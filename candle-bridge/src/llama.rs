@@ -1,4 +1,5 @@
-//! The llama family (llama, mistral, smollm: GGUF architecture `llama` or `mistral`) on
+//! The llama family (llama, mistral, smollm: GGUF architecture `llama` or `mistral`;
+//! qwen2: the same blocks with Q/K/V biases and neox rope) on
 //! vkml's kernels, read from GGUF: quantized weights stay quantized on the device, the
 //! KV cache is f16 on the device, and each call of [`Llama::forward`] records the whole
 //! step (every layer, the final norm and the output projection) into one command buffer
@@ -8,8 +9,10 @@
 //! `quantized_llama` (pre-norm blocks: rms_norm → Q/K/V → rope → causal GQA attention →
 //! output projection + residual → rms_norm → SwiGLU MLP + residual; final rms_norm and
 //! the output projection, tied to `token_embd.weight` when `output.weight` is absent).
-//! Rope is the interleaved (GGML "NORM") style for these architectures, as llama.cpp's
-//! `llama_model_rope_type` says; the GGUF converters permute Q/K rows to match.
+//! Rope is the interleaved (GGML "NORM") style for llama and mistral and the neox style
+//! for qwen2, as llama.cpp's `llama_model_rope_type` says (the GGUF converters permute
+//! llama's Q/K rows to match). qwen2's Q/K/V biases are added after the projections
+//! (candle-transformers' `quantized_qwen2`).
 //!
 //! The step per layer, for `t` new tokens (DESIGN.md, "one decode step"):
 //! - `t == 1` (decode): one mat-vec over the stacked Q|K|V matrix, rope of Q and K in one
@@ -54,6 +57,8 @@ pub struct LlamaConfig {
     pub rope_base: f32,
     /// `{arch}.attention.layer_norm_rms_epsilon`.
     pub rms_eps: f32,
+    /// How rope pairs dimensions: interleaved for llama/mistral, neox for qwen2.
+    pub rope_style: RopeStyle,
     /// `{arch}.context_length`: the context the model was trained for.
     pub context_length: usize,
     /// Rows of `token_embd.weight`.
@@ -83,7 +88,7 @@ impl LlamaConfig {
     /// Reads the hyper-parameters.
     ///
     /// # Errors
-    /// [`Error::Model`] for an architecture other than `llama`/`mistral`, a missing or
+    /// [`Error::Model`] for an architecture other than `llama`/`mistral`/`qwen2`, a missing or
     /// ill-typed key, or inconsistent shapes (heads not dividing, odd head dims).
     pub fn from_gguf(f: &GgufFile) -> Result<LlamaConfig> {
         let arch = f
@@ -91,11 +96,15 @@ impl LlamaConfig {
             .and_then(GgufValue::as_str)
             .ok_or_else(|| model_err("metadata general.architecture is missing"))?
             .to_string();
-        if !matches!(arch.as_str(), "llama" | "mistral") {
-            return Err(model_err(format!(
-                "architecture {arch:?} is not supported (supported: llama, mistral; qwen2 needs Q/K/V biases, not yet)"
-            )));
-        }
+        let rope_style = match arch.as_str() {
+            "llama" | "mistral" => RopeStyle::Interleaved,
+            "qwen2" => RopeStyle::Neox,
+            _ => {
+                return Err(model_err(format!(
+                    "architecture {arch:?} is not supported (supported: llama, mistral, qwen2)"
+                )))
+            }
+        };
         let req = |k: &str| -> Result<usize> {
             let key = format!("{arch}.{k}");
             meta_u(f, &key)?.ok_or_else(|| model_err(format!("metadata {key} is missing")))
@@ -143,6 +152,7 @@ impl LlamaConfig {
             rope_dim,
             rope_base,
             rms_eps,
+            rope_style,
             context_length,
             vocab,
         })
@@ -178,6 +188,8 @@ struct Layer {
     w_up: QMatrix,
     w_gate_up: QMatrix,
     w_down: QMatrix,
+    /// Q, K, V biases (qwen2), and the three stacked for the one-pass QKV.
+    bias: Option<[Buffer; 4]>,
     k_cache: KvCache,
     v_cache: KvCache,
 }
@@ -291,9 +303,17 @@ impl Llama {
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
             let p = |n: &str| format!("blk.{i}.{n}");
-            if file.header().tensor(&p("attn_q.bias")).is_some() {
-                return Err(model_err("Q/K/V biases (attn_q.bias) are not supported yet"));
-            }
+            let bias = if file.header().tensor(&p("attn_q.bias")).is_some() {
+                let (bq, bk, bv) =
+                    (vector(&p("attn_q.bias"), h)?, vector(&p("attn_k.bias"), hk)?, vector(&p("attn_v.bias"), hk)?);
+                let all = dev.alloc(f32_bytes(h + 2 * hk), MemoryKind::DeviceLocal)?;
+                stream.copy(&bq, 0, &all, 0, 4 * h as u64)?;
+                stream.copy(&bk, 0, &all, 4 * h as u64, 4 * hk as u64)?;
+                stream.copy(&bv, 0, &all, 4 * (h + hk) as u64, 4 * hk as u64)?;
+                Some([bq, bk, bv, all])
+            } else {
+                None
+            };
             let wq = matrix(&p("attn_q.weight"), h, e)?;
             let wk = matrix(&p("attn_k.weight"), hk, e)?;
             let wv = matrix(&p("attn_v.weight"), hk, e)?;
@@ -313,6 +333,7 @@ impl Llama {
                 w_gate,
                 w_up,
                 w_gate_up,
+                bias,
                 k_cache: KvCache::new(dev, cfg.n_kv_head, ctx, cfg.head_dim)?,
                 v_cache: KvCache::new(dev, cfg.n_kv_head, ctx, cfg.head_dim)?,
             });
@@ -454,7 +475,7 @@ impl Llama {
                 positions: self.ctx,
                 token_major: true,
             };
-            nn::rope(s, Dtype::F32, RopeStyle::Interleaved, x, &self.cos, &self.sin, sh, y)?;
+            nn::rope(s, Dtype::F32, c.rope_style, x, &self.cos, &self.sin, sh, y)?;
             Ok(())
         };
         quant::get_rows(s, &self.tok_embd, &sc.ids, t, &sc.x)?;
@@ -465,6 +486,9 @@ impl Llama {
                 // One pass over the stacked Q|K|V rows; rope rotates the Q and K heads,
                 // which are adjacent; K and V move to their own buffers for the append.
                 quant::mat_vec_fused(s, &l.wqkv, &sc.xn, 1, &sc.q, mv_cfg, MatVecEpilogue::Store)?;
+                if let Some([_, _, _, b]) = &l.bias {
+                    nn::add_bias(s, Dtype::F32, &sc.q, b, 1, h + 2 * hk)?;
+                }
                 rope(s, &sc.q, c.n_head + c.n_kv_head, &sc.qr)?;
                 s.copy(&sc.qr, 4 * h as u64, &sc.kr, 0, 4 * hk as u64)?;
                 s.copy(&sc.q, 4 * (h + hk) as u64, &sc.v, 0, 4 * hk as u64)?;
@@ -472,6 +496,11 @@ impl Llama {
                 linear(s, &l.wq, &sc.xn, &sc.q, false)?;
                 linear(s, &l.wk, &sc.xn, &sc.k, false)?;
                 linear(s, &l.wv, &sc.xn, &sc.v, false)?;
+                if let Some([bq, bk, bv, _]) = &l.bias {
+                    nn::add_bias(s, Dtype::F32, &sc.q, bq, t, h)?;
+                    nn::add_bias(s, Dtype::F32, &sc.k, bk, t, hk)?;
+                    nn::add_bias(s, Dtype::F32, &sc.v, bv, t, hk)?;
+                }
                 rope(s, &sc.q, c.n_head, &sc.qr)?;
                 rope(s, &sc.k, c.n_kv_head, &sc.kr)?;
             }

@@ -127,19 +127,31 @@ fn random_matrix(ty: GgmlType, rows: usize, k: usize, seed: u64) -> Result<Vec<u
 /// [`crate::Error::Model`] for a type vkml-quant cannot quantize or a row length that is
 /// not a multiple of its block; GGUF errors.
 pub fn synthetic_llama(sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<GgufFile> {
+    synthetic_model("llama", sh, ty, seed)
+}
+
+/// [`synthetic_llama`] for GGUF architecture `arch` (`llama`, `mistral` or `qwen2`; qwen2
+/// gets random f32 Q/K/V biases).
+///
+/// # Errors
+/// As [`synthetic_llama`].
+pub fn synthetic_model(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<GgufFile> {
     let mut w = GgufWriter::new();
     let u = |v: usize| GgufValue::U32(v as u32);
-    w.push_kv("general.architecture", GgufValue::String("llama".into()));
+    let k = |key: &str| format!("{arch}.{key}");
+    w.push_kv("general.architecture", GgufValue::String(arch.into()));
     w.push_kv("general.name", GgufValue::String(format!("synthetic {} {ty:?}", sh.name)));
-    w.push_kv("llama.block_count", u(sh.n_layers));
-    w.push_kv("llama.context_length", u(4096));
-    w.push_kv("llama.embedding_length", u(sh.n_embd));
-    w.push_kv("llama.feed_forward_length", u(sh.n_ff));
-    w.push_kv("llama.attention.head_count", u(sh.n_head));
-    w.push_kv("llama.attention.head_count_kv", u(sh.n_kv_head));
-    w.push_kv("llama.rope.freq_base", GgufValue::F32(10000.0));
-    w.push_kv("llama.attention.layer_norm_rms_epsilon", GgufValue::F32(1e-5));
+    w.push_kv(k("block_count"), u(sh.n_layers));
+    w.push_kv(k("context_length"), u(4096));
+    w.push_kv(k("embedding_length"), u(sh.n_embd));
+    w.push_kv(k("feed_forward_length"), u(sh.n_ff));
+    w.push_kv(k("attention.head_count"), u(sh.n_head));
+    w.push_kv(k("attention.head_count_kv"), u(sh.n_kv_head));
+    w.push_kv(k("rope.freq_base"), GgufValue::F32(10000.0));
+    w.push_kv(k("rope.dimension_count"), u(sh.n_embd / sh.n_head));
+    w.push_kv(k("attention.layer_norm_rms_epsilon"), GgufValue::F32(1e-5));
     let d = sh.n_embd / sh.n_head;
+    let bias_seed = seed;
     let mut seed = seed;
     let mut mat = |w: &mut GgufWriter, name: String, rows: usize, k: usize| -> Result<()> {
         seed = seed.wrapping_add(0x2545_f491_4f6c_dd1d);
@@ -160,6 +172,22 @@ pub fn synthetic_llama(sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<GgufF
         mat(&mut w, p("attn_q.weight"), sh.n_head * d, sh.n_embd)?;
         mat(&mut w, p("attn_k.weight"), sh.n_kv_head * d, sh.n_embd)?;
         mat(&mut w, p("attn_v.weight"), sh.n_kv_head * d, sh.n_embd)?;
+        if arch == "qwen2" {
+            for (name, n) in
+                [("attn_q.bias", sh.n_head * d), ("attn_k.bias", sh.n_kv_head * d), ("attn_v.bias", sh.n_kv_head * d)]
+            {
+                let mut s = bias_seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9) ^ n as u64 | 1;
+                let b: Vec<f32> = (0..n)
+                    .map(|_| {
+                        s ^= s << 13;
+                        s ^= s >> 7;
+                        s ^= s << 17;
+                        (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+                    })
+                    .collect();
+                w.push_tensor(p(name), GgmlType::F32, vec![n as u64], bytemuck::cast_slice(&b).to_vec());
+            }
+        }
         mat(&mut w, p("attn_output.weight"), sh.n_embd, sh.n_head * d)?;
         mat(&mut w, p("ffn_gate.weight"), sh.n_ff, sh.n_embd)?;
         mat(&mut w, p("ffn_up.weight"), sh.n_ff, sh.n_embd)?;

@@ -5,7 +5,7 @@
 //! - `tokenizer.ggml.model = "gpt2"`: byte-level BPE from `tokens` and `merges`; the
 //!   pre-tokenizer follows `tokenizer.ggml.pre` as llama.cpp's `llama-vocab.cpp` maps it
 //!   (`default`/`gpt2`: GPT-2's split; `smollm`: single digits, then GPT-2's split;
-//!   `llama-bpe`/`llama3`: Llama 3's split).
+//!   `llama-bpe`/`llama3`: Llama 3's split; `qwen2`: Llama 3's with single digits).
 //! - `tokenizer.ggml.model = "llama"`: SentencePiece BPE with byte fallback, from
 //!   `tokens` and `scores`; merges are derived from the scores as HF's
 //!   `SentencePieceExtractor` does (a merge for every split of a piece into two pieces,
@@ -31,6 +31,11 @@ use tokenizers::{AddedToken, DecoderWrapper, NormalizerWrapper, PreTokenizerWrap
 use vkml_quant::gguf::{GgufArray, GgufFile, GgufValue};
 
 use crate::error::{Error, Result};
+
+/// Qwen2's pre-tokenizer split (llama.cpp `LLAMA_VOCAB_PRE_TYPE_QWEN2`): Llama 3's with
+/// single digits.
+const QWEN2_SPLIT: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Llama 3's pre-tokenizer split (llama.cpp `LLAMA_VOCAB_PRE_TYPE_LLAMA3`).
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -116,9 +121,10 @@ impl GgufTokenizer {
                 let pre_tok: PreTokenizerWrapper = match pre {
                     "default" | "gpt2" | "gpt-2" => byte_level(true),
                     "smollm" => PreSequence::new(vec![Digits::new(true).into(), byte_level(true)]).into(),
-                    "llama-bpe" | "llama3" => {
+                    "llama-bpe" | "llama3" | "qwen2" => {
+                        let re = if pre == "qwen2" { QWEN2_SPLIT } else { LLAMA3_SPLIT };
                         let split = Split::new(
-                            SplitPattern::Regex(LLAMA3_SPLIT.into()),
+                            SplitPattern::Regex(re.into()),
                             SplitDelimiterBehavior::Isolated,
                             false,
                         )
@@ -127,7 +133,7 @@ impl GgufTokenizer {
                     }
                     other => {
                         return Err(tok_err(format!(
-                        "gpt2 pre-tokenizer {other:?} is not supported (supported: default, gpt2, smollm, llama-bpe)"
+                        "gpt2 pre-tokenizer {other:?} is not supported (supported: default, gpt2, smollm, llama-bpe, qwen2)"
                     )))
                     }
                 };

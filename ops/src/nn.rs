@@ -2,7 +2,8 @@
 //! activations ([`Dtype`]; arithmetic in f32, parameters f32): rms_norm, layer_norm, the
 //! decode fusion of the residual add with rms_norm ([`add_rms_norm`]), softmax over the
 //! last dim with scale and mask, rotary embeddings (neox and interleaved, partial rotary
-//! dims), gated silu/gelu. Kernels: `shader-src/shaders/{norm,softmax,rope,glu}.comp`.
+//! dims), gated silu/gelu, the row-broadcast bias add. Kernels:
+//! `shader-src/shaders/{norm,softmax,rope,glu,bias_add}.comp`.
 //!
 //! The row reductions (norms, softmax) use subgroup arithmetic where the device has it
 //! ([`crate::tuning::subgroup_reduce`]), else a portable shared-memory tree.
@@ -272,6 +273,28 @@ pub fn rope(
     let tok_div = if sh.token_major { sh.bh.max(1) } else { 1 };
     let pc = push_words(&[sh.d as u32, sh.t as u32, rows as u32, sh.rot as u32, sh.pos_offset as u32, tok_div as u32]);
     s.dispatch(&p, &[x.into(), cos.into(), sin.into(), y.into()], &pc, [gx, gy as u32, gz as u32])?;
+    Ok(())
+}
+
+/// Records the row-broadcast bias add `x[r, :] += b` in place for `r < rows` (`x`:
+/// `dt[rows * n]`, `b`: `f32[n]`; candle's `broadcast_add` of a bias, as qwen2's Q/K/V
+/// projections need).
+///
+/// # Errors
+/// As [`rms_norm`].
+pub fn add_bias(s: &mut Stream, dt: Dtype, x: &Buffer, b: &Buffer, rows: usize, n: usize) -> Result<()> {
+    let dev = s.device().clone();
+    dt.require(&dev, "add_bias")?;
+    need("add_bias", "x", x, rows * n, dt)?;
+    need("add_bias", "b", b, n, Dtype::F32)?;
+    if rows * n == 0 {
+        return Ok(());
+    }
+    let total = u32::try_from(rows * n)
+        .map_err(|_| OpsError::Shape { op: "add_bias", reason: format!("{rows} x {n} elements exceed 2^32") })?;
+    let p = pipeline(&dev, &variant(&dev, "bias_add", "", dt, false), 256)?;
+    let groups = grid(&dev, "add_bias", u64::from(total).div_ceil(256))?;
+    s.dispatch(&p, &[x.into(), b.into()], &push_words(&[total, n as u32]), groups)?;
     Ok(())
 }
 

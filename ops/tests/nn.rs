@@ -180,6 +180,22 @@ proptest! {
     }
 
     #[test]
+    fn bias_add_matches_candle_broadcast_add((rows, n) in (1usize..9, 1usize..700), seed in any::<u64>()) {
+        let dev = common::device();
+        let mut rng = seed | 1;
+        let mut next = || { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; (rng >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0 };
+        let x: Vec<f32> = (0..rows * n).map(|_| next()).collect();
+        let b: Vec<f32> = (0..n).map(|_| next()).collect();
+        for dt in DTYPES {
+            let (xb, bb) = (upload(dev, dt, &x), dev.upload(&b).unwrap());
+            run(dev, |s| nn::add_bias(s, dt, &xb, &bb, rows, n).unwrap());
+            let xt = Tensor::from_vec(round(dt, &x), (rows, n), &CPU).unwrap();
+            let want = flat(&xt.broadcast_add(&Tensor::from_vec(b.clone(), n, &CPU).unwrap()).unwrap());
+            check(&format!("add_bias {dt:?}"), &download(dt, &xb), &want, tol(dt, 1e-7))?;
+        }
+    }
+
+    #[test]
     fn gated_activations_match_candle((g, u) in (1usize..3000).prop_flat_map(|n| (prop::collection::vec(-12.0f32..12.0, n), values(n))), which in 0usize..3) {
         let dev = common::device();
         let n = g.len();
