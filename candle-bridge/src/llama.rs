@@ -1,9 +1,10 @@
 //! The llama family (llama, mistral, smollm: GGUF architecture `llama` or `mistral`;
 //! qwen2: the same blocks with Q/K/V biases and neox rope) on
 //! vkml's kernels, read from GGUF: quantized weights stay quantized on the device, the
-//! KV cache is f16 on the device, and each call of [`Llama::forward`] records the whole
-//! step (every layer, the final norm and the output projection) into one command buffer
-//! and waits for it once.
+//! KV cache is f16 on the device, and each call of [`Llama::forward`] runs the whole
+//! step (every layer, the final norm and the output projection) as one command buffer
+//! and waits for it once. The next decode step is recorded while the GPU runs the
+//! current one (two streams), so generation does not wait on host recording.
 //!
 //! The computation is llama.cpp's `llm_build_llama` / candle-transformers'
 //! `quantized_llama` (pre-norm blocks: rms_norm → Q/K/V → rope → causal GQA attention →
@@ -16,7 +17,8 @@
 //!
 //! The step per layer, for `t` new tokens (DESIGN.md, "one decode step"):
 //! - `t == 1` (decode): one mat-vec over the stacked Q|K|V matrix, rope of Q and K in one
-//!   dispatch, KV append, split-KV flash attention, the output projection with the
+//!   dispatch, K and V appended from their place in the stacked row, split-KV flash
+//!   attention, the output projection with the
 //!   residual add as its epilogue, rms_norm, one mat-vec over the stacked gate|up matrix
 //!   with the SwiGLU epilogue, the down projection with the residual add.
 //! - `t <= 8`: the same with batched mat-vecs (Q, K, V separately: the stacked output
@@ -197,7 +199,8 @@ struct Layer {
 /// Per-step buffers, sized for `max_batch` tokens (f32).
 #[derive(Debug)]
 struct Scratch {
-    ids: Buffer,
+    /// Token ids, one buffer per stream.
+    ids: [Buffer; 2],
     x: Buffer,
     xn: Buffer,
     q: Buffer,
@@ -217,6 +220,22 @@ struct Scratch {
     all_logits: Option<Buffer>,
 }
 
+/// Where the host time of the last [`Llama::forward`] chunk went.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepProfile {
+    /// Recording the command buffer on the host, seconds (0 when it was recorded ahead,
+    /// while the previous step ran).
+    pub record_s: f64,
+    /// Submitting and waiting for the GPU, seconds.
+    pub wait_s: f64,
+    /// Reading back the logits, seconds.
+    pub read_s: f64,
+    /// Dispatches recorded.
+    pub dispatches: u64,
+    /// Barriers recorded.
+    pub barriers: u64,
+}
+
 /// Largest KV split of a decode step's attention.
 const MAX_SPLITS: usize = 16;
 
@@ -234,8 +253,17 @@ pub struct Llama {
     cos: Buffer,
     sin: Buffer,
     scratch: Scratch,
-    stream: Stream,
+    /// Two streams: while one runs a decode step, the next step is recorded on the other.
+    streams: [Stream; 2],
+    /// The stream the next step runs on.
+    cur: usize,
+    /// The position of a decode step already recorded on `streams[cur]`, waiting for its
+    /// token id.
+    pending: Option<usize>,
+    /// Dispatches and barriers of the step recorded ahead.
+    pending_counts: (u64, u64),
     pos: usize,
+    profile: StepProfile,
 }
 
 fn f32_bytes(n: usize) -> u64 {
@@ -343,7 +371,7 @@ impl Llama {
         let b = max_batch;
         let a = |n: usize| dev.alloc(f32_bytes(n), MemoryKind::DeviceLocal);
         let scratch = Scratch {
-            ids: dev.alloc(f32_bytes(b), MemoryKind::Upload)?,
+            ids: [dev.alloc(f32_bytes(b), MemoryKind::Upload)?, dev.alloc(f32_bytes(b), MemoryKind::Upload)?],
             x: a(b * e)?,
             xn: a(b * e)?,
             q: a(b * (h + 2 * hk))?,
@@ -374,8 +402,12 @@ impl Llama {
             output_norm,
             layers,
             scratch,
-            stream,
+            streams: [stream, Stream::new(dev)?],
+            cur: 0,
+            pending: None,
+            pending_counts: (0, 0),
             pos: 0,
+            profile: StepProfile::default(),
         })
     }
 
@@ -399,15 +431,30 @@ impl Llama {
         &self.dev
     }
 
+    /// Host timings and command counts of the last step (chunk) run.
+    pub fn last_step(&self) -> StepProfile {
+        self.profile
+    }
+
     /// Empties the KV cache (the next token is at position 0).
     pub fn reset(&mut self) {
         self.pos = 0;
     }
 
+    /// Drops a decode step recorded ahead that will not run.
+    fn discard_pending(&mut self) -> Result<()> {
+        if self.pending.take().is_some() {
+            self.streams[self.cur].discard()?;
+        }
+        Ok(())
+    }
+
     /// Runs `tokens` at positions `position() ..`, appending them to the KV cache, and
     /// returns the logits (f32, `vocab` per token) of the last token, or of every token
     /// with `all_logits`. Inputs longer than the batch run in chunks, each one command
-    /// buffer with one host wait.
+    /// buffer with one host wait. While the GPU runs the last chunk, the decode step at
+    /// the next position is recorded on a second stream, so a following one-token call
+    /// only writes its id and submits.
     ///
     /// # Errors
     /// [`Error::Context`] when the cache cannot take the tokens; [`Error::Model`] for
@@ -425,8 +472,9 @@ impl Llama {
         let mut out = Vec::with_capacity(if all_logits { tokens.len() * self.cfg.vocab } else { self.cfg.vocab });
         let n_chunks = tokens.len().div_ceil(self.max_batch);
         for (i, chunk) in tokens.chunks(self.max_batch).enumerate() {
-            let want = all_logits || i + 1 == n_chunks;
-            if let Some(l) = self.step(chunk, all_logits, want)? {
+            let last = i + 1 == n_chunks;
+            let l = self.run_chunk(chunk, all_logits, all_logits || last, last)?;
+            if let Some(l) = l {
                 if !all_logits {
                     out.clear();
                 }
@@ -436,16 +484,81 @@ impl Llama {
         Ok(out)
     }
 
-    /// Records and runs one chunk of `t <= max_batch` tokens.
-    fn step(&mut self, tokens: &[u32], all_logits: bool, want_logits: bool) -> Result<Option<Vec<f32>>> {
+    /// Runs one chunk: records it (unless it is the decode step recorded ahead), writes
+    /// its token ids, submits; then, with `record_next`, records the next decode step on
+    /// the other stream while the GPU runs this one; then waits and reads the logits.
+    fn run_chunk(
+        &mut self,
+        tokens: &[u32],
+        all_logits: bool,
+        want: bool,
+        record_next: bool,
+    ) -> Result<Option<Vec<f32>>> {
         let t = tokens.len();
+        let t_start = std::time::Instant::now();
+        let idx = self.cur;
+        let mut record_s = 0.0;
+        let ahead = t == 1 && !all_logits && want && self.pending == Some(self.pos);
+        let counts = if ahead {
+            self.pending_counts
+        } else {
+            self.discard_pending()?;
+            let c = self.record(idx, t, self.pos, all_logits, want)?;
+            record_s = t_start.elapsed().as_secs_f64();
+            c
+        };
+        self.pending = None;
+        self.scratch.ids[idx].write(0, bytemuck::cast_slice(tokens))?;
+        let sub = self.streams[idx].submit()?;
+        self.pos += t;
+        self.cur = 1 - idx;
+        if record_next && self.pos < self.ctx {
+            self.pending_counts = self.record(self.cur, 1, self.pos, false, true)?;
+            self.pending = Some(self.pos);
+        }
+        let w = std::time::Instant::now();
+        sub.wait()?;
+        let wait_s = w.elapsed().as_secs_f64();
+        let r = std::time::Instant::now();
+        let result = if !want {
+            None
+        } else if all_logits {
+            let mut v = vec![0f32; t * self.cfg.vocab];
+            self.scratch.all_logits.as_ref().expect("allocated by record").read(0, bytemuck::cast_slice_mut(&mut v))?;
+            Some(v)
+        } else {
+            let mut v = vec![0f32; self.cfg.vocab];
+            self.scratch.logits.read(0, bytemuck::cast_slice_mut(&mut v))?;
+            Some(v)
+        };
+        self.profile = StepProfile {
+            record_s,
+            wait_s,
+            read_s: r.elapsed().as_secs_f64(),
+            dispatches: counts.0,
+            barriers: counts.1,
+        };
+        Ok(result)
+    }
+
+    /// Records (does not submit) a step of `t <= max_batch` tokens at positions
+    /// `pos0 ..` on `streams[idx]`, reading the token ids from `ids[idx]`; the logits go
+    /// to `scratch.logits` (last token) or `scratch.all_logits` (every token). Returns the
+    /// dispatches and barriers recorded.
+    fn record(&mut self, idx: usize, t: usize, pos0: usize, all_logits: bool, want_logits: bool) -> Result<(u64, u64)> {
+        let stats0 = self.streams[idx].stats();
+        if want_logits && all_logits {
+            let need = f32_bytes(t * self.cfg.vocab);
+            if self.scratch.all_logits.as_ref().is_none_or(|b| b.size() < need) {
+                self.scratch.all_logits = Some(self.dev.alloc(need, MemoryKind::Readback)?);
+            }
+        }
         let c = &self.cfg;
         let (e, d) = (c.n_embd, c.head_dim);
         let (h, hk) = (c.n_head * d, c.n_kv_head * d);
         let sc = &self.scratch;
-        sc.ids.write(0, bytemuck::cast_slice(tokens))?;
-        let s = &mut self.stream;
-        let pos0 = self.pos;
+        let ids = &self.scratch.ids[idx];
+        let s = &mut self.streams[idx];
         let kv_len = pos0 + t;
         let mv_cfg = tuning::mat_vec_config(self.dev.caps());
         let matvec = t <= MAX_MAT_VEC_BATCH;
@@ -478,20 +591,21 @@ impl Llama {
             nn::rope(s, Dtype::F32, c.rope_style, x, &self.cos, &self.sin, sh, y)?;
             Ok(())
         };
-        quant::get_rows(s, &self.tok_embd, &sc.ids, t, &sc.x)?;
+        quant::get_rows(s, &self.tok_embd, ids, t, &sc.x)?;
         let splits = if t == 1 { kv_len.div_ceil(256).clamp(1, MAX_SPLITS) } else { 1 };
         for l in &self.layers {
             nn::rms_norm(s, Dtype::F32, &sc.x, Some(&l.attn_norm), t, e, c.rms_eps, &sc.xn)?;
             if t == 1 {
                 // One pass over the stacked Q|K|V rows; rope rotates the Q and K heads,
-                // which are adjacent; K and V move to their own buffers for the append.
+                // which are adjacent.
                 quant::mat_vec_fused(s, &l.wqkv, &sc.xn, 1, &sc.q, mv_cfg, MatVecEpilogue::Store)?;
                 if let Some([_, _, _, b]) = &l.bias {
                     nn::add_bias(s, Dtype::F32, &sc.q, b, 1, h + 2 * hk)?;
                 }
+                // K (rotated) and V are appended from their place in the stacked row.
                 rope(s, &sc.q, c.n_head + c.n_kv_head, &sc.qr)?;
-                s.copy(&sc.qr, 4 * h as u64, &sc.kr, 0, 4 * hk as u64)?;
-                s.copy(&sc.q, 4 * (h + hk) as u64, &sc.v, 0, 4 * hk as u64)?;
+                attention::kv_append_from(s, Dtype::F32, &sc.qr, h, h + 2 * hk, 1, pos0, &l.k_cache)?;
+                attention::kv_append_from(s, Dtype::F32, &sc.q, h + hk, h + 2 * hk, 1, pos0, &l.v_cache)?;
             } else {
                 linear(s, &l.wq, &sc.xn, &sc.q, false)?;
                 linear(s, &l.wk, &sc.xn, &sc.k, false)?;
@@ -503,9 +617,9 @@ impl Llama {
                 }
                 rope(s, &sc.q, c.n_head, &sc.qr)?;
                 rope(s, &sc.k, c.n_kv_head, &sc.kr)?;
+                attention::kv_append(s, Dtype::F32, &sc.kr, t, pos0, &l.k_cache)?;
+                attention::kv_append(s, Dtype::F32, &sc.v, t, pos0, &l.v_cache)?;
             }
-            attention::kv_append(s, Dtype::F32, &sc.kr, t, pos0, &l.k_cache)?;
-            attention::kv_append(s, Dtype::F32, &sc.v, t, pos0, &l.v_cache)?;
             let sh = AttnShape {
                 t_q: t,
                 n_heads: c.n_head,
@@ -529,33 +643,16 @@ impl Llama {
             }
             linear(s, &l.w_down, &sc.ffn, &sc.x, true)?;
         }
-        let result = if !want_logits {
-            s.finish_and_wait()?;
-            None
-        } else if all_logits {
-            let need = f32_bytes(t * c.vocab);
-            if self.scratch.all_logits.as_ref().is_none_or(|b| b.size() < need) {
-                self.scratch.all_logits = Some(self.dev.alloc(need, MemoryKind::Readback)?);
-            }
-            let sc = &self.scratch;
-            let s = &mut self.stream;
+        if want_logits && all_logits {
             let out = sc.all_logits.as_ref().expect("allocated above");
             nn::rms_norm(s, Dtype::F32, &sc.x, Some(&self.output_norm), t, e, c.rms_eps, &sc.xn)?;
             linear(s, &self.output, &sc.xn, out, false)?;
-            s.finish_and_wait()?;
-            let mut v = vec![0f32; t * c.vocab];
-            out.read(0, bytemuck::cast_slice_mut(&mut v))?;
-            Some(v)
-        } else {
+        } else if want_logits {
             s.copy(&sc.x, 4 * ((t - 1) * e) as u64, &sc.last, 0, 4 * e as u64)?;
             nn::rms_norm(s, Dtype::F32, &sc.last, Some(&self.output_norm), 1, e, c.rms_eps, &sc.last_n)?;
             quant::mat_vec_fused(s, &self.output, &sc.last_n, 1, &sc.logits, mv_cfg, MatVecEpilogue::Store)?;
-            s.finish_and_wait()?;
-            let mut v = vec![0f32; c.vocab];
-            sc.logits.read(0, bytemuck::cast_slice_mut(&mut v))?;
-            Some(v)
-        };
-        self.pos += t;
-        Ok(result)
+        }
+        let stats = s.stats();
+        Ok((stats.dispatches - stats0.dispatches, stats.barriers - stats0.barriers))
     }
 }

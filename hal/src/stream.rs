@@ -546,6 +546,26 @@ impl Stream {
         Ok(Submission { device: self.device.clone(), value })
     }
 
+    /// Drops everything recorded since the last submission without running it (a step
+    /// recorded ahead of time that is no longer wanted). Submitted work is unaffected.
+    ///
+    /// # Errors
+    /// [`Error::Vulkan`] when the command buffer cannot be ended or its descriptor pools
+    /// cannot be reset.
+    pub fn discard(&mut self) -> Result<()> {
+        let Some(mut batch) = self.end_current()? else { return Ok(()) };
+        for p in batch.desc_pools.drain(..) {
+            // SAFETY: the sets of this pool were only used by `batch.cmd`, which was never
+            // submitted, so nothing pending refers to them.
+            unsafe { self.device.inner.raw.reset_descriptor_pool(p, vk::DescriptorPoolResetFlags::empty()) }
+                .map_err(Error::vk("vkResetDescriptorPool"))?;
+            self.free_desc_pools.push(p);
+        }
+        // Never submitted: not pending; `batch()` begins it again, which resets it.
+        self.free_cmds.push(batch.cmd);
+        Ok(())
+    }
+
     /// Submits and waits for completion.
     ///
     /// # Errors

@@ -160,3 +160,23 @@ fn replay_with_new_parameters() {
         rec.submit().unwrap().wait().unwrap();
     }
 }
+
+#[test]
+fn discarded_recording_never_runs() {
+    // A step recorded ahead and then dropped: its commands do not execute, and the stream
+    // records and runs the next work normally (with a recycled command buffer).
+    let dev = common::device();
+    let n = 64usize;
+    let a = dev.upload(&vec![1.0f32; n]).unwrap();
+    let b = dev.upload(&vec![5.0f32; n]).unwrap();
+    let p = dev.pipeline(&dev.kernel("affine.f32").unwrap(), &PipelineOptions::default()).unwrap();
+    let mut s = Stream::new(&dev).unwrap();
+    s.discard().unwrap(); // nothing recorded: a no-op
+    s.dispatch(&p, &[(&a).into(), (&b).into()], &common::affine_push(n as u32, 100.0, 0.0), [1, 1, 1]).unwrap();
+    s.discard().unwrap();
+    s.finish_and_wait().unwrap();
+    assert_eq!(b.to_vec::<f32>().unwrap(), vec![5.0f32; n], "the discarded dispatch ran");
+    s.dispatch(&p, &[(&a).into(), (&b).into()], &common::affine_push(n as u32, 3.0, 1.0), [1, 1, 1]).unwrap();
+    s.finish_and_wait().unwrap();
+    assert_eq!(b.to_vec::<f32>().unwrap(), vec![4.0f32; n]);
+}

@@ -64,22 +64,42 @@ impl KvCache {
 /// # Errors
 /// [`OpsError::Shape`] when positions run past the cache or `x` is too small; HAL errors.
 pub fn kv_append(s: &mut Stream, dt: Dtype, x: &Buffer, t_new: usize, pos0: usize, cache: &KvCache) -> Result<()> {
+    kv_append_from(s, dt, x, 0, cache.n_kv_heads * cache.d, t_new, pos0, cache)
+}
+
+/// [`kv_append`] from rows of another layout: token `i`'s `n_kv_heads * d` values start
+/// at element `x_off + i * x_stride` of `x` (e.g. the K or V part of the stacked Q|K|V
+/// rows a one-pass QKV mat-vec writes), with no copy.
+///
+/// # Errors
+/// As [`kv_append`]; [`OpsError::Shape`] for a stride shorter than a token's heads, or an
+/// odd offset or stride with [`Dtype::F16`] (the kernel moves pairs as 32-bit words).
+#[allow(clippy::too_many_arguments)]
+pub fn kv_append_from(
+    s: &mut Stream,
+    dt: Dtype,
+    x: &Buffer,
+    x_off: usize,
+    x_stride: usize,
+    t_new: usize,
+    pos0: usize,
+    cache: &KvCache,
+) -> Result<()> {
+    let bad = |reason: String| Err(OpsError::Shape { op: "kv_append", reason });
     if pos0 + t_new > cache.ctx {
-        return Err(OpsError::Shape {
-            op: "kv_append",
-            reason: format!(
-                "positions {pos0}..{} exceed the cache's {} positions (context length)",
-                pos0 + t_new,
-                cache.ctx
-            ),
-        });
+        return bad(format!(
+            "positions {pos0}..{} exceed the cache's {} positions (context length)",
+            pos0 + t_new,
+            cache.ctx
+        ));
     }
-    let n = t_new * cache.n_kv_heads * cache.d;
+    let row = cache.n_kv_heads * cache.d;
+    if x_stride < row || (dt == Dtype::F16 && (x_off % 2 != 0 || x_stride % 2 != 0)) {
+        return bad(format!("x rows of stride {x_stride} at offset {x_off} cannot hold {row} {} values", dt.name()));
+    }
+    let n = if t_new == 0 { 0 } else { x_off + (t_new - 1) * x_stride + row };
     if x.size() < (dt.size() * n) as u64 {
-        return Err(OpsError::Shape {
-            op: "kv_append",
-            reason: format!("x holds {} bytes, needs {n} {}", x.size(), dt.name()),
-        });
+        return bad(format!("x holds {} bytes, needs {n} {}", x.size(), dt.name()));
     }
     if t_new == 0 {
         return Ok(());
@@ -89,9 +109,17 @@ pub fn kv_append(s: &mut Stream, dt: Dtype, x: &Buffer, t_new: usize, pos0: usiz
     let gx = (cache.d / 2).div_ceil(64) as u32;
     let gy = (t_new * cache.n_kv_heads) as u32;
     if gy > dev.caps().limits.max_workgroup_count[1] {
-        return Err(OpsError::Shape { op: "kv_append", reason: format!("{gy} rows exceed the device's grid") });
+        return bad(format!("{gy} rows exceed the device's grid"));
     }
-    let pc = push_words(&[t_new as u32, cache.n_kv_heads as u32, cache.d as u32, pos0 as u32, cache.ctx as u32]);
+    let pc = push_words(&[
+        t_new as u32,
+        cache.n_kv_heads as u32,
+        cache.d as u32,
+        pos0 as u32,
+        cache.ctx as u32,
+        x_off as u32,
+        x_stride as u32,
+    ]);
     s.dispatch(&p, &[x.into(), cache.buffer().into()], &pc, [gx, gy, 1])?;
     Ok(())
 }

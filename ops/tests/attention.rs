@@ -154,3 +154,27 @@ fn f16_attention_without_16bit_storage_is_a_clear_error() {
     attention::kv_append(&mut s, Dtype::F16, &x, 2, 0, &kc).unwrap();
     s.finish_and_wait().unwrap();
 }
+
+#[test]
+fn kv_append_from_stacked_rows_equals_contiguous_append() {
+    // Stacked rows [q (3 heads) | k (2 heads) | v (2 heads)] of d = 4 for 3 tokens: the K
+    // part appended in place equals the K rows gathered on the host and appended whole.
+    let dev = common::device();
+    let (t, d, hq, hkv) = (3usize, 4usize, 3usize, 2usize);
+    let stride = (hq + 2 * hkv) * d;
+    let rows: Vec<f32> = (0..t * stride).map(|i| i as f32 * 0.25 - 7.0).collect();
+    let k: Vec<f32> = (0..t).flat_map(|i| rows[i * stride + hq * d..i * stride + (hq + hkv) * d].to_vec()).collect();
+    for dt in common::DTYPES {
+        let (a, b) = (KvCache::new(dev, hkv, 8, d).unwrap(), KvCache::new(dev, hkv, 8, d).unwrap());
+        let (xs, xk) = (common::upload(dev, dt, &rows), common::upload(dev, dt, &k));
+        let mut s = Stream::new(dev).unwrap();
+        attention::kv_append_from(&mut s, dt, &xs, hq * d, stride, t, 2, &a).unwrap();
+        attention::kv_append(&mut s, dt, &xk, t, 2, &b).unwrap();
+        s.finish_and_wait().unwrap();
+        let (va, vb) = (a.buffer().to_vec::<u32>().unwrap(), b.buffer().to_vec::<u32>().unwrap());
+        assert_eq!(va, vb, "{dt:?}");
+        assert!(va.iter().any(|&w| w != 0), "{dt:?}: nothing appended");
+        let e = attention::kv_append_from(&mut s, dt, &xs, 0, d, t, 0, &a).unwrap_err();
+        assert!(e.to_string().contains("cannot hold"), "{e}");
+    }
+}

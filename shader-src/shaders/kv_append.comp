@@ -1,9 +1,12 @@
 //! variant f32
 //! variant f16 F16=1
-// Appends new keys or values to an f16 cache: cache[kvh, pos0 + t, :] = f16(x[t, kvh, :]).
-// Bindings: 0 = x [t_new, n_kv_heads, d], f32, or with F16 packed f16 words (copied as
-// they are; no 16-bit storage feature needed), 1 = cache (packed f16 words,
-// [n_kv_heads, ctx, d]). Push: t_new, n_kv_heads, d (even), pos0, ctx.
+// Appends new keys or values to an f16 cache: cache[kvh, pos0 + t, :] = f16(x[t, kvh, :]),
+// where token t's heads start at element x_off + t * x_stride of x (contiguous
+// [t_new, n_kv_heads, d]: x_off 0, x_stride n_kv_heads * d; the K or V part of stacked
+// Q|K|V rows: their offset and the stacked row length).
+// Bindings: 0 = x, f32, or with F16 packed f16 words (copied as they are; no 16-bit
+// storage feature needed; x_off and x_stride even), 1 = cache (packed f16 words,
+// [n_kv_heads, ctx, d]). Push: t_new, n_kv_heads, d (even), pos0, ctx, x_off, x_stride.
 // One invocation per pair of elements; grid x over d/2, y over t_new * n_kv_heads.
 #version 450
 layout(local_size_x_id = 0, local_size_x = 64) in;
@@ -13,13 +16,13 @@ layout(std430, set = 0, binding = 0) readonly buffer X { uint xw[]; };
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 #endif
 layout(std430, set = 0, binding = 1) buffer C { uint cw[]; };
-layout(push_constant) uniform P { uint t_new; uint n_kv_heads; uint d; uint pos0; uint ctx; } p;
+layout(push_constant) uniform P { uint t_new; uint n_kv_heads; uint d; uint pos0; uint ctx; uint x_off; uint x_stride; } p;
 
 void main() {
     uint i = gl_GlobalInvocationID.x, row = gl_GlobalInvocationID.y;
     if (i >= p.d / 2u || row >= p.t_new * p.n_kv_heads) return;
     uint t = row / p.n_kv_heads, kvh = row % p.n_kv_heads;
-    uint src = row * p.d + 2u * i;
+    uint src = p.x_off + t * p.x_stride + kvh * p.d + 2u * i;
     uint dst = ((kvh * p.ctx + p.pos0 + t) * p.d) / 2u + i;
 #ifdef F16
     cw[dst] = xw[src / 2u];

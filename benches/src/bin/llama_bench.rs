@@ -56,12 +56,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         let mut tg_runs = Vec::new();
+        let mut prof = [0f64; 3];
+        let mut counts = (0u64, 0u64);
         for r in 0..=reps {
             model.reset();
             let mut tok = 1u32;
             let t = Instant::now();
             for _ in 0..tg {
                 let l = model.forward(&[tok], false)?;
+                let p = model.last_step();
+                prof[0] += p.record_s;
+                prof[1] += p.wait_s;
+                prof[2] += p.read_s;
+                counts = (p.dispatches, p.barriers);
                 tok = (l.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |x| x.0) as u32) % vocab;
             }
             if r > 0 {
@@ -72,6 +79,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("| {name} | {ty:?} | pp{pp} | {m:.1} ± {s:.1} |");
         let (m, s) = mean_sd(&tg_runs);
         println!("| {name} | {ty:?} | tg{tg} | {m:.1} ± {s:.1} |");
+        let steps = ((reps + 1) * tg) as f64;
+        eprintln!(
+            "{name} tg step: record {:.0} µs, submit+wait {:.0} µs, read-back {:.0} µs; {} dispatches, {} barriers",
+            prof[0] / steps * 1e6,
+            prof[1] / steps * 1e6,
+            prof[2] / steps * 1e6,
+            counts.0,
+            counts.1
+        );
     }
     Ok(())
 }
