@@ -94,7 +94,7 @@ pub fn kv_append_from(
         ));
     }
     let row = cache.n_kv_heads * cache.d;
-    if x_stride < row || (dt == Dtype::F16 && (x_off % 2 != 0 || x_stride % 2 != 0)) {
+    if x_stride < row || (dt == Dtype::F16 && (!x_off.is_multiple_of(2) || !x_stride.is_multiple_of(2))) {
         return bad(format!("x rows of stride {x_stride} at offset {x_off} cannot hold {row} {} values", dt.name()));
     }
     let n = if t_new == 0 { 0 } else { x_off + (t_new - 1) * x_stride + row };
