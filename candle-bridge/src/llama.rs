@@ -21,15 +21,16 @@
 //!   attention, the output projection with the
 //!   residual add as its epilogue, rms_norm, one mat-vec over the stacked gate|up matrix
 //!   with the SwiGLU epilogue, the down projection with the residual add.
-//! - `t <= 8`: the same with batched mat-vecs (Q, K, V separately: the stacked output
-//!   would interleave them per token).
-//! - `t > 8` (prompt): quantized mat-mats (cooperative-matrix where the device has it),
-//!   the residual adds folded in as `accumulate`.
+//! - `t` below [`tuning::mat_mat_min_tokens`] (9 on GPUs; every `t` on lavapipe): the
+//!   same with batched mat-vecs (Q, K, V separately: the stacked output would interleave
+//!   them per token).
+//! - from there on (prompts on GPUs): quantized mat-mats (cooperative-matrix where the
+//!   device has it), the residual adds folded in as `accumulate`.
 
 use vkml_hal::{Buffer, Device, MemoryKind, Stream};
 use vkml_ops::attention::{self, AttnShape, KvCache};
 use vkml_ops::nn::{self, GluActivation, RopeShape, RopeStyle};
-use vkml_ops::quant::{self, MatVecEpilogue, QMatrix, MAX_MAT_VEC_BATCH};
+use vkml_ops::quant::{self, MatVecEpilogue, QMatrix};
 use vkml_ops::{tuning, Dtype};
 use vkml_quant::gguf::{GgufFile, GgufValue};
 
@@ -169,11 +170,14 @@ pub struct LoadOptions {
     /// Most tokens one [`Llama::forward`] call processes in one pass; longer inputs run
     /// in chunks of this size.
     pub max_batch: usize,
+    /// From how many tokens a step's projections run as mat-mats rather than batched
+    /// mat-vecs; `None`: [`tuning::mat_mat_min_tokens`] for the device.
+    pub mat_mat_min_tokens: Option<usize>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { ctx: None, max_batch: 512 }
+        LoadOptions { ctx: None, max_batch: 512, mat_mat_min_tokens: None }
     }
 }
 
@@ -246,6 +250,7 @@ pub struct Llama {
     cfg: LlamaConfig,
     ctx: usize,
     max_batch: usize,
+    mat_mat_min_tokens: usize,
     tok_embd: QMatrix,
     output: QMatrix,
     output_norm: Buffer,
@@ -397,6 +402,10 @@ impl Llama {
             cfg,
             ctx,
             max_batch: b,
+            mat_mat_min_tokens: opts
+                .mat_mat_min_tokens
+                .unwrap_or_else(|| tuning::mat_mat_min_tokens(dev.caps()))
+                .max(2),
             tok_embd,
             output,
             output_norm,
@@ -561,7 +570,7 @@ impl Llama {
         let s = &mut self.streams[idx];
         let kv_len = pos0 + t;
         let mv_cfg = tuning::mat_vec_config(self.dev.caps());
-        let matvec = t <= MAX_MAT_VEC_BATCH;
+        let matvec = t < self.mat_mat_min_tokens;
         // y (+)= W x over t tokens, the kernel by batch size.
         let linear = |s: &mut Stream, w: &QMatrix, x: &Buffer, y: &Buffer, add: bool| -> Result<()> {
             if matvec {

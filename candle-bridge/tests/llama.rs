@@ -5,8 +5,9 @@
 //!
 //! Teacher forcing: candle generates 64 greedy tokens after each of three prompts; vkml is
 //! fed the same tokens, step by step (the decode path: stacked-QKV and gate|up mat-vecs,
-//! split-KV attention), and also the whole sequence in one batched pass (the prompt path:
-//! mat-mats) and in chunks of at most 8 tokens (the batched mat-vec path). At every
+//! split-KV attention), and also the whole sequence in one batched pass (the prompt path,
+//! on the device's kernels and forced onto mat-mats) and in chunks of 5 tokens (the
+//! batched mat-vec path). At every
 //! position the logits must be within [`MAX_ABS`] of candle's, and the argmax must agree
 //! wherever candle's top-1/top-2 margin exceeds [`MARGIN`].
 //!
@@ -112,7 +113,12 @@ fn teacher_forced_logits_match_candle_quantized_llama() {
     let gguf = GgufFile::open(&path).unwrap();
     let tok = GgufTokenizer::from_gguf(&gguf).unwrap();
     let dev = device();
-    let mut model = Llama::load(&dev, &gguf, LoadOptions { ctx: Some(256), max_batch: 128 }, &mut |_, _| {}).unwrap();
+    let opts = LoadOptions { ctx: Some(256), max_batch: 128, mat_mat_min_tokens: None };
+    let mut model = Llama::load(&dev, &gguf, opts, &mut |_, _| {}).unwrap();
+    // The same weights with prompts forced through the mat-mat kernels, which the device's
+    // own choice may not use (lavapipe runs prompts as batched mat-vecs).
+    let mut mm_model =
+        Llama::load(&dev, &gguf, LoadOptions { mat_mat_min_tokens: Some(9), ..opts }, &mut |_, _| {}).unwrap();
     let prompts = [
         tok.encode(&tok.apply_chat_template(None, "What is the capital of France?").unwrap(), true).unwrap(),
         tok.encode("The quick brown fox", true).unwrap(),
@@ -130,15 +136,23 @@ fn teacher_forced_logits_match_candle_quantized_llama() {
             let got = model.forward(&[tokens[i - 1]], false).unwrap();
             compare(&format!("prompt {pi} step {i}"), &got, &want[i], &mut r);
         }
-        // The whole sequence at once, every position's logits (the prompt path).
+        // The whole sequence at once, every position's logits (the prompt path), on the
+        // device's choice of kernels and, for the first prompt, on mat-mats.
         let mut all = prompt.clone();
         all.extend_from_slice(&tokens[..STEPS - 1]);
-        model.reset();
-        let got = model.forward(&all, true).unwrap();
         let v = model.config().vocab;
-        for i in 0..STEPS {
-            let row = prompt.len() - 1 + i;
-            compare(&format!("prompt {pi} one pass, step {i}"), &got[row * v..(row + 1) * v], &want[i], &mut r);
+        let runs: &mut [(&str, &mut Llama)] = if pi == 0 {
+            &mut [("one pass", &mut model), ("one pass, mat-mat", &mut mm_model)]
+        } else {
+            &mut [("one pass", &mut model)]
+        };
+        for (what, m) in runs.iter_mut() {
+            m.reset();
+            let got = m.forward(&all, true).unwrap();
+            for i in 0..STEPS {
+                let row = prompt.len() - 1 + i;
+                compare(&format!("prompt {pi} {what}, step {i}"), &got[row * v..(row + 1) * v], &want[i], &mut r);
+            }
         }
         // Chunks of 8 or fewer tokens: the batched mat-vec path.
         if pi == 1 {
@@ -162,7 +176,8 @@ fn context_overflow_and_bad_tokens_are_clear_errors() {
     let path = model_path();
     let gguf = GgufFile::open(&path).unwrap();
     let dev = device();
-    let mut model = Llama::load(&dev, &gguf, LoadOptions { ctx: Some(16), max_batch: 8 }, &mut |_, _| {}).unwrap();
+    let opts = LoadOptions { ctx: Some(16), max_batch: 8, ..Default::default() };
+    let mut model = Llama::load(&dev, &gguf, opts, &mut |_, _| {}).unwrap();
     let e = model.forward(&[1; 17], false).unwrap_err().to_string();
     assert!(e.contains("17 tokens exceed the context of 16 positions"), "{e}");
     let e = model.forward(&[49152], false).unwrap_err().to_string();

@@ -1,7 +1,8 @@
 //! Small synthetic models (random weights, `vkml_candle::synth`) of each supported
 //! architecture against candle-transformers on candle's CPU backend: llama
 //! (`quantized_llama`, interleaved rope) and qwen2 (`quantized_qwen2`, neox rope and
-//! Q/K/V biases), both with grouped-query heads. A 12-token prompt (the mat-mat path),
+//! Q/K/V biases), both with grouped-query heads. A 12-token prompt (the mat-mat path,
+//! forced on every device),
 //! then teacher-forced decode steps (the stacked-QKV mat-vec path) on candle's greedy
 //! tokens. Candle runs with `CANDLE_DEQUANTIZE_ALL=1` (exact f32 weights); the bound
 //! covers vkml's f16 KV cache and summation order.
@@ -65,7 +66,13 @@ fn check(arch: &str, ty: GgmlType) {
         ),
     };
     let dev = device();
-    let mut model = Llama::load(&dev, &file, LoadOptions { ctx: Some(64), max_batch: 16 }, &mut |_, _| {}).unwrap();
+    let mut model = Llama::load(
+        &dev,
+        &file,
+        LoadOptions { ctx: Some(64), max_batch: 16, mat_mat_min_tokens: Some(9) },
+        &mut |_, _| {},
+    )
+    .unwrap();
     let prompt: Vec<u32> = (0..12u32).map(|i| (i * 37 + 5) % SHAPE.vocab as u32).collect();
     let mut want = reference.forward(&prompt, 0);
     let mut got = model.forward(&prompt, false).unwrap();

@@ -129,3 +129,17 @@ pub fn subgroup_reduce(caps: &Capabilities) -> bool {
 pub fn q8_1_activations(caps: &Capabilities) -> bool {
     caps.integer_dot.supported && caps.integer_dot.packed_4x8_signed_accelerated && row_subgroup_size(caps).is_some()
 }
+
+/// The fewest tokens for which a prompt's projections run as quantized mat-mats
+/// ([`crate::quant::mat_mat`]) rather than batched mat-vecs ([`crate::quant::mat_vec`], up
+/// to [`crate::quant::MAX_MAT_VEC_BATCH`] tokens per dispatch). GPUs: just past the
+/// mat-vec batch, where tiles in shared memory start to pay. CPU implementations
+/// (lavapipe): never; there each workgroup runs on one thread, and the 64 x 64 scalar
+/// tiles ran a SmolLM2-135M prompt at 6 tokens/s against about 20 for batched mat-vecs
+/// (benches/RESULTS.md).
+pub fn mat_mat_min_tokens(caps: &Capabilities) -> usize {
+    match caps.arch {
+        ArchClass::Cpu => usize::MAX,
+        _ => crate::quant::MAX_MAT_VEC_BATCH + 1,
+    }
+}

@@ -40,8 +40,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let file = synth::synthetic_llama(&shape, ty, 42)?;
         let made = t0.elapsed().as_secs_f64();
         let t0 = Instant::now();
-        let mut model =
-            Llama::load(&dev, &file, LoadOptions { ctx: Some(pp + tg + 1), max_batch: pp }, &mut |_, _| {})?;
+        let mut model = Llama::load(
+            &dev,
+            &file,
+            LoadOptions { ctx: Some(pp + tg + 1), max_batch: pp, ..Default::default() },
+            &mut |_, _| {},
+        )?;
         eprintln!("{name} {ty:?}: made in {made:.1} s, loaded in {:.1} s", t0.elapsed().as_secs_f64());
         drop(file);
         let vocab = model.config().vocab as u32;
