@@ -3,6 +3,7 @@
 #   - a C/C++ compiler (glslang and VMA are built from source by cargo),
 #   - the Vulkan loader (libvulkan1) and Mesa's Vulkan drivers, which include lavapipe,
 #     the CPU implementation vkml runs on when there is no GPU,
+#   - the system's root certificates (the default model is fetched over HTTPS),
 #   - with --test: the Khronos validation layers (tests run with validation on) and
 #     the real GGUF models the tests read (see quant/scripts/fetch_test_models.sh).
 # Usage: scripts/setup.sh [--test]
@@ -23,6 +24,8 @@ command -v make >/dev/null || need_pkg make
 need_pkg libvulkan1
 need_pkg mesa-vulkan-drivers
 need_pkg pkg-config
+# The system's root certificates: `vkml generate` fetches its default model over HTTPS.
+need_pkg ca-certificates
 if [[ $want_test -eq 1 ]]; then
   need_pkg vulkan-validationlayers
   python3 -m pip --version >/dev/null 2>&1 || need_pkg python3-pip
