@@ -277,7 +277,7 @@ fn f32_bytes(n: usize) -> u64 {
 
 /// Rope tables as candle-transformers' `quantized_llama::precomput_freqs_cis` computes
 /// them (f32): `theta_i = 1 / base^(2i / rot)`, `angle = pos * theta_i`.
-fn rope_tables(rot: usize, base: f32, positions: usize) -> (Vec<f32>, Vec<f32>) {
+pub(crate) fn rope_tables(rot: usize, base: f32, positions: usize) -> (Vec<f32>, Vec<f32>) {
     let theta: Vec<f32> = (0..rot).step_by(2).map(|i| 1f32 / base.powf(i as f32 / rot as f32)).collect();
     let mut cos = Vec::with_capacity(positions * theta.len());
     let mut sin = Vec::with_capacity(positions * theta.len());
@@ -577,11 +577,7 @@ impl Llama {
                 let ep = if add { MatVecEpilogue::Add } else { MatVecEpilogue::Store };
                 quant::mat_vec_fused(s, w, x, t, y, mv_cfg, ep)?;
             } else {
-                let path = if tuning::coopmat_subgroup_size(s.device().caps()).is_some() && w.k().is_multiple_of(32) {
-                    quant::MatMatPath::CoopMat
-                } else {
-                    quant::MatMatPath::Scalar
-                };
+                let path = quant::MatMatPath::best(s.device().caps(), w);
                 let opts = quant::MatMatOptions { accumulate: add, ..quant::MatMatOptions::new(path) };
                 quant::mat_mat_with(s, w, x, t, y, opts)?;
             }

@@ -699,6 +699,19 @@ pub enum MatMatPath {
     CoopMat,
 }
 
+impl MatMatPath {
+    /// The fastest path for `m` on a device: [`MatMatPath::CoopMat`] where
+    /// [`tuning::coopmat_subgroup_size`] allows it and `k % 32 == 0`, else
+    /// [`MatMatPath::Scalar`].
+    pub fn best(caps: &vkml_hal::Capabilities, m: &QMatrix) -> MatMatPath {
+        if tuning::coopmat_subgroup_size(caps).is_some() && m.k.is_multiple_of(32) {
+            MatMatPath::CoopMat
+        } else {
+            MatMatPath::Scalar
+        }
+    }
+}
+
 /// Launch options of [`mat_mat_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MatMatOptions {
@@ -732,11 +745,7 @@ impl MatMatOptions {
 /// [`OpsError::Shape`] for buffers too small or a grid past the device's limits;
 /// [`OpsError::UnsupportedType`]; HAL errors.
 pub fn mat_mat(s: &mut Stream, m: &QMatrix, x: &vkml_hal::Buffer, n_tok: usize, y: &vkml_hal::Buffer) -> Result<()> {
-    let path = if tuning::coopmat_subgroup_size(s.device().caps()).is_some() && m.k.is_multiple_of(32) {
-        MatMatPath::CoopMat
-    } else {
-        MatMatPath::Scalar
-    };
+    let path = MatMatPath::best(s.device().caps(), m);
     mat_mat_with(s, m, x, n_tok, y, MatMatOptions::new(path))
 }
 
