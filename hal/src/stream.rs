@@ -532,8 +532,7 @@ impl Stream {
         };
         if batch.commands == 0 {
             // Nothing to run: recycle the command buffer unsubmitted.
-            self.free_cmds.push(batch.cmd);
-            self.free_desc_pools.append(&mut batch.desc_pools);
+            self.recycle(batch)?;
             return Ok(Submission { device: self.device.clone(), value: last });
         }
         let value = self.device.inner.submit(QueueKind::Compute, batch.cmd)?;
@@ -553,16 +552,26 @@ impl Stream {
     /// [`Error::Vulkan`] when the command buffer cannot be ended or its descriptor pools
     /// cannot be reset.
     pub fn discard(&mut self) -> Result<()> {
-        let Some(mut batch) = self.end_current()? else { return Ok(()) };
-        for p in batch.desc_pools.drain(..) {
-            // SAFETY: the sets of this pool were only used by `batch.cmd`, which was never
-            // submitted, so nothing pending refers to them.
+        match self.end_current()? {
+            // Never submitted, so nothing pending uses it.
+            Some(batch) => self.recycle(batch),
+            None => Ok(()),
+        }
+    }
+
+    /// Returns a batch's command buffer and descriptor pools (reset) to the free lists.
+    /// The caller guarantees the batch is not pending: never submitted, or its submission
+    /// has completed.
+    fn recycle(&mut self, mut b: Batch) -> Result<()> {
+        for p in b.desc_pools.drain(..) {
+            // SAFETY: the pool's sets were used only by `b.cmd`, which is not pending
+            // (the caller's guarantee).
             unsafe { self.device.inner.raw.reset_descriptor_pool(p, vk::DescriptorPoolResetFlags::empty()) }
                 .map_err(Error::vk("vkResetDescriptorPool"))?;
             self.free_desc_pools.push(p);
         }
-        // Never submitted: not pending; `batch()` begins it again, which resets it.
-        self.free_cmds.push(batch.cmd);
+        // Not pending: `batch()` begins it again, which resets it.
+        self.free_cmds.push(b.cmd);
         Ok(())
     }
 
@@ -581,14 +590,9 @@ impl Stream {
     fn retire(&mut self) -> Result<()> {
         let done = self.device.inner.completed(&self.device.inner.compute)?;
         while self.in_flight.front().is_some_and(|b| b.value <= done) {
-            let mut b = self.in_flight.pop_front().expect("checked non-empty");
-            for p in b.desc_pools.drain(..) {
-                // SAFETY: the submission that used the pool's sets has completed.
-                unsafe { self.device.inner.raw.reset_descriptor_pool(p, vk::DescriptorPoolResetFlags::empty()) }
-                    .map_err(Error::vk("vkResetDescriptorPool"))?;
-                self.free_desc_pools.push(p);
-            }
-            self.free_cmds.push(b.cmd);
+            let b = self.in_flight.pop_front().expect("checked non-empty");
+            // Its submission has completed.
+            self.recycle(b)?;
         }
         Ok(())
     }
