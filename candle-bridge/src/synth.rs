@@ -87,6 +87,18 @@ pub fn shape(name: &str) -> Result<SynthShape> {
     })
 }
 
+/// `n` values uniform in [0, 1) on a 2^-24 grid from an xorshift64 generator seeded with
+/// `seed | 1`.
+fn uniform(seed: u64, n: usize) -> impl Iterator<Item = f32> {
+    let mut s = seed | 1;
+    (0..n).map(move |_| {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 40) as f32 / (1u64 << 24) as f32
+    })
+}
+
 /// `rows x k` random weights of type `ty` (quantized on all CPU cores).
 fn random_matrix(ty: GgmlType, rows: usize, k: usize, seed: u64) -> Result<Vec<u8>> {
     let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).min(32);
@@ -98,14 +110,8 @@ fn random_matrix(ty: GgmlType, rows: usize, k: usize, seed: u64) -> Result<Vec<u
             .map(|r0| {
                 sc.spawn(move || {
                     let n = rows_per.min(rows - r0) * k;
-                    let mut s = seed ^ (r0 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-                    let x: Vec<f32> = (0..n)
-                        .map(|_| {
-                            s ^= s << 13;
-                            s ^= s >> 7;
-                            s ^= s << 17;
-                            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-                        })
+                    let x: Vec<f32> = uniform(seed ^ (r0 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15), n)
+                        .map(|u| (u * 2.0 - 1.0) * scale)
                         .collect();
                     vkml_quant::quantize(ty, &x).map_err(|e| model_err(format!("quantize {ty:?}: {e}")))
                 })
@@ -176,14 +182,8 @@ pub fn synthetic_model(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> 
             for (name, n) in
                 [("attn_q.bias", sh.n_head * d), ("attn_k.bias", sh.n_kv_head * d), ("attn_v.bias", sh.n_kv_head * d)]
             {
-                let mut s = bias_seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9) ^ n as u64 | 1;
-                let b: Vec<f32> = (0..n)
-                    .map(|_| {
-                        s ^= s << 13;
-                        s ^= s >> 7;
-                        s ^= s << 17;
-                        (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-                    })
+                let b: Vec<f32> = uniform(bias_seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9) ^ n as u64, n)
+                    .map(|u| u - 0.5)
                     .collect();
                 w.push_tensor(p(name), GgmlType::F32, vec![n as u64], bytemuck::cast_slice(&b).to_vec());
             }

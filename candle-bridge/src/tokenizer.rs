@@ -297,11 +297,18 @@ impl GgufTokenizer {
 
 /// Turns generated ids into text as they arrive: emits only whole characters (a token
 /// may end inside a multi-byte UTF-8 character, which byte-level BPE decodes as U+FFFD
-/// until the next token completes it).
+/// until the next token completes it). Each step decodes a short window, from the token
+/// before the last emission on, rather than the whole history: the text of a window that
+/// starts one emission back carries the same leading-space handling as the full text
+/// (SentencePiece decoders strip a first token's leading space), so the difference of two
+/// windows is the new text (the scheme of candle-examples' `TokenOutputStream`).
 #[derive(Debug, Clone, Default)]
 pub struct TokenStream {
     ids: Vec<u32>,
-    emitted: usize,
+    /// Start of the decode window.
+    prev: usize,
+    /// End of what has been emitted.
+    cur: usize,
 }
 
 impl TokenStream {
@@ -310,30 +317,41 @@ impl TokenStream {
         Self::default()
     }
 
+    /// The text of the window's tokens after what has been emitted, if it ends on a whole
+    /// character.
+    fn pending(&self, tok: &GgufTokenizer) -> Result<Option<String>> {
+        let before = tok.decode(&self.ids[self.prev..self.cur])?;
+        let text = tok.decode(&self.ids[self.prev..])?;
+        Ok(match text.get(before.len()..) {
+            Some(new) if !new.is_empty() && !text.ends_with('\u{fffd}') => Some(new.to_string()),
+            _ => None,
+        })
+    }
+
     /// Adds a token; returns the text that is now complete, if any.
     ///
     /// # Errors
     /// [`Error::Tokenizer`] from decoding.
     pub fn push(&mut self, tok: &GgufTokenizer, id: u32) -> Result<Option<String>> {
         self.ids.push(id);
-        let text = tok.decode(&self.ids)?;
-        if text.len() > self.emitted && !text.ends_with('\u{fffd}') && text.is_char_boundary(self.emitted) {
-            let new = text[self.emitted..].to_string();
-            self.emitted = text.len();
-            Ok(Some(new))
-        } else {
-            Ok(None)
+        let new = self.pending(tok)?;
+        if new.is_some() {
+            self.prev = self.cur;
+            self.cur = self.ids.len();
         }
+        Ok(new)
     }
 
-    /// The text not emitted yet (at the end of generation).
+    /// The text not emitted yet (at the end of generation), whole characters or not.
     ///
     /// # Errors
     /// [`Error::Tokenizer`] from decoding.
     pub fn rest(&mut self, tok: &GgufTokenizer) -> Result<String> {
-        let text = tok.decode(&self.ids)?;
-        let rest = text.get(self.emitted..).unwrap_or("").to_string();
-        self.emitted = text.len();
+        let before = tok.decode(&self.ids[self.prev..self.cur])?;
+        let text = tok.decode(&self.ids[self.prev..])?;
+        let rest = text.get(before.len()..).unwrap_or("").to_string();
+        self.prev = self.cur;
+        self.cur = self.ids.len();
         Ok(rest)
     }
 }

@@ -9,11 +9,13 @@
 
 use std::io::Cursor;
 
+mod common;
+use common::device;
+
 use candle_core::quantized::gguf_file;
 use candle_core::{Device as Cpu, Tensor};
 use vkml_candle::llama::{Llama, LoadOptions};
 use vkml_candle::synth::{synthetic_model, SynthShape};
-use vkml_hal::{Device, DeviceSelector, Instance, InstanceOptions};
 use vkml_quant::GgmlType;
 
 /// Largest |vkml - candle| relative to the largest |candle logit| of the step.
@@ -22,13 +24,6 @@ const STEPS: usize = 10;
 
 const SHAPE: SynthShape =
     SynthShape { name: "tiny", n_layers: 2, n_embd: 128, n_ff: 256, n_head: 4, n_kv_head: 2, vocab: 512, tied: false };
-
-fn device() -> Device {
-    let validation = std::env::var("VKML_VALIDATION").map_or(true, |v| v != "0");
-    let inst = Instance::new(&InstanceOptions { validation }).unwrap();
-    let adapter = inst.select(&DeviceSelector::from_env()).unwrap();
-    Device::from_adapter(&inst, &adapter, Default::default()).unwrap()
-}
 
 fn argmax(v: &[f32]) -> u32 {
     v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32
@@ -76,15 +71,13 @@ fn check(arch: &str, ty: GgmlType) {
     let prompt: Vec<u32> = (0..12u32).map(|i| (i * 37 + 5) % SHAPE.vocab as u32).collect();
     let mut want = reference.forward(&prompt, 0);
     let mut got = model.forward(&prompt, false).unwrap();
-    let mut pos = prompt.len();
-    for step in 0..STEPS {
+    for (step, pos) in (prompt.len()..).take(STEPS).enumerate() {
         let scale = want.iter().fold(1f32, |m, x| m.max(x.abs()));
         let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         assert!(d <= REL_TOL * scale, "{arch} {ty:?} step {step}: max |vkml - candle| = {d}, logits up to {scale}");
         let next = argmax(&want);
         want = reference.forward(&[next], pos);
         got = model.forward(&[next], false).unwrap();
-        pos += 1;
     }
 }
 

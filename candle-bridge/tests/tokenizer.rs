@@ -3,18 +3,13 @@
 //! files are missing): SmolLM2 (gpt2 byte-level BPE, `smollm` pre-tokenizer) and Gemma 3
 //! (SentencePiece BPE with byte fallback, 262144 pieces).
 
-use std::path::PathBuf;
+mod common;
 
 use vkml_candle::tokenizer::{GgufTokenizer, TokenStream};
 use vkml_quant::gguf::GgufFile;
 
 fn model(name: &str) -> GgufFile {
-    let dir = std::env::var_os("VKML_TEST_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/vkml/test-models"));
-    let p = dir.join(name);
-    assert!(p.is_file(), "test model {} is missing: run quant/scripts/fetch_test_models.sh", p.display());
-    GgufFile::open(p).unwrap()
+    GgufFile::open(common::test_model(name)).unwrap()
 }
 
 const TEXTS: &[&str] = &[

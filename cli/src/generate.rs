@@ -8,7 +8,7 @@ use std::time::Instant;
 use vkml_candle::llama::{Llama, LoadOptions};
 use vkml_candle::sampling::{Sampler, SamplingConfig};
 use vkml_candle::tokenizer::{GgufTokenizer, TokenStream};
-use vkml_hal::{Device, DeviceOptions, DeviceSelector, Instance, InstanceOptions};
+use vkml_hal::{Device, DeviceOptions, DeviceSelector};
 use vkml_quant::gguf::GgufFile;
 
 /// Arguments of `vkml generate`.
@@ -57,12 +57,6 @@ pub struct Args {
     ctx: Option<usize>,
 }
 
-fn open_device(sel: Option<&str>) -> Result<Device, String> {
-    let selector = sel.map(DeviceSelector::parse).unwrap_or_else(DeviceSelector::from_env);
-    let inst = Instance::new(&InstanceOptions::from_env()).map_err(|e| e.to_string())?;
-    inst.create_device(&selector, DeviceOptions::default()).map_err(|e| e.to_string())
-}
-
 /// Runs `vkml generate`.
 pub fn run(a: Args) -> Result<(), String> {
     let path = match &a.model {
@@ -72,7 +66,8 @@ pub fn run(a: Args) -> Result<(), String> {
     let t0 = Instant::now();
     let file = GgufFile::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let tok = GgufTokenizer::from_gguf(&file).map_err(|e| format!("{}: {e}", path.display()))?;
-    let dev = open_device(a.device.as_deref())?;
+    let selector = a.device.as_deref().map(DeviceSelector::parse).unwrap_or_else(DeviceSelector::from_env);
+    let dev = Device::open(&selector, DeviceOptions::default()).map_err(|e| e.to_string())?;
     let bar = indicatif::ProgressBar::new(0).with_style(
         indicatif::ProgressStyle::with_template("loading {bar:40} {bytes}/{total_bytes}").map_err(|e| e.to_string())?,
     );
