@@ -12,8 +12,15 @@ use crate::tuning;
 /// The pipeline of kernel `name` with specialization constant 0 (workgroup size) set to
 /// `workgroup`.
 pub(crate) fn pipeline(dev: &Device, name: &str, workgroup: u32) -> Result<Arc<Pipeline>> {
+    pipeline_spec(dev, name, workgroup, &[])
+}
+
+/// As [`pipeline`], with further specialization constants `(id, value)` (ids from 1).
+pub(crate) fn pipeline_spec(dev: &Device, name: &str, workgroup: u32, spec: &[(u32, u32)]) -> Result<Arc<Pipeline>> {
     let k = dev.kernel(name)?;
-    Ok(dev.pipeline(&k, &PipelineOptions { spec_constants: vec![(0, workgroup)], ..Default::default() })?)
+    let mut spec_constants = vec![(0, workgroup)];
+    spec_constants.extend_from_slice(spec);
+    Ok(dev.pipeline(&k, &PipelineOptions { spec_constants, ..Default::default() })?)
 }
 
 /// The kernel variant `{file}.{kind}{dtype}[_sg]` (`kind` empty or ending in `_`, e.g.

@@ -6,10 +6,13 @@
 //! with dequantize, get_rows (embedding lookup) and fused mat-vec for F32, F16, BF16,
 //! Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0; transformer ops ([`nn`]: norms, the fused residual
 //! add + rms_norm, softmax, rope, gated activations) and flash attention over an f16 KV
-//! cache ([`attention`]), on f32 or f16 activations ([`Dtype`]).
+//! cache ([`attention`]), on f32 or f16 activations ([`Dtype`]); strided element-wise
+//! unary and binary maps and dtype-converting copies for a candle backend
+//! ([`elementwise`]).
 
 pub mod attention;
 mod dtype;
+pub mod elementwise;
 pub mod error;
 mod launch;
 pub mod nn;

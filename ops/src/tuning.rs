@@ -47,7 +47,8 @@ pub fn row_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
     }
 }
 
-/// Invocations per workgroup of the element-wise kernels (dequantize, get_rows).
+/// Invocations per workgroup of the element-wise kernels (dequantize, get_rows, and the
+/// strided ops of [`crate::elementwise`]).
 pub const ELEMENTWISE_WORKGROUP: u32 = 256;
 
 /// The mat-vec launch for a device: one hardware wave or a small multiple of it

@@ -1,0 +1,605 @@
+//! Strided element-wise ops, as a candle `BackendStorage` needs them: unary maps
+//! ([`unary`], [`affine`], [`powf`], [`elu`]), binary maps with broadcasting ([`binary`])
+//! and strided copies with dtype conversion ([`copy`]), on [`Dtype::F32`] or
+//! [`Dtype::F16`] buffers. Kernels: `shader-src/shaders/{unary,binary,strided_copy}.comp`.
+//!
+//! Every input is a [`View`]: a buffer, an element offset and one stride (in elements) per
+//! dim of the op's shape, which is what candle's `Layout` holds (`start_offset`,
+//! `stride`, `dims`). A stride of 0 broadcasts. Outputs of the maps are contiguous
+//! (row-major over the shape) from element 0 of `y`.
+//!
+//! Before dispatch the index space is simplified: size-1 dims are dropped, and adjacent
+//! dims `i`, `i + 1` are merged where every operand has `stride[i] == stride[i + 1] *
+//! shape[i + 1]` (a contiguous output always has). A contiguous op becomes rank 1. After
+//! merging, up to [`MAX_RANK`] dims are supported. Shape, strides and offsets travel as
+//! push constants (at most 88 bytes: within the 128 bytes every Vulkan device has);
+//! buffers are bound from byte 0, so views need no descriptor offset alignment.
+//!
+//! Arithmetic is f32. F16 values are widened exactly on load and rounded to nearest even
+//! on store, in integer arithmetic on the bits (the same bits as the `half` crate,
+//! whatever the device's conversion modes). Formulas follow candle-core 0.11 in f32
+//! (`src/op.rs`, `cpu_backend`); for f16 that is candle's f32 result on the widened
+//! inputs, rounded once, where candle's own f16 path rounds every intermediate. The
+//! transcendental functions are the device's (GLSL `exp`, `log`, `sin`, `cos`, `tanh`,
+//! `exp2`/`log2` for powf), so they differ from candle's libm by a few ulp (the Vulkan
+//! specification bounds them; `ops/tests/elementwise.rs` lists the tolerances tested);
+//! erf is a rational approximation (1.2e-7 absolute in exact arithmetic, about 3e-7 as
+//! evaluated in f32).
+//!
+//! Errors, never panics or out-of-bounds accesses, for: a stride count that differs from
+//! the rank, more than `u32::MAX` elements or an addressed element index past `u32::MAX`,
+//! a view that reaches past its buffer's end, an output too small, a rank above
+//! [`MAX_RANK`] after merging, an output that overlaps an input other than in place
+//! (identical contiguous layout), a copy destination that writes an element twice, and f16
+//! without `storageBuffer16BitAccess`. Zero elements record nothing.
+
+use vkml_hal::{Buffer, BufferArg, Stream};
+
+use crate::dtype::Dtype;
+use crate::error::{OpsError, Result};
+use crate::launch::{grid, pipeline_spec, push_words};
+use crate::tuning::ELEMENTWISE_WORKGROUP;
+
+/// The most dims an element-wise op supports after size-1 dims are dropped and
+/// mergeable dims merged (see the module docs); more gives [`OpsError::Shape`].
+pub const MAX_RANK: usize = 6;
+
+/// A strided view of a buffer: element `idx` (multi-index over the op's shape) is at
+/// element `offset + sum(idx[i] * strides[i])`. A stride of 0 broadcasts.
+///
+/// Units are elements of the op's dtype (candle's `Layout::start_offset` and
+/// `Layout::stride`); `strides` has one entry per dim of the op's shape.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    /// The buffer.
+    pub buffer: &'a Buffer,
+    /// Element index of the view's first element (multi-index all zeros).
+    pub offset: usize,
+    /// Per-dim strides in elements, one per dim of the op's shape; 0 broadcasts.
+    pub strides: &'a [usize],
+}
+
+/// Row-major contiguous strides of `shape` in elements (the last dim has stride 1), as
+/// for a contiguous candle tensor.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1].saturating_mul(shape[i + 1]);
+    }
+    strides
+}
+
+/// candle's `UnaryOpT` ops, same formulas as candle-core's src/op.rs (gelu = tanh
+/// approximation, gelu_erf, erf, silu = x/(1+exp(-x)), relu, sign, round = round half
+/// away from zero as f32::round, etc.), computed in f32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// `exp(x)`.
+    Exp,
+    /// `ln(x)`: -inf at 0, NaN below.
+    Log,
+    /// `sin(x)`.
+    Sin,
+    /// `cos(x)`.
+    Cos,
+    /// `|x|`.
+    Abs,
+    /// `-x`.
+    Neg,
+    /// `1 / x`.
+    Recip,
+    /// `x * x`.
+    Sqr,
+    /// `sqrt(x)`: NaN below 0.
+    Sqrt,
+    /// GELU, tanh approximation: `0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x²)))`.
+    Gelu,
+    /// GELU with erf: `0.5 x (1 + erf(x / sqrt(2)))` (erf as [`UnaryOp::Erf`]).
+    GeluErf,
+    /// `erf(x)`, a rational approximation to about 3e-7 absolute (evaluated in f32).
+    Erf,
+    /// `max(x, 0)` (NaN gives 0, as `f32::max`).
+    Relu,
+    /// `x / (1 + exp(-x))`.
+    Silu,
+    /// `tanh(x)`.
+    Tanh,
+    /// `floor(x)`.
+    Floor,
+    /// `ceil(x)`.
+    Ceil,
+    /// `f32::round`: to the nearest integer, half-way cases away from zero.
+    Round,
+    /// `(x > 0) - (x < 0)`: -1, 0 or 1 (0 for ±0 and NaN).
+    Sign,
+}
+
+impl UnaryOp {
+    /// Every unary op.
+    pub const ALL: [UnaryOp; 19] = [
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Abs,
+        UnaryOp::Neg,
+        UnaryOp::Recip,
+        UnaryOp::Sqr,
+        UnaryOp::Sqrt,
+        UnaryOp::Gelu,
+        UnaryOp::GeluErf,
+        UnaryOp::Erf,
+        UnaryOp::Relu,
+        UnaryOp::Silu,
+        UnaryOp::Tanh,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
+        UnaryOp::Sign,
+    ];
+
+    /// candle's name of the op (`UnaryOpT::NAME`: `exp`, `gelu_erf`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Neg => "neg",
+            UnaryOp::Recip => "recip",
+            UnaryOp::Sqr => "sqr",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::GeluErf => "gelu_erf",
+            UnaryOp::Erf => "erf",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Silu => "silu",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
+            UnaryOp::Sign => "sign",
+        }
+    }
+}
+
+/// The kernel's op code (`OP_*` in unary.comp): the candle unary ops in declaration order,
+/// then affine, powf, elu.
+#[derive(Clone, Copy)]
+enum UnaryKind {
+    Op(UnaryOp),
+    Affine,
+    Powf,
+    Elu,
+}
+
+impl UnaryKind {
+    fn code(self) -> u32 {
+        match self {
+            UnaryKind::Op(op) => op as u32,
+            UnaryKind::Affine => 19,
+            UnaryKind::Powf => 20,
+            UnaryKind::Elu => 21,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            UnaryKind::Op(op) => op.name(),
+            UnaryKind::Affine => "affine",
+            UnaryKind::Powf => "powf",
+            UnaryKind::Elu => "elu",
+        }
+    }
+}
+
+/// candle's `BinaryOpT` ops, computed in f32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    /// `a + b`.
+    Add,
+    /// `a - b`.
+    Sub,
+    /// `a * b`.
+    Mul,
+    /// `a / b`.
+    Div,
+    /// `if a < b { b } else { a }` (candle's formula: a NaN in `a` is kept, one in `b` is not).
+    Maximum,
+    /// `if a > b { b } else { a }`.
+    Minimum,
+}
+
+impl BinaryOp {
+    /// Every binary op.
+    pub const ALL: [BinaryOp; 6] =
+        [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum];
+
+    /// candle's name of the op (`BinaryOpT::NAME`: `add`, `maximum`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Maximum => "maximum",
+            BinaryOp::Minimum => "minimum",
+        }
+    }
+
+    /// The kernel's op code (binary.comp).
+    fn code(self) -> u32 {
+        self as u32
+    }
+}
+
+/// `y[contiguous, row-major over shape] = op(x[view])`
+///
+/// Records `y[i] = op(x[view(idx(i))])` for every multi-index of `shape` (candle's
+/// `BackendStorage::unary_impl` of the [`UnaryOp`]), `idx(i)` row-major. `x` and `y` are
+/// `dt`; `y` holds at least `numel(shape)` elements and receives them from element 0. An
+/// empty `shape` is a scalar (1 element). `y` may be `x`'s buffer only in place (`x`
+/// contiguous from element 0) or with no overlap.
+///
+/// # Errors
+/// [`OpsError::Shape`] (naming the op) for `x.strides.len() != shape.len()`, more than
+/// `u32::MAX` elements or an element index past `u32::MAX`, `x` reaching past its buffer,
+/// `y` too small, a rank above [`MAX_RANK`] after merging dims, or an overlap of `y` and
+/// `x` other than in place; [`OpsError::MissingFeature`] for [`Dtype::F16`] without
+/// 16-bit storage; HAL errors (e.g. a binding over `maxStorageBufferRange`).
+pub fn unary(s: &mut Stream, op: UnaryOp, dt: Dtype, shape: &[usize], x: View<'_>, y: &Buffer) -> Result<()> {
+    map(s, UnaryKind::Op(op), [0.0, 0.0], dt, shape, x, y)
+}
+
+/// `y = x * mul + add` (candle's affine)
+///
+/// Records `y = x * mul + add` element-wise, rounded after the multiply and after the add
+/// (no fused multiply-add), as candle's `Tensor::affine` computes in f32 (`mul` and `add`
+/// are candle's f64 parameters cast to f32). Shapes, dtypes, layout and errors as
+/// [`unary`].
+///
+/// # Errors
+/// As [`unary`].
+pub fn affine(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, mul: f32, add: f32, y: &Buffer) -> Result<()> {
+    map(s, UnaryKind::Affine, [mul, add], dt, shape, x, y)
+}
+
+/// Records `y = x.powf(e)` element-wise (candle's `Tensor::powf`, i.e. `f32::powf` with
+/// `e` cast to f32), as `exp2(e * log2(|x|))` (`x` and `x * x`, exact, for `e` = 1 and 2)
+/// with IEEE `pow`'s special cases: `x^0 = 1`,
+/// `1^e = 1`, NaN for a negative base and a non-integer `e`, the sign of a negative base
+/// to an odd integer power, zeros and infinities. Shapes, dtypes, layout and errors as
+/// [`unary`].
+///
+/// # Errors
+/// As [`unary`].
+pub fn powf(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, e: f32, y: &Buffer) -> Result<()> {
+    map(s, UnaryKind::Powf, [e, 0.0], dt, shape, x, y)
+}
+
+/// Records candle's `Tensor::elu(alpha)` element-wise: `x` where the sign bit of `x` is
+/// clear, else `(exp(x) - 1) * alpha`. Shapes, dtypes, layout and errors as [`unary`].
+///
+/// # Errors
+/// As [`unary`].
+pub fn elu(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, alpha: f32, y: &Buffer) -> Result<()> {
+    map(s, UnaryKind::Elu, [alpha, 0.0], dt, shape, x, y)
+}
+
+fn map(
+    s: &mut Stream,
+    kind: UnaryKind,
+    params: [f32; 2],
+    dt: Dtype,
+    shape: &[usize],
+    x: View<'_>,
+    y: &Buffer,
+) -> Result<()> {
+    let op = kind.name();
+    let dev = s.device().clone();
+    dt.require(&dev, op)?;
+    let Some(plan) = Plan::new(op, shape, &[("x", x, dt)])? else { return Ok(()) };
+    check_output(op, &plan, dt, y, &[x])?;
+    let [xo] = plan.operands();
+    let mut words = vec![plan.n, plan.rank, xo.offset, params[0].to_bits(), params[1].to_bits()];
+    words.extend(plan.shape);
+    words.extend(xo.strides);
+    let p = pipeline_spec(&dev, &format!("unary.{}", dt.name()), ELEMENTWISE_WORKGROUP, &[(1, kind.code())])?;
+    let args = [plan.binding(0), BufferArg::range(y, 0, u64::from(plan.n) * dt.size() as u64)];
+    s.dispatch(&p, &args, &push_words(&words), plan.groups(s, op)?)?;
+    Ok(())
+}
+
+/// `y = op(a, b)` over `shape`; `a` and `b` are views over the same shape (broadcast = stride 0)
+///
+/// Records `y[i] = op(a[view(idx(i))], b[view(idx(i))])` for every multi-index of `shape`
+/// (candle's `BackendStorage::binary_impl`, whose two layouts are already broadcast to the
+/// output shape: a broadcast dim has stride 0). `a`, `b`, `y` are `dt`; `y` holds at
+/// least `numel(shape)` elements, contiguous from element 0; it may share a buffer with an
+/// input only in place (that input contiguous from element 0) or with no overlap. `a` and
+/// `b` may be the same buffer.
+///
+/// # Errors
+/// As [`unary`], for each of `a` and `b`.
+pub fn binary(
+    s: &mut Stream,
+    op: BinaryOp,
+    dt: Dtype,
+    shape: &[usize],
+    a: View<'_>,
+    b: View<'_>,
+    y: &Buffer,
+) -> Result<()> {
+    let name = op.name();
+    let dev = s.device().clone();
+    dt.require(&dev, name)?;
+    let Some(plan) = Plan::new(name, shape, &[("a", a, dt), ("b", b, dt)])? else { return Ok(()) };
+    check_output(name, &plan, dt, y, &[a, b])?;
+    let [ao, bo] = plan.operands();
+    let mut words = vec![plan.n, plan.rank, ao.offset, bo.offset];
+    words.extend(plan.shape);
+    words.extend(ao.strides);
+    words.extend(bo.strides);
+    let p = pipeline_spec(&dev, &format!("binary.{}", dt.name()), ELEMENTWISE_WORKGROUP, &[(1, op.code())])?;
+    let args = [plan.binding(0), plan.binding(1), BufferArg::range(y, 0, u64::from(plan.n) * dt.size() as u64)];
+    s.dispatch(&p, &args, &push_words(&words), plan.groups(s, name)?)?;
+    Ok(())
+}
+
+/// Strided copy with dtype conversion: `dst[dst view] = convert(src[src view])` over `shape`.
+/// Covers candle's `copy_strided_src`, `copy2d` and `to_dtype`. F32 → F16 conversion rounds to
+/// nearest even.
+///
+/// For every multi-index `idx` of `shape`, the element of `src` (`src_dt`) at `idx` is
+/// written to `dst` (`dst_dt`) at `idx`. Same-dtype copies are bit-exact (NaN payloads
+/// included); f16 → f32 is exact; f32 → f16 rounds to nearest even with overflow to
+/// infinity and gradual underflow, bit for bit as `half::f16::from_f32`. candle's
+/// `copy_strided_src(dst, dst_offset, src_layout)` is a contiguous `dst` view at
+/// `dst_offset`; `copy2d(d1, d2, src_s, dst_s, src_o, dst_o)` is `shape = [d1, d2]` with
+/// strides `[src_s, 1]` and `[dst_s, 1]`; `to_dtype` is a contiguous `dst` at 0. When both
+/// views are contiguous (after merging dims) and the dtypes agree, this records a buffer
+/// copy instead of a dispatch.
+///
+/// # Errors
+/// [`OpsError::Shape`] (op `copy`) for a stride count that differs from the rank, more than
+/// `u32::MAX` elements or an element index past `u32::MAX`, a view reaching past its
+/// buffer's end, a rank above [`MAX_RANK`] after merging dims, a `dst` view that writes an
+/// element more than once (a stride of 0, or overlapping strides), or `src` and `dst`
+/// overlapping in one buffer (except the identical view, a no-op);
+/// [`OpsError::MissingFeature`] when either dtype is [`Dtype::F16`] without 16-bit storage;
+/// HAL errors.
+pub fn copy(s: &mut Stream, shape: &[usize], src_dt: Dtype, src: View<'_>, dst_dt: Dtype, dst: View<'_>) -> Result<()> {
+    const OP: &str = "copy";
+    let dev = s.device().clone();
+    src_dt.require(&dev, OP)?;
+    dst_dt.require(&dev, OP)?;
+    let Some(plan) = Plan::new(OP, shape, &[("src", src, src_dt), ("dst", dst, dst_dt)])? else { return Ok(()) };
+    let [so, dso] = plan.operands();
+    if !writes_each_once(&plan.shape[..plan.rank as usize], &dso.strides[..plan.rank as usize]) {
+        return Err(OpsError::Shape {
+            op: OP,
+            reason: format!(
+                "the dst view (offset {}, strides {:?} over shape {shape:?}) writes some elements more than once",
+                dst.offset, dst.strides
+            ),
+        });
+    }
+    if src.buffer.id() == dst.buffer.id() {
+        let src_bytes = plan.byte_range(0);
+        let dst_bytes = plan.byte_range(1);
+        if src_bytes.start < dst_bytes.end && dst_bytes.start < src_bytes.end {
+            if src_dt == dst_dt && so == dso {
+                return Ok(()); // every element onto itself
+            }
+            return Err(OpsError::Shape {
+                op: OP,
+                reason: format!("src bytes {src_bytes:?} and dst bytes {dst_bytes:?} overlap in one buffer"),
+            });
+        }
+    }
+    let contiguous = |o: &Operand| plan.n == 1 || (plan.rank == 1 && o.strides[0] == 1);
+    if src_dt == dst_dt && contiguous(&so) && contiguous(&dso) {
+        let size = src_dt.size() as u64;
+        let len = u64::from(plan.n) * size;
+        s.copy(src.buffer, u64::from(so.offset) * size, dst.buffer, u64::from(dso.offset) * size, len)?;
+        return Ok(());
+    }
+    let mut words = vec![plan.n, plan.rank, so.offset, dso.offset];
+    words.extend(plan.shape);
+    words.extend(so.strides);
+    words.extend(dso.strides);
+    let name = format!("strided_copy.{}_{}", src_dt.name(), dst_dt.name());
+    let p = pipeline_spec(&dev, &name, ELEMENTWISE_WORKGROUP, &[])?;
+    let args = [plan.binding(0), plan.binding(1)];
+    s.dispatch(&p, &args, &push_words(&words), plan.groups(s, OP)?)?;
+    Ok(())
+}
+
+/// One operand of a simplified index space: element offset and strides (the first `rank`
+/// entries; the rest 0).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Operand {
+    offset: u32,
+    strides: [u32; MAX_RANK],
+}
+
+/// A simplified index space: `n` elements over `shape[..rank]` (the rest 1), row-major,
+/// with each operand's layout, and the bytes each operand's binding spans from 0.
+struct Plan<'a> {
+    n: u32,
+    rank: u32,
+    shape: [u32; MAX_RANK],
+    operands: Vec<Operand>,
+    /// Per operand: buffer, first and one-past-last byte addressed.
+    spans: Vec<(&'a Buffer, u64, u64)>,
+}
+
+impl<'a> Plan<'a> {
+    /// Validates `views` over `shape` and merges dims; `None` for zero elements.
+    fn new(op: &'static str, shape: &[usize], views: &[(&str, View<'a>, Dtype)]) -> Result<Option<Plan<'a>>> {
+        let bad = |reason: String| OpsError::Shape { op, reason };
+        for (what, v, _) in views {
+            if v.strides.len() != shape.len() {
+                return Err(bad(format!(
+                    "{what} has {} strides for the {}-dim shape {shape:?}",
+                    v.strides.len(),
+                    shape.len()
+                )));
+            }
+        }
+        let numel = shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| bad(format!("shape {shape:?} has more than usize::MAX elements")))?;
+        if numel == 0 {
+            return Ok(None);
+        }
+        let n = u32::try_from(numel).map_err(|_| bad(format!("shape {shape:?} has more than 2^32 - 1 elements")))?;
+        let mut spans = Vec::with_capacity(views.len());
+        for (what, v, dt) in views {
+            let last = shape
+                .iter()
+                .zip(v.strides)
+                .try_fold(v.offset, |acc, (&d, &st)| (d - 1).checked_mul(st).and_then(|x| acc.checked_add(x)));
+            let last = last
+                .filter(|&l| u32::try_from(l).is_ok())
+                .ok_or_else(|| bad(format!("{what} addresses elements past index 2^32 - 1")))?;
+            let elems = v.buffer.size() / dt.size() as u64;
+            if last as u64 >= elems {
+                return Err(bad(format!(
+                    "{what} (offset {}, strides {:?} over shape {shape:?}) reaches element {last}, past the end of its \
+                     buffer of {elems} {} elements",
+                    v.offset,
+                    v.strides,
+                    dt.name()
+                )));
+            }
+            let size = dt.size() as u64;
+            spans.push((v.buffer, v.offset as u64 * size, (last as u64 + 1) * size));
+        }
+        // Size-1 dims dropped, then adjacent dims merged where every operand allows.
+        let mut dims: Vec<(usize, Vec<usize>)> = Vec::with_capacity(shape.len());
+        for (i, &d) in shape.iter().enumerate() {
+            if d == 1 {
+                continue;
+            }
+            let strides: Vec<usize> = views.iter().map(|(_, v, _)| v.strides[i]).collect();
+            if let Some((pd, ps)) = dims.last_mut() {
+                if ps.iter().zip(&strides).all(|(&outer, &inner)| inner.checked_mul(d) == Some(outer)) {
+                    *pd *= d;
+                    *ps = strides;
+                    continue;
+                }
+            }
+            dims.push((d, strides));
+        }
+        if dims.len() > MAX_RANK {
+            return Err(bad(format!(
+                "rank {} after merging dims (shape {shape:?}, strides {:?}) exceeds the supported {MAX_RANK}",
+                dims.len(),
+                views.iter().map(|(_, v, _)| v.strides).collect::<Vec<_>>()
+            )));
+        }
+        // Every size and stride below is at most an addressed index or `n`: it fits u32.
+        let mut shape32 = [1u32; MAX_RANK];
+        let mut operands: Vec<Operand> =
+            views.iter().map(|(_, v, _)| Operand { offset: v.offset as u32, strides: [0; MAX_RANK] }).collect();
+        for (j, (d, strides)) in dims.iter().enumerate() {
+            shape32[j] = *d as u32;
+            for (o, &st) in operands.iter_mut().zip(strides) {
+                o.strides[j] = st as u32;
+            }
+        }
+        Ok(Some(Plan { n, rank: dims.len().max(1) as u32, shape: shape32, operands, spans }))
+    }
+
+    fn operands<const N: usize>(&self) -> [Operand; N] {
+        std::array::from_fn(|i| self.operands[i])
+    }
+
+    /// Operand `i` bound from byte 0 to the end of what it addresses.
+    fn binding(&self, i: usize) -> BufferArg<'a> {
+        let (b, _, end) = self.spans[i];
+        BufferArg::range(b, 0, end)
+    }
+
+    fn byte_range(&self, i: usize) -> std::ops::Range<u64> {
+        self.spans[i].1..self.spans[i].2
+    }
+
+    /// The launch grid: one invocation per element, 2D where the count needs it.
+    fn groups(&self, s: &Stream, op: &'static str) -> Result<[u32; 3]> {
+        let wg = u64::from(ELEMENTWISE_WORKGROUP);
+        let g = grid(s.device(), op, u64::from(self.n).div_ceil(wg))?;
+        // The kernels' flattened invocation index is a u32.
+        if u64::from(g[0]) * u64::from(g[1]) * wg > 1 << 32 {
+            return Err(OpsError::Shape { op, reason: format!("{} elements need too large a grid", self.n) });
+        }
+        Ok(g)
+    }
+}
+
+/// Whether a layout maps distinct multi-indices to distinct elements (a sufficient test:
+/// sorted by stride, each stride exceeds the span of the smaller ones).
+fn writes_each_once(shape: &[u32], strides: &[u32]) -> bool {
+    let mut dims: Vec<(u64, u64)> =
+        shape.iter().zip(strides).filter(|(&d, _)| d > 1).map(|(&d, &s)| (u64::from(s), u64::from(d))).collect();
+    dims.sort_unstable();
+    let mut span = 0u64;
+    for (stride, d) in dims {
+        if stride <= span {
+            return false;
+        }
+        span += (d - 1) * stride;
+    }
+    true
+}
+
+/// Checks that `y` holds the plan's `n` elements of `dt` and overlaps an input only in
+/// place.
+fn check_output(op: &'static str, plan: &Plan<'_>, dt: Dtype, y: &Buffer, inputs: &[View<'_>]) -> Result<()> {
+    let bytes = u64::from(plan.n) * dt.size() as u64;
+    if y.size() < bytes {
+        return Err(OpsError::Shape {
+            op,
+            reason: format!("y holds {} bytes, needs {} {} ({bytes} bytes)", y.size(), plan.n, dt.name()),
+        });
+    }
+    for (i, v) in inputs.iter().enumerate() {
+        let o = &plan.operands[i];
+        let in_place = o.offset == 0 && (plan.n == 1 || (plan.rank == 1 && o.strides[0] == 1));
+        if v.buffer.id() == y.id() && !in_place && plan.byte_range(i).start < bytes {
+            return Err(OpsError::Shape {
+                op,
+                reason: format!(
+                    "y overlaps input {i} (offset {}, strides {:?}) in the same buffer, other than in place",
+                    v.offset, v.strides
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguous_strides_are_row_major() {
+        assert_eq!(contiguous_strides(&[]), Vec::<usize>::new());
+        assert_eq!(contiguous_strides(&[5]), vec![1]);
+        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+    }
+
+    #[test]
+    fn write_once_test() {
+        assert!(writes_each_once(&[2, 3], &[3, 1]));
+        assert!(writes_each_once(&[2, 3], &[1, 2]));
+        assert!(writes_each_once(&[1, 3], &[0, 1]));
+        assert!(!writes_each_once(&[2, 3], &[0, 1]));
+        assert!(!writes_each_once(&[2, 3], &[2, 1]));
+        assert!(writes_each_once(&[], &[]));
+    }
+}

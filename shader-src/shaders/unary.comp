@@ -1,0 +1,140 @@
+//! variant f32
+//! variant f16 F16=1
+// Strided unary ops (vkml_ops::elementwise::{unary, affine, powf, elu}): for i < n,
+// y[i] = f(x[x_off + sum_d idx_d(i) * x_str[d]]), idx(i) the row-major multi-index of i
+// over shape[0..rank], y contiguous. f32 arithmetic; the f16 variant loads and stores f16
+// bits (strided.glsl: exact widening, round to nearest even).
+// Bindings: 0 = x, 1 = y (f32, or f16 in the f16 variant).
+// Push constants: n, rank (1..=6), x_off, p0, p1 (the op's parameters), shape[6], x_str[6]
+// (elements).
+// Specialization constants: 0 = workgroup size, 1 = op: the OP_* codes below, which
+// ops/src/elementwise.rs (`UnaryKind::code`) mirrors. Formulas as candle-core 0.11
+// (src/op.rs, cpu_backend) computes them in f32.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#ifdef F16
+#extension GL_EXT_shader_16bit_storage : require
+#endif
+layout(local_size_x_id = 0, local_size_x = 256) in;
+layout(constant_id = 1) const uint OP = 0;
+#include "common.glsl"
+#include "activation.glsl"
+#include "strided.glsl"
+
+#define OP_EXP 0u
+#define OP_LOG 1u
+#define OP_SIN 2u
+#define OP_COS 3u
+#define OP_ABS 4u
+#define OP_NEG 5u
+#define OP_RECIP 6u
+#define OP_SQR 7u
+#define OP_SQRT 8u
+#define OP_GELU 9u
+#define OP_GELU_ERF 10u
+#define OP_ERF 11u
+#define OP_RELU 12u
+#define OP_SILU 13u
+#define OP_TANH 14u
+#define OP_FLOOR 15u
+#define OP_CEIL 16u
+#define OP_ROUND 17u
+#define OP_SIGN 18u
+#define OP_AFFINE 19u
+#define OP_POWF 20u
+#define OP_ELU 21u
+
+layout(std430, set = 0, binding = 0) readonly buffer X { ELEM x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Y { ELEM y[]; };
+layout(push_constant) uniform P {
+    uint n;
+    uint rank;
+    uint x_off;
+    float p0;
+    float p1;
+    uint shape[VKML_MAX_RANK];
+    uint x_str[VKML_MAX_RANK];
+} p;
+
+#define NAN uintBitsToFloat(0x7fc00000u)
+#define INF uintBitsToFloat(0x7f800000u)
+
+// f32::round: half-way cases away from zero. x - trunc(x) is exact in f32.
+float round_away(float x) {
+    float t = trunc(x);
+    return abs(x - t) >= 0.5 ? t + (x < 0.0 ? -1.0 : 1.0) : t;
+}
+
+// f32::powf: IEEE pow's special cases around exp2(e * log2(|x|)).
+float powf_ieee(float x, float e) {
+    if (e == 0.0 || x == 1.0) return 1.0;
+    // Exact for the common exponents (and no spurious overflow near f32::MAX).
+    if (e == 1.0) return x;
+    if (e == 2.0) return x * x;
+    if (isnan(x) || isnan(e)) return NAN;
+    float ax = abs(x);
+    if (isinf(e)) {
+        if (ax == 1.0) return 1.0;
+        return (ax > 1.0) == (e > 0.0) ? INF : 0.0;
+    }
+    bool e_int = floor(e) == e;
+    if (x < 0.0 && !isinf(x) && !e_int) return NAN;
+    // Integers of 2^24 and more are even.
+    bool e_odd = e_int && abs(e) < 16777216.0 && mod(e, 2.0) == 1.0;
+    float mag;
+    if (ax == 0.0) {
+        mag = e > 0.0 ? 0.0 : INF;
+    } else if (isinf(ax)) {
+        mag = e > 0.0 ? INF : 0.0;
+    } else {
+        mag = exp2(e * log2(ax));
+    }
+    // Negative base (-0 and -inf included) to an odd integer power is negative.
+    return (e_odd && (floatBitsToUint(x) >> 31) != 0u) ? -mag : mag;
+}
+
+float apply(float v) {
+    if (OP == OP_EXP) return exp(v);
+    if (OP == OP_LOG) return v < 0.0 ? NAN : (v == 0.0 ? -INF : log(v));
+    if (OP == OP_SIN) return sin(v);
+    if (OP == OP_COS) return cos(v);
+    if (OP == OP_ABS) return abs(v);
+    if (OP == OP_NEG) return -v;
+    if (OP == OP_RECIP) return 1.0 / v;
+    if (OP == OP_SQR) return v * v;
+    if (OP == OP_SQRT) return v < 0.0 ? NAN : sqrt(v);
+    if (OP == OP_GELU) return act_gelu(v);
+    if (OP == OP_GELU_ERF) return act_gelu_erf(v);
+    if (OP == OP_ERF) return erf_approx(v);
+    if (OP == OP_RELU) return v > 0.0 ? v : 0.0;
+    if (OP == OP_SILU) return act_silu(v);
+    // tanh saturates to +-1 in f32 beyond |x| = 9.1; clamping keeps exp-based
+    // implementations away from inf / inf.
+    if (OP == OP_TANH) return isnan(v) ? v : tanh(clamp(v, -10.0, 10.0));
+    if (OP == OP_FLOOR) return floor(v);
+    if (OP == OP_CEIL) return ceil(v);
+    if (OP == OP_ROUND) return round_away(v);
+    if (OP == OP_SIGN) return float(v > 0.0) - float(v < 0.0);
+    if (OP == OP_AFFINE) {
+        // Two roundings, as candle's v * mul + add: no fused multiply-add.
+        precise float r = v * p.p0 + p.p1;
+        return r;
+    }
+    if (OP == OP_POWF) return powf_ieee(v, p.p0);
+    // OP_ELU: candle's elu, v if the sign bit is clear, else (exp(v) - 1) * alpha.
+    return (floatBitsToUint(v) >> 31) == 0u ? v : (exp(v) - 1.0) * p.p0;
+}
+
+void main() {
+    uint i = vkml_global_index_1d();
+    if (i >= p.n) return;
+    uint r = i;
+    uint ix = p.x_off;
+    for (uint d = p.rank - 1u; d > 0u; --d) {
+        uint q = r / p.shape[d];
+        ix += (r - q * p.shape[d]) * p.x_str[d];
+        r = q;
+    }
+    ix += r * p.x_str[0];
+    STORE(y, i, apply(LOAD(x, ix)));
+}
