@@ -58,6 +58,13 @@ pub struct LlamaConfig {
     pub rope_dim: usize,
     /// `{arch}.rope.freq_base` (defaults to 10000).
     pub rope_base: f32,
+    /// Linear rope scaling: `1 / {arch}.rope.scaling.factor` when
+    /// `{arch}.rope.scaling.type` is `linear` (or `1 / {arch}.rope.scale_linear`), else 1
+    /// (llama.cpp's `rope_freq_scale_train`).
+    pub rope_freq_scale: f32,
+    /// Per-pair frequency divisors from the `rope_freqs.weight` tensor (`f32[rot / 2]`;
+    /// Llama 3.1's long-context scaling), when the file has one.
+    pub rope_freqs: Option<Vec<f32>>,
     /// `{arch}.attention.layer_norm_rms_epsilon`.
     pub rms_eps: f32,
     /// How rope pairs dimensions: interleaved for llama/mistral, neox for qwen2.
@@ -135,6 +142,37 @@ impl LlamaConfig {
             )));
         }
         let rope_base = meta_f(f, &format!("{arch}.rope.freq_base"))?.unwrap_or(10000.0);
+        let scaling_key = format!("{arch}.rope.scaling.type");
+        let factor = match f.get(&scaling_key).map(|v| v.as_str()) {
+            None | Some(Some("none")) => meta_f(f, &format!("{arch}.rope.scale_linear"))?,
+            Some(Some("linear")) => meta_f(f, &format!("{arch}.rope.scaling.factor"))?,
+            Some(other) => {
+                return Err(model_err(format!(
+                    "{scaling_key} {} is not supported (supported: none, linear; llama3 frequency \
+                     factors come from the rope_freqs.weight tensor)",
+                    other.map_or_else(|| "(not a string)".to_string(), |s| format!("{s:?}"))
+                )))
+            }
+        };
+        let rope_freq_scale = match factor {
+            Some(x) if x > 0.0 && x.is_finite() => 1.0 / x,
+            Some(x) if x != 0.0 => return Err(model_err(format!("rope scaling factor {x} is not a positive number"))),
+            _ => 1.0,
+        };
+        let rope_freqs = match f.header().tensor("rope_freqs.weight") {
+            None => None,
+            Some(_) => {
+                let v = f.dequantize("rope_freqs.weight").map_err(|e| model_err(format!("rope_freqs.weight: {e}")))?;
+                if v.len() != rope_dim / 2 || v.iter().any(|&x| !(x > 0.0 && x.is_finite())) {
+                    return Err(model_err(format!(
+                        "rope_freqs.weight has {} values, need {} positive ones (rotary dims / 2)",
+                        v.len(),
+                        rope_dim / 2
+                    )));
+                }
+                Some(v)
+            }
+        };
         let rms_eps = meta_f(f, &format!("{arch}.attention.layer_norm_rms_epsilon"))?
             .ok_or_else(|| model_err(format!("metadata {arch}.attention.layer_norm_rms_epsilon is missing")))?;
         let context_length = req("context_length")?;
@@ -154,6 +192,8 @@ impl LlamaConfig {
             head_dim,
             rope_dim,
             rope_base,
+            rope_freq_scale,
+            rope_freqs,
             rms_eps,
             rope_style,
             context_length,
@@ -275,15 +315,25 @@ fn f32_bytes(n: usize) -> u64 {
     4 * n.max(1) as u64
 }
 
-/// Rope tables as candle-transformers' `quantized_llama::precomput_freqs_cis` computes
-/// them (f32): `theta_i = 1 / base^(2i / rot)`, `angle = pos * theta_i`.
-pub(crate) fn rope_tables(rot: usize, base: f32, positions: usize) -> (Vec<f32>, Vec<f32>) {
-    let theta: Vec<f32> = (0..rot).step_by(2).map(|i| 1f32 / base.powf(i as f32 / rot as f32)).collect();
+/// Rope tables `f32[positions, rot / 2]` (cos, sin) as candle-transformers'
+/// `quantized_llama::precomput_freqs_cis` computes them, `theta_i = 1 / base^(2i / rot)`
+/// and `angle = pos * theta_i`, with ggml's scaling (`ggml_rope_ext`, ext_factor 0):
+/// `theta_i` divided by the frequency factor `rope_freqs[i]` and the angle multiplied by
+/// `rope_freq_scale`. Without scaling the values are bit-identical to candle's.
+pub(crate) fn rope_tables(c: &LlamaConfig, positions: usize) -> (Vec<f32>, Vec<f32>) {
+    let (rot, base) = (c.rope_dim, c.rope_base);
+    let theta: Vec<f32> = (0..rot)
+        .step_by(2)
+        .map(|i| {
+            let th = 1f32 / base.powf(i as f32 / rot as f32);
+            c.rope_freqs.as_ref().map_or(th, |ff| th / ff[i / 2])
+        })
+        .collect();
     let mut cos = Vec::with_capacity(positions * theta.len());
     let mut sin = Vec::with_capacity(positions * theta.len());
     for p in 0..positions {
         for &th in &theta {
-            let a = p as f32 * th;
+            let a = p as f32 * th * c.rope_freq_scale;
             cos.push(a.cos());
             sin.push(a.sin());
         }
@@ -372,7 +422,7 @@ impl Llama {
             });
         }
         stream.finish_and_wait()?;
-        let (cos, sin) = rope_tables(cfg.rope_dim, cfg.rope_base, ctx);
+        let (cos, sin) = rope_tables(&cfg, ctx);
         let b = max_batch;
         let a = |n: usize| dev.alloc(f32_bytes(n), MemoryKind::DeviceLocal);
         let scratch = Scratch {
@@ -659,5 +709,73 @@ impl Llama {
         }
         let stats = s.stats();
         Ok((stats.dispatches - stats0.dispatches, stats.barriers - stats0.barriers))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vkml_quant::gguf::GgufWriter;
+    use vkml_quant::GgmlType;
+
+    /// A config-only llama GGUF (head dim 8, rotary dims 4) plus `extra` keys and
+    /// optionally a `rope_freqs.weight` tensor.
+    fn file(extra: &[(&str, GgufValue)], freqs: Option<&[f32]>) -> GgufFile {
+        let mut w = GgufWriter::new();
+        let u = |v: u32| GgufValue::U32(v);
+        w.push_kv("general.architecture", GgufValue::String("llama".into()));
+        for (k, v) in [
+            ("block_count", u(1)),
+            ("context_length", u(64)),
+            ("embedding_length", u(16)),
+            ("feed_forward_length", u(32)),
+            ("attention.head_count", u(2)),
+            ("rope.dimension_count", u(4)),
+            ("attention.layer_norm_rms_epsilon", GgufValue::F32(1e-5)),
+        ] {
+            w.push_kv(format!("llama.{k}"), v);
+        }
+        for (k, v) in extra {
+            w.push_kv(*k, v.clone());
+        }
+        w.push_tensor("token_embd.weight", GgmlType::F32, vec![16, 10], vec![0; 16 * 10 * 4]);
+        if let Some(f) = freqs {
+            w.push_tensor("rope_freqs.weight", GgmlType::F32, vec![f.len() as u64], bytemuck::cast_slice(f).to_vec());
+        }
+        GgufFile::from_vec(w.to_bytes().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn rope_tables_follow_ggml_scaling() {
+        let scaled = [
+            ("llama.rope.scaling.type", GgufValue::String("linear".into())),
+            ("llama.rope.scaling.factor", GgufValue::F32(4.0)),
+        ];
+        let freqs = [1.0f32, 8.0];
+        let c = LlamaConfig::from_gguf(&file(&scaled, Some(&freqs))).unwrap();
+        assert_eq!((c.rope_freq_scale, c.rope_freqs.as_deref()), (0.25, Some(&freqs[..])));
+        let (cos, sin) = rope_tables(&c, 64);
+        // ggml_rope_ext with ext_factor 0: angle = freq_scale · p · base^(-2i/rot) / ff_i.
+        for p in [0usize, 1, 17, 63] {
+            for i in 0..2 {
+                let a = 0.25 * p as f64 * 10000f64.powf(-((2 * i) as f64) / 4.0) / f64::from(freqs[i]);
+                let (gc, gs) = (f64::from(cos[p * 2 + i]), f64::from(sin[p * 2 + i]));
+                assert!((gc - a.cos()).abs() < 1e-5 && (gs - a.sin()).abs() < 1e-5, "p {p} i {i}");
+            }
+        }
+        // The legacy key scales the same way; no key leaves the angles unscaled.
+        let legacy = LlamaConfig::from_gguf(&file(&[("llama.rope.scale_linear", GgufValue::F32(4.0))], None)).unwrap();
+        assert_eq!((legacy.rope_freq_scale, legacy.rope_freqs), (0.25, None));
+        assert_eq!(LlamaConfig::from_gguf(&file(&[], None)).unwrap().rope_freq_scale, 1.0);
+    }
+
+    #[test]
+    fn unsupported_rope_scaling_is_an_error() {
+        let e = LlamaConfig::from_gguf(&file(&[("llama.rope.scaling.type", GgufValue::String("yarn".into()))], None))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("llama.rope.scaling.type \"yarn\" is not supported"), "{e}");
+        let e = LlamaConfig::from_gguf(&file(&[], Some(&[1.0, 2.0, 3.0]))).unwrap_err().to_string();
+        assert!(e.contains("rope_freqs.weight has 3 values, need 2"), "{e}");
     }
 }
