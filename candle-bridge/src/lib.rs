@@ -1,21 +1,31 @@
-//! vkml-candle: models on vkml's GPU kernels, with what a chat front needs around them.
+//! vkml-candle: Candle's backend traits on Vulkan, a tensor front over them, and models
+//! with what a chat front needs around them.
 //!
-//! Built so far (issue 5, first slice):
-//! - [`llama`]: llama-family GGUF models (llama, mistral, smollm) on the GPU: quantized
-//!   weights stay quantized on the device, f16 KV cache on the device, one command buffer
-//!   and one host wait per step, the prompt in one batched pass.
+//! - [`vulkan`]: `VulkanDevice: BackendDevice`, `VulkanStorage: BackendStorage`
+//!   (candle-core 0.11), deferred execution on one stream per device. Issue 5's slice of
+//!   the methods; the rest return errors naming them (issue 6).
+//! - [`front`]: [`front::Tensor`], candle's tensor methods over any `BackendStorage`, and
+//!   [`front::ModelStorage`], the model ops candle keeps outside the trait; [`cpu`]
+//!   implements them on candle's `CpuStorage`.
+//! - [`llama_generic`]: the llama family on the front, generic over the storage: on the
+//!   CPU it is the conformance oracle of the Vulkan run.
+//! - [`llama`]: the fused llama engine `vkml generate` runs: quantized weights stay
+//!   quantized on the device, f16 KV cache, one command buffer and one host wait per
+//!   step, the prompt in one batched pass, the next decode step recorded ahead.
 //! - [`tokenizer`]: the tokenizer from GGUF metadata (`tokenizer.ggml.*`) through the
 //!   `tokenizers` crate, and the chat template (`tokenizer.chat_template`) through
 //!   minijinja.
 //! - [`sampling`]: greedy, temperature, top-k, top-p, repeat penalty, seeded.
-//!
-//! Not yet: Candle's `BackendDevice`/`BackendStorage` on Vulkan and the tensor front over
-//! them (issue 6); the model code here calls vkml-ops directly.
+//! - [`synth`]: synthetic models of named shapes, for benchmarks and tests.
 
+pub mod cpu;
 pub mod error;
+pub mod front;
 pub mod llama;
+pub mod llama_generic;
 pub mod sampling;
 pub mod synth;
 pub mod tokenizer;
+pub mod vulkan;
 
 pub use error::{Error, Result};

@@ -1,0 +1,154 @@
+//! [`ModelStorage`] for candle's `CpuStorage`: the model ops through candle-core and
+//! candle-nn on the CPU, with weights dequantized by vkml-quant (the CPU reference of
+//! every block format). This is the conformance oracle's side of the front: the same
+//! model code, run here, is what the Vulkan run is checked against.
+
+use candle_core::backend::BackendStorage;
+use candle_core::cpu_backend::CpuDevice;
+use candle_core::op::BackpropOp;
+use candle_core::{CpuStorage, DType, Layout, Storage, Tensor, D};
+use vkml_ops::nn::RopeStyle;
+use vkml_quant::gguf::TensorInfo;
+
+use crate::front::{scratch_alloc, ModelStorage};
+
+type CResult<T> = candle_core::Result<T>;
+
+/// `(storage, layout)` as a contiguous candle CPU tensor (a copy).
+fn tensor(s: &CpuStorage, l: &Layout) -> CResult<Tensor> {
+    let mut packed = scratch_alloc(&CpuDevice, l.shape(), s.dtype())?;
+    s.copy_strided_src(&mut packed, 0, l)?;
+    Ok(Tensor::from_storage(Storage::Cpu(packed), l.shape().clone(), BackpropOp::none(), false))
+}
+
+/// The storage of a candle CPU tensor, packed and contiguous from 0.
+fn storage(t: &Tensor) -> CResult<CpuStorage> {
+    let t = t.contiguous()?;
+    let (st, l) = t.storage_and_layout();
+    let Storage::Cpu(cpu) = &*st else { candle_core::bail!("expected a CPU tensor") };
+    let mut packed = scratch_alloc(&CpuDevice, l.shape(), t.dtype())?;
+    cpu.copy_strided_src(&mut packed, 0, l)?;
+    Ok(packed)
+}
+
+/// Keys or values so far, `[n_kv_heads, len, d]`, f16 (as the Vulkan cache stores them).
+#[derive(Debug)]
+pub struct CpuKvCache {
+    data: Option<Tensor>,
+    ctx: usize,
+    len: usize,
+}
+
+impl ModelStorage for CpuStorage {
+    /// The dequantized matrix, `f32[rows, k]`.
+    type QWeight = Tensor;
+    type KvCache = CpuKvCache;
+
+    fn qweight(_: &CpuDevice, info: &TensorInfo, bytes: &[u8]) -> CResult<Tensor> {
+        let (rows, k) = (info.n_rows() as usize, info.row_len() as usize);
+        let v = vkml_quant::dequant::dequantize_to_vec(info.ty, bytes).map_err(candle_core::Error::wrap)?;
+        if v.len() != rows * k {
+            candle_core::bail!("tensor {} holds {} values, not {rows} x {k}", info.name, v.len())
+        }
+        Tensor::from_vec(v, (rows, k), &candle_core::Device::Cpu)
+    }
+
+    fn qweight_dims(w: &Tensor) -> (usize, usize) {
+        let d = w.dims();
+        (d[0], d[1])
+    }
+
+    fn qmatmul(&self, l: &Layout, w: &Tensor) -> CResult<Self> {
+        storage(&tensor(self, l)?.matmul(&w.t()?)?)
+    }
+
+    fn qembedding(w: &Tensor, ids: &Self, l: &Layout) -> CResult<Self> {
+        storage(&w.embedding(&tensor(ids, l)?)?)
+    }
+
+    fn rms_norm(&self, l: &Layout, w: &Self, wl: &Layout, eps: f32) -> CResult<Self> {
+        storage(&candle_nn::ops::rms_norm(&tensor(self, l)?, &tensor(w, wl)?, eps)?)
+    }
+
+    fn rope(
+        &self,
+        l: &Layout,
+        cos: &Self,
+        sin: &Self,
+        positions: usize,
+        pos0: usize,
+        rot: usize,
+        style: RopeStyle,
+    ) -> CResult<Self> {
+        let x = tensor(self, l)?;
+        let (t, _, d) = x.dims3()?;
+        let table = |s: &CpuStorage| -> CResult<Tensor> {
+            tensor(s, &Layout::contiguous((positions, rot / 2)))?.narrow(0, pos0, t)
+        };
+        let (c, s) = (table(cos)?, table(sin)?);
+        // candle-nn's rope takes [batch, heads, t, d].
+        let xr = x.narrow(D::Minus1, 0, rot)?.transpose(0, 1)?.unsqueeze(0)?.contiguous()?;
+        let yr = match style {
+            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&xr, &c, &s)?,
+            RopeStyle::Neox => candle_nn::rotary_emb::rope(&xr, &c, &s)?,
+        };
+        let yr = yr.squeeze(0)?.transpose(0, 1)?;
+        let y = if rot < d { Tensor::cat(&[&yr, &x.narrow(D::Minus1, rot, d - rot)?], D::Minus1)? } else { yr };
+        storage(&y)
+    }
+
+    fn kv_cache(_: &CpuDevice, _: usize, ctx: usize, _: usize) -> CResult<CpuKvCache> {
+        Ok(CpuKvCache { data: None, ctx, len: 0 })
+    }
+
+    fn attention(
+        q: (&Self, &Layout),
+        k: (&Self, &Layout),
+        v: (&Self, &Layout),
+        k_cache: &mut CpuKvCache,
+        v_cache: &mut CpuKvCache,
+        pos0: usize,
+        scale: f32,
+    ) -> CResult<Self> {
+        let q = tensor(q.0, q.1)?; // [t, h, d]
+        let (t, h, d) = q.dims3()?;
+        let append = |c: &mut CpuKvCache, x: Tensor| -> CResult<Tensor> {
+            if pos0 + t > c.ctx {
+                candle_core::bail!("positions {pos0}..{} run past the cache of {}", pos0 + t, c.ctx)
+            }
+            // Positions from pos0 on are overwritten (as the GPU cache is).
+            let new = x.transpose(0, 1)?.to_dtype(DType::F16)?; // [hk, t, d]
+            let kept = match &c.data {
+                Some(old) if pos0 > 0 => Some(old.narrow(1, 0, pos0.min(c.len))?),
+                _ => None,
+            };
+            if kept.as_ref().map_or(0, |k| k.dim(1).unwrap_or(0)) != pos0 {
+                candle_core::bail!("attention at position {pos0} with {} cached positions", c.len)
+            }
+            let all = match kept {
+                Some(k) => Tensor::cat(&[&k, &new], 1)?,
+                None => new,
+            };
+            c.len = pos0 + t;
+            c.data = Some(all.clone());
+            all.to_dtype(DType::F32)
+        };
+        let kk = append(k_cache, tensor(k.0, k.1)?)?; // [hk, L, d]
+        let vv = append(v_cache, tensor(v.0, v.1)?)?;
+        let (hk, len, _) = kk.dims3()?;
+        if h % hk != 0 {
+            candle_core::bail!("{h} query heads over {hk} KV heads")
+        }
+        let g = h / hk;
+        let repeat = |x: Tensor| x.unsqueeze(1)?.broadcast_as((hk, g, len, d))?.reshape((h, len, d));
+        let (kk, vv) = (repeat(kk)?, repeat(vv)?);
+        let qh = q.transpose(0, 1)?.contiguous()?; // [h, t, d]
+        let att = (qh.matmul(&kk.t()?)? * f64::from(scale))?; // [h, t, L]
+        let mask: Vec<f32> =
+            (0..t).flat_map(|i| (0..len).map(move |j| if j > pos0 + i { f32::NEG_INFINITY } else { 0.0 })).collect();
+        let mask = Tensor::from_vec(mask, (t, len), &candle_core::Device::Cpu)?;
+        let att = candle_nn::ops::softmax_last_dim(&att.broadcast_add(&mask)?)?;
+        let y = att.matmul(&vv)?.transpose(0, 1)?.reshape((t, h * d))?;
+        storage(&y)
+    }
+}

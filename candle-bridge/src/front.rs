@@ -1,0 +1,498 @@
+//! The tensor front: [`Tensor`], candle's tensor methods (names, `Shape`, `Layout`,
+//! `DType`, errors) over any `candle_core::backend::BackendStorage`.
+//!
+//! Candle's `Device`/`Storage` enums are closed, so a `candle_core::Tensor` cannot hold
+//! [`crate::vulkan::VulkanStorage`]. This front is the same idea one level down: a
+//! storage behind an `Arc` plus a `Layout`; view ops (`narrow`, `transpose`,
+//! `broadcast_as`, `reshape` of a contiguous tensor) only change the layout, compute ops
+//! call the storage's trait methods. Written generic over the storage, model code runs
+//! on Vulkan ([`crate::vulkan::VulkanStorage`]) and on candle's own `CpuStorage`, which
+//! is the conformance oracle (DESIGN.md, "candle-bridge").
+//!
+//! Ops candle keeps outside `BackendStorage` (candle-nn's `rms_norm` and rope, quantized
+//! matmul and embedding, attention over a KV cache) are the [`ModelStorage`] trait: the
+//! CPU implementation ([`crate::cpu`]) calls candle-nn and candle-core, the Vulkan one
+//! vkml-ops' kernels.
+//!
+//! Backprop is not tracked: the front is for inference.
+
+use std::sync::Arc;
+
+use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::op::{BinaryOpT, UnaryOpT};
+use candle_core::{CpuStorage, DType, Layout, Shape, WithDType};
+use vkml_ops::nn::RopeStyle;
+use vkml_quant::gguf::TensorInfo;
+
+type CResult<T> = candle_core::Result<T>;
+
+/// The model ops candle keeps outside `BackendStorage` (in candle-nn and in
+/// `candle_core::quantized`), for the front's model code. Activations are F32; layouts
+/// are candle's (offsets and strides in elements).
+pub trait ModelStorage: BackendStorage {
+    /// A GGML-quantized weight matrix `[rows, k]` (GGUF dims `[k, rows]`) on the device.
+    type QWeight: std::fmt::Debug;
+    /// One layer's keys or values for every position: `[n_kv_heads, ctx, d]`, stored as
+    /// f16 on every backend (the rounding is part of the model).
+    type KvCache: std::fmt::Debug;
+
+    /// Uploads a GGUF tensor (`info`, and its data `bytes`) as a weight matrix.
+    ///
+    /// # Errors
+    /// Types without kernels on this backend, shapes that are not a matrix, device errors.
+    fn qweight(dev: &Self::Device, info: &TensorInfo, bytes: &[u8]) -> CResult<Self::QWeight>;
+
+    /// `(rows, k)` of a weight matrix.
+    fn qweight_dims(w: &Self::QWeight) -> (usize, usize);
+
+    /// `x Wᵀ` for `x: f32[t, k]` (`l`): `f32[t, rows]`, contiguous (candle's
+    /// `QMatMul::forward`).
+    ///
+    /// # Errors
+    /// Shape mismatches, device errors.
+    fn qmatmul(&self, l: &Layout, w: &Self::QWeight) -> CResult<Self>;
+
+    /// Rows `ids` (`u32[t]`, `l`) of `w` as `f32[t, k]` (candle-nn's `Embedding` on the
+    /// dequantized matrix).
+    ///
+    /// # Errors
+    /// A dtype other than U32, device errors. An id past the rows is an error on the CPU;
+    /// on Vulkan the kernel clamps it (the model checks ids first).
+    fn qembedding(w: &Self::QWeight, ids: &Self, l: &Layout) -> CResult<Self>;
+
+    /// candle-nn's `ops::rms_norm` over the last dim: `x / sqrt(mean(x²) + eps) * w`
+    /// (`x: f32[.., n]`, `w: f32[n]`); contiguous output.
+    ///
+    /// # Errors
+    /// Shape mismatches, device errors.
+    fn rms_norm(&self, l: &Layout, w: &Self, wl: &Layout, eps: f32) -> CResult<Self>;
+
+    /// Rotary embedding of `x: f32[t, heads, d]` (`l`) at positions `pos0..pos0 + t`:
+    /// the first `rot` dims of each head rotate, paired interleaved (candle-nn's
+    /// `rotary_emb::rope_i`) or neox-style (`rotary_emb::rope`); the rest pass through.
+    /// `cos`, `sin`: `f32[positions, rot / 2]` tables. Contiguous output.
+    ///
+    /// # Errors
+    /// Shape mismatches, positions past the tables, device errors.
+    #[allow(clippy::too_many_arguments)]
+    fn rope(
+        &self,
+        l: &Layout,
+        cos: &Self,
+        sin: &Self,
+        positions: usize,
+        pos0: usize,
+        rot: usize,
+        style: RopeStyle,
+    ) -> CResult<Self>;
+
+    /// An empty (zeroed) cache of `ctx` positions.
+    ///
+    /// # Errors
+    /// Device errors, odd or too large `d`.
+    fn kv_cache(dev: &Self::Device, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<Self::KvCache>;
+
+    /// Causal grouped-query attention with a KV cache: appends `k`, `v`
+    /// (`f32[t, n_kv_heads, d]`) at positions `pos0..pos0 + t` of the caches (rounded to
+    /// f16), then returns `softmax(q Kᵀ · scale + causal mask) V` over the first
+    /// `pos0 + t` positions for `q: f32[t, n_heads, d]`, as `f32[t, n_heads · d]`
+    /// (contiguous). Query head `h` reads KV head `h / (n_heads / n_kv_heads)`.
+    ///
+    /// # Errors
+    /// Shapes that do not fit, positions past the cache, device errors.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        q: (&Self, &Layout),
+        k: (&Self, &Layout),
+        v: (&Self, &Layout),
+        k_cache: &mut Self::KvCache,
+        v_cache: &mut Self::KvCache,
+        pos0: usize,
+        scale: f32,
+    ) -> CResult<Self>;
+}
+
+/// An n-dimensional array on a backend: a shared storage and a `Layout` into it.
+/// Cheap to clone (the storage is shared).
+pub struct Tensor<S: BackendStorage> {
+    storage: Arc<S>,
+    layout: Layout,
+}
+
+impl<S: BackendStorage> Clone for Tensor<S> {
+    fn clone(&self) -> Self {
+        Tensor { storage: self.storage.clone(), layout: self.layout.clone() }
+    }
+}
+
+impl<S: BackendStorage + std::fmt::Debug> std::fmt::Debug for Tensor<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor({:?}, {:?}, {:?})", self.layout.dims(), self.storage.dtype(), self.storage)
+    }
+}
+
+fn check_same_shape(a: &Shape, b: &Shape, op: &'static str) -> CResult<()> {
+    if a != b {
+        return Err(candle_core::Error::ShapeMismatchBinaryOp { lhs: a.clone(), rhs: b.clone(), op }.bt());
+    }
+    Ok(())
+}
+
+impl<S: BackendStorage> Tensor<S>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    /// A contiguous tensor of `shape` over `storage` (which must hold at least
+    /// `shape.elem_count()` elements).
+    pub fn from_storage(storage: S, shape: impl Into<Shape>) -> Self {
+        Tensor { storage: Arc::new(storage), layout: Layout::contiguous(shape) }
+    }
+
+    /// A tensor from host data (candle's `Tensor::from_slice`).
+    ///
+    /// # Errors
+    /// When `data.len()` is not the shape's element count; device errors.
+    pub fn from_slice<T: WithDType>(data: &[T], shape: impl Into<Shape>, dev: &S::Device) -> CResult<Self> {
+        let shape = shape.into();
+        if shape.elem_count() != data.len() {
+            return Err(candle_core::Error::ShapeMismatch { buffer_size: data.len(), shape }.bt());
+        }
+        Ok(Self::from_storage(dev.storage_from_slice(data)?, shape))
+    }
+
+    /// Zeros (candle's `Tensor::zeros`).
+    ///
+    /// # Errors
+    /// Device errors.
+    pub fn zeros(shape: impl Into<Shape>, dtype: DType, dev: &S::Device) -> CResult<Self> {
+        let shape = shape.into();
+        Ok(Self::from_storage(dev.zeros_impl(&shape, dtype)?, shape))
+    }
+
+    /// A copy of a `candle_core::Tensor` (any device) on `dev`.
+    ///
+    /// # Errors
+    /// Device errors; dtypes the backend cannot hold.
+    pub fn from_candle(t: &candle_core::Tensor, dev: &S::Device) -> CResult<Self> {
+        let t = t.to_device(&candle_core::Device::Cpu)?.contiguous()?;
+        let (st, l) = t.storage_and_layout();
+        let candle_core::Storage::Cpu(cpu) = &*st else { candle_core::bail!("to_device(Cpu) gave a non-CPU storage") };
+        // `t` is contiguous, but its storage may be larger than the view.
+        let mut packed = scratch_alloc(&candle_core::cpu_backend::CpuDevice, l.shape(), t.dtype())?;
+        cpu.copy_strided_src(&mut packed, 0, l)?;
+        Ok(Self::from_storage(dev.storage_from_cpu_storage_owned(packed)?, l.shape().clone()))
+    }
+
+    /// This tensor as a `candle_core::Tensor` on candle's CPU device.
+    ///
+    /// # Errors
+    /// Device errors.
+    pub fn to_candle(&self) -> CResult<candle_core::Tensor> {
+        let c = self.contiguous()?;
+        let all = c.storage.to_cpu_storage()?;
+        let mut packed = scratch_alloc(&candle_core::cpu_backend::CpuDevice, c.layout.shape(), c.dtype())?;
+        all.copy_strided_src(&mut packed, 0, &c.layout)?;
+        Ok(candle_core::Tensor::from_storage(
+            candle_core::Storage::Cpu(packed),
+            c.layout.shape().clone(),
+            candle_core::op::BackpropOp::none(),
+            false,
+        ))
+    }
+
+    /// The elements in row-major order (candle's `flatten_all()?.to_vec1()`).
+    ///
+    /// # Errors
+    /// A dtype other than `T`; device errors.
+    pub fn to_vec<T: WithDType>(&self) -> CResult<Vec<T>> {
+        self.to_candle()?.flatten_all()?.to_vec1::<T>()
+    }
+
+    /// The storage.
+    pub fn storage(&self) -> &S {
+        &self.storage
+    }
+
+    /// The layout into the storage.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &Shape {
+        self.layout.shape()
+    }
+
+    /// The dims.
+    pub fn dims(&self) -> &[usize] {
+        self.layout.dims()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.storage.dtype()
+    }
+
+    /// The device.
+    pub fn device(&self) -> &S::Device {
+        self.storage.device()
+    }
+
+    /// Number of elements.
+    pub fn elem_count(&self) -> usize {
+        self.layout.shape().elem_count()
+    }
+
+    fn with_layout(&self, layout: Layout) -> Self {
+        Tensor { storage: self.storage.clone(), layout }
+    }
+
+    fn wrap(&self, storage: S) -> Self {
+        Self::from_storage(storage, self.shape().clone())
+    }
+
+    /// candle's `narrow`: `len` entries of dim `dim` from `start` (a view).
+    ///
+    /// # Errors
+    /// Out-of-range dims.
+    pub fn narrow(&self, dim: usize, start: usize, len: usize) -> CResult<Self> {
+        Ok(self.with_layout(self.layout.narrow(dim, start, len)?))
+    }
+
+    /// candle's `transpose` (a view).
+    ///
+    /// # Errors
+    /// Out-of-range dims.
+    pub fn transpose(&self, d1: usize, d2: usize) -> CResult<Self> {
+        Ok(self.with_layout(self.layout.transpose(d1, d2)?))
+    }
+
+    /// candle's `broadcast_as` (a view with stride-0 dims).
+    ///
+    /// # Errors
+    /// Shapes that do not broadcast.
+    pub fn broadcast_as(&self, shape: impl Into<Shape>) -> CResult<Self> {
+        Ok(self.with_layout(self.layout.broadcast_as(shape)?))
+    }
+
+    /// candle's `contiguous`: this tensor if it is contiguous, else a packed copy.
+    ///
+    /// # Errors
+    /// Device errors.
+    pub fn contiguous(&self) -> CResult<Self> {
+        if self.layout.is_contiguous() {
+            return Ok(self.clone());
+        }
+        let dev = self.device();
+        let mut dst = scratch_alloc(dev, self.shape(), self.dtype())?;
+        self.storage.copy_strided_src(&mut dst, 0, &self.layout)?;
+        Ok(self.wrap(dst))
+    }
+
+    /// candle's `reshape` (a view when contiguous, else a copy first).
+    ///
+    /// # Errors
+    /// Element counts that differ.
+    pub fn reshape(&self, shape: impl Into<Shape>) -> CResult<Self> {
+        let shape = shape.into();
+        if shape.elem_count() != self.elem_count() {
+            return Err(candle_core::Error::ShapeMismatchBinaryOp {
+                lhs: self.shape().clone(),
+                rhs: shape,
+                op: "reshape",
+            }
+            .bt());
+        }
+        let c = self.contiguous()?;
+        let offset = c.layout.start_offset();
+        Ok(c.with_layout(Layout::contiguous_with_offset(shape, offset)))
+    }
+
+    /// candle's `to_dtype`.
+    ///
+    /// # Errors
+    /// Conversions the backend lacks.
+    pub fn to_dtype(&self, dtype: DType) -> CResult<Self> {
+        if dtype == self.dtype() {
+            return Ok(self.clone());
+        }
+        Ok(self.wrap(self.storage.to_dtype(&self.layout, dtype)?))
+    }
+
+    /// candle's `affine`: `x * mul + add`.
+    ///
+    /// # Errors
+    /// Dtypes the backend lacks.
+    pub fn affine(&self, mul: f64, add: f64) -> CResult<Self> {
+        Ok(self.wrap(self.storage.affine(&self.layout, mul, add)?))
+    }
+
+    /// A candle unary op (`candle_core::op::Silu`, `Exp`, ...), as `Tensor::silu` etc.
+    ///
+    /// # Errors
+    /// Dtypes the backend lacks.
+    pub fn unary<B: UnaryOpT>(&self) -> CResult<Self> {
+        Ok(self.wrap(self.storage.unary_impl::<B>(&self.layout)?))
+    }
+
+    /// candle's `silu`: `x / (1 + exp(-x))`.
+    ///
+    /// # Errors
+    /// Dtypes the backend lacks.
+    pub fn silu(&self) -> CResult<Self> {
+        self.unary::<candle_core::op::Silu>()
+    }
+
+    /// A candle binary op on tensors of one shape (candle's `add`, `mul`, ...).
+    ///
+    /// # Errors
+    /// Shapes or dtypes that differ.
+    pub fn binary<B: BinaryOpT>(&self, rhs: &Self) -> CResult<Self> {
+        check_same_shape(self.shape(), rhs.shape(), B::NAME)?;
+        Ok(self.wrap(self.storage.binary_impl::<B>(&rhs.storage, &self.layout, &rhs.layout)?))
+    }
+
+    /// A candle binary op after broadcasting both sides to a common shape (candle's
+    /// `broadcast_add`, `broadcast_mul`, ...).
+    ///
+    /// # Errors
+    /// Shapes that do not broadcast, dtypes that differ.
+    pub fn broadcast_binary<B: BinaryOpT>(&self, rhs: &Self) -> CResult<Self> {
+        let shape = self.shape().broadcast_shape_binary_op(rhs.shape(), B::NAME)?;
+        self.broadcast_as(shape.clone())?.binary::<B>(&rhs.broadcast_as(shape)?)
+    }
+
+    /// candle's `add`.
+    ///
+    /// # Errors
+    /// As [`Tensor::binary`].
+    pub fn add(&self, rhs: &Self) -> CResult<Self> {
+        self.binary::<candle_core::op::Add>(rhs)
+    }
+
+    /// candle's `mul`.
+    ///
+    /// # Errors
+    /// As [`Tensor::binary`].
+    pub fn mul(&self, rhs: &Self) -> CResult<Self> {
+        self.binary::<candle_core::op::Mul>(rhs)
+    }
+
+    /// candle's `broadcast_add`.
+    ///
+    /// # Errors
+    /// As [`Tensor::broadcast_binary`].
+    pub fn broadcast_add(&self, rhs: &Self) -> CResult<Self> {
+        self.broadcast_binary::<candle_core::op::Add>(rhs)
+    }
+
+    /// candle's `broadcast_mul`.
+    ///
+    /// # Errors
+    /// As [`Tensor::broadcast_binary`].
+    pub fn broadcast_mul(&self, rhs: &Self) -> CResult<Self> {
+        self.broadcast_binary::<candle_core::op::Mul>(rhs)
+    }
+}
+
+impl<S: ModelStorage> Tensor<S>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    /// `self Wᵀ` for `self: f32[t, k]`: `f32[t, rows]` ([`ModelStorage::qmatmul`]).
+    ///
+    /// # Errors
+    /// As [`ModelStorage::qmatmul`].
+    pub fn qmatmul(&self, w: &S::QWeight) -> CResult<Self> {
+        let (rows, k) = S::qweight_dims(w);
+        let &[t, kk] = self.dims() else {
+            candle_core::bail!("qmatmul takes [t, k] activations, got {:?}", self.dims())
+        };
+        if kk != k {
+            candle_core::bail!("qmatmul: activations have {kk} columns, the weight {k}")
+        }
+        Ok(Self::from_storage(self.storage.qmatmul(&self.layout, w)?, (t, rows)))
+    }
+
+    /// Embedding rows of `ids: u32[t]` ([`ModelStorage::qembedding`]): `f32[t, k]`.
+    ///
+    /// # Errors
+    /// As [`ModelStorage::qembedding`].
+    pub fn qembedding(ids: &Self, w: &S::QWeight) -> CResult<Self> {
+        let (_, k) = S::qweight_dims(w);
+        let &[t] = ids.dims() else { candle_core::bail!("qembedding takes [t] ids, got {:?}", ids.dims()) };
+        Ok(Self::from_storage(S::qembedding(w, &ids.storage, &ids.layout)?, (t, k)))
+    }
+
+    /// candle-nn's `ops::rms_norm` ([`ModelStorage::rms_norm`]).
+    ///
+    /// # Errors
+    /// As [`ModelStorage::rms_norm`].
+    pub fn rms_norm(&self, w: &Self, eps: f32) -> CResult<Self> {
+        let n = *self.dims().last().unwrap_or(&1);
+        if w.dims() != [n] {
+            candle_core::bail!("rms_norm: weight {:?} for rows of {n}", w.dims())
+        }
+        Ok(self.wrap(self.storage.rms_norm(&self.layout, &w.storage, &w.layout, eps)?))
+    }
+
+    /// Rotary embedding ([`ModelStorage::rope`]) of `self: f32[t, heads, d]` with tables
+    /// `cos`, `sin: f32[positions, rot / 2]`.
+    ///
+    /// # Errors
+    /// As [`ModelStorage::rope`].
+    pub fn rope(&self, cos: &Self, sin: &Self, pos0: usize, style: RopeStyle) -> CResult<Self> {
+        let (&[t, _, d], &[positions, half]) = (self.dims(), cos.dims()) else {
+            candle_core::bail!("rope takes x [t, heads, d] and tables [positions, rot/2], got {:?}", self.dims())
+        };
+        if sin.dims() != cos.dims() || 2 * half > d || pos0 + t > positions {
+            candle_core::bail!(
+                "rope: tables {:?}/{:?} do not fit x {:?} at {pos0}",
+                cos.dims(),
+                sin.dims(),
+                self.dims()
+            )
+        }
+        let (c, s) = (cos.contiguous()?, sin.contiguous()?);
+        let out = self.storage.rope(&self.layout, &c.storage, &s.storage, positions, pos0, 2 * half, style)?;
+        Ok(self.wrap(out))
+    }
+
+    /// Causal GQA attention over a KV cache ([`ModelStorage::attention`]): `q:
+    /// f32[t, n_heads, d]`, `k`, `v: f32[t, n_kv_heads, d]`; returns `f32[t, n_heads · d]`.
+    ///
+    /// # Errors
+    /// As [`ModelStorage::attention`].
+    pub fn attention(
+        q: &Self,
+        k: &Self,
+        v: &Self,
+        caches: (&mut S::KvCache, &mut S::KvCache),
+        pos0: usize,
+        scale: f32,
+    ) -> CResult<Self> {
+        let &[t, h, d] = q.dims() else { candle_core::bail!("attention takes q [t, heads, d], got {:?}", q.dims()) };
+        if k.dims() != v.dims() || k.dims().len() != 3 || k.dims()[0] != t || k.dims()[2] != d {
+            candle_core::bail!("attention: q {:?}, k {:?}, v {:?} do not fit", q.dims(), k.dims(), v.dims())
+        }
+        let out = S::attention(
+            (&q.storage, &q.layout),
+            (&k.storage, &k.layout),
+            (&v.storage, &v.layout),
+            caches.0,
+            caches.1,
+            pos0,
+            scale,
+        )?;
+        Ok(Self::from_storage(out, (t, h * d)))
+    }
+}
+
+/// A storage for `shape` that the caller overwrites completely. `zeros_impl` rather than
+/// the `unsafe` `alloc_uninit`: the fill is one cheap dispatch (a memset on the CPU).
+pub(crate) fn scratch_alloc<D: BackendDevice>(dev: &D, shape: &Shape, dtype: DType) -> CResult<D::Storage> {
+    dev.zeros_impl(shape, dtype)
+}
+
+/// The CPU storage of a front tensor is candle's own.
+pub type CpuTensor = Tensor<CpuStorage>;

@@ -1,0 +1,736 @@
+//! Candle's backend traits on vkml: [`VulkanDevice`] implements
+//! `candle_core::backend::BackendDevice` and [`VulkanStorage`] implements
+//! `candle_core::backend::BackendStorage` (candle-core 0.11), computing with vkml-ops'
+//! kernels on a vkml-hal device.
+//!
+//! Execution is deferred the way a CUDA stream defers it: every op records its dispatches
+//! on the device's one [`Stream`] and returns at once; the command buffer is submitted
+//! when the host needs a result ([`BackendStorage::to_cpu_storage`],
+//! [`BackendDevice::synchronize`]). A model step that reads back only its logits is
+//! therefore one command buffer with one host wait.
+//!
+//! A storage holds any candle dtype as bytes (creation, copies to and from the CPU,
+//! `try_clone`, `copy_strided_src` and `copy2d` of every dtype). Arithmetic runs on F32
+//! and F16 (`vkml_ops::Dtype`); other dtypes get candle's `UnsupportedDTypeForOp`.
+//!
+//! On the GPU today (issue 5's slice of the contract; issue 6 completes it): creation
+//! (`zeros_impl`, `alloc_uninit`, `storage_from_*`), `to_cpu_storage`, `synchronize`,
+//! `try_clone`, `affine`, `powf`, `elu`, every `UnaryOpT`, every `BinaryOpT` with
+//! arbitrary strides and broadcast, `to_dtype` between F32 and F16, `copy_strided_src`,
+//! `copy2d`, `const_set`. Every other method returns an error naming the method
+//! ([`not_yet`]); none falls back to the CPU.
+
+use std::fmt;
+use std::sync::Arc;
+
+use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::op::{BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
+use candle_core::{CpuStorage, DType, DeviceLocation, Layout, Shape};
+use parking_lot::Mutex;
+use vkml_hal::{Buffer, Device, DeviceOptions, DeviceSelector, MemoryKind, Stream};
+use vkml_ops::elementwise::{self, BinaryOp, UnaryOp, View};
+use vkml_ops::nn::RopeStyle;
+use vkml_ops::Dtype;
+
+type CResult<T> = candle_core::Result<T>;
+
+/// A vkml error as a candle error (its message kept).
+pub(crate) fn cerr(e: impl fmt::Display + Send + Sync + 'static) -> candle_core::Error {
+    candle_core::Error::wrap(e)
+}
+
+/// The error of a `BackendStorage`/`BackendDevice` method that has no Vulkan kernel yet.
+pub(crate) fn not_yet(method: &str) -> candle_core::Error {
+    candle_core::Error::Msg(format!("vkml: {method} is not implemented on Vulkan yet"))
+}
+
+struct Inner {
+    dev: Device,
+    ordinal: usize,
+    /// Where ops record; submitted by `flush`.
+    stream: Mutex<Stream>,
+    seed: Mutex<u64>,
+}
+
+/// A Vulkan device as a candle backend device: a [`vkml_hal::Device`] plus the stream
+/// its ops record on. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct VulkanDevice {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for VulkanDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "VulkanDevice({}: {})", self.inner.ordinal, self.inner.dev.caps().name)
+    }
+}
+
+impl VulkanDevice {
+    /// Wraps an open device. `ordinal` is what [`BackendDevice::location`] reports.
+    ///
+    /// # Errors
+    /// HAL errors creating the stream (out of memory, device lost).
+    pub fn from_device(dev: &Device, ordinal: usize) -> crate::Result<VulkanDevice> {
+        Ok(VulkanDevice {
+            inner: Arc::new(Inner {
+                dev: dev.clone(),
+                ordinal,
+                stream: Mutex::new(Stream::new(dev)?),
+                seed: Mutex::new(299_792_458),
+            }),
+        })
+    }
+
+    /// The vkml-hal device.
+    pub fn hal(&self) -> &Device {
+        &self.inner.dev
+    }
+
+    /// Runs `f` with the device's stream (ops record their dispatches there).
+    pub(crate) fn with_stream<T>(&self, f: impl FnOnce(&mut Stream) -> CResult<T>) -> CResult<T> {
+        let mut s = self.inner.stream.lock();
+        f(&mut s)
+    }
+
+    /// Submits what was recorded (no wait). Buffer reads then wait for the work that
+    /// wrote them.
+    ///
+    /// # Errors
+    /// Device errors (device lost).
+    pub fn flush(&self) -> CResult<()> {
+        let mut s = self.inner.stream.lock();
+        s.submit().map_err(cerr)?;
+        Ok(())
+    }
+
+    /// A device-local buffer for `n` elements of `dtype` (at least 4 bytes, so that
+    /// every kernel binding is non-empty).
+    pub(crate) fn alloc(&self, n: usize, dtype: DType) -> CResult<Buffer> {
+        let bytes = (n * dtype.size_in_bytes()).max(4) as u64;
+        self.inner.dev.alloc(bytes, MemoryKind::DeviceLocal).map_err(cerr)
+    }
+
+    fn storage(&self, buffer: Buffer, dtype: DType, len: usize) -> VulkanStorage {
+        VulkanStorage { buffer, dtype, len, device: self.clone() }
+    }
+
+    fn upload_bytes(&self, bytes: &[u8], dtype: DType, len: usize) -> CResult<VulkanStorage> {
+        let buffer = self.alloc(len, dtype)?;
+        buffer.write(0, bytes).map_err(cerr)?;
+        Ok(self.storage(buffer, dtype, len))
+    }
+}
+
+/// A buffer of `len` elements of a candle dtype on a [`VulkanDevice`]; what a candle
+/// `Layout` indexes (offsets and strides in elements).
+pub struct VulkanStorage {
+    buffer: Buffer,
+    dtype: DType,
+    len: usize,
+    device: VulkanDevice,
+}
+
+impl fmt::Debug for VulkanStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "VulkanStorage({:?}[{}] on {:?})", self.dtype, self.len, self.device)
+    }
+}
+
+/// The vkml-ops dtype of a candle float dtype that kernels compute on.
+pub(crate) fn ops_dtype(dt: DType, op: &'static str) -> CResult<Dtype> {
+    match dt {
+        DType::F32 => Ok(Dtype::F32),
+        DType::F16 => Ok(Dtype::F16),
+        _ => Err(candle_core::Error::UnsupportedDTypeForOp(dt, op)),
+    }
+}
+
+fn unary_op(name: &str) -> Option<UnaryOp> {
+    Some(match name {
+        "exp" => UnaryOp::Exp,
+        "log" => UnaryOp::Log,
+        "sin" => UnaryOp::Sin,
+        "cos" => UnaryOp::Cos,
+        "abs" => UnaryOp::Abs,
+        "neg" => UnaryOp::Neg,
+        "recip" => UnaryOp::Recip,
+        "sqr" => UnaryOp::Sqr,
+        "sqrt" => UnaryOp::Sqrt,
+        "gelu" => UnaryOp::Gelu,
+        "gelu_erf" => UnaryOp::GeluErf,
+        "erf" => UnaryOp::Erf,
+        "relu" => UnaryOp::Relu,
+        "silu" => UnaryOp::Silu,
+        "tanh" => UnaryOp::Tanh,
+        "floor" => UnaryOp::Floor,
+        "ceil" => UnaryOp::Ceil,
+        "round" => UnaryOp::Round,
+        "sign" => UnaryOp::Sign,
+        _ => return None,
+    })
+}
+
+fn binary_op(name: &str) -> Option<BinaryOp> {
+    Some(match name {
+        "add" => BinaryOp::Add,
+        "sub" => BinaryOp::Sub,
+        "mul" => BinaryOp::Mul,
+        "div" => BinaryOp::Div,
+        "maximum" => BinaryOp::Maximum,
+        "minimum" => BinaryOp::Minimum,
+        _ => return None,
+    })
+}
+
+impl VulkanStorage {
+    /// The buffer (elements of [`BackendStorage::dtype`], packed).
+    pub fn buffer(&self) -> &Buffer {
+        &self.buffer
+    }
+
+    /// Elements the storage holds.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the storage holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Wraps a buffer holding `len` elements of `dtype`.
+    ///
+    /// # Errors
+    /// When the buffer is smaller than `len` elements.
+    pub fn from_buffer(device: &VulkanDevice, buffer: Buffer, dtype: DType, len: usize) -> CResult<VulkanStorage> {
+        if buffer.size() < (len * dtype.size_in_bytes()) as u64 {
+            return Err(candle_core::Error::Msg(format!(
+                "vkml: a buffer of {} bytes cannot hold {len} elements of {dtype:?}",
+                buffer.size()
+            )));
+        }
+        Ok(device.storage(buffer, dtype, len))
+    }
+
+    pub(crate) fn view<'a>(&'a self, l: &'a Layout) -> View<'a> {
+        View { buffer: &self.buffer, offset: l.start_offset(), strides: l.stride() }
+    }
+
+    /// Runs `f(stream, output buffer)` to fill a new contiguous storage of `l`'s shape.
+    fn map(
+        &self,
+        l: &Layout,
+        dtype: DType,
+        f: impl FnOnce(&mut Stream, &Buffer) -> vkml_ops::Result<()>,
+    ) -> CResult<VulkanStorage> {
+        let n = l.shape().elem_count();
+        let y = self.device.alloc(n, dtype)?;
+        self.device.with_stream(|s| f(s, &y).map_err(cerr))?;
+        Ok(self.device.storage(y, dtype, n))
+    }
+
+    /// Byte-exact strided copy for dtypes the kernels do not compute on: only layouts
+    /// whose elements are one contiguous run.
+    fn copy_raw(&self, l: &Layout, dst: &VulkanStorage, dst_offset: usize) -> CResult<()> {
+        let Some((a, b)) = l.contiguous_offsets() else {
+            return Err(candle_core::Error::UnsupportedDTypeForOp(self.dtype, "vulkan strided copy"));
+        };
+        let es = self.dtype.size_in_bytes() as u64;
+        self.device.with_stream(|s| {
+            s.copy(&self.buffer, a as u64 * es, &dst.buffer, dst_offset as u64 * es, (b - a) as u64 * es).map_err(cerr)
+        })
+    }
+}
+
+impl BackendStorage for VulkanStorage {
+    type Device = VulkanDevice;
+
+    fn try_clone(&self, _: &Layout) -> CResult<Self> {
+        let y = self.device.alloc(self.len, self.dtype)?;
+        let bytes = (self.len * self.dtype.size_in_bytes()) as u64;
+        self.device.with_stream(|s| s.copy(&self.buffer, 0, &y, 0, bytes).map_err(cerr))?;
+        Ok(self.device.storage(y, self.dtype, self.len))
+    }
+
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn device(&self) -> &VulkanDevice {
+        &self.device
+    }
+
+    fn to_cpu_storage(&self) -> CResult<CpuStorage> {
+        self.device.flush()?;
+        let mut bytes = vec![0u8; self.len * self.dtype.size_in_bytes()];
+        self.buffer.read(0, &mut bytes).map_err(cerr)?;
+        fn cast<T: bytemuck::Pod>(b: &[u8]) -> Vec<T> {
+            let mut v = vec![T::zeroed(); b.len() / std::mem::size_of::<T>()];
+            bytemuck::cast_slice_mut(&mut v).copy_from_slice(b);
+            v
+        }
+        Ok(match self.dtype {
+            DType::U8 => CpuStorage::U8(bytes),
+            DType::U32 => CpuStorage::U32(cast(&bytes)),
+            DType::I16 => CpuStorage::I16(cast(&bytes)),
+            DType::I32 => CpuStorage::I32(cast(&bytes)),
+            DType::I64 => CpuStorage::I64(cast(&bytes)),
+            DType::BF16 => CpuStorage::BF16(cast(&bytes)),
+            DType::F16 => CpuStorage::F16(cast(&bytes)),
+            DType::F32 => CpuStorage::F32(cast(&bytes)),
+            DType::F64 => CpuStorage::F64(cast(&bytes)),
+            dt => return Err(candle_core::Error::UnsupportedDTypeForOp(dt, "vulkan to_cpu_storage")),
+        })
+    }
+
+    fn affine(&self, l: &Layout, mul: f64, add: f64) -> CResult<Self> {
+        let dt = ops_dtype(self.dtype, "affine")?;
+        self.map(l, self.dtype, |s, y| elementwise::affine(s, dt, l.dims(), self.view(l), mul as f32, add as f32, y))
+    }
+
+    fn powf(&self, l: &Layout, e: f64) -> CResult<Self> {
+        let dt = ops_dtype(self.dtype, "powf")?;
+        self.map(l, self.dtype, |s, y| elementwise::powf(s, dt, l.dims(), self.view(l), e as f32, y))
+    }
+
+    fn elu(&self, l: &Layout, alpha: f64) -> CResult<Self> {
+        let dt = ops_dtype(self.dtype, "elu")?;
+        self.map(l, self.dtype, |s, y| elementwise::elu(s, dt, l.dims(), self.view(l), alpha as f32, y))
+    }
+
+    fn reduce_op(&self, _: ReduceOp, _: &Layout, _: &[usize]) -> CResult<Self> {
+        Err(not_yet("reduce_op"))
+    }
+
+    fn cmp(&self, _: CmpOp, _: &Self, _: &Layout, _: &Layout) -> CResult<Self> {
+        Err(not_yet("cmp"))
+    }
+
+    fn to_dtype(&self, l: &Layout, dtype: DType) -> CResult<Self> {
+        let src = ops_dtype(self.dtype, "to_dtype")?;
+        let dst = ops_dtype(dtype, "to_dtype")?;
+        let out = Layout::contiguous(l.shape());
+        self.map(l, dtype, |s, y| {
+            elementwise::copy(s, l.dims(), src, self.view(l), dst, View { buffer: y, offset: 0, strides: out.stride() })
+        })
+    }
+
+    fn unary_impl<B: UnaryOpT>(&self, l: &Layout) -> CResult<Self> {
+        let dt = ops_dtype(self.dtype, B::NAME)?;
+        let op = unary_op(B::NAME).ok_or_else(|| not_yet(B::NAME))?;
+        self.map(l, self.dtype, |s, y| elementwise::unary(s, op, dt, l.dims(), self.view(l), y))
+    }
+
+    fn binary_impl<B: BinaryOpT>(&self, rhs: &Self, l: &Layout, rl: &Layout) -> CResult<Self> {
+        if self.dtype != rhs.dtype {
+            return Err(candle_core::Error::DTypeMismatchBinaryOp { lhs: self.dtype, rhs: rhs.dtype, op: B::NAME }.bt());
+        }
+        if l.dims() != rl.dims() {
+            return Err(candle_core::Error::ShapeMismatchBinaryOp {
+                lhs: l.shape().clone(),
+                rhs: rl.shape().clone(),
+                op: B::NAME,
+            }
+            .bt());
+        }
+        let dt = ops_dtype(self.dtype, B::NAME)?;
+        let op = binary_op(B::NAME).ok_or_else(|| not_yet(B::NAME))?;
+        self.map(l, self.dtype, |s, y| elementwise::binary(s, op, dt, l.dims(), self.view(l), rhs.view(rl), y))
+    }
+
+    fn where_cond(&self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout) -> CResult<Self> {
+        Err(not_yet("where_cond"))
+    }
+
+    fn conv1d(&self, _: &Layout, _: &Self, _: &Layout, _: &candle_core::conv::ParamsConv1D) -> CResult<Self> {
+        Err(not_yet("conv1d"))
+    }
+
+    fn conv_transpose1d(
+        &self,
+        _: &Layout,
+        _: &Self,
+        _: &Layout,
+        _: &candle_core::conv::ParamsConvTranspose1D,
+    ) -> CResult<Self> {
+        Err(not_yet("conv_transpose1d"))
+    }
+
+    fn conv2d(&self, _: &Layout, _: &Self, _: &Layout, _: &candle_core::conv::ParamsConv2D) -> CResult<Self> {
+        Err(not_yet("conv2d"))
+    }
+
+    fn conv_transpose2d(
+        &self,
+        _: &Layout,
+        _: &Self,
+        _: &Layout,
+        _: &candle_core::conv::ParamsConvTranspose2D,
+    ) -> CResult<Self> {
+        Err(not_yet("conv_transpose2d"))
+    }
+
+    fn avg_pool2d(&self, _: &Layout, _: (usize, usize), _: (usize, usize)) -> CResult<Self> {
+        Err(not_yet("avg_pool2d"))
+    }
+
+    fn max_pool2d(&self, _: &Layout, _: (usize, usize), _: (usize, usize)) -> CResult<Self> {
+        Err(not_yet("max_pool2d"))
+    }
+
+    fn upsample_nearest1d(&self, _: &Layout, _: usize) -> CResult<Self> {
+        Err(not_yet("upsample_nearest1d"))
+    }
+
+    fn upsample_nearest2d(&self, _: &Layout, _: usize, _: usize) -> CResult<Self> {
+        Err(not_yet("upsample_nearest2d"))
+    }
+
+    fn upsample_bilinear2d(
+        &self,
+        _: &Layout,
+        _: usize,
+        _: usize,
+        _: bool,
+        _: Option<f64>,
+        _: Option<f64>,
+    ) -> CResult<Self> {
+        Err(not_yet("upsample_bilinear2d"))
+    }
+
+    fn gather(&self, _: &Layout, _: &Self, _: &Layout, _: usize) -> CResult<Self> {
+        Err(not_yet("gather"))
+    }
+
+    fn scatter_set(&mut self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout, _: usize) -> CResult<()> {
+        Err(not_yet("scatter_set"))
+    }
+
+    fn scatter_add_set(&mut self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout, _: usize) -> CResult<()> {
+        Err(not_yet("scatter_add_set"))
+    }
+
+    fn index_select(&self, _: &Self, _: &Layout, _: &Layout, _: usize) -> CResult<Self> {
+        Err(not_yet("index_select"))
+    }
+
+    fn index_add(&self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout, _: usize) -> CResult<Self> {
+        Err(not_yet("index_add"))
+    }
+
+    fn matmul(&self, _: &Self, _: (usize, usize, usize, usize), _: &Layout, _: &Layout) -> CResult<Self> {
+        Err(not_yet("matmul"))
+    }
+
+    fn copy_strided_src(&self, dst: &mut Self, dst_offset: usize, l: &Layout) -> CResult<()> {
+        if self.dtype != dst.dtype {
+            return Err(candle_core::Error::DTypeMismatchBinaryOp {
+                lhs: self.dtype,
+                rhs: dst.dtype,
+                op: "copy_strided_src",
+            }
+            .bt());
+        }
+        let Ok(dt) = ops_dtype(self.dtype, "copy_strided_src") else {
+            return self.copy_raw(l, dst, dst_offset);
+        };
+        let out = Layout::contiguous(l.shape());
+        let dst_view = View { buffer: &dst.buffer, offset: dst_offset, strides: out.stride() };
+        self.device.with_stream(|s| elementwise::copy(s, l.dims(), dt, self.view(l), dt, dst_view).map_err(cerr))
+    }
+
+    fn copy2d(
+        &self,
+        dst: &mut Self,
+        d1: usize,
+        d2: usize,
+        src_stride1: usize,
+        dst_stride1: usize,
+        src_offset: usize,
+        dst_offset: usize,
+    ) -> CResult<()> {
+        if self.dtype != dst.dtype {
+            return Err(
+                candle_core::Error::DTypeMismatchBinaryOp { lhs: self.dtype, rhs: dst.dtype, op: "copy2d" }.bt()
+            );
+        }
+        let Ok(dt) = ops_dtype(self.dtype, "copy2d") else {
+            // Raw bytes: one copy per row.
+            let es = self.dtype.size_in_bytes() as u64;
+            return self.device.with_stream(|s| {
+                for r in 0..d1 {
+                    let (so, dof) = ((src_offset + r * src_stride1) as u64, (dst_offset + r * dst_stride1) as u64);
+                    s.copy(&self.buffer, so * es, &dst.buffer, dof * es, d2 as u64 * es).map_err(cerr)?;
+                }
+                Ok(())
+            });
+        };
+        let src = View { buffer: &self.buffer, offset: src_offset, strides: &[src_stride1, 1] };
+        let dv = View { buffer: &dst.buffer, offset: dst_offset, strides: &[dst_stride1, 1] };
+        self.device.with_stream(|s| elementwise::copy(s, &[d1, d2], dt, src, dt, dv).map_err(cerr))
+    }
+
+    fn const_set(&mut self, v: candle_core::scalar::Scalar, l: &Layout) -> CResult<()> {
+        use candle_core::scalar::Scalar;
+        // A 32-bit fill pattern of the value, for layouts that are one contiguous run.
+        let pattern = match v {
+            Scalar::F32(x) => Some(x.to_bits()),
+            Scalar::U32(x) => Some(x),
+            Scalar::I32(x) => Some(x as u32),
+            Scalar::F16(x) => Some(u32::from(x.to_bits()) * 0x1_0001),
+            Scalar::BF16(x) => Some(u32::from(x.to_bits()) * 0x1_0001),
+            Scalar::I16(x) => Some(u32::from(x as u16) * 0x1_0001),
+            Scalar::U8(x) => Some(u32::from(x) * 0x0101_0101),
+            _ => None,
+        };
+        let es = self.dtype.size_in_bytes();
+        match (pattern, l.contiguous_offsets()) {
+            (Some(p), Some((a, b))) if (a * es).is_multiple_of(4) && (b * es).is_multiple_of(4) => self
+                .device
+                .with_stream(|s| s.fill(&self.buffer, (a * es) as u64, ((b - a) * es) as u64, p).map_err(cerr)),
+            _ => {
+                // Strided or unaligned: a one-element storage of the value, broadcast.
+                let one = self.device.storage_from_slice_scalar(v)?;
+                let strides = vec![0; l.dims().len()];
+                let dt = ops_dtype(self.dtype, "const_set")?;
+                let src = View { buffer: &one.buffer, offset: 0, strides: &strides };
+                self.device.with_stream(|s| elementwise::copy(s, l.dims(), dt, src, dt, self.view(l)).map_err(cerr))
+            }
+        }
+    }
+}
+
+impl VulkanDevice {
+    fn storage_from_slice_scalar(&self, v: candle_core::scalar::Scalar) -> CResult<VulkanStorage> {
+        use candle_core::scalar::Scalar;
+        match v {
+            Scalar::F32(x) => self.storage_from_slice(&[x]),
+            Scalar::F16(x) => self.storage_from_slice(&[x]),
+            _ => Err(candle_core::Error::UnsupportedDTypeForOp(v.dtype(), "vulkan strided const_set")),
+        }
+    }
+}
+
+impl BackendDevice for VulkanDevice {
+    type Storage = VulkanStorage;
+
+    /// Opens the Vulkan device with enumeration index `ordinal` (as `vkml info` lists).
+    fn new(ordinal: usize) -> CResult<Self> {
+        let dev = Device::open(&DeviceSelector::Ordinal(ordinal), DeviceOptions::default()).map_err(cerr)?;
+        VulkanDevice::from_device(&dev, ordinal).map_err(cerr)
+    }
+
+    /// Candle's `DeviceLocation` is a closed enum (Cpu, Cuda, Metal) with no Vulkan
+    /// variant; this reports the ordinal as `Cuda { gpu_id }`, the variant for a discrete
+    /// GPU index. Use [`VulkanDevice::hal`] for the device's name and capabilities.
+    fn location(&self) -> DeviceLocation {
+        DeviceLocation::Cuda { gpu_id: self.inner.ordinal }
+    }
+
+    fn same_device(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    fn zeros_impl(&self, shape: &Shape, dtype: DType) -> CResult<VulkanStorage> {
+        let n = shape.elem_count();
+        let buffer = self.alloc(n, dtype)?;
+        let bytes = buffer.size();
+        self.with_stream(|s| s.fill(&buffer, 0, bytes & !3, 0).map_err(cerr))?;
+        Ok(self.storage(buffer, dtype, n))
+    }
+
+    unsafe fn alloc_uninit(&self, shape: &Shape, dtype: DType) -> CResult<VulkanStorage> {
+        let n = shape.elem_count();
+        Ok(self.storage(self.alloc(n, dtype)?, dtype, n))
+    }
+
+    fn storage_from_slice<T: candle_core::WithDType>(&self, data: &[T]) -> CResult<VulkanStorage> {
+        self.storage_from_cpu_storage(&T::to_cpu_storage(data))
+    }
+
+    fn storage_from_cpu_storage(&self, c: &CpuStorage) -> CResult<VulkanStorage> {
+        fn b<T: bytemuck::Pod>(v: &[T]) -> &[u8] {
+            bytemuck::cast_slice(v)
+        }
+        let (bytes, len) = match c {
+            CpuStorage::U8(v) => (b(v), v.len()),
+            CpuStorage::U32(v) => (b(v), v.len()),
+            CpuStorage::I16(v) => (b(v), v.len()),
+            CpuStorage::I32(v) => (b(v), v.len()),
+            CpuStorage::I64(v) => (b(v), v.len()),
+            CpuStorage::BF16(v) => (b(v), v.len()),
+            CpuStorage::F16(v) => (b(v), v.len()),
+            CpuStorage::F32(v) => (b(v), v.len()),
+            CpuStorage::F64(v) => (b(v), v.len()),
+            other => {
+                return Err(candle_core::Error::UnsupportedDTypeForOp(other.dtype(), "vulkan storage_from_cpu_storage"))
+            }
+        };
+        self.upload_bytes(bytes, c.dtype(), len)
+    }
+
+    fn storage_from_cpu_storage_owned(&self, c: CpuStorage) -> CResult<VulkanStorage> {
+        self.storage_from_cpu_storage(&c)
+    }
+
+    fn rand_uniform(&self, _: &Shape, _: DType, _: f64, _: f64) -> CResult<VulkanStorage> {
+        Err(not_yet("rand_uniform"))
+    }
+
+    fn rand_normal(&self, _: &Shape, _: DType, _: f64, _: f64) -> CResult<VulkanStorage> {
+        Err(not_yet("rand_normal"))
+    }
+
+    fn set_seed(&self, seed: u64) -> CResult<()> {
+        *self.inner.seed.lock() = seed;
+        Ok(())
+    }
+
+    fn get_current_seed(&self) -> CResult<u64> {
+        Ok(*self.inner.seed.lock())
+    }
+
+    fn synchronize(&self) -> CResult<()> {
+        let mut s = self.inner.stream.lock();
+        s.finish_and_wait().map_err(cerr)
+    }
+}
+
+/// A storage holding `l`'s elements packed from element 0: `s` itself when it already
+/// is, else a copy. Kernels of vkml-ops that take plain buffers read it.
+fn packed(s: &VulkanStorage, l: &Layout) -> CResult<VulkanStorage> {
+    if l.is_contiguous() && l.start_offset() == 0 {
+        return Ok(s.device.storage(s.buffer.clone(), s.dtype, s.len));
+    }
+    let n = l.shape().elem_count();
+    let mut dst = s.device.storage(s.device.alloc(n, s.dtype)?, s.dtype, n);
+    s.copy_strided_src(&mut dst, 0, l)?;
+    Ok(dst)
+}
+
+fn f32_only(s: &VulkanStorage, op: &'static str) -> CResult<()> {
+    if s.dtype != DType::F32 {
+        return Err(candle_core::Error::UnsupportedDTypeForOp(s.dtype, op));
+    }
+    Ok(())
+}
+
+/// Largest KV split of a one-query attention call.
+const MAX_SPLITS: usize = 16;
+
+impl crate::front::ModelStorage for VulkanStorage {
+    type QWeight = vkml_ops::quant::QMatrix;
+    type KvCache = vkml_ops::attention::KvCache;
+
+    fn qweight(dev: &VulkanDevice, info: &vkml_quant::gguf::TensorInfo, bytes: &[u8]) -> CResult<Self::QWeight> {
+        vkml_ops::quant::QMatrix::from_gguf(dev.hal(), info, bytes).map_err(cerr)
+    }
+
+    fn qweight_dims(w: &Self::QWeight) -> (usize, usize) {
+        (w.rows(), w.k())
+    }
+
+    /// Mat-vecs below [`vkml_ops::tuning::mat_mat_min_tokens`] rows of `x`, mat-mats
+    /// (cooperative-matrix where the device has them) from there.
+    fn qmatmul(&self, l: &Layout, w: &Self::QWeight) -> CResult<Self> {
+        use vkml_ops::quant;
+        f32_only(self, "qmatmul")?;
+        let x = packed(self, l)?;
+        let t = l.dims()[0];
+        let dev = &self.device;
+        let caps = dev.hal().caps();
+        let y = dev.alloc(t * w.rows(), DType::F32)?;
+        dev.with_stream(|s| {
+            if t < vkml_ops::tuning::mat_mat_min_tokens(caps) {
+                quant::mat_vec(s, w, &x.buffer, t, &y)
+            } else {
+                quant::mat_mat(s, w, &x.buffer, t, &y)
+            }
+            .map_err(cerr)
+        })?;
+        Ok(dev.storage(y, DType::F32, t * w.rows()))
+    }
+
+    fn qembedding(w: &Self::QWeight, ids: &Self, l: &Layout) -> CResult<Self> {
+        if ids.dtype != DType::U32 {
+            return Err(candle_core::Error::UnsupportedDTypeForOp(ids.dtype, "qembedding"));
+        }
+        let ids_p = packed(ids, l)?;
+        let t = l.shape().elem_count();
+        let dev = &ids.device;
+        let y = dev.alloc(t * w.k(), DType::F32)?;
+        dev.with_stream(|s| vkml_ops::quant::get_rows(s, w, &ids_p.buffer, t, &y).map_err(cerr))?;
+        Ok(dev.storage(y, DType::F32, t * w.k()))
+    }
+
+    fn rms_norm(&self, l: &Layout, w: &Self, wl: &Layout, eps: f32) -> CResult<Self> {
+        f32_only(self, "rms_norm")?;
+        f32_only(w, "rms_norm")?;
+        let (x, w) = (packed(self, l)?, packed(w, wl)?);
+        let n = *l.dims().last().unwrap_or(&1);
+        let total = l.shape().elem_count();
+        let rows = total.checked_div(n).unwrap_or(0);
+        x.map(&Layout::contiguous(l.shape()), DType::F32, |s, y| {
+            vkml_ops::nn::rms_norm(s, Dtype::F32, &x.buffer, Some(&w.buffer), rows, n, eps, y)
+        })
+    }
+
+    fn rope(
+        &self,
+        l: &Layout,
+        cos: &Self,
+        sin: &Self,
+        positions: usize,
+        pos0: usize,
+        rot: usize,
+        style: RopeStyle,
+    ) -> CResult<Self> {
+        f32_only(self, "rope")?;
+        let x = packed(self, l)?;
+        let &[t, heads, d] = l.dims() else { candle_core::bail!("rope takes [t, heads, d]") };
+        let sh = vkml_ops::nn::RopeShape { bh: heads, t, d, rot, pos_offset: pos0, positions, token_major: true };
+        x.map(&Layout::contiguous(l.shape()), DType::F32, |s, y| {
+            vkml_ops::nn::rope(s, Dtype::F32, style, &x.buffer, &cos.buffer, &sin.buffer, sh, y)
+        })
+    }
+
+    fn kv_cache(dev: &VulkanDevice, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<Self::KvCache> {
+        vkml_ops::attention::KvCache::new(dev.hal(), n_kv_heads, ctx, d).map_err(cerr)
+    }
+
+    fn attention(
+        q: (&Self, &Layout),
+        k: (&Self, &Layout),
+        v: (&Self, &Layout),
+        k_cache: &mut Self::KvCache,
+        v_cache: &mut Self::KvCache,
+        pos0: usize,
+        scale: f32,
+    ) -> CResult<Self> {
+        use vkml_ops::attention::{self, AttnShape};
+        for (x, _) in [q, k, v] {
+            f32_only(x, "attention")?;
+        }
+        let &[t, h, d] = q.1.dims() else { candle_core::bail!("attention takes q [t, heads, d]") };
+        let (qp, kp, vp) = (packed(q.0, q.1)?, packed(k.0, k.1)?, packed(v.0, v.1)?);
+        let dev = &q.0.device;
+        let kv_len = pos0 + t;
+        let n_splits = if t == 1 { kv_len.div_ceil(256).clamp(1, MAX_SPLITS) } else { 1 };
+        let sh = AttnShape { t_q: t, n_heads: h, kv_len, q_pos0: pos0, causal: true, scale, n_splits };
+        let scratch = if n_splits > 1 {
+            let (a, b) = attention::split_scratch_len(&sh, d);
+            Some((dev.alloc(a, DType::F32)?, dev.alloc(b, DType::F32)?))
+        } else {
+            None
+        };
+        let y = dev.alloc(t * h * d, DType::F32)?;
+        let record = |s: &mut Stream| -> vkml_ops::Result<()> {
+            attention::kv_append(s, Dtype::F32, &kp.buffer, t, pos0, k_cache)?;
+            attention::kv_append(s, Dtype::F32, &vp.buffer, t, pos0, v_cache)?;
+            let sc = scratch.as_ref().map(|(a, b)| (a, b));
+            attention::flash_attn(s, Dtype::F32, &qp.buffer, k_cache, v_cache, sh, &y, sc)
+        };
+        dev.with_stream(|s| record(s).map_err(cerr))?;
+        Ok(dev.storage(y, DType::F32, t * h * d))
+    }
+}
