@@ -6,12 +6,15 @@
 //! warm-up run (pipeline creation).
 //!
 //! `llama_bench [SHAPE[:TYPE] ...]` (default `smollm2-135m:Q4_1`); env `VKML_BENCH_PP`
-//! (512), `VKML_BENCH_TG` (128), `VKML_BENCH_REPS` (3).
+//! (512), `VKML_BENCH_TG` (128), `VKML_BENCH_REPS` (3), `VKML_BENCH_ENGINE` (`fused`, the
+//! default: `vkml_candle::llama::Llama`; `generic`: `GenericLlama` on the tensor front).
 
 use std::time::Instant;
 
-use vkml_candle::llama::{Llama, LoadOptions};
+use vkml_candle::llama::{Llama, LoadOptions, StepProfile};
+use vkml_candle::llama_generic::GenericLlama;
 use vkml_candle::synth;
+use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
 use vkml_hal::Device;
 use vkml_quant::GgmlType;
 
@@ -23,6 +26,34 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
     let m = v.iter().sum::<f64>() / v.len() as f64;
     let var = v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len().max(2) - 1) as f64;
     (m, var.sqrt())
+}
+
+enum Engine {
+    Fused(Box<Llama>),
+    Generic(Box<GenericLlama<VulkanStorage>>),
+}
+
+impl Engine {
+    fn forward(&mut self, t: &[u32]) -> vkml_candle::Result<Vec<f32>> {
+        match self {
+            Engine::Fused(m) => m.forward(t, false),
+            Engine::Generic(m) => m.forward(t, false),
+        }
+    }
+
+    fn reset(&mut self) {
+        match self {
+            Engine::Fused(m) => m.reset(),
+            Engine::Generic(m) => m.reset(),
+        }
+    }
+
+    fn last_step(&self) -> StepProfile {
+        match self {
+            Engine::Fused(m) => m.last_step(),
+            Engine::Generic(_) => StepProfile::default(),
+        }
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -40,21 +71,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let file = synth::synthetic_llama(&shape, ty, 42)?;
         let made = t0.elapsed().as_secs_f64();
         let t0 = Instant::now();
-        let mut model = Llama::load(
-            &dev,
-            &file,
-            LoadOptions { ctx: Some(pp + tg + 1), max_batch: pp, ..Default::default() },
-            &mut |_, _| {},
-        )?;
-        eprintln!("{name} {ty:?}: made in {made:.1} s, loaded in {:.1} s", t0.elapsed().as_secs_f64());
+        let ctx = pp + tg + 1;
+        let generic = std::env::var("VKML_BENCH_ENGINE").is_ok_and(|e| e == "generic");
+        let mut model = if generic {
+            let vd = VulkanDevice::from_device(&dev, 0)?;
+            Engine::Generic(Box::new(GenericLlama::load(&vd, &file, Some(ctx))?))
+        } else {
+            let opts = LoadOptions { ctx: Some(ctx), max_batch: pp, ..Default::default() };
+            Engine::Fused(Box::new(Llama::load(&dev, &file, opts, &mut |_, _| {})?))
+        };
+        eprintln!(
+            "{name} {ty:?} ({} engine): made in {made:.1} s, loaded in {:.1} s",
+            if generic { "generic" } else { "fused" },
+            t0.elapsed().as_secs_f64()
+        );
         drop(file);
-        let vocab = model.config().vocab as u32;
+        let vocab = shape.vocab as u32;
         let prompt: Vec<u32> = (0..pp as u32).map(|i| (i * 7919 + 13) % vocab).collect();
         let mut pp_runs = Vec::new();
         for r in 0..=reps {
             model.reset();
             let t = Instant::now();
-            model.forward(&prompt, false)?;
+            model.forward(&prompt)?;
             if r > 0 {
                 pp_runs.push(pp as f64 / t.elapsed().as_secs_f64());
             }
@@ -67,7 +105,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut tok = 1u32;
             let t = Instant::now();
             for _ in 0..tg {
-                let l = model.forward(&[tok], false)?;
+                let l = model.forward(&[tok])?;
                 let p = model.last_step();
                 prof[0] += p.record_s;
                 prof[1] += p.wait_s;
