@@ -598,7 +598,16 @@ fn special_values_match_candle() {
             if SPECIAL[i].is_subnormal() || want[i].is_subnormal() {
                 continue;
             }
-            let ok = close(Dtype::F32, got[i], want[i], m.tol()).is_ok();
+            // powf at large |e log2 x|: Vulkan's exp2 bound, 3 + 2|e log2 x| ulp, exceeds
+            // POWF (the H100 is 43 ulp off at f32::MAX^0.5, where it allows 131).
+            let tol = match m {
+                Map::Powf(e) => {
+                    let spec = 3.0 + 2.0 * f64::from((e * SPECIAL[i].abs().log2()).abs());
+                    Tol { ulps: if spec.is_finite() { POWF.ulps.max(spec) } else { POWF.ulps }, ..POWF }
+                }
+                _ => m.tol(),
+            };
+            let ok = close(Dtype::F32, got[i], want[i], tol).is_ok();
             assert!(ok, "{:?}({}): gpu {} candle {}", m, SPECIAL[i], got[i], want[i]);
         }
     }

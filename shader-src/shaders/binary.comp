@@ -36,7 +36,11 @@ float apply(float u, float v) {
     if (OP == 1u) return u - v;
     if (OP == 2u) return u * v;
     if (OP == 3u) return u / v;
-    // candle: maximum = if u < v { v } else { u }; minimum = if u > v { v } else { u }.
+    // candle: maximum = if u < v { v } else { u }; minimum = if u > v { v } else { u }:
+    // a NaN u is returned. The NaN test is on the bits: NVIDIA's compiler turns the
+    // float select into fmax/fmin (which drop the NaN) and may fold isnan away.
+    bool u_nan = (floatBitsToUint(u) & 0x7fffffffu) > 0x7f800000u;
+    if (u_nan) return u;
     if (OP == 4u) return u < v ? v : u;
     return u > v ? v : u;
 }
