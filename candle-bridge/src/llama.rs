@@ -341,6 +341,21 @@ pub(crate) fn rope_tables(c: &LlamaConfig, positions: usize) -> (Vec<f32>, Vec<f
     (cos, sin)
 }
 
+/// The input checks of a forward call: at least one token, ids inside the vocabulary,
+/// positions `pos..pos + tokens.len()` inside a cache of `ctx`.
+pub(crate) fn check_input(cfg: &LlamaConfig, pos: usize, ctx: usize, tokens: &[u32]) -> Result<()> {
+    if tokens.is_empty() {
+        return Err(model_err("forward needs at least one token"));
+    }
+    if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= cfg.vocab) {
+        return Err(model_err(format!("token id {bad} is past the vocabulary of {}", cfg.vocab)));
+    }
+    if pos + tokens.len() > ctx {
+        return Err(Error::Context { tokens: pos + tokens.len(), ctx });
+    }
+    Ok(())
+}
+
 impl Llama {
     /// Loads a llama-family GGUF model onto `dev`, calling `progress(done, total)` (in
     /// bytes of tensor data) as tensors are uploaded.
@@ -519,15 +534,7 @@ impl Llama {
     /// [`Error::Context`] when the cache cannot take the tokens; [`Error::Model`] for
     /// an empty input or a token id past the vocabulary; kernel and device errors.
     pub fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
-        if tokens.is_empty() {
-            return Err(model_err("forward needs at least one token"));
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
-            return Err(model_err(format!("token id {bad} is past the vocabulary of {}", self.cfg.vocab)));
-        }
-        if self.pos + tokens.len() > self.ctx {
-            return Err(Error::Context { tokens: self.pos + tokens.len(), ctx: self.ctx });
-        }
+        check_input(&self.cfg, self.pos, self.ctx, tokens)?;
         let mut out = Vec::with_capacity(if all_logits { tokens.len() * self.cfg.vocab } else { self.cfg.vocab });
         let n_chunks = tokens.len().div_ceil(self.max_batch);
         for (i, chunk) in tokens.chunks(self.max_batch).enumerate() {

@@ -19,9 +19,9 @@ use candle_core::backend::BackendDevice;
 use candle_core::DType;
 use vkml_quant::gguf::GgufFile;
 
-use crate::error::{model_err, Error, Result};
+use crate::error::{model_err, Result};
 use crate::front::{ModelStorage, Tensor};
-use crate::llama::{rope_tables, LlamaConfig};
+use crate::llama::{check_input, rope_tables, LlamaConfig};
 
 struct Layer<S: ModelStorage> {
     attn_norm: Tensor<S>,
@@ -156,15 +156,7 @@ where
     /// # Errors
     /// As [`crate::llama::Llama::forward`].
     pub fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
-        if tokens.is_empty() {
-            return Err(model_err("forward needs at least one token"));
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
-            return Err(model_err(format!("token id {bad} is past the vocabulary of {}", self.cfg.vocab)));
-        }
-        if self.pos + tokens.len() > self.ctx {
-            return Err(Error::Context { tokens: self.pos + tokens.len(), ctx: self.ctx });
-        }
+        check_input(&self.cfg, self.pos, self.ctx, tokens)?;
         let logits = self.step(tokens, all_logits)?;
         self.pos += tokens.len();
         Ok(logits.to_vec::<f32>()?)
