@@ -7,7 +7,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::cpu_backend::CpuDevice;
 use candle_core::op::BackpropOp;
 use candle_core::{CpuStorage, DType, Layout, Storage, Tensor, D};
-use vkml_ops::nn::RopeStyle;
+use vkml_ops::nn::{GluActivation, RopeStyle};
 use vkml_quant::gguf::TensorInfo;
 
 use crate::front::{scratch_alloc, ModelStorage};
@@ -58,8 +58,37 @@ impl ModelStorage for CpuStorage {
         (d[0], d[1])
     }
 
+    fn host_u32(_: &CpuDevice, n: usize) -> CResult<Self> {
+        Ok(CpuStorage::U32(vec![0; n]))
+    }
+
+    fn qweight_concat(_: &CpuDevice, parts: &[&Tensor]) -> CResult<Tensor> {
+        if parts.is_empty() {
+            candle_core::bail!("qweight_concat: no weights to stack")
+        }
+        Tensor::cat(parts, 0)
+    }
+
     fn qmatmul(&self, l: &Layout, w: &Tensor) -> CResult<Self> {
         storage(&tensor(self, l)?.matmul(&w.t()?)?)
+    }
+
+    fn qmatmul_add(&self, l: &Layout, w: &Tensor, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
+        let sum = (tensor(acc, acc_l)? + tensor(self, l)?.matmul(&w.t()?)?)?;
+        *acc = storage(&sum)?;
+        Ok(())
+    }
+
+    fn qmatmul_glu(&self, l: &Layout, w: &Tensor, act: GluActivation) -> CResult<Self> {
+        let y = tensor(self, l)?.matmul(&w.t()?)?;
+        let n = y.dim(1)? / 2;
+        let (gate, up) = (y.narrow(1, 0, n)?, y.narrow(1, n, n)?);
+        let gate = match act {
+            GluActivation::Silu => candle_nn::ops::silu(&gate)?,
+            GluActivation::Gelu => gate.gelu()?,
+            GluActivation::GeluErf => gate.gelu_erf()?,
+        };
+        storage(&(gate * up)?)
     }
 
     fn qembedding(w: &Tensor, ids: &Self, l: &Layout) -> CResult<Self> {

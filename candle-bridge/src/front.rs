@@ -21,7 +21,7 @@ use std::sync::Arc;
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::op::{BinaryOpT, UnaryOpT};
 use candle_core::{CpuStorage, DType, Layout, Shape, WithDType};
-use vkml_ops::nn::RopeStyle;
+use vkml_ops::nn::{GluActivation, RopeStyle};
 use vkml_quant::gguf::TensorInfo;
 
 type CResult<T> = candle_core::Result<T>;
@@ -45,12 +45,36 @@ pub trait ModelStorage: BackendStorage {
     /// `(rows, k)` of a weight matrix.
     fn qweight_dims(w: &Self::QWeight) -> (usize, usize);
 
+    /// The rows of `parts`, in order, as one weight `[Σ rows, k]`: Q, K and V stacked so
+    /// that one [`ModelStorage::qmatmul`] computes `[q | k | v]` per token, gate and up
+    /// stacked for [`ModelStorage::qmatmul_glu`].
+    ///
+    /// # Errors
+    /// No parts, parts of different types or row lengths; device errors.
+    fn qweight_concat(dev: &Self::Device, parts: &[&Self::QWeight]) -> CResult<Self::QWeight>;
+
     /// `x Wᵀ` for `x: f32[t, k]` (`l`): `f32[t, rows]`, contiguous (candle's
     /// `QMatMul::forward`).
     ///
     /// # Errors
     /// Shape mismatches, device errors.
     fn qmatmul(&self, l: &Layout, w: &Self::QWeight) -> CResult<Self>;
+
+    /// `acc += x Wᵀ` in place for `x = self: f32[t, k]` (`l`) and `acc: f32[t, rows]`
+    /// (contiguous from element 0): a residual add folded into the projection that
+    /// produces it (candle: `acc = (acc + x.apply(&w))`).
+    ///
+    /// # Errors
+    /// Shape mismatches, a strided `acc`, device errors.
+    fn qmatmul_add(&self, l: &Layout, w: &Self::QWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()>;
+
+    /// The gated product of a stacked `[gate; up]` weight (`2n` rows, from
+    /// [`ModelStorage::qweight_concat`]): `act(x W_gateᵀ) * (x W_upᵀ)`, `f32[t, n]`,
+    /// contiguous (candle-transformers' SwiGLU MLP: `silu(gate) * up`).
+    ///
+    /// # Errors
+    /// An odd row count, shape mismatches, device errors.
+    fn qmatmul_glu(&self, l: &Layout, w: &Self::QWeight, act: GluActivation) -> CResult<Self>;
 
     /// Rows `ids` (`u32[t]`, `l`) of `w` as `f32[t, k]` (candle-nn's `Embedding` on the
     /// dequantized matrix).
@@ -110,6 +134,62 @@ pub trait ModelStorage: BackendStorage {
         pos0: usize,
         scale: f32,
     ) -> CResult<Self>;
+
+    // Deferred execution. A backend whose ops run when called (candle's CPU) keeps the
+    // defaults; one whose ops are recorded and run later (Vulkan: on the device's
+    // stream) lets a model record its next decode step while the current one runs and
+    // fill in the step's token id just before it is submitted.
+
+    /// Whether ops on `dev` are recorded now and run at the next [`ModelStorage::submit`]
+    /// (or read-back) rather than when called.
+    fn is_deferred(_dev: &Self::Device) -> bool {
+        false
+    }
+
+    /// Submissions so far on a deferred device: work recorded ahead has run (with
+    /// whatever its inputs held) once this count moves past the value read after
+    /// recording it.
+    fn submissions(_dev: &Self::Device) -> u64 {
+        0
+    }
+
+    /// `n` zeroed U32 values the host can overwrite with [`ModelStorage::write_u32`]
+    /// after ops that read them were recorded (host-visible memory on Vulkan). Creating
+    /// it records no device work.
+    ///
+    /// # Errors
+    /// Device errors.
+    fn host_u32(dev: &Self::Device, n: usize) -> CResult<Self>;
+
+    /// Overwrites a storage from [`ModelStorage::host_u32`] with `values`. On a deferred
+    /// device, ops recorded but not yet submitted read the new values.
+    ///
+    /// # Errors
+    /// A backend that is not deferred (its ops already ran), a dtype other than U32,
+    /// too many values.
+    fn write_u32(&self, _values: &[u32]) -> CResult<()> {
+        candle_core::bail!("write_u32: the {:?} backend runs ops when called, not deferred", self.device().location())
+    }
+
+    /// Starts the work recorded on `dev` (nothing on a backend that is not deferred).
+    ///
+    /// # Errors
+    /// Device errors.
+    fn submit(_dev: &Self::Device) -> CResult<()> {
+        Ok(())
+    }
+
+    /// The F32 values of `self` under `l` (contiguous), computed by work already
+    /// submitted; work recorded since is not submitted by this read.
+    ///
+    /// # Errors
+    /// A dtype other than F32, a strided layout, device errors.
+    fn read_f32(&self, l: &Layout) -> CResult<Vec<f32>> {
+        let all = self.to_cpu_storage()?;
+        let v = all.as_slice::<f32>()?;
+        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("read_f32 of a strided layout") };
+        Ok(v[a..b].to_vec())
+    }
 }
 
 /// An n-dimensional array on a backend: a shared storage and a `Layout` into it.
@@ -412,6 +492,43 @@ where
             candle_core::bail!("qmatmul: activations have {kk} columns, the weight {k}")
         }
         Ok(Self::from_storage(self.storage.qmatmul(&self.layout, w)?, (t, rows)))
+    }
+
+    /// `self += x Wᵀ` in place ([`ModelStorage::qmatmul_add`]) for `self: f32[t, rows]`,
+    /// `x: f32[t, k]`. `self`'s storage is copied first when another tensor shares it.
+    ///
+    /// # Errors
+    /// As [`ModelStorage::qmatmul_add`].
+    pub fn qmatmul_add_(&mut self, x: &Self, w: &S::QWeight) -> CResult<()> {
+        let (rows, k) = S::qweight_dims(w);
+        if x.dims().len() != 2 || x.dims()[1] != k || self.dims() != [x.dims()[0], rows] {
+            candle_core::bail!("qmatmul_add: acc {:?} += x {:?} times a [{rows}, {k}] weight", self.dims(), x.dims())
+        }
+        if !self.layout.is_contiguous() || self.layout.start_offset() != 0 || Arc::get_mut(&mut self.storage).is_none()
+        {
+            let mut own = scratch_alloc(self.device(), self.shape(), self.dtype())?;
+            self.storage.copy_strided_src(&mut own, 0, &self.layout)?;
+            *self = self.wrap(own);
+        }
+        let layout = self.layout.clone();
+        let acc = Arc::get_mut(&mut self.storage).expect("unique: made so above");
+        x.storage.qmatmul_add(&x.layout, w, acc, &layout)
+    }
+
+    /// The gated product `act(x W_gateᵀ) * (x W_upᵀ)` of a stacked `[gate; up]` weight
+    /// ([`ModelStorage::qmatmul_glu`]): `f32[t, rows / 2]`.
+    ///
+    /// # Errors
+    /// As [`ModelStorage::qmatmul_glu`].
+    pub fn qmatmul_glu(&self, w: &S::QWeight, act: GluActivation) -> CResult<Self> {
+        let (rows, k) = S::qweight_dims(w);
+        let &[t, kk] = self.dims() else {
+            candle_core::bail!("qmatmul_glu takes [t, k] activations, got {:?}", self.dims())
+        };
+        if kk != k || !rows.is_multiple_of(2) {
+            candle_core::bail!("qmatmul_glu: activations [{t}, {kk}] against a [{rows}, {k}] stacked gate/up weight")
+        }
+        Ok(Self::from_storage(self.storage.qmatmul_glu(&self.layout, w, act)?, (t, rows / 2)))
     }
 
     /// Embedding rows of `ids: u32[t]` ([`ModelStorage::qembedding`]): `f32[t, k]`.

@@ -7,11 +7,11 @@
 //! - [`front`]: [`front::Tensor`], candle's tensor methods over any `BackendStorage`, and
 //!   [`front::ModelStorage`], the model ops candle keeps outside the trait; [`cpu`]
 //!   implements them on candle's `CpuStorage`.
-//! - [`llama_generic`]: the llama family on the front, generic over the storage: on the
-//!   CPU it is the conformance oracle of the Vulkan run.
-//! - [`llama`]: the fused llama engine `vkml generate` runs: quantized weights stay
-//!   quantized on the device, f16 KV cache, one command buffer and one host wait per
-//!   step, the prompt in one batched pass, the next decode step recorded ahead.
+//! - [`llama`]: the llama family on the front, generic over the storage: on Vulkan it
+//!   is what `vkml generate` runs (quantized weights stay quantized on the device, f16
+//!   KV cache, one command buffer and one host wait per step, the prompt in one batched
+//!   pass, the next decode step recorded ahead); on the CPU it is the conformance oracle
+//!   of the Vulkan run.
 //! - [`tokenizer`]: the tokenizer from GGUF metadata (`tokenizer.ggml.*`) through the
 //!   `tokenizers` crate, and the chat template (`tokenizer.chat_template`) through
 //!   minijinja.
@@ -22,7 +22,6 @@ pub mod cpu;
 pub mod error;
 pub mod front;
 pub mod llama;
-pub mod llama_generic;
 pub mod sampling;
 pub mod synth;
 pub mod tokenizer;

@@ -1,40 +1,13 @@
-//! The llama family (llama, mistral, smollm: GGUF architecture `llama` or `mistral`;
-//! qwen2: the same blocks with Q/K/V biases and neox rope) on
-//! vkml's kernels, read from GGUF: quantized weights stay quantized on the device, the
-//! KV cache is f16 on the device, and each call of [`Llama::forward`] runs the whole
-//! step (every layer, the final norm and the output projection) as one command buffer
-//! and waits for it once. The next decode step is recorded while the GPU runs the
-//! current one (two streams), so generation does not wait on host recording.
-//!
-//! The computation is llama.cpp's `llm_build_llama` / candle-transformers'
-//! `quantized_llama` (pre-norm blocks: rms_norm → Q/K/V → rope → causal GQA attention →
-//! output projection + residual → rms_norm → SwiGLU MLP + residual; final rms_norm and
-//! the output projection, tied to `token_embd.weight` when `output.weight` is absent).
-//! Rope is the interleaved (GGML "NORM") style for llama and mistral and the neox style
-//! for qwen2, as llama.cpp's `llama_model_rope_type` says (the GGUF converters permute
-//! llama's Q/K rows to match). qwen2's Q/K/V biases are added after the projections
-//! (candle-transformers' `quantized_qwen2`).
-//!
-//! The step per layer, for `t` new tokens (DESIGN.md, "one decode step"):
-//! - `t == 1` (decode): one mat-vec over the stacked Q|K|V matrix, rope of Q and K in one
-//!   dispatch, K and V appended from their place in the stacked row, split-KV flash
-//!   attention, the output projection with the
-//!   residual add as its epilogue, rms_norm, one mat-vec over the stacked gate|up matrix
-//!   with the SwiGLU epilogue, the down projection with the residual add.
-//! - `t` below [`tuning::mat_mat_min_tokens`] (9 on GPUs; every `t` on lavapipe): the
-//!   same with batched mat-vecs (Q, K, V separately: the stacked output would interleave
-//!   them per token).
-//! - from there on (prompts on GPUs): quantized mat-mats (cooperative-matrix where the
-//!   device has it), the residual adds folded in as `accumulate`.
+use std::time::Instant;
 
-use vkml_hal::{Buffer, Device, MemoryKind, Stream};
-use vkml_ops::attention::{self, AttnShape, KvCache};
-use vkml_ops::nn::{self, GluActivation, RopeShape, RopeStyle};
-use vkml_ops::quant::{self, MatVecEpilogue, QMatrix};
-use vkml_ops::{tuning, Dtype};
+use candle_core::backend::BackendDevice;
+use vkml_ops::attention;
+use vkml_ops::nn::{GluActivation, RopeStyle};
 use vkml_quant::gguf::{GgufFile, GgufValue};
 
 use crate::error::{model_err, Error, Result};
+use crate::front::{ModelStorage, Tensor};
+use crate::vulkan::VulkanStorage;
 
 /// Hyper-parameters of a llama-family model, from GGUF metadata (`{arch}.*` keys of the
 /// GGUF spec, "LLM" section).
@@ -210,109 +183,74 @@ pub struct LoadOptions {
     /// Most tokens one [`Llama::forward`] call processes in one pass; longer inputs run
     /// in chunks of this size.
     pub max_batch: usize,
-    /// From how many tokens a step's projections run as mat-mats rather than batched
-    /// mat-vecs; `None`: [`tuning::mat_mat_min_tokens`] for the device.
-    pub mat_mat_min_tokens: Option<usize>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { ctx: None, max_batch: 512, mat_mat_min_tokens: None }
+        LoadOptions { ctx: None, max_batch: 512 }
     }
 }
 
-#[derive(Debug)]
-struct Layer {
-    attn_norm: Buffer,
-    ffn_norm: Buffer,
-    wq: QMatrix,
-    wk: QMatrix,
-    wv: QMatrix,
-    wqkv: QMatrix,
-    wo: QMatrix,
-    w_gate: QMatrix,
-    w_up: QMatrix,
-    w_gate_up: QMatrix,
-    w_down: QMatrix,
-    /// Q, K, V biases (qwen2), and the three stacked for the one-pass QKV.
-    bias: Option<[Buffer; 4]>,
-    k_cache: KvCache,
-    v_cache: KvCache,
+struct Layer<S: ModelStorage> {
+    attn_norm: Tensor<S>,
+    ffn_norm: Tensor<S>,
+    /// Q, K and V stacked: `[h + 2 hk, e]`.
+    wqkv: S::QWeight,
+    wo: S::QWeight,
+    /// Gate and up stacked: `[2 ff, e]`.
+    w_gate_up: S::QWeight,
+    w_down: S::QWeight,
+    /// qwen2's Q, K and V biases, stacked: `f32[h + 2 hk]`.
+    bias: Option<Tensor<S>>,
+    k_cache: S::KvCache,
+    v_cache: S::KvCache,
 }
 
-/// Per-step buffers, sized for `max_batch` tokens (f32).
-#[derive(Debug)]
-struct Scratch {
-    /// Token ids, one buffer per stream.
-    ids: [Buffer; 2],
-    x: Buffer,
-    xn: Buffer,
-    q: Buffer,
-    k: Buffer,
-    v: Buffer,
-    qr: Buffer,
-    kr: Buffer,
-    attn: Buffer,
-    gate: Buffer,
-    up: Buffer,
-    ffn: Buffer,
-    last: Buffer,
-    last_n: Buffer,
-    split_o: Buffer,
-    split_ml: Buffer,
-    logits: Buffer,
-    all_logits: Option<Buffer>,
+/// A decode step recorded ahead on a deferred device, waiting for its token id.
+struct Pending<S: ModelStorage> {
+    pos: usize,
+    ids: Tensor<S>,
+    logits: Tensor<S>,
+    /// [`ModelStorage::submissions`] right after recording: if it moved, the step has
+    /// already run (with a stale id) and its logits are not this position's.
+    submissions: u64,
 }
 
 /// Where the host time of the last [`Llama::forward`] chunk went.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StepProfile {
-    /// Recording the command buffer on the host, seconds (0 when it was recorded ahead,
-    /// while the previous step ran).
+    /// Recording the step on the host, seconds (0 when it was recorded ahead, while the
+    /// previous step ran).
     pub record_s: f64,
-    /// Submitting and waiting for the GPU, seconds.
+    /// Recording the next decode step ahead, while the device runs this one, seconds.
+    pub ahead_s: f64,
+    /// Submitting, waiting for the device and reading the logits back, seconds (less
+    /// `ahead_s`).
     pub wait_s: f64,
-    /// Reading back the logits, seconds.
-    pub read_s: f64,
-    /// Dispatches recorded.
-    pub dispatches: u64,
-    /// Barriers recorded.
-    pub barriers: u64,
 }
 
-/// Largest KV split of a decode step's attention.
-const MAX_SPLITS: usize = 16;
-
-/// A llama-family model on a vkml device, with its KV cache.
-#[derive(Debug)]
-pub struct Llama {
-    dev: Device,
+/// A llama-family model with its KV cache, on any [`ModelStorage`] (default: Vulkan).
+pub struct Llama<S: ModelStorage = VulkanStorage> {
+    dev: S::Device,
     cfg: LlamaConfig,
     ctx: usize,
     max_batch: usize,
-    mat_mat_min_tokens: usize,
-    tok_embd: QMatrix,
-    output: QMatrix,
-    output_norm: Buffer,
-    layers: Vec<Layer>,
-    cos: Buffer,
-    sin: Buffer,
-    scratch: Scratch,
-    /// Two streams: while one runs a decode step, the next step is recorded on the other.
-    streams: [Stream; 2],
-    /// The stream the next step runs on.
-    cur: usize,
-    /// The position of a decode step already recorded on `streams[cur]`, waiting for its
-    /// token id.
-    pending: Option<usize>,
-    /// Dispatches and barriers of the step recorded ahead.
-    pending_counts: (u64, u64),
+    tok_embd: S::QWeight,
+    /// `None`: tied to `tok_embd`.
+    output: Option<S::QWeight>,
+    output_norm: Tensor<S>,
+    layers: Vec<Layer<S>>,
+    cos: Tensor<S>,
+    sin: Tensor<S>,
     pos: usize,
+    pending: Option<Pending<S>>,
     profile: StepProfile,
 }
 
-fn f32_bytes(n: usize) -> u64 {
-    4 * n.max(1) as u64
+impl<S: ModelStorage> std::fmt::Debug for Llama<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Llama({:?}, ctx {}, at {})", self.cfg, self.ctx, self.pos)
+    }
 }
 
 /// Rope tables `f32[positions, rot / 2]` (cos, sin) as candle-transformers'
@@ -356,133 +294,106 @@ pub(crate) fn check_input(cfg: &LlamaConfig, pos: usize, ctx: usize, tokens: &[u
     Ok(())
 }
 
-impl Llama {
+impl<S: ModelStorage> Llama<S>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
     /// Loads a llama-family GGUF model onto `dev`, calling `progress(done, total)` (in
-    /// bytes of tensor data) as tensors are uploaded.
+    /// bytes of tensor data) as weight matrices are uploaded.
     ///
     /// # Errors
     /// [`Error::Model`] for unsupported or inconsistent models (see
-    /// [`LlamaConfig::from_gguf`]) and missing or misshapen tensors; [`Error::Ops`] for
-    /// tensor types without GPU kernels or tensors past the device's limits; HAL errors
-    /// (out of device memory names the size).
-    pub fn load(dev: &Device, file: &GgufFile, opts: LoadOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Llama> {
+    /// [`LlamaConfig::from_gguf`]) and missing or misshapen tensors; [`Error::Candle`]
+    /// for tensor types without kernels on the backend, tensors past the device's limits
+    /// and device errors (out of device memory names the size).
+    pub fn load(
+        dev: &S::Device,
+        file: &GgufFile,
+        opts: LoadOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
         let cfg = LlamaConfig::from_gguf(file)?;
         let ctx = opts.ctx.unwrap_or(cfg.context_length.min(4096)).max(1);
-        let max_batch = opts.max_batch.max(1);
         let total: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
         let mut done = 0u64;
-        let mut matrix = |name: &str, rows: usize, k: usize| -> Result<QMatrix> {
+        let mut matrix = |name: &str, rows: usize, k: usize| -> Result<S::QWeight> {
             let (info, bytes) =
                 file.tensor_data_by_name(name).map_err(|_| model_err(format!("tensor {name} is missing")))?;
             if info.row_len() as usize != k || info.n_rows() as usize != rows {
                 return Err(model_err(format!("tensor {name} has shape {:?}, expected [{k}, {rows}]", info.dims)));
             }
-            let m = QMatrix::from_gguf(dev, info, bytes)?;
+            let w = S::qweight(dev, info, bytes)?;
             done += info.n_bytes;
             progress(done, total);
-            Ok(m)
+            Ok(w)
         };
-        let (e, h, hk, ff) = (cfg.n_embd, cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim, cfg.n_ff);
-        let tok_embd = matrix("token_embd.weight", cfg.vocab, e)?;
-        let output = if file.header().tensor("output.weight").is_some() {
-            matrix("output.weight", cfg.vocab, e)?
-        } else {
-            tok_embd.clone()
-        };
-        let vector = |name: &str, n: usize| -> Result<Buffer> {
+        let values = |name: &str, n: usize| -> Result<Vec<f32>> {
             let v = file.dequantize(name).map_err(|_| model_err(format!("tensor {name} is missing")))?;
             if v.len() != n {
                 return Err(model_err(format!("tensor {name} has {} elements, expected {n}", v.len())));
             }
-            Ok(dev.upload(&v)?)
+            Ok(v)
         };
-        let output_norm = vector("output_norm.weight", e)?;
-        let mut stream = Stream::new(dev)?;
+        let vector = |name: &str, n: usize| -> Result<Tensor<S>> { Ok(Tensor::from_slice(&values(name, n)?, n, dev)?) };
+        let (e, h, hk, ff) = (cfg.n_embd, cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim, cfg.n_ff);
+        let tok_embd = matrix("token_embd.weight", cfg.vocab, e)?;
+        let output = match file.header().tensor("output.weight") {
+            Some(_) => Some(matrix("output.weight", cfg.vocab, e)?),
+            None => None,
+        };
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
             let p = |n: &str| format!("blk.{i}.{n}");
-            let bias = if file.header().tensor(&p("attn_q.bias")).is_some() {
-                let (bq, bk, bv) =
-                    (vector(&p("attn_q.bias"), h)?, vector(&p("attn_k.bias"), hk)?, vector(&p("attn_v.bias"), hk)?);
-                let all = dev.alloc(f32_bytes(h + 2 * hk), MemoryKind::DeviceLocal)?;
-                stream.copy(&bq, 0, &all, 0, 4 * h as u64)?;
-                stream.copy(&bk, 0, &all, 4 * h as u64, 4 * hk as u64)?;
-                stream.copy(&bv, 0, &all, 4 * (h + hk) as u64, 4 * hk as u64)?;
-                Some([bq, bk, bv, all])
-            } else {
-                None
+            let bias = match file.header().tensor(&p("attn_q.bias")) {
+                Some(_) => {
+                    let mut b = values(&p("attn_q.bias"), h)?;
+                    b.extend(values(&p("attn_k.bias"), hk)?);
+                    b.extend(values(&p("attn_v.bias"), hk)?);
+                    Some(Tensor::from_slice(&b, h + 2 * hk, dev)?)
+                }
+                None => None,
             };
-            let wq = matrix(&p("attn_q.weight"), h, e)?;
-            let wk = matrix(&p("attn_k.weight"), hk, e)?;
-            let wv = matrix(&p("attn_v.weight"), hk, e)?;
-            let w_gate = matrix(&p("ffn_gate.weight"), ff, e)?;
-            let w_up = matrix(&p("ffn_up.weight"), ff, e)?;
-            let wqkv = QMatrix::concat_rows(&mut stream, &[&wq, &wk, &wv])?;
-            let w_gate_up = QMatrix::concat_rows(&mut stream, &[&w_gate, &w_up])?;
+            let (wq, wk, wv) = (
+                matrix(&p("attn_q.weight"), h, e)?,
+                matrix(&p("attn_k.weight"), hk, e)?,
+                matrix(&p("attn_v.weight"), hk, e)?,
+            );
+            let wqkv = S::qweight_concat(dev, &[&wq, &wk, &wv])?;
+            let (w_gate, w_up) = (matrix(&p("ffn_gate.weight"), ff, e)?, matrix(&p("ffn_up.weight"), ff, e)?);
+            let w_gate_up = S::qweight_concat(dev, &[&w_gate, &w_up])?;
             layers.push(Layer {
                 attn_norm: vector(&p("attn_norm.weight"), e)?,
                 ffn_norm: vector(&p("ffn_norm.weight"), e)?,
-                wo: matrix(&p("attn_output.weight"), e, h)?,
-                w_down: matrix(&p("ffn_down.weight"), e, ff)?,
-                wq,
-                wk,
-                wv,
                 wqkv,
-                w_gate,
-                w_up,
+                wo: matrix(&p("attn_output.weight"), e, h)?,
                 w_gate_up,
+                w_down: matrix(&p("ffn_down.weight"), e, ff)?,
                 bias,
-                k_cache: KvCache::new(dev, cfg.n_kv_head, ctx, cfg.head_dim)?,
-                v_cache: KvCache::new(dev, cfg.n_kv_head, ctx, cfg.head_dim)?,
+                k_cache: S::kv_cache(dev, cfg.n_kv_head, ctx, cfg.head_dim)?,
+                v_cache: S::kv_cache(dev, cfg.n_kv_head, ctx, cfg.head_dim)?,
             });
         }
-        stream.finish_and_wait()?;
         let (cos, sin) = rope_tables(&cfg, ctx);
-        let b = max_batch;
-        let a = |n: usize| dev.alloc(f32_bytes(n), MemoryKind::DeviceLocal);
-        let scratch = Scratch {
-            ids: [dev.alloc(f32_bytes(b), MemoryKind::Upload)?, dev.alloc(f32_bytes(b), MemoryKind::Upload)?],
-            x: a(b * e)?,
-            xn: a(b * e)?,
-            q: a(b * (h + 2 * hk))?,
-            k: a(b * hk)?,
-            v: a(b * hk)?,
-            qr: a(b * (h + hk))?,
-            kr: a(b * hk)?,
-            attn: a(b * h)?,
-            gate: a(b * ff)?,
-            up: a(b * ff)?,
-            ffn: a(b * ff)?,
-            last: a(e)?,
-            last_n: a(e)?,
-            split_o: a(MAX_SPLITS * h)?,
-            split_ml: a(MAX_SPLITS * cfg.n_head * 2)?,
-            logits: dev.alloc(f32_bytes(cfg.vocab), MemoryKind::Readback)?,
-            all_logits: None,
-        };
-        Ok(Llama {
+        let half = cfg.rope_dim / 2;
+        let model = Llama {
             dev: dev.clone(),
-            cos: dev.upload(&cos)?,
-            sin: dev.upload(&sin)?,
+            output_norm: vector("output_norm.weight", e)?,
+            cos: Tensor::from_slice(&cos, (ctx, half), dev)?,
+            sin: Tensor::from_slice(&sin, (ctx, half), dev)?,
             cfg,
             ctx,
-            max_batch: b,
-            mat_mat_min_tokens: opts
-                .mat_mat_min_tokens
-                .unwrap_or_else(|| tuning::mat_mat_min_tokens(dev.caps()))
-                .max(2),
+            max_batch: opts.max_batch.max(1),
             tok_embd,
             output,
-            output_norm,
             layers,
-            scratch,
-            streams: [stream, Stream::new(dev)?],
-            cur: 0,
-            pending: None,
-            pending_counts: (0, 0),
             pos: 0,
+            pending: None,
             profile: StepProfile::default(),
-        })
+        };
+        // The stacking copies are recorded on deferred devices; finish them here, so
+        // that the load time includes them.
+        dev.synchronize()?;
+        Ok(model)
     }
 
     /// The hyper-parameters.
@@ -501,11 +412,11 @@ impl Llama {
     }
 
     /// The device.
-    pub fn device(&self) -> &Device {
+    pub fn device(&self) -> &S::Device {
         &self.dev
     }
 
-    /// Host timings and command counts of the last step (chunk) run.
+    /// Host timings of the last chunk run.
     pub fn last_step(&self) -> StepProfile {
         self.profile
     }
@@ -515,44 +426,37 @@ impl Llama {
         self.pos = 0;
     }
 
-    /// Drops a decode step recorded ahead that will not run.
-    fn discard_pending(&mut self) -> Result<()> {
-        if self.pending.take().is_some() {
-            self.streams[self.cur].discard()?;
-        }
-        Ok(())
-    }
-
     /// Runs `tokens` at positions `position() ..`, appending them to the KV cache, and
     /// returns the logits (f32, `vocab` per token) of the last token, or of every token
-    /// with `all_logits`. Inputs longer than the batch run in chunks, each one command
-    /// buffer with one host wait. While the GPU runs the last chunk, the decode step at
-    /// the next position is recorded on a second stream, so a following one-token call
+    /// with `all_logits`. Inputs longer than the batch run in chunks, each one submission
+    /// with one host wait. On a deferred device (Vulkan), while the last chunk runs, the
+    /// decode step at the next position is recorded ahead, so a following one-token call
     /// only writes its id and submits.
     ///
     /// # Errors
-    /// [`Error::Context`] when the cache cannot take the tokens; [`Error::Model`] for
-    /// an empty input or a token id past the vocabulary; kernel and device errors.
+    /// [`Error::Context`] when the cache cannot take the tokens; [`Error::Model`] for an
+    /// empty input or a token id past the vocabulary; kernel and device errors.
     pub fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
         check_input(&self.cfg, self.pos, self.ctx, tokens)?;
-        let mut out = Vec::with_capacity(if all_logits { tokens.len() * self.cfg.vocab } else { self.cfg.vocab });
+        let mut out = Vec::new();
         let n_chunks = tokens.len().div_ceil(self.max_batch);
         for (i, chunk) in tokens.chunks(self.max_batch).enumerate() {
             let last = i + 1 == n_chunks;
-            let l = self.run_chunk(chunk, all_logits, all_logits || last, last)?;
-            if let Some(l) = l {
-                if !all_logits {
-                    out.clear();
-                }
+            if let Some(l) = self.run_chunk(chunk, all_logits, all_logits || last, last)? {
                 out.extend_from_slice(&l);
             }
         }
         Ok(out)
     }
 
-    /// Runs one chunk: records it (unless it is the decode step recorded ahead), writes
-    /// its token ids, submits; then, with `record_next`, records the next decode step on
-    /// the other stream while the GPU runs this one; then waits and reads the logits.
+    /// Runs one chunk: records it (unless it is the decode step recorded ahead, whose id
+    /// is then written), submits; then, with `record_next` on a deferred device, records
+    /// the next decode step while the device runs this one; then reads the logits.
+    ///
+    /// A step recorded ahead that is not used (the caller reset the cache or passed more
+    /// than one token) still runs, at the next submission, with a stale id: it writes
+    /// K and V at a position that the next step to reach it overwrites before any step
+    /// reads it, and its logits are dropped.
     fn run_chunk(
         &mut self,
         tokens: &[u32],
@@ -561,161 +465,73 @@ impl Llama {
         record_next: bool,
     ) -> Result<Option<Vec<f32>>> {
         let t = tokens.len();
-        let t_start = std::time::Instant::now();
-        let idx = self.cur;
+        let t0 = Instant::now();
+        let reuse = self.pending.as_ref().is_some_and(|p| {
+            t == 1 && want && !all_logits && p.pos == self.pos && p.submissions == S::submissions(&self.dev)
+        });
         let mut record_s = 0.0;
-        let ahead = t == 1 && !all_logits && want && self.pending == Some(self.pos);
-        let counts = if ahead {
-            self.pending_counts
-        } else {
-            self.discard_pending()?;
-            let c = self.record(idx, t, self.pos, all_logits, want)?;
-            record_s = t_start.elapsed().as_secs_f64();
-            c
+        let logits = match self.pending.take() {
+            Some(p) if reuse => {
+                p.ids.storage().write_u32(tokens)?;
+                Some(p.logits)
+            }
+            _ => {
+                let ids = Tensor::from_slice(tokens, t, &self.dev)?;
+                let l = self.step(&ids, self.pos, all_logits, want)?;
+                record_s = t0.elapsed().as_secs_f64();
+                l
+            }
         };
-        self.pending = None;
-        self.scratch.ids[idx].write(0, bytemuck::cast_slice(tokens))?;
-        let sub = self.streams[idx].submit()?;
+        let w = Instant::now();
+        S::submit(&self.dev)?;
         self.pos += t;
-        self.cur = 1 - idx;
-        if record_next && self.pos < self.ctx {
-            self.pending_counts = self.record(self.cur, 1, self.pos, false, true)?;
-            self.pending = Some(self.pos);
+        let a = Instant::now();
+        if record_next && self.pos < self.ctx && S::is_deferred(&self.dev) {
+            let ids = Tensor::from_storage(S::host_u32(&self.dev, 1)?, 1);
+            let logits = self.step(&ids, self.pos, false, true)?.expect("logits wanted");
+            let submissions = S::submissions(&self.dev);
+            self.pending = Some(Pending { pos: self.pos, ids, logits, submissions });
         }
-        let w = std::time::Instant::now();
-        sub.wait()?;
-        let wait_s = w.elapsed().as_secs_f64();
-        let r = std::time::Instant::now();
-        let result = if !want {
-            None
-        } else if all_logits {
-            let mut v = vec![0f32; t * self.cfg.vocab];
-            self.scratch.all_logits.as_ref().expect("allocated by record").read(0, bytemuck::cast_slice_mut(&mut v))?;
-            Some(v)
-        } else {
-            let mut v = vec![0f32; self.cfg.vocab];
-            self.scratch.logits.read(0, bytemuck::cast_slice_mut(&mut v))?;
-            Some(v)
+        let ahead_s = a.elapsed().as_secs_f64();
+        let out = match logits {
+            Some(l) => Some(l.storage().read_f32(l.layout())?),
+            None => None,
         };
-        self.profile = StepProfile {
-            record_s,
-            wait_s,
-            read_s: r.elapsed().as_secs_f64(),
-            dispatches: counts.0,
-            barriers: counts.1,
-        };
-        Ok(result)
+        self.profile = StepProfile { record_s, ahead_s, wait_s: w.elapsed().as_secs_f64() - ahead_s };
+        Ok(out)
     }
 
-    /// Records (does not submit) a step of `t <= max_batch` tokens at positions
-    /// `pos0 ..` on `streams[idx]`, reading the token ids from `ids[idx]`; the logits go
-    /// to `scratch.logits` (last token) or `scratch.all_logits` (every token). Returns the
-    /// dispatches and barriers recorded.
-    fn record(&mut self, idx: usize, t: usize, pos0: usize, all_logits: bool, want_logits: bool) -> Result<(u64, u64)> {
-        let stats0 = self.streams[idx].stats();
-        if want_logits && all_logits {
-            let need = f32_bytes(t * self.cfg.vocab);
-            if self.scratch.all_logits.as_ref().is_none_or(|b| b.size() < need) {
-                self.scratch.all_logits = Some(self.dev.alloc(need, MemoryKind::Readback)?);
-            }
-        }
+    /// Records (on the CPU: runs) one step over `ids: u32[t]` at positions `pos..`:
+    /// every layer, then, with `want`, the final norm and the output projection of the
+    /// last token (every token with `all_logits`).
+    fn step(&mut self, ids: &Tensor<S>, pos: usize, all_logits: bool, want: bool) -> Result<Option<Tensor<S>>> {
         let c = &self.cfg;
-        let (e, d) = (c.n_embd, c.head_dim);
-        let (h, hk) = (c.n_head * d, c.n_kv_head * d);
-        let sc = &self.scratch;
-        let ids = &self.scratch.ids[idx];
-        let s = &mut self.streams[idx];
-        let kv_len = pos0 + t;
-        let mv_cfg = tuning::mat_vec_config(self.dev.caps());
-        let matvec = t < self.mat_mat_min_tokens;
-        // y (+)= W x over t tokens, the kernel by batch size.
-        let linear = |s: &mut Stream, w: &QMatrix, x: &Buffer, y: &Buffer, add: bool| -> Result<()> {
-            if matvec {
-                let ep = if add { MatVecEpilogue::Add } else { MatVecEpilogue::Store };
-                quant::mat_vec_fused(s, w, x, t, y, mv_cfg, ep)?;
-            } else {
-                let path = quant::MatMatPath::best(s.device().caps(), w);
-                let opts = quant::MatMatOptions { accumulate: add, ..quant::MatMatOptions::new(path) };
-                quant::mat_mat_with(s, w, x, t, y, opts)?;
+        let (t, d, nh, nkv) = (ids.dims()[0], c.head_dim, c.n_head, c.n_kv_head);
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut x = Tensor::qembedding(ids, &self.tok_embd)?;
+        for l in &mut self.layers {
+            let xn = x.rms_norm(&l.attn_norm, c.rms_eps)?;
+            let mut qkv = xn.qmatmul(&l.wqkv)?;
+            if let Some(b) = &l.bias {
+                qkv = qkv.broadcast_add(b)?;
             }
-            Ok(())
-        };
-        let rope = |s: &mut Stream, x: &Buffer, heads: usize, y: &Buffer| -> Result<()> {
-            let sh = RopeShape {
-                bh: heads,
-                t,
-                d,
-                rot: c.rope_dim,
-                pos_offset: pos0,
-                positions: self.ctx,
-                token_major: true,
-            };
-            nn::rope(s, Dtype::F32, c.rope_style, x, &self.cos, &self.sin, sh, y)?;
-            Ok(())
-        };
-        quant::get_rows(s, &self.tok_embd, ids, t, &sc.x)?;
-        let splits = if t == 1 { kv_len.div_ceil(256).clamp(1, MAX_SPLITS) } else { 1 };
-        for l in &self.layers {
-            nn::rms_norm(s, Dtype::F32, &sc.x, Some(&l.attn_norm), t, e, c.rms_eps, &sc.xn)?;
-            if t == 1 {
-                // One pass over the stacked Q|K|V rows; rope rotates the Q and K heads,
-                // which are adjacent.
-                quant::mat_vec_fused(s, &l.wqkv, &sc.xn, 1, &sc.q, mv_cfg, MatVecEpilogue::Store)?;
-                if let Some([_, _, _, b]) = &l.bias {
-                    nn::add_bias(s, Dtype::F32, &sc.q, b, 1, h + 2 * hk)?;
-                }
-                // K (rotated) and V are appended from their place in the stacked row.
-                rope(s, &sc.q, c.n_head + c.n_kv_head, &sc.qr)?;
-                attention::kv_append_from(s, Dtype::F32, &sc.qr, h, h + 2 * hk, 1, pos0, &l.k_cache)?;
-                attention::kv_append_from(s, Dtype::F32, &sc.q, h + hk, h + 2 * hk, 1, pos0, &l.v_cache)?;
-            } else {
-                linear(s, &l.wq, &sc.xn, &sc.q, false)?;
-                linear(s, &l.wk, &sc.xn, &sc.k, false)?;
-                linear(s, &l.wv, &sc.xn, &sc.v, false)?;
-                if let Some([bq, bk, bv, _]) = &l.bias {
-                    nn::add_bias(s, Dtype::F32, &sc.q, bq, t, h)?;
-                    nn::add_bias(s, Dtype::F32, &sc.k, bk, t, hk)?;
-                    nn::add_bias(s, Dtype::F32, &sc.v, bv, t, hk)?;
-                }
-                rope(s, &sc.q, c.n_head, &sc.qr)?;
-                rope(s, &sc.k, c.n_kv_head, &sc.kr)?;
-                attention::kv_append(s, Dtype::F32, &sc.kr, t, pos0, &l.k_cache)?;
-                attention::kv_append(s, Dtype::F32, &sc.v, t, pos0, &l.v_cache)?;
-            }
-            let sh = AttnShape {
-                t_q: t,
-                n_heads: c.n_head,
-                kv_len,
-                q_pos0: pos0,
-                causal: true,
-                scale: 1.0 / (d as f32).sqrt(),
-                n_splits: splits,
-            };
-            let scratch = (splits > 1).then_some((&sc.split_o, &sc.split_ml));
-            attention::flash_attn(s, Dtype::F32, &sc.qr, &l.k_cache, &l.v_cache, sh, &sc.attn, scratch)?;
-            linear(s, &l.wo, &sc.attn, &sc.x, true)?;
-            nn::rms_norm(s, Dtype::F32, &sc.x, Some(&l.ffn_norm), t, e, c.rms_eps, &sc.xn)?;
-            if matvec {
-                let ep = MatVecEpilogue::Glu(GluActivation::Silu);
-                quant::mat_vec_fused(s, &l.w_gate_up, &sc.xn, t, &sc.ffn, mv_cfg, ep)?;
-            } else {
-                linear(s, &l.w_gate, &sc.xn, &sc.gate, false)?;
-                linear(s, &l.w_up, &sc.xn, &sc.up, false)?;
-                nn::glu(s, Dtype::F32, GluActivation::Silu, &sc.gate, &sc.up, t * c.n_ff, &sc.ffn)?;
-            }
-            linear(s, &l.w_down, &sc.ffn, &sc.x, true)?;
+            let heads = qkv.reshape((t, nh + 2 * nkv, d))?;
+            // Q and K heads are adjacent: one rope call rotates both.
+            let qk = heads.narrow(1, 0, nh + nkv)?.rope(&self.cos, &self.sin, pos, c.rope_style)?;
+            let (q, k, v) = (qk.narrow(1, 0, nh)?, qk.narrow(1, nh, nkv)?, heads.narrow(1, nh + nkv, nkv)?);
+            let a = Tensor::attention(&q, &k, &v, (&mut l.k_cache, &mut l.v_cache), pos, scale)?;
+            x.qmatmul_add_(&a, &l.wo)?;
+            let g = x.rms_norm(&l.ffn_norm, c.rms_eps)?.qmatmul_glu(&l.w_gate_up, GluActivation::Silu)?;
+            x.qmatmul_add_(&g, &l.w_down)?;
         }
-        if want_logits && all_logits {
-            let out = sc.all_logits.as_ref().expect("allocated above");
-            nn::rms_norm(s, Dtype::F32, &sc.x, Some(&self.output_norm), t, e, c.rms_eps, &sc.xn)?;
-            linear(s, &self.output, &sc.xn, out, false)?;
-        } else if want_logits {
-            s.copy(&sc.x, 4 * ((t - 1) * e) as u64, &sc.last, 0, 4 * e as u64)?;
-            nn::rms_norm(s, Dtype::F32, &sc.last, Some(&self.output_norm), 1, e, c.rms_eps, &sc.last_n)?;
-            quant::mat_vec_fused(s, &self.output, &sc.last_n, 1, &sc.logits, mv_cfg, MatVecEpilogue::Store)?;
+        if !want {
+            return Ok(None);
         }
-        let stats = s.stats();
-        Ok((stats.dispatches - stats0.dispatches, stats.barriers - stats0.barriers))
+        if !all_logits {
+            x = x.narrow(0, t - 1, 1)?;
+        }
+        let out = self.output.as_ref().unwrap_or(&self.tok_embd);
+        Ok(Some(x.rms_norm(&self.output_norm, c.rms_eps)?.qmatmul(out)?))
     }
 }
 

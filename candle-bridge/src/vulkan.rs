@@ -21,6 +21,7 @@
 //! ([`not_yet`]); none falls back to the CPU.
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use candle_core::backend::{BackendDevice, BackendStorage};
@@ -29,7 +30,7 @@ use candle_core::{CpuStorage, DType, DeviceLocation, Layout, Shape};
 use parking_lot::Mutex;
 use vkml_hal::{Buffer, Device, DeviceOptions, DeviceSelector, MemoryKind, Stream};
 use vkml_ops::elementwise::{self, BinaryOp, UnaryOp, View};
-use vkml_ops::nn::RopeStyle;
+use vkml_ops::nn::{GluActivation, RopeStyle};
 use vkml_ops::Dtype;
 
 type CResult<T> = candle_core::Result<T>;
@@ -50,6 +51,32 @@ struct Inner {
     /// Where ops record; submitted by `flush`.
     stream: Mutex<Stream>,
     seed: Mutex<u64>,
+    /// From how many rows of `x` `qmatmul` runs mat-mats; 0: the device's
+    /// [`vkml_ops::tuning::mat_mat_min_tokens`].
+    mat_mat_min_tokens: AtomicUsize,
+    /// Buffers of dropped storages and scratch, for the device's next ops.
+    recycled: Mutex<Recycler>,
+}
+
+/// Most bytes of recycled buffers a device keeps (also at most 1/8 of its memory).
+const RECYCLE_LIMIT: u64 = 4 << 30;
+
+/// Device-local buffers whose storages were dropped, by size in bytes, for reuse by later
+/// ops on the same stream.
+///
+/// A dropped storage's buffer may still be read or written by commands recorded but not
+/// yet run, so the HAL's own cache takes it back only once those have completed: without
+/// this, every op of a deferred step would get fresh memory (gigabytes for a long prompt
+/// through a large model). Reuse here is safe because every user of these buffers records
+/// on the device's one stream, which orders commands and inserts the barrier a reuse
+/// needs (write after read), and because the host never writes them: host uploads get
+/// fresh HAL buffers, and storages that share a buffer with another (views, buffers
+/// passed in by the caller) are never recycled.
+#[derive(Default)]
+struct Recycler {
+    free: std::collections::HashMap<u64, Vec<Buffer>>,
+    bytes: u64,
+    limit: u64,
 }
 
 /// A Vulkan device as a candle backend device: a [`vkml_hal::Device`] plus the stream
@@ -77,6 +104,11 @@ impl VulkanDevice {
                 ordinal,
                 stream: Mutex::new(Stream::new(dev)?),
                 seed: Mutex::new(299_792_458),
+                mat_mat_min_tokens: AtomicUsize::new(0),
+                recycled: Mutex::new(Recycler {
+                    limit: (dev.caps().memory.device_local_bytes / 8).min(RECYCLE_LIMIT),
+                    ..Recycler::default()
+                }),
             }),
         })
     }
@@ -84,6 +116,27 @@ impl VulkanDevice {
     /// The vkml-hal device.
     pub fn hal(&self) -> &Device {
         &self.inner.dev
+    }
+
+    /// From how many activation rows the quantized products ([`crate::front::ModelStorage::qmatmul`]
+    /// and its fused forms) run as mat-mats instead of batched mat-vecs; `None` restores
+    /// the device's default, [`vkml_ops::tuning::mat_mat_min_tokens`] (9 on GPUs; never on
+    /// lavapipe, where setting it is how tests reach the mat-mat kernels).
+    pub fn set_mat_mat_min_tokens(&self, n: Option<usize>) {
+        self.inner.mat_mat_min_tokens.store(n.map_or(0, |n| n.max(2)), Ordering::Relaxed);
+    }
+
+    /// The current threshold of [`VulkanDevice::set_mat_mat_min_tokens`].
+    pub fn mat_mat_min_tokens(&self) -> usize {
+        match self.inner.mat_mat_min_tokens.load(Ordering::Relaxed) {
+            0 => vkml_ops::tuning::mat_mat_min_tokens(self.inner.dev.caps()),
+            n => n,
+        }
+    }
+
+    /// What the device's stream has recorded and submitted so far.
+    pub fn stream_stats(&self) -> vkml_hal::StreamStats {
+        self.inner.stream.lock().stats()
     }
 
     /// Runs `f` with the device's stream (ops record their dispatches there).
@@ -104,18 +157,45 @@ impl VulkanDevice {
     }
 
     /// A device-local buffer for `n` elements of `dtype` (at least 4 bytes, so that
-    /// every kernel binding is non-empty).
+    /// every kernel binding is non-empty) that only device commands on this device's
+    /// stream write: a recycled one when there is one of the size.
     pub(crate) fn alloc(&self, n: usize, dtype: DType) -> CResult<Buffer> {
         let bytes = (n * dtype.size_in_bytes()).max(4) as u64;
+        {
+            let mut r = self.inner.recycled.lock();
+            if let Some(b) = r.free.get_mut(&bytes).and_then(Vec::pop) {
+                r.bytes -= bytes;
+                return Ok(b);
+            }
+        }
         self.inner.dev.alloc(bytes, MemoryKind::DeviceLocal).map_err(cerr)
     }
 
-    fn storage(&self, buffer: Buffer, dtype: DType, len: usize) -> VulkanStorage {
-        VulkanStorage { buffer, dtype, len, device: self.clone() }
+    /// Hands a buffer from [`VulkanDevice::alloc`] back for reuse by later ops, once
+    /// nothing but commands already recorded refers to it.
+    pub(crate) fn recycle(&self, b: Buffer) {
+        let mut r = self.inner.recycled.lock();
+        if b.kind() == MemoryKind::DeviceLocal && r.bytes + b.size() <= r.limit {
+            r.bytes += b.size();
+            r.free.entry(b.size()).or_default().push(b);
+        }
     }
 
+    /// A storage that owns `buffer` (from [`VulkanDevice::alloc`]): recycled on drop.
+    fn storage(&self, buffer: Buffer, dtype: DType, len: usize) -> VulkanStorage {
+        VulkanStorage { buffer, dtype, len, device: self.clone(), owned: true }
+    }
+
+    /// A storage over a buffer something else also holds: never recycled.
+    fn shared_storage(&self, buffer: Buffer, dtype: DType, len: usize) -> VulkanStorage {
+        VulkanStorage { buffer, dtype, len, device: self.clone(), owned: false }
+    }
+
+    /// Host data in a fresh buffer (never a recycled one: commands recorded but not yet
+    /// run may still use those).
     fn upload_bytes(&self, bytes: &[u8], dtype: DType, len: usize) -> CResult<VulkanStorage> {
-        let buffer = self.alloc(len, dtype)?;
+        let size = (len * dtype.size_in_bytes()).max(4) as u64;
+        let buffer = self.inner.dev.alloc(size, MemoryKind::DeviceLocal).map_err(cerr)?;
         buffer.write(0, bytes).map_err(cerr)?;
         Ok(self.storage(buffer, dtype, len))
     }
@@ -128,6 +208,16 @@ pub struct VulkanStorage {
     dtype: DType,
     len: usize,
     device: VulkanDevice,
+    /// The storage alone holds the buffer: it is recycled on drop.
+    owned: bool,
+}
+
+impl Drop for VulkanStorage {
+    fn drop(&mut self) {
+        if self.owned {
+            self.device.recycle(self.buffer.clone());
+        }
+    }
 }
 
 impl fmt::Debug for VulkanStorage {
@@ -209,11 +299,40 @@ impl VulkanStorage {
                 buffer.size()
             )));
         }
-        Ok(device.storage(buffer, dtype, len))
+        Ok(device.shared_storage(buffer, dtype, len))
     }
 
     pub(crate) fn view<'a>(&'a self, l: &'a Layout) -> View<'a> {
         View { buffer: &self.buffer, offset: l.start_offset(), strides: l.stride() }
+    }
+
+    /// `y (+)= x Wᵀ` for `x = self: f32[t, k]` (`l`): batched mat-vecs below
+    /// [`VulkanDevice::mat_mat_min_tokens`] rows, mat-mats from there.
+    fn linear(&self, l: &Layout, w: &vkml_ops::quant::QMatrix, y: &Buffer, add: bool) -> CResult<()> {
+        use vkml_ops::quant::{self, MatVecEpilogue};
+        f32_only(self, "qmatmul")?;
+        let x = packed(self, l)?;
+        let t = l.dims()[0];
+        let dev = &self.device;
+        let matvec = t < dev.mat_mat_min_tokens();
+        let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
+        dev.with_stream(|s| {
+            if matvec {
+                let ep = if add { MatVecEpilogue::Add } else { MatVecEpilogue::Store };
+                quant::mat_vec_fused(s, w, &x.buffer, t, y, cfg, ep)
+            } else {
+                let path = quant::MatMatPath::best(s.device().caps(), w);
+                quant::mat_mat_with(
+                    s,
+                    w,
+                    &x.buffer,
+                    t,
+                    y,
+                    quant::MatMatOptions { accumulate: add, ..quant::MatMatOptions::new(path) },
+                )
+            }
+            .map_err(cerr)
+        })
     }
 
     /// Runs `f(stream, output buffer)` to fill a new contiguous storage of `l`'s shape.
@@ -600,7 +719,7 @@ impl BackendDevice for VulkanDevice {
 /// is, else a copy. Kernels of vkml-ops that take plain buffers read it.
 fn packed(s: &VulkanStorage, l: &Layout) -> CResult<VulkanStorage> {
     if l.is_contiguous() && l.start_offset() == 0 {
-        return Ok(s.device.storage(s.buffer.clone(), s.dtype, s.len));
+        return Ok(s.device.shared_storage(s.buffer.clone(), s.dtype, s.len));
     }
     let n = l.shape().elem_count();
     let mut dst = s.device.storage(s.device.alloc(n, s.dtype)?, s.dtype, n);
@@ -613,6 +732,22 @@ fn f32_only(s: &VulkanStorage, op: &'static str) -> CResult<()> {
         return Err(candle_core::Error::UnsupportedDTypeForOp(s.dtype, op));
     }
     Ok(())
+}
+
+/// `x: f32[t, heads, d]` (`l`) as rows for `kv_append_from`: `(storage, offset,
+/// stride)` with token `i`'s heads the packed run at `offset + i * stride`. Straight from
+/// `x`'s buffer when its layout already is that (a contiguous tensor, or K and V as views
+/// into stacked Q|K|V rows), else a packed copy.
+fn kv_rows(x: &VulkanStorage, l: &Layout) -> CResult<(VulkanStorage, usize, usize)> {
+    let (dims, st) = (l.dims(), l.stride());
+    let &[t, heads, d] = dims else { candle_core::bail!("attention takes k, v as [t, heads, d], got {dims:?}") };
+    let row = heads * d;
+    let heads_packed = (heads == 1 || st[1] == d) && (d == 1 || st[2] == 1);
+    if heads_packed && (t == 1 || st[0] >= row) {
+        let stride = if t == 1 { row } else { st[0] };
+        return Ok((x.device.shared_storage(x.buffer.clone(), x.dtype, x.len), l.start_offset(), stride));
+    }
+    Ok((packed(x, l)?, 0, row))
 }
 
 /// Largest KV split of a one-query attention call.
@@ -630,25 +765,66 @@ impl crate::front::ModelStorage for VulkanStorage {
         (w.rows(), w.k())
     }
 
-    /// Mat-vecs below [`vkml_ops::tuning::mat_mat_min_tokens`] rows of `x`, mat-mats
+    fn qweight_concat(dev: &VulkanDevice, parts: &[&Self::QWeight]) -> CResult<Self::QWeight> {
+        dev.with_stream(|s| vkml_ops::quant::QMatrix::concat_rows(s, parts).map_err(cerr))
+    }
+
+    /// Mat-vecs below [`VulkanDevice::mat_mat_min_tokens`] rows of `x`, mat-mats
     /// (cooperative-matrix where the device has them) from there.
     fn qmatmul(&self, l: &Layout, w: &Self::QWeight) -> CResult<Self> {
-        use vkml_ops::quant;
-        f32_only(self, "qmatmul")?;
-        let x = packed(self, l)?;
         let t = l.dims()[0];
+        let y = self.device.alloc(t * w.rows(), DType::F32)?;
+        self.linear(l, w, &y, false)?;
+        Ok(self.device.storage(y, DType::F32, t * w.rows()))
+    }
+
+    /// The residual add is the mat-vec's `Add` epilogue, or the mat-mat's `accumulate`.
+    fn qmatmul_add(&self, l: &Layout, w: &Self::QWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
+        f32_only(acc, "qmatmul_add")?;
+        if !acc_l.is_contiguous() || acc_l.start_offset() != 0 || acc_l.shape().elem_count() != l.dims()[0] * w.rows() {
+            candle_core::bail!("qmatmul_add: the accumulator {:?} is not a packed [t, {}]", acc_l, w.rows())
+        }
+        self.linear(l, w, &acc.buffer, true)
+    }
+
+    /// Below [`VulkanDevice::mat_mat_min_tokens`] rows: one mat-vec pass over the stacked
+    /// matrix with the gated-product epilogue. From there: one mat-mat into `[t, 2n]`,
+    /// then the activation and the product on the strided halves.
+    fn qmatmul_glu(&self, l: &Layout, w: &Self::QWeight, act: GluActivation) -> CResult<Self> {
+        use vkml_ops::quant::{self, MatVecEpilogue};
+        f32_only(self, "qmatmul_glu")?;
+        let x = packed(self, l)?;
+        let (t, n) = (l.dims()[0], w.rows() / 2);
         let dev = &self.device;
-        let caps = dev.hal().caps();
-        let y = dev.alloc(t * w.rows(), DType::F32)?;
-        dev.with_stream(|s| {
-            if t < vkml_ops::tuning::mat_mat_min_tokens(caps) {
-                quant::mat_vec(s, w, &x.buffer, t, &y)
-            } else {
-                quant::mat_mat(s, w, &x.buffer, t, &y)
-            }
-            .map_err(cerr)
-        })?;
-        Ok(dev.storage(y, DType::F32, t * w.rows()))
+        let y = dev.alloc(t * n, DType::F32)?;
+        if t < dev.mat_mat_min_tokens() {
+            let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
+            dev.with_stream(|s| {
+                quant::mat_vec_fused(s, w, &x.buffer, t, &y, cfg, MatVecEpilogue::Glu(act)).map_err(cerr)
+            })?;
+        } else {
+            let both = dev.alloc(t * 2 * n, DType::F32)?;
+            let gated = dev.alloc(t * n, DType::F32)?;
+            let op = match act {
+                GluActivation::Silu => UnaryOp::Silu,
+                GluActivation::Gelu => UnaryOp::Gelu,
+                GluActivation::GeluErf => UnaryOp::GeluErf,
+            };
+            let strides = [2 * n, 1];
+            let half = |offset| View { buffer: &both, offset, strides: &strides };
+            let packed_strides = [n, 1];
+            let gated_view = View { buffer: &gated, offset: 0, strides: &packed_strides };
+            let record = |s: &mut Stream| -> vkml_ops::Result<()> {
+                let path = quant::MatMatPath::best(s.device().caps(), w);
+                quant::mat_mat_with(s, w, &x.buffer, t, &both, quant::MatMatOptions::new(path))?;
+                elementwise::unary(s, op, Dtype::F32, &[t, n], half(0), &gated)?;
+                elementwise::binary(s, BinaryOp::Mul, Dtype::F32, &[t, n], gated_view, half(n), &y)
+            };
+            dev.with_stream(|s| record(s).map_err(cerr))?;
+            dev.recycle(both);
+            dev.recycle(gated);
+        }
+        Ok(dev.storage(y, DType::F32, t * n))
     }
 
     fn qembedding(w: &Self::QWeight, ids: &Self, l: &Layout) -> CResult<Self> {
@@ -712,7 +888,8 @@ impl crate::front::ModelStorage for VulkanStorage {
             f32_only(x, "attention")?;
         }
         let &[t, h, d] = q.1.dims() else { candle_core::bail!("attention takes q [t, heads, d]") };
-        let (qp, kp, vp) = (packed(q.0, q.1)?, packed(k.0, k.1)?, packed(v.0, v.1)?);
+        let qp = packed(q.0, q.1)?;
+        let (kr, vr) = (kv_rows(k.0, k.1)?, kv_rows(v.0, v.1)?);
         let dev = &q.0.device;
         let kv_len = pos0 + t;
         let n_splits = if t == 1 { kv_len.div_ceil(256).clamp(1, MAX_SPLITS) } else { 1 };
@@ -725,12 +902,51 @@ impl crate::front::ModelStorage for VulkanStorage {
         };
         let y = dev.alloc(t * h * d, DType::F32)?;
         let record = |s: &mut Stream| -> vkml_ops::Result<()> {
-            attention::kv_append(s, Dtype::F32, &kp.buffer, t, pos0, k_cache)?;
-            attention::kv_append(s, Dtype::F32, &vp.buffer, t, pos0, v_cache)?;
+            attention::kv_append_from(s, Dtype::F32, &kr.0.buffer, kr.1, kr.2, t, pos0, k_cache)?;
+            attention::kv_append_from(s, Dtype::F32, &vr.0.buffer, vr.1, vr.2, t, pos0, v_cache)?;
             let sc = scratch.as_ref().map(|(a, b)| (a, b));
             attention::flash_attn(s, Dtype::F32, &qp.buffer, k_cache, v_cache, sh, &y, sc)
         };
         dev.with_stream(|s| record(s).map_err(cerr))?;
+        if let Some((a, b)) = scratch {
+            dev.recycle(a);
+            dev.recycle(b);
+        }
         Ok(dev.storage(y, DType::F32, t * h * d))
+    }
+
+    fn is_deferred(_: &VulkanDevice) -> bool {
+        true
+    }
+
+    fn submissions(dev: &VulkanDevice) -> u64 {
+        dev.inner.stream.lock().stats().submissions
+    }
+
+    /// Host-visible (upload) memory, written directly by [`ModelStorage::write_u32`].
+    fn host_u32(dev: &VulkanDevice, n: usize) -> CResult<Self> {
+        let buffer = dev.inner.dev.alloc(4 * n.max(1) as u64, MemoryKind::Upload).map_err(cerr)?;
+        buffer.write(0, bytemuck::cast_slice(&vec![0u32; n.max(1)])).map_err(cerr)?;
+        Ok(dev.shared_storage(buffer, DType::U32, n))
+    }
+
+    fn write_u32(&self, values: &[u32]) -> CResult<()> {
+        if self.dtype != DType::U32 || values.len() > self.len {
+            candle_core::bail!("write_u32: {} values into {:?}[{}]", values.len(), self.dtype, self.len)
+        }
+        self.buffer.write(0, bytemuck::cast_slice(values)).map_err(cerr)
+    }
+
+    fn submit(dev: &VulkanDevice) -> CResult<()> {
+        dev.flush()
+    }
+
+    /// Waits for the submission that last used the buffer, not for work recorded since.
+    fn read_f32(&self, l: &Layout) -> CResult<Vec<f32>> {
+        f32_only(self, "read_f32")?;
+        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("read_f32 of a strided layout") };
+        let mut v = vec![0f32; b - a];
+        self.buffer.read(4 * a as u64, bytemuck::cast_slice_mut(&mut v)).map_err(cerr)?;
+        Ok(v)
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! Teacher forcing: candle generates 64 greedy tokens after each of three prompts; vkml is
 //! fed the same tokens, step by step (the decode path: stacked-QKV and gate|up mat-vecs,
-//! split-KV attention), and also the whole sequence in one batched pass (the prompt path,
+//! split-KV attention, each step recorded ahead), and also the whole sequence in one batched pass (the prompt path,
 //! on the device's kernels and forced onto mat-mats) and in chunks of 5 tokens (the
 //! batched mat-vec path). At every
 //! position the logits must be within [`MAX_ABS`] of candle's, and the argmax must agree
@@ -20,7 +20,7 @@
 use std::path::Path;
 
 mod common;
-use common::{device, test_model};
+use common::{test_model, vulkan_device, vulkan_device_mat_mat_from};
 
 use candle_core::quantized::gguf_file;
 use candle_transformers::models::quantized_llama::ModelWeights;
@@ -92,13 +92,11 @@ fn teacher_forced_logits_match_candle_quantized_llama() {
     let path = test_model("SmolLM2-135M-Instruct.Q4_1.gguf");
     let gguf = GgufFile::open(&path).unwrap();
     let tok = GgufTokenizer::from_gguf(&gguf).unwrap();
-    let dev = device();
-    let opts = LoadOptions { ctx: Some(256), max_batch: 128, mat_mat_min_tokens: None };
-    let mut model = Llama::load(&dev, &gguf, opts, &mut |_, _| {}).unwrap();
+    let opts = LoadOptions { ctx: Some(256), max_batch: 128 };
+    let mut model: Llama = Llama::load(&vulkan_device(), &gguf, opts, &mut |_, _| {}).unwrap();
     // The same weights with prompts forced through the mat-mat kernels, which the device's
     // own choice may not use (lavapipe runs prompts as batched mat-vecs).
-    let mut mm_model =
-        Llama::load(&dev, &gguf, LoadOptions { mat_mat_min_tokens: Some(9), ..opts }, &mut |_, _| {}).unwrap();
+    let mut mm_model: Llama = Llama::load(&vulkan_device_mat_mat_from(9), &gguf, opts, &mut |_, _| {}).unwrap();
     let prompts = [
         tok.encode(&tok.apply_chat_template(None, "What is the capital of France?").unwrap(), true).unwrap(),
         tok.encode("The quick brown fox", true).unwrap(),
@@ -155,9 +153,8 @@ fn teacher_forced_logits_match_candle_quantized_llama() {
 fn context_overflow_and_bad_tokens_are_clear_errors() {
     let path = test_model("SmolLM2-135M-Instruct.Q4_1.gguf");
     let gguf = GgufFile::open(&path).unwrap();
-    let dev = device();
-    let opts = LoadOptions { ctx: Some(16), max_batch: 8, ..Default::default() };
-    let mut model = Llama::load(&dev, &gguf, opts, &mut |_, _| {}).unwrap();
+    let opts = LoadOptions { ctx: Some(16), max_batch: 8 };
+    let mut model: Llama = Llama::load(&vulkan_device(), &gguf, opts, &mut |_, _| {}).unwrap();
     let e = model.forward(&[1; 17], false).unwrap_err().to_string();
     assert!(e.contains("17 tokens exceed the context of 16 positions"), "{e}");
     let e = model.forward(&[49152], false).unwrap_err().to_string();

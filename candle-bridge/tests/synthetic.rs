@@ -10,7 +10,7 @@
 use std::io::Cursor;
 
 mod common;
-use common::device;
+use common::vulkan_device_mat_mat_from;
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device as Cpu, Tensor};
@@ -60,14 +60,9 @@ fn check(arch: &str, ty: GgmlType) {
                 .unwrap(),
         ),
     };
-    let dev = device();
-    let mut model = Llama::load(
-        &dev,
-        &file,
-        LoadOptions { ctx: Some(64), max_batch: 16, mat_mat_min_tokens: Some(9) },
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let dev = vulkan_device_mat_mat_from(9);
+    let mut model: Llama =
+        Llama::load(&dev, &file, LoadOptions { ctx: Some(64), max_batch: 16 }, &mut |_, _| {}).unwrap();
     let prompt: Vec<u32> = (0..12u32).map(|i| (i * 37 + 5) % SHAPE.vocab as u32).collect();
     let mut want = reference.forward(&prompt, 0);
     let mut got = model.forward(&prompt, false).unwrap();

@@ -8,6 +8,7 @@ use std::time::Instant;
 use vkml_candle::llama::{Llama, LoadOptions};
 use vkml_candle::sampling::{Sampler, SamplingConfig};
 use vkml_candle::tokenizer::{GgufTokenizer, TokenStream};
+use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
 use vkml_hal::{Device, DeviceOptions, DeviceSelector};
 use vkml_quant::gguf::GgufFile;
 
@@ -71,8 +72,9 @@ pub fn run(a: Args) -> Result<(), String> {
     let bar = indicatif::ProgressBar::new(0).with_style(
         indicatif::ProgressStyle::with_template("loading {bar:40} {bytes}/{total_bytes}").map_err(|e| e.to_string())?,
     );
+    let vdev = VulkanDevice::from_device(&dev, 0).map_err(|e| e.to_string())?;
     let opts = LoadOptions { ctx: a.ctx, ..LoadOptions::default() };
-    let mut model = Llama::load(&dev, &file, opts, &mut |done, total| {
+    let mut model = Llama::<VulkanStorage>::load(&vdev, &file, opts, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);
     })

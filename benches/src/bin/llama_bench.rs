@@ -6,13 +6,11 @@
 //! warm-up run (pipeline creation).
 //!
 //! `llama_bench [SHAPE[:TYPE] ...]` (default `smollm2-135m:Q4_1`); env `VKML_BENCH_PP`
-//! (512), `VKML_BENCH_TG` (128), `VKML_BENCH_REPS` (3), `VKML_BENCH_ENGINE` (`fused`, the
-//! default: `vkml_candle::llama::Llama`; `generic`: `GenericLlama` on the tensor front).
+//! (512), `VKML_BENCH_TG` (128), `VKML_BENCH_REPS` (3).
 
 use std::time::Instant;
 
-use vkml_candle::llama::{Llama, LoadOptions, StepProfile};
-use vkml_candle::llama_generic::GenericLlama;
+use vkml_candle::llama::{Llama, LoadOptions};
 use vkml_candle::synth;
 use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
 use vkml_hal::Device;
@@ -26,34 +24,6 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
     let m = v.iter().sum::<f64>() / v.len() as f64;
     let var = v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len().max(2) - 1) as f64;
     (m, var.sqrt())
-}
-
-enum Engine {
-    Fused(Box<Llama>),
-    Generic(Box<GenericLlama<VulkanStorage>>),
-}
-
-impl Engine {
-    fn forward(&mut self, t: &[u32]) -> vkml_candle::Result<Vec<f32>> {
-        match self {
-            Engine::Fused(m) => m.forward(t, false),
-            Engine::Generic(m) => m.forward(t, false),
-        }
-    }
-
-    fn reset(&mut self) {
-        match self {
-            Engine::Fused(m) => m.reset(),
-            Engine::Generic(m) => m.reset(),
-        }
-    }
-
-    fn last_step(&self) -> StepProfile {
-        match self {
-            Engine::Fused(m) => m.last_step(),
-            Engine::Generic(_) => StepProfile::default(),
-        }
-    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -72,19 +42,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let made = t0.elapsed().as_secs_f64();
         let t0 = Instant::now();
         let ctx = pp + tg + 1;
-        let generic = std::env::var("VKML_BENCH_ENGINE").is_ok_and(|e| e == "generic");
-        let mut model = if generic {
-            let vd = VulkanDevice::from_device(&dev, 0)?;
-            Engine::Generic(Box::new(GenericLlama::load(&vd, &file, Some(ctx))?))
-        } else {
-            let opts = LoadOptions { ctx: Some(ctx), max_batch: pp, ..Default::default() };
-            Engine::Fused(Box::new(Llama::load(&dev, &file, opts, &mut |_, _| {})?))
-        };
-        eprintln!(
-            "{name} {ty:?} ({} engine): made in {made:.1} s, loaded in {:.1} s",
-            if generic { "generic" } else { "fused" },
-            t0.elapsed().as_secs_f64()
-        );
+        let vd = VulkanDevice::from_device(&dev, 0)?;
+        let opts = LoadOptions { ctx: Some(ctx), max_batch: pp };
+        let mut model = Llama::<VulkanStorage>::load(&vd, &file, opts, &mut |_, _| {})?;
+        eprintln!("{name} {ty:?}: made in {made:.1} s, loaded in {:.1} s", t0.elapsed().as_secs_f64());
         drop(file);
         let vocab = shape.vocab as u32;
         let prompt: Vec<u32> = (0..pp as u32).map(|i| (i * 7919 + 13) % vocab).collect();
@@ -92,25 +53,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for r in 0..=reps {
             model.reset();
             let t = Instant::now();
-            model.forward(&prompt)?;
+            model.forward(&prompt, false)?;
             if r > 0 {
                 pp_runs.push(pp as f64 / t.elapsed().as_secs_f64());
             }
         }
         let mut tg_runs = Vec::new();
         let mut prof = [0f64; 3];
-        let mut counts = (0u64, 0u64);
+        let stats0 = vd.stream_stats();
         for r in 0..=reps {
             model.reset();
             let mut tok = 1u32;
             let t = Instant::now();
             for _ in 0..tg {
-                let l = model.forward(&[tok])?;
+                let l = model.forward(&[tok], false)?;
                 let p = model.last_step();
                 prof[0] += p.record_s;
-                prof[1] += p.wait_s;
-                prof[2] += p.read_s;
-                counts = (p.dispatches, p.barriers);
+                prof[1] += p.ahead_s;
+                prof[2] += p.wait_s;
                 tok = (l.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |x| x.0) as u32) % vocab;
             }
             if r > 0 {
@@ -122,13 +82,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (m, s) = mean_sd(&tg_runs);
         println!("| {name} | {ty:?} | tg{tg} | {m:.1} ± {s:.1} |");
         let steps = ((reps + 1) * tg) as f64;
+        let stats = vd.stream_stats();
         eprintln!(
-            "{name} tg step: record {:.0} µs, submit+wait {:.0} µs, read-back {:.0} µs; {} dispatches, {} barriers",
+            "{name} tg step: record {:.0} µs, record the next ahead {:.0} µs, submit+wait+read-back {:.0} µs; {:.0} dispatches, {:.0} barriers",
             prof[0] / steps * 1e6,
             prof[1] / steps * 1e6,
             prof[2] / steps * 1e6,
-            counts.0,
-            counts.1
+            (stats.dispatches - stats0.dispatches) as f64 / steps,
+            (stats.barriers - stats0.barriers) as f64 / steps
         );
     }
     Ok(())

@@ -15,6 +15,19 @@ pub fn device() -> Device {
     Device::from_adapter(&inst, &adapter, Default::default()).unwrap()
 }
 
+/// [`device`] as a candle backend device.
+pub fn vulkan_device() -> vkml_candle::vulkan::VulkanDevice {
+    vkml_candle::vulkan::VulkanDevice::from_device(&device(), 0).unwrap()
+}
+
+/// [`vulkan_device`] with quantized products on mat-mats from `n` activation rows on
+/// (lavapipe's own choice never uses them).
+pub fn vulkan_device_mat_mat_from(n: usize) -> vkml_candle::vulkan::VulkanDevice {
+    let d = vulkan_device();
+    d.set_mat_mat_min_tokens(Some(n));
+    d
+}
+
 /// A real test model by file name, from `$VKML_TEST_MODELS` (default
 /// `~/.cache/vkml/test-models`). Panics, naming the fetch script, when it is missing.
 pub fn test_model(name: &str) -> PathBuf {
