@@ -19,6 +19,14 @@
 //! arbitrary strides and broadcast, `to_dtype` between F32 and F16, `copy_strided_src`,
 //! `copy2d`, `const_set`. Every other method returns an error naming the method
 //! ([`not_yet`]); none falls back to the CPU.
+//!
+//! The buffers of dropped storages go to the device's recycler and serve its next ops of
+//! the same size on the same stream (see `Recycler`): a deferred step then reuses memory
+//! as an eager one would.
+//!
+//! [`crate::front::ModelStorage`] is implemented here on vkml-ops' kernels, with the
+//! decode step's fusions (epilogues, stacked weights) and the deferred-execution hooks
+//! that let a model record its next step ahead.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
