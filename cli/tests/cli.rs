@@ -50,13 +50,11 @@ fn missing_gguf_file_is_a_one_line_error() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
 
+#[path = "../../quant/tests/support/test_models.rs"]
+mod test_models;
+
 fn test_model() -> std::path::PathBuf {
-    let dir = std::env::var_os("VKML_TEST_MODELS").map(std::path::PathBuf::from).unwrap_or_else(|| {
-        std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/vkml/test-models")
-    });
-    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(p.is_file(), "test model {} is missing: run quant/scripts/fetch_test_models.sh", p.display());
-    p
+    test_models::test_model("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
 fn one_line_error(out: &std::process::Output, needle: &str) {
@@ -89,6 +87,12 @@ fn generate_errors_are_one_line() {
     let bad = dir.join("bad.gguf");
     std::fs::write(&bad, b"GGUF\x03\x00\x00\x00garbage").unwrap();
     one_line_error(&vkml(&["generate", "-m", bad.to_str().unwrap(), "-p", "hi"]), "bad.gguf");
+    // A well-formed model of an architecture vkml does not run.
+    let gemma = test_models::test_model("gemma-3-270m-q4_k_m.gguf");
+    one_line_error(
+        &vkml(&["generate", "-m", gemma.to_str().unwrap(), "-p", "hi"]),
+        "architecture \"gemma3\" is not supported",
+    );
     // A prompt longer than the context.
     let m = test_model();
     let long = "word ".repeat(40);

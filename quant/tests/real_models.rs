@@ -5,24 +5,12 @@
 //! `~/.cache/vkml/test-models`); `scripts/test.sh` (the README's test command, and CI) does
 //! that first. The tests FAIL, naming the script, when the files are missing.
 
-use std::path::PathBuf;
 use vkml_quant::gguf::{inspect, GgufFile, GgufValue};
 use vkml_quant::{dequantize_to_vec, GgmlType};
 
-fn model_path(name: &str) -> PathBuf {
-    let dir = std::env::var_os("VKML_TEST_MODELS").map(PathBuf::from).unwrap_or_else(|| {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
-        home.join(".cache/vkml/test-models")
-    });
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "test model {} is missing: run quant/scripts/fetch_test_models.sh (downloads ~331 MB into \
-         $VKML_TEST_MODELS, default ~/.cache/vkml/test-models)",
-        p.display()
-    );
-    p
-}
+#[path = "support/test_models.rs"]
+mod test_models;
+use test_models::test_model as model_path;
 
 /// Opens the model, checks metadata, then dequantizes every tensor and checks the values are
 /// finite and not all zero. Returns the count of tensors per type.

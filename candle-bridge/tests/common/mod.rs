@@ -2,8 +2,6 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-
 use vkml_hal::{Device, DeviceSelector, Instance, InstanceOptions};
 
 /// The device the tests run on (`VKML_DEVICE`, else the best), with the validation layer
@@ -28,18 +26,7 @@ pub fn vulkan_device_mat_mat_from(n: usize) -> vkml_candle::vulkan::VulkanDevice
     d
 }
 
-/// A real test model by file name, from `$VKML_TEST_MODELS` (default
-/// `~/.cache/vkml/test-models`). Panics, naming the fetch script, when it is missing.
-pub fn test_model(name: &str) -> PathBuf {
-    let dir = std::env::var_os("VKML_TEST_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/vkml/test-models"));
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "test model {} is missing: run quant/scripts/fetch_test_models.sh (downloads ~331 MB into \
-         $VKML_TEST_MODELS, default ~/.cache/vkml/test-models)",
-        p.display()
-    );
-    p
-}
+#[path = "../../../quant/tests/support/test_models.rs"]
+mod test_models;
+#[allow(unused_imports)]
+pub use test_models::test_model;
