@@ -1,7 +1,8 @@
 //! GGUF tokenizers rebuilt through the `tokenizers` crate, on the real test models
 //! (`quant/scripts/fetch_test_models.sh`; the tests FAIL, naming the script, when the
 //! files are missing): SmolLM2 (gpt2 byte-level BPE, `smollm` pre-tokenizer) and Gemma 3
-//! (SentencePiece BPE with byte fallback, 262144 pieces).
+//! (SentencePiece BPE with byte fallback, 262144 pieces), the latter also against ids from
+//! Google's `sentencepiece` library (`tests/data/gemma3_spm_reference.json`).
 
 mod common;
 
@@ -88,6 +89,59 @@ fn gemma3_sentencepiece_bpe() {
     assert!(ids.iter().all(|&i| tok.token(i).unwrap().starts_with("<0x")), "{ids:?}");
     assert_eq!(tok.decode(&ids).unwrap(), rare);
     assert!(tok.stop.contains(&tok.encode("<end_of_turn>", false).unwrap()[0]));
+}
+
+/// Gemma 3's tokenizer against Google's `sentencepiece` library: the ids of every case in
+/// `tests/data/gemma3_spm_reference.json` (written by `scripts/spm_reference.py` from a
+/// SentencePiece model rebuilt from the same GGUF's `tokenizer.ggml.*` metadata), and the
+/// text back from them. Every difference is reported, each with its text and first
+/// differing position. No case contains a control piece's text (`<start_of_turn>`):
+/// sentencepiece spells those out character by character, GgufTokenizer (like llama.cpp
+/// parsing specials) matches them whole, a difference on purpose.
+#[test]
+fn gemma3_matches_sentencepiece() {
+    let tok = GgufTokenizer::from_gguf(&model("gemma-3-270m-q4_k_m.gguf")).unwrap();
+    let fixture: serde_json::Value = serde_json::from_str(include_str!("data/gemma3_spm_reference.json")).unwrap();
+    let cases = fixture["cases"].as_array().unwrap();
+    assert!(cases.len() >= 30, "{} cases", cases.len());
+    let pieces = |ids: &[u32]| -> Vec<String> {
+        ids.iter().map(|&i| format!("{i}:{:?}", tok.token(i).unwrap_or("?"))).collect()
+    };
+    let mut failures = Vec::new();
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        let want: Vec<u32> =
+            case["ids"].as_array().unwrap().iter().map(|v| u32::try_from(v.as_u64().unwrap()).unwrap()).collect();
+        let got = tok.encode(text, false).unwrap();
+        if got != want {
+            let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+            failures.push(format!(
+                "{text:?}: ids differ from position {at} on\n  sentencepiece: {:?}\n  GgufTokenizer: {:?}",
+                pieces(&want[at..]),
+                pieces(&got[at..])
+            ));
+            continue;
+        }
+        if case["decodes"].as_bool().unwrap_or(true) {
+            let back = tok.decode(&want).unwrap();
+            if back != text {
+                let at = back
+                    .chars()
+                    .zip(text.chars())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(back.chars().count().min(text.chars().count()));
+                failures.push(format!("{text:?}: decode gives {back:?}, different from character {at} on"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ from sentencepiece ({}):\n{}",
+        failures.len(),
+        cases.len(),
+        fixture["source"].as_str().unwrap_or(""),
+        failures.join("\n")
+    );
 }
 
 #[test]
