@@ -39,6 +39,7 @@ use parking_lot::Mutex;
 use vkml_hal::{Buffer, Device, DeviceOptions, DeviceSelector, MemoryKind, Stream};
 use vkml_ops::elementwise::{self, BinaryOp, UnaryOp, View};
 use vkml_ops::nn::{GluActivation, RopeStyle};
+use vkml_ops::quant::MatVecEpilogue;
 use vkml_ops::Dtype;
 
 type CResult<T> = candle_core::Result<T>;
@@ -64,6 +65,12 @@ struct Inner {
     mat_mat_min_tokens: AtomicUsize,
     /// Buffers of dropped storages and scratch, for the device's next ops.
     recycled: Mutex<Recycler>,
+}
+
+/// Bytes of a buffer for `n` elements of `dtype`: at least 4, so that every kernel
+/// binding is non-empty.
+fn buffer_bytes(n: usize, dtype: DType) -> u64 {
+    (n * dtype.size_in_bytes()).max(4) as u64
 }
 
 /// Most bytes of recycled buffers a device keeps (also at most 1/8 of its memory).
@@ -164,11 +171,11 @@ impl VulkanDevice {
         Ok(())
     }
 
-    /// A device-local buffer for `n` elements of `dtype` (at least 4 bytes, so that
-    /// every kernel binding is non-empty) that only device commands on this device's
+    /// A device-local buffer for `n` elements of `dtype` ([`buffer_bytes`]) that only
+    /// device commands on this device's
     /// stream write: a recycled one when there is one of the size.
     pub(crate) fn alloc(&self, n: usize, dtype: DType) -> CResult<Buffer> {
-        let bytes = (n * dtype.size_in_bytes()).max(4) as u64;
+        let bytes = buffer_bytes(n, dtype);
         {
             let mut r = self.inner.recycled.lock();
             if let Some(b) = r.free.get_mut(&bytes).and_then(Vec::pop) {
@@ -202,8 +209,7 @@ impl VulkanDevice {
     /// Host data in a fresh buffer (never a recycled one: commands recorded but not yet
     /// run may still use those).
     fn upload_bytes(&self, bytes: &[u8], dtype: DType, len: usize) -> CResult<VulkanStorage> {
-        let size = (len * dtype.size_in_bytes()).max(4) as u64;
-        let buffer = self.inner.dev.alloc(size, MemoryKind::DeviceLocal).map_err(cerr)?;
+        let buffer = self.inner.dev.alloc(buffer_bytes(len, dtype), MemoryKind::DeviceLocal).map_err(cerr)?;
         buffer.write(0, bytes).map_err(cerr)?;
         Ok(self.storage(buffer, dtype, len))
     }
@@ -314,32 +320,29 @@ impl VulkanStorage {
         View { buffer: &self.buffer, offset: l.start_offset(), strides: l.stride() }
     }
 
-    /// `y (+)= x Wᵀ` for `x = self: f32[t, k]` (`l`): batched mat-vecs below
-    /// [`VulkanDevice::mat_mat_min_tokens`] rows, mat-mats from there.
-    fn linear(&self, l: &Layout, w: &vkml_ops::quant::QMatrix, y: &Buffer, add: bool) -> CResult<()> {
-        use vkml_ops::quant::{self, MatVecEpilogue};
+    /// `y = x Wᵀ`, `y += x Wᵀ` or the gated product (`ep`) for `x = self: f32[t, k]`
+    /// (`l`): batched mat-vecs with that epilogue below
+    /// [`VulkanDevice::mat_mat_min_tokens`] rows, mat-mats from there (`Add` as
+    /// `accumulate`; `Glu` has no mat-mat form, and is an error there).
+    fn linear(&self, l: &Layout, w: &vkml_ops::quant::QMatrix, y: &Buffer, ep: MatVecEpilogue) -> CResult<()> {
+        use vkml_ops::quant;
         f32_only(self, "qmatmul")?;
         let x = packed(self, l)?;
         let t = l.dims()[0];
         let dev = &self.device;
-        let matvec = t < dev.mat_mat_min_tokens();
-        let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
+        if t < dev.mat_mat_min_tokens() {
+            let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
+            return dev.with_stream(|s| quant::mat_vec_fused(s, w, &x.buffer, t, y, cfg, ep).map_err(cerr));
+        }
+        let accumulate = match ep {
+            MatVecEpilogue::Store => false,
+            MatVecEpilogue::Add => true,
+            MatVecEpilogue::Glu(_) => candle_core::bail!("linear: the gated product has no mat-mat epilogue"),
+        };
         dev.with_stream(|s| {
-            if matvec {
-                let ep = if add { MatVecEpilogue::Add } else { MatVecEpilogue::Store };
-                quant::mat_vec_fused(s, w, &x.buffer, t, y, cfg, ep)
-            } else {
-                let path = quant::MatMatPath::best(s.device().caps(), w);
-                quant::mat_mat_with(
-                    s,
-                    w,
-                    &x.buffer,
-                    t,
-                    y,
-                    quant::MatMatOptions { accumulate: add, ..quant::MatMatOptions::new(path) },
-                )
-            }
-            .map_err(cerr)
+            let path = quant::MatMatPath::best(s.device().caps(), w);
+            let opts = quant::MatMatOptions { accumulate, ..quant::MatMatOptions::new(path) };
+            quant::mat_mat_with(s, w, &x.buffer, t, y, opts).map_err(cerr)
         })
     }
 
@@ -782,7 +785,7 @@ impl crate::front::ModelStorage for VulkanStorage {
     fn qmatmul(&self, l: &Layout, w: &Self::QWeight) -> CResult<Self> {
         let t = l.dims()[0];
         let y = self.device.alloc(t * w.rows(), DType::F32)?;
-        self.linear(l, w, &y, false)?;
+        self.linear(l, w, &y, MatVecEpilogue::Store)?;
         Ok(self.device.storage(y, DType::F32, t * w.rows()))
     }
 
@@ -792,46 +795,39 @@ impl crate::front::ModelStorage for VulkanStorage {
         if !acc_l.is_contiguous() || acc_l.start_offset() != 0 || acc_l.shape().elem_count() != l.dims()[0] * w.rows() {
             candle_core::bail!("qmatmul_add: the accumulator {:?} is not a packed [t, {}]", acc_l, w.rows())
         }
-        self.linear(l, w, &acc.buffer, true)
+        self.linear(l, w, &acc.buffer, MatVecEpilogue::Add)
     }
 
     /// Below [`VulkanDevice::mat_mat_min_tokens`] rows: one mat-vec pass over the stacked
     /// matrix with the gated-product epilogue. From there: one mat-mat into `[t, 2n]`,
     /// then the activation and the product on the strided halves.
     fn qmatmul_glu(&self, l: &Layout, w: &Self::QWeight, act: GluActivation) -> CResult<Self> {
-        use vkml_ops::quant::{self, MatVecEpilogue};
-        f32_only(self, "qmatmul_glu")?;
-        let x = packed(self, l)?;
         let (t, n) = (l.dims()[0], w.rows() / 2);
         let dev = &self.device;
         let y = dev.alloc(t * n, DType::F32)?;
         if t < dev.mat_mat_min_tokens() {
-            let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
-            dev.with_stream(|s| {
-                quant::mat_vec_fused(s, w, &x.buffer, t, &y, cfg, MatVecEpilogue::Glu(act)).map_err(cerr)
-            })?;
-        } else {
-            let both = dev.alloc(t * 2 * n, DType::F32)?;
-            let gated = dev.alloc(t * n, DType::F32)?;
-            let op = match act {
-                GluActivation::Silu => UnaryOp::Silu,
-                GluActivation::Gelu => UnaryOp::Gelu,
-                GluActivation::GeluErf => UnaryOp::GeluErf,
-            };
-            let strides = [2 * n, 1];
-            let half = |offset| View { buffer: &both, offset, strides: &strides };
-            let packed_strides = [n, 1];
-            let gated_view = View { buffer: &gated, offset: 0, strides: &packed_strides };
-            let record = |s: &mut Stream| -> vkml_ops::Result<()> {
-                let path = quant::MatMatPath::best(s.device().caps(), w);
-                quant::mat_mat_with(s, w, &x.buffer, t, &both, quant::MatMatOptions::new(path))?;
-                elementwise::unary(s, op, Dtype::F32, &[t, n], half(0), &gated)?;
-                elementwise::binary(s, BinaryOp::Mul, Dtype::F32, &[t, n], gated_view, half(n), &y)
-            };
-            dev.with_stream(|s| record(s).map_err(cerr))?;
-            dev.recycle(both);
-            dev.recycle(gated);
+            self.linear(l, w, &y, MatVecEpilogue::Glu(act))?;
+            return Ok(dev.storage(y, DType::F32, t * n));
         }
+        let both = dev.alloc(t * 2 * n, DType::F32)?;
+        self.linear(l, w, &both, MatVecEpilogue::Store)?;
+        let gated = dev.alloc(t * n, DType::F32)?;
+        let op = match act {
+            GluActivation::Silu => UnaryOp::Silu,
+            GluActivation::Gelu => UnaryOp::Gelu,
+            GluActivation::GeluErf => UnaryOp::GeluErf,
+        };
+        let strides = [2 * n, 1];
+        let half = |offset| View { buffer: &both, offset, strides: &strides };
+        let packed_strides = [n, 1];
+        let gated_view = View { buffer: &gated, offset: 0, strides: &packed_strides };
+        dev.with_stream(|s| {
+            elementwise::unary(s, op, Dtype::F32, &[t, n], half(0), &gated)
+                .and_then(|()| elementwise::binary(s, BinaryOp::Mul, Dtype::F32, &[t, n], gated_view, half(n), &y))
+                .map_err(cerr)
+        })?;
+        dev.recycle(both);
+        dev.recycle(gated);
         Ok(dev.storage(y, DType::F32, t * n))
     }
 
