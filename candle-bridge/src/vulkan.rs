@@ -9,16 +9,25 @@
 //! [`BackendDevice::synchronize`]). A model step that reads back only its logits is
 //! therefore one command buffer with one host wait.
 //!
-//! A storage holds any candle dtype as bytes (creation, copies to and from the CPU,
-//! `try_clone`, `copy_strided_src` and `copy2d` of every dtype). Arithmetic runs on F32
-//! and F16 (`vkml_ops::Dtype`); other dtypes get candle's `UnsupportedDTypeForOp`.
+//! Dtypes: F32, F16, BF16, F64, U8, U32, I64 (`vkml_ops::Dtype`; F64 needs the device's
+//! `shaderFloat64`, and each type its storage feature). A storage holds candle's other
+//! dtypes (I16, I32, the f8/f6/f4 formats) as bytes only: creation, copies to and from
+//! the CPU, `try_clone`, and contiguous copies; their arithmetic gets candle's
+//! `UnsupportedDTypeForOp`.
 //!
-//! On the GPU today (issue 5's slice of the contract; issue 6 completes it): creation
-//! (`zeros_impl`, `alloc_uninit`, `storage_from_*`), `to_cpu_storage`, `synchronize`,
-//! `try_clone`, `affine`, `powf`, `elu`, every `UnaryOpT`, every `BinaryOpT` with
-//! arbitrary strides and broadcast, `to_dtype` between F32 and F16, `copy_strided_src`,
-//! `copy2d`, `const_set`. Every other method returns an error naming the method
-//! ([`not_yet`]); none falls back to the CPU.
+//! On the GPU (issue 6): creation (`zeros_impl`, `alloc_uninit`, `storage_from_*`),
+//! `to_cpu_storage`, `synchronize`, `try_clone`, `affine`, `powf`, `elu`, every `UnaryOpT`,
+//! every `BinaryOpT` with arbitrary strides and broadcast, `cmp`, `where_cond`,
+//! `reduce_op` over any set of dims, `to_dtype` between every pair, `index_select`,
+//! `gather`, `scatter_set`, `scatter_add_set`, `index_add`, `matmul` (batched, strided and
+//! transposed operands read in place), `copy_strided_src`, `copy2d`, `const_set`. Still
+//! missing, each an error naming the method ([`not_yet`]): the convolutions, pools,
+//! upsampling and the random number generators. None falls back to the CPU.
+//!
+//! Out-of-range indices in the indexing ops are caught on the GPU (the kernels skip them
+//! and set a bit in a per-device status word); the next host read
+//! ([`BackendStorage::to_cpu_storage`], [`BackendDevice::synchronize`]) reports them as an
+//! error naming the op, where candle's CPU backend fails at the call.
 //!
 //! The buffers of dropped storages go to the device's recycler and serve its next ops of
 //! the same size on the same stream (see `Recycler`): a deferred step then reuses memory
@@ -38,6 +47,8 @@ use candle_core::{CpuStorage, DType, DeviceLocation, Layout, Shape};
 use parking_lot::Mutex;
 use vkml_hal::{Buffer, Device, DeviceOptions, DeviceSelector, MemoryKind, Stream};
 use vkml_ops::elementwise::{self, BinaryOp, UnaryOp, View};
+use vkml_ops::index::Packed;
+use vkml_ops::matmul::MatLayout;
 use vkml_ops::nn::{GluActivation, RopeStyle};
 use vkml_ops::quant::MatVecEpilogue;
 use vkml_ops::Dtype;
@@ -65,12 +76,16 @@ struct Inner {
     mat_mat_min_tokens: AtomicUsize,
     /// Buffers of dropped storages and scratch, for the device's next ops.
     recycled: Mutex<Recycler>,
+    /// One u32 the indexing kernels OR their out-of-range bits into
+    /// (`vkml_ops::index::Mode::bit`); host-visible, read and cleared after each wait.
+    status: Buffer,
 }
 
 /// Bytes of a buffer for `n` elements of `dtype`: at least 4, so that every kernel
-/// binding is non-empty.
+/// binding is non-empty, and a multiple of 4, so that kernels may read any dtype as
+/// 32-bit words (the indices of the indexing ops, `where_cond`'s condition).
 fn buffer_bytes(n: usize, dtype: DType) -> u64 {
-    (n * dtype.size_in_bytes()).max(4) as u64
+    (n * dtype.size_in_bytes()).max(4).next_multiple_of(4) as u64
 }
 
 /// Most bytes of recycled buffers a device keeps (also at most 1/8 of its memory).
@@ -113,6 +128,8 @@ impl VulkanDevice {
     /// # Errors
     /// HAL errors creating the stream (out of memory, device lost).
     pub fn from_device(dev: &Device, ordinal: usize) -> crate::Result<VulkanDevice> {
+        let status = dev.alloc(4, MemoryKind::Readback)?;
+        status.write(0, &[0; 4])?;
         Ok(VulkanDevice {
             inner: Arc::new(Inner {
                 dev: dev.clone(),
@@ -124,6 +141,7 @@ impl VulkanDevice {
                     limit: (dev.caps().memory.device_local_bytes / 8).min(RECYCLE_LIMIT),
                     ..Recycler::default()
                 }),
+                status,
             }),
         })
     }
@@ -169,6 +187,22 @@ impl VulkanDevice {
         let mut s = self.inner.stream.lock();
         s.submit().map_err(cerr)?;
         Ok(())
+    }
+
+    /// Reports (and clears) the out-of-range bits the indexing kernels set, after waiting
+    /// for the last submission that used the status word.
+    fn check_status(&self) -> CResult<()> {
+        let mut w = [0u8; 4];
+        self.inner.status.read(0, &mut w).map_err(cerr)?;
+        let word = u32::from_le_bytes(w);
+        if word == 0 {
+            return Ok(());
+        }
+        self.inner.status.write(0, &[0; 4]).map_err(cerr)?;
+        let op = vkml_ops::index::Mode::from_status(word).map_or("an indexing op", |m| m.name());
+        Err(candle_core::Error::Msg(format!(
+            "vkml: {op} got an index out of range for the indexed dim (the elements it addressed were skipped)"
+        )))
     }
 
     /// A device-local buffer for `n` elements of `dtype` ([`buffer_bytes`]) that only
@@ -240,13 +274,23 @@ impl fmt::Debug for VulkanStorage {
     }
 }
 
-/// The vkml-ops dtype of a candle float dtype that kernels compute on.
+/// The vkml-ops dtype of a candle dtype that kernels compute on.
 pub(crate) fn ops_dtype(dt: DType, op: &'static str) -> CResult<Dtype> {
     match dt {
         DType::F32 => Ok(Dtype::F32),
         DType::F16 => Ok(Dtype::F16),
+        DType::BF16 => Ok(Dtype::BF16),
+        DType::F64 => Ok(Dtype::F64),
+        DType::U8 => Ok(Dtype::U8),
+        DType::U32 => Ok(Dtype::U32),
+        DType::I64 => Ok(Dtype::I64),
         _ => Err(candle_core::Error::UnsupportedDTypeForOp(dt, op)),
     }
+}
+
+/// `[left, dim, right]` of `dims` around `dim` (candle's split for the indexing ops).
+fn split3(dims: &[usize], dim: usize) -> (usize, usize, usize) {
+    (dims[..dim].iter().product(), dims[dim], dims[dim + 1..].iter().product())
 }
 
 fn unary_op(name: &str) -> Option<UnaryOp> {
@@ -359,6 +403,79 @@ impl VulkanStorage {
         Ok(self.device.storage(y, dtype, n))
     }
 
+    /// This storage as the indices of an indexing op (its dtype: U8, U32 or I64), packed
+    /// from element `offset`.
+    fn ids(&self, offset: usize) -> vkml_ops::Result<vkml_ops::index::Ids<'_>> {
+        let dtype = match self.dtype {
+            DType::U8 => Dtype::U8,
+            DType::U32 => Dtype::U32,
+            DType::I64 => Dtype::I64,
+            other => {
+                return Err(vkml_ops::OpsError::UnsupportedDtype {
+                    op: "indexing",
+                    dtype: match other {
+                        DType::F32 => "f32",
+                        DType::F16 => "f16",
+                        DType::BF16 => "bf16",
+                        DType::F64 => "f64",
+                        _ => "this dtype",
+                    },
+                    supported: "u8, u32, i64 indices",
+                })
+            }
+        };
+        Ok(vkml_ops::index::Ids { buffer: &self.buffer, dtype, offset })
+    }
+
+    /// scatter_set / scatter_add_set in place on `self` (`l` contiguous).
+    #[allow(clippy::too_many_arguments)]
+    fn scatter(
+        &mut self,
+        add: bool,
+        l: &Layout,
+        ids: &Self,
+        ids_l: &Layout,
+        src: &Self,
+        src_l: &Layout,
+        dim: usize,
+    ) -> CResult<()> {
+        let op = if add { "scatter_add_set" } else { "scatter_set" };
+        same_dtype(self, src, op)?;
+        let dt = ops_dtype(self.dtype, op)?;
+        if !l.is_contiguous() {
+            candle_core::bail!("{op}: the destination must be contiguous, got {l:?}");
+        }
+        same_dims(ids_l, src_l, op)?;
+        let (left, d_dst, right) = split3(l.dims(), dim);
+        let n_idx = ids_l.dims()[dim];
+        if split3(ids_l.dims(), dim) != (left, n_idx, right) {
+            candle_core::bail!(
+                "{op}: indices {:?} do not match the destination {:?} on dim {dim}",
+                ids_l.dims(),
+                l.dims()
+            );
+        }
+        let (idx, io) = contiguous(ids, ids_l)?;
+        let (sp, so) = contiguous(src, src_l)?;
+        let status = &self.device.inner.status;
+        let dst = Packed { buffer: &self.buffer, offset: l.start_offset() };
+        let ids = idx.ids(io).map_err(cerr)?;
+        self.device.with_stream(|s| {
+            vkml_ops::index::scatter(
+                s,
+                add,
+                dt,
+                dst,
+                (left, d_dst, right),
+                ids,
+                Packed { buffer: &sp.buffer, offset: so },
+                n_idx,
+                status,
+            )
+            .map_err(cerr)
+        })
+    }
+
     /// Byte-exact strided copy for dtypes the kernels do not compute on: only layouts
     /// whose elements are one contiguous run.
     fn copy_raw(&self, l: &Layout, dst: &VulkanStorage, dst_offset: usize) -> CResult<()> {
@@ -394,6 +511,7 @@ impl BackendStorage for VulkanStorage {
         self.device.flush()?;
         let mut bytes = vec![0u8; self.len * self.dtype.size_in_bytes()];
         self.buffer.read(0, &mut bytes).map_err(cerr)?;
+        self.device.check_status()?;
         fn cast<T: bytemuck::Pod>(b: &[u8]) -> Vec<T> {
             let mut v = vec![T::zeroed(); b.len() / std::mem::size_of::<T>()];
             bytemuck::cast_slice_mut(&mut v).copy_from_slice(b);
@@ -415,7 +533,7 @@ impl BackendStorage for VulkanStorage {
 
     fn affine(&self, l: &Layout, mul: f64, add: f64) -> CResult<Self> {
         let dt = ops_dtype(self.dtype, "affine")?;
-        self.map(l, self.dtype, |s, y| elementwise::affine(s, dt, l.dims(), self.view(l), mul as f32, add as f32, y))
+        self.map(l, self.dtype, |s, y| elementwise::affine(s, dt, l.dims(), self.view(l), mul, add, y))
     }
 
     fn powf(&self, l: &Layout, e: f64) -> CResult<Self> {
@@ -428,12 +546,41 @@ impl BackendStorage for VulkanStorage {
         self.map(l, self.dtype, |s, y| elementwise::elu(s, dt, l.dims(), self.view(l), alpha as f32, y))
     }
 
-    fn reduce_op(&self, _: ReduceOp, _: &Layout, _: &[usize]) -> CResult<Self> {
-        Err(not_yet("reduce_op"))
+    fn reduce_op(&self, op: ReduceOp, l: &Layout, dims: &[usize]) -> CResult<Self> {
+        use vkml_ops::reduce::{self, ReduceOp as R};
+        let r = match op {
+            ReduceOp::Sum => R::Sum,
+            ReduceOp::Min => R::Min,
+            ReduceOp::Max => R::Max,
+            ReduceOp::ArgMin => R::ArgMin,
+            ReduceOp::ArgMax => R::ArgMax,
+        };
+        let dt = ops_dtype(self.dtype, r.name())?;
+        let out_dt = if r.is_arg() { DType::U32 } else { self.dtype };
+        let mut out_dims = l.dims().to_vec();
+        for &d in dims {
+            if d < out_dims.len() {
+                out_dims[d] = 1;
+            }
+        }
+        let out = Layout::contiguous(out_dims);
+        self.map(&out, out_dt, |s, y| reduce::reduce(s, r, dt, l.dims(), self.view(l), dims, y))
     }
 
-    fn cmp(&self, _: CmpOp, _: &Self, _: &Layout, _: &Layout) -> CResult<Self> {
-        Err(not_yet("cmp"))
+    fn cmp(&self, op: CmpOp, rhs: &Self, l: &Layout, rl: &Layout) -> CResult<Self> {
+        use vkml_ops::elementwise::CmpOp as C;
+        same_dtype(self, rhs, "cmp")?;
+        same_dims(l, rl, "cmp")?;
+        let c = match op {
+            CmpOp::Eq => C::Eq,
+            CmpOp::Ne => C::Ne,
+            CmpOp::Lt => C::Lt,
+            CmpOp::Le => C::Le,
+            CmpOp::Gt => C::Gt,
+            CmpOp::Ge => C::Ge,
+        };
+        let dt = ops_dtype(self.dtype, "cmp")?;
+        self.map(l, DType::U8, |s, y| elementwise::cmp(s, c, dt, l.dims(), self.view(l), rhs.view(rl), y))
     }
 
     fn to_dtype(&self, l: &Layout, dtype: DType) -> CResult<Self> {
@@ -452,24 +599,22 @@ impl BackendStorage for VulkanStorage {
     }
 
     fn binary_impl<B: BinaryOpT>(&self, rhs: &Self, l: &Layout, rl: &Layout) -> CResult<Self> {
-        if self.dtype != rhs.dtype {
-            return Err(candle_core::Error::DTypeMismatchBinaryOp { lhs: self.dtype, rhs: rhs.dtype, op: B::NAME }.bt());
-        }
-        if l.dims() != rl.dims() {
-            return Err(candle_core::Error::ShapeMismatchBinaryOp {
-                lhs: l.shape().clone(),
-                rhs: rl.shape().clone(),
-                op: B::NAME,
-            }
-            .bt());
-        }
+        same_dtype(self, rhs, B::NAME)?;
+        same_dims(l, rl, B::NAME)?;
         let dt = ops_dtype(self.dtype, B::NAME)?;
         let op = binary_op(B::NAME).ok_or_else(|| not_yet(B::NAME))?;
         self.map(l, self.dtype, |s, y| elementwise::binary(s, op, dt, l.dims(), self.view(l), rhs.view(rl), y))
     }
 
-    fn where_cond(&self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout) -> CResult<Self> {
-        Err(not_yet("where_cond"))
+    fn where_cond(&self, l: &Layout, t: &Self, tl: &Layout, f: &Self, fl: &Layout) -> CResult<Self> {
+        same_dtype(t, f, "where_cond")?;
+        same_dims(l, tl, "where_cond")?;
+        same_dims(l, fl, "where_cond")?;
+        let cdt = ops_dtype(self.dtype, "where_cond")?;
+        let dt = ops_dtype(t.dtype, "where_cond")?;
+        self.map(l, t.dtype, |s, y| {
+            elementwise::where_cond(s, l.dims(), cdt, self.view(l), dt, t.view(tl), f.view(fl), y)
+        })
     }
 
     fn conv1d(&self, _: &Layout, _: &Self, _: &Layout, _: &candle_core::conv::ParamsConv1D) -> CResult<Self> {
@@ -528,28 +673,131 @@ impl BackendStorage for VulkanStorage {
         Err(not_yet("upsample_bilinear2d"))
     }
 
-    fn gather(&self, _: &Layout, _: &Self, _: &Layout, _: usize) -> CResult<Self> {
-        Err(not_yet("gather"))
+    fn gather(&self, l: &Layout, ids: &Self, ids_l: &Layout, dim: usize) -> CResult<Self> {
+        let dt = ops_dtype(self.dtype, "gather")?;
+        let (src, so) = contiguous(self, l)?;
+        let (idx, io) = contiguous(ids, ids_l)?;
+        let (left, d_src, right) = split3(l.dims(), dim);
+        let n_idx = ids_l.dims()[dim];
+        if split3(ids_l.dims(), dim) != (left, n_idx, right) {
+            candle_core::bail!(
+                "gather: indices {:?} do not match the source {:?} on dim {dim}",
+                ids_l.dims(),
+                l.dims()
+            );
+        }
+        let out = Layout::contiguous(ids_l.shape());
+        let status = &self.device.inner.status;
+        self.map(&out, self.dtype, |s, y| {
+            vkml_ops::index::gather(
+                s,
+                dt,
+                Packed { buffer: &src.buffer, offset: so },
+                (left, d_src, right),
+                idx.ids(io)?,
+                n_idx,
+                Packed { buffer: y, offset: 0 },
+                status,
+            )
+        })
     }
 
-    fn scatter_set(&mut self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout, _: usize) -> CResult<()> {
-        Err(not_yet("scatter_set"))
+    fn scatter_set(
+        &mut self,
+        l: &Layout,
+        ids: &Self,
+        ids_l: &Layout,
+        src: &Self,
+        src_l: &Layout,
+        dim: usize,
+    ) -> CResult<()> {
+        self.scatter(false, l, ids, ids_l, src, src_l, dim)
     }
 
-    fn scatter_add_set(&mut self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout, _: usize) -> CResult<()> {
-        Err(not_yet("scatter_add_set"))
+    fn scatter_add_set(
+        &mut self,
+        l: &Layout,
+        ids: &Self,
+        ids_l: &Layout,
+        src: &Self,
+        src_l: &Layout,
+        dim: usize,
+    ) -> CResult<()> {
+        self.scatter(true, l, ids, ids_l, src, src_l, dim)
     }
 
-    fn index_select(&self, _: &Self, _: &Layout, _: &Layout, _: usize) -> CResult<Self> {
-        Err(not_yet("index_select"))
+    fn index_select(&self, ids: &Self, l: &Layout, ids_l: &Layout, dim: usize) -> CResult<Self> {
+        let dt = ops_dtype(self.dtype, "index_select")?;
+        let (src, so) = contiguous(self, l)?;
+        let (idx, io) = contiguous(ids, ids_l)?;
+        let (left, d_src, right) = split3(l.dims(), dim);
+        let n_idx = ids_l.shape().elem_count();
+        let mut out_dims = l.dims().to_vec();
+        out_dims[dim] = n_idx;
+        let out = Layout::contiguous(out_dims);
+        let status = &self.device.inner.status;
+        self.map(&out, self.dtype, |s, y| {
+            vkml_ops::index::index_select(
+                s,
+                dt,
+                Packed { buffer: &src.buffer, offset: so },
+                (left, d_src, right),
+                idx.ids(io)?,
+                n_idx,
+                Packed { buffer: y, offset: 0 },
+                status,
+            )
+        })
     }
 
-    fn index_add(&self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout, _: usize) -> CResult<Self> {
-        Err(not_yet("index_add"))
+    fn index_add(
+        &self,
+        l: &Layout,
+        ids: &Self,
+        ids_l: &Layout,
+        src: &Self,
+        src_l: &Layout,
+        dim: usize,
+    ) -> CResult<Self> {
+        same_dtype(self, src, "index_add")?;
+        let dt = ops_dtype(self.dtype, "index_add")?;
+        let (left, d_dst, right) = split3(l.dims(), dim);
+        let n_idx = ids_l.shape().elem_count();
+        if src_l.dims().len() != l.dims().len() || split3(src_l.dims(), dim) != (left, n_idx, right) {
+            candle_core::bail!(
+                "index_add: src {:?} does not match dst {:?} with {n_idx} indices on dim {dim}",
+                src_l.dims(),
+                l.dims()
+            );
+        }
+        let (base, bo) = contiguous(self, l)?;
+        let (idx, io) = contiguous(ids, ids_l)?;
+        let (sp, spo) = contiguous(src, src_l)?;
+        let status = &self.device.inner.status;
+        self.map(&Layout::contiguous(l.shape()), self.dtype, |s, y| {
+            vkml_ops::index::index_add(
+                s,
+                dt,
+                Packed { buffer: &base.buffer, offset: bo },
+                (left, d_dst, right),
+                idx.ids(io)?,
+                Packed { buffer: &sp.buffer, offset: spo },
+                n_idx,
+                Packed { buffer: y, offset: 0 },
+                status,
+            )
+        })
     }
 
-    fn matmul(&self, _: &Self, _: (usize, usize, usize, usize), _: &Layout, _: &Layout) -> CResult<Self> {
-        Err(not_yet("matmul"))
+    fn matmul(&self, rhs: &Self, (b, m, n, k): (usize, usize, usize, usize), l: &Layout, rl: &Layout) -> CResult<Self> {
+        same_dtype(self, rhs, "matmul")?;
+        let dt = ops_dtype(self.dtype, "matmul")?;
+        let (a, al) = mat_layout(self, l, b, "lhs")?;
+        let (bb, bl) = mat_layout(rhs, rl, b, "rhs")?;
+        let out = Layout::contiguous((b, m, n));
+        self.map(&out, self.dtype, |s, y| {
+            vkml_ops::matmul::matmul(s, dt, (b, m, n, k), &a.buffer, al, &bb.buffer, bl, y)
+        })
     }
 
     fn copy_strided_src(&self, dst: &mut Self, dst_offset: usize, l: &Layout) -> CResult<()> {
@@ -619,7 +867,8 @@ impl BackendStorage for VulkanStorage {
                 .device
                 .with_stream(|s| s.fill(&self.buffer, (a * es) as u64, ((b - a) * es) as u64, p).map_err(cerr)),
             _ => {
-                // Strided or unaligned: a one-element storage of the value, broadcast.
+                // Strided or unaligned: a one-element storage of the value, broadcast by
+                // a strided copy (which refuses a destination that writes an element twice).
                 let one = self.device.storage_from_slice_scalar(v)?;
                 let strides = vec![0; l.dims().len()];
                 let dt = ops_dtype(self.dtype, "const_set")?;
@@ -636,6 +885,11 @@ impl VulkanDevice {
         match v {
             Scalar::F32(x) => self.storage_from_slice(&[x]),
             Scalar::F16(x) => self.storage_from_slice(&[x]),
+            Scalar::BF16(x) => self.storage_from_slice(&[x]),
+            Scalar::F64(x) => self.storage_from_slice(&[x]),
+            Scalar::U8(x) => self.storage_from_slice(&[x]),
+            Scalar::U32(x) => self.storage_from_slice(&[x]),
+            Scalar::I64(x) => self.storage_from_slice(&[x]),
             _ => Err(candle_core::Error::UnsupportedDTypeForOp(v.dtype(), "vulkan strided const_set")),
         }
     }
@@ -721,8 +975,8 @@ impl BackendDevice for VulkanDevice {
     }
 
     fn synchronize(&self) -> CResult<()> {
-        let mut s = self.inner.stream.lock();
-        s.finish_and_wait().map_err(cerr)
+        self.inner.stream.lock().finish_and_wait().map_err(cerr)?;
+        self.check_status()
     }
 }
 
@@ -736,6 +990,67 @@ fn packed(s: &VulkanStorage, l: &Layout) -> CResult<VulkanStorage> {
     let mut dst = s.device.storage(s.device.alloc(n, s.dtype)?, s.dtype, n);
     s.copy_strided_src(&mut dst, 0, l)?;
     Ok(dst)
+}
+
+/// `s`'s elements of `l` packed: `(s, start offset)` when `l` is contiguous, else a packed
+/// copy (on the GPU) from offset 0.
+fn contiguous(s: &VulkanStorage, l: &Layout) -> CResult<(VulkanStorage, usize)> {
+    if l.is_contiguous() {
+        return Ok((s.device.shared_storage(s.buffer.clone(), s.dtype, s.len), l.start_offset()));
+    }
+    let n = l.shape().elem_count();
+    let mut dst = s.device.storage(s.device.alloc(n, s.dtype)?, s.dtype, n);
+    s.copy_strided_src(&mut dst, 0, l)?;
+    Ok((dst, 0))
+}
+
+/// A matmul operand `[batch dims..., rows, cols]` (`l`) as a [`MatLayout`]: read in place
+/// when its batch dims of size > 1 merge into one stride (or there are none), else from a
+/// packed copy.
+fn mat_layout(s: &VulkanStorage, l: &Layout, batch: usize, what: &str) -> CResult<(VulkanStorage, MatLayout)> {
+    let (dims, st) = (l.dims(), l.stride());
+    let r = dims.len();
+    if r < 2 || dims[..r - 2].iter().product::<usize>() != batch {
+        candle_core::bail!("matmul: {what} of shape {dims:?} is not [{batch} batches, rows, cols]");
+    }
+    // Innermost batch dim of size > 1 gives the stride; each outer one must equal the
+    // inner stride times the extent merged so far.
+    let mut bstride: Option<usize> = None;
+    let mut extent = 1usize;
+    let mut mergeable = true;
+    for i in (0..r - 2).rev() {
+        if dims[i] == 1 {
+            continue;
+        }
+        match bstride {
+            None => bstride = Some(st[i]),
+            Some(inner) => mergeable &= st[i] == inner * extent,
+        }
+        extent *= dims[i];
+    }
+    if mergeable {
+        let ml = MatLayout { offset: l.start_offset(), batch: bstride.unwrap_or(0), row: st[r - 2], col: st[r - 1] };
+        return Ok((s.device.shared_storage(s.buffer.clone(), s.dtype, s.len), ml));
+    }
+    let (p, off) = contiguous(s, l)?;
+    let (rows, cols) = (dims[r - 2], dims[r - 1]);
+    Ok((p, MatLayout { offset: off, batch: rows * cols, row: cols, col: 1 }))
+}
+
+fn same_dtype(a: &VulkanStorage, b: &VulkanStorage, op: &'static str) -> CResult<()> {
+    if a.dtype != b.dtype {
+        return Err(candle_core::Error::DTypeMismatchBinaryOp { lhs: a.dtype, rhs: b.dtype, op }.bt());
+    }
+    Ok(())
+}
+
+fn same_dims(l: &Layout, r: &Layout, op: &'static str) -> CResult<()> {
+    if l.dims() != r.dims() {
+        return Err(
+            candle_core::Error::ShapeMismatchBinaryOp { lhs: l.shape().clone(), rhs: r.shape().clone(), op }.bt()
+        );
+    }
+    Ok(())
 }
 
 fn f32_only(s: &VulkanStorage, op: &'static str) -> CResult<()> {

@@ -173,7 +173,7 @@ pub fn flash_attn(
     out: &Buffer,
     scratch: Option<(&Buffer, &Buffer)>,
 ) -> Result<()> {
-    dt.require(s.device(), "flash_attn")?;
+    dt.require_activation(s.device(), "flash_attn")?;
     let bad = |reason: String| Err(OpsError::Shape { op: "flash_attn", reason });
     let d = k.d;
     if (v.d, v.n_kv_heads, v.ctx) != (d, k.n_kv_heads, k.ctx) {

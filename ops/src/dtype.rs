@@ -1,20 +1,23 @@
-//! [`Dtype`]: the element type of the activation buffers an op reads and writes.
+//! [`Dtype`]: the element type of the buffers an op reads and writes.
 
 use vkml_hal::Device;
 
 use crate::error::{OpsError, Result};
 
-/// Element type of an op's activation buffers (inputs and outputs such as `x`, `y`, the
-/// residual stream, gate/up, queries and attention output), packed and contiguous.
+/// Element type of an op's buffers: candle's dtypes F32, F16, BF16, F64, U8, U32, I64.
 ///
-/// Kernels always compute in f32: f16 values are widened on load and rounded to nearest
-/// even on store. Parameter buffers (norm weight and bias, the softmax mask, rope cos/sin
-/// tables) stay f32 in both cases; the KV cache is always f16 ([`crate::attention::KvCache`]).
+/// The transformer ops (`nn`, `attention`) and the activations of the quantized kernels
+/// take [`Dtype::F32`] or [`Dtype::F16`] only ([`OpsError::Shape`] otherwise); the
+/// element-wise, reduction, indexing and matmul ops take every dtype (see each op).
+/// Kernels compute f16 and bf16 in f32: values are widened exactly on load and rounded
+/// to nearest even on store (the `half` crate's bits). Parameter buffers of the
+/// transformer ops (norm weight and bias, the softmax mask, rope cos/sin tables) stay
+/// f32; the KV cache is always f16 ([`crate::attention::KvCache`]).
 ///
-/// [`Dtype::F16`] needs the device's `storageBuffer16BitAccess` feature
-/// (`Capabilities::types::storage_buffer_16bit`) for every op except
-/// [`crate::attention::kv_append`]; without it those ops return
-/// [`OpsError::MissingFeature`]. `shaderFloat16` is not needed.
+/// Device features each dtype needs (`Capabilities::types`), else
+/// [`OpsError::MissingFeature`]: F16 and BF16 `storageBuffer16BitAccess` (not for
+/// [`crate::attention::kv_append`]); U8 `storageBuffer8BitAccess`; I64 `shaderInt64`;
+/// F64 `shaderFloat64` and `shaderInt64`. `shaderFloat16` is never needed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Dtype {
     /// IEEE 754 binary32, 4 bytes.
@@ -22,34 +25,75 @@ pub enum Dtype {
     F32,
     /// IEEE 754 binary16, 2 bytes (`half::f16`).
     F16,
+    /// bfloat16 (the top half of an f32), 2 bytes (`half::bf16`).
+    BF16,
+    /// IEEE 754 binary64, 8 bytes.
+    F64,
+    /// Unsigned 8-bit integer.
+    U8,
+    /// Unsigned 32-bit integer.
+    U32,
+    /// Signed 64-bit integer.
+    I64,
 }
 
 impl Dtype {
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
-            Dtype::F32 => 4,
-            Dtype::F16 => 2,
+            Dtype::U8 => 1,
+            Dtype::F16 | Dtype::BF16 => 2,
+            Dtype::F32 | Dtype::U32 => 4,
+            Dtype::F64 | Dtype::I64 => 8,
         }
     }
 
-    /// Lower-case name (`f32`, `f16`), as in kernel variant names.
+    /// Lower-case name (`f32`, `bf16`, `u8`, ...), as in kernel variant names.
     pub fn name(self) -> &'static str {
         match self {
             Dtype::F32 => "f32",
             Dtype::F16 => "f16",
+            Dtype::BF16 => "bf16",
+            Dtype::F64 => "f64",
+            Dtype::U8 => "u8",
+            Dtype::U32 => "u32",
+            Dtype::I64 => "i64",
         }
     }
 
-    /// Checks that `dev` can load and store this type in storage buffers.
+    /// Every dtype.
+    pub const ALL: [Dtype; 7] = [Dtype::F32, Dtype::F16, Dtype::BF16, Dtype::F64, Dtype::U8, Dtype::U32, Dtype::I64];
+
+    /// Whether this is a floating-point type (F32, F16, BF16, F64).
+    pub fn is_float(self) -> bool {
+        matches!(self, Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::F64)
+    }
+
+    /// Checks that `dev` can load and store this type in storage buffers (the features
+    /// in the type's docs).
     pub(crate) fn require(self, dev: &Device, op: &'static str) -> Result<()> {
-        if self == Dtype::F16 && !dev.caps().types.storage_buffer_16bit {
-            return Err(OpsError::MissingFeature {
+        let t = &dev.caps().types;
+        let missing = |feature, needed_for| Err(OpsError::MissingFeature { op, feature, needed_for });
+        match self {
+            Dtype::F16 if !t.storage_buffer_16bit => missing("storageBuffer16BitAccess", "f16 buffers"),
+            Dtype::BF16 if !t.storage_buffer_16bit => missing("storageBuffer16BitAccess", "bf16 buffers"),
+            Dtype::U8 if !t.storage_buffer_8bit => missing("storageBuffer8BitAccess", "u8 buffers"),
+            Dtype::I64 if !t.int64 => missing("shaderInt64", "i64 buffers"),
+            Dtype::F64 if !t.float64 => missing("shaderFloat64", "f64 buffers"),
+            Dtype::F64 if !t.int64 => missing("shaderInt64", "f64 buffers (conversions on the bits)"),
+            _ => Ok(()),
+        }
+    }
+
+    /// As [`Dtype::require`], for the ops whose kernels exist for F32 and F16 only (the
+    /// transformer ops and the activations of the quantized kernels).
+    pub(crate) fn require_activation(self, dev: &Device, op: &'static str) -> Result<()> {
+        if !matches!(self, Dtype::F32 | Dtype::F16) {
+            return Err(OpsError::Shape {
                 op,
-                feature: "storageBuffer16BitAccess",
-                needed_for: "f16 activation buffers",
+                reason: format!("{} activations are not supported (f32 or f16)", self.name()),
             });
         }
-        Ok(())
+        self.require(dev, op)
     }
 }

@@ -1,7 +1,8 @@
 //! Strided element-wise ops, as a candle `BackendStorage` needs them: unary maps
 //! ([`unary`], [`affine`], [`powf`], [`elu`]), binary maps with broadcasting ([`binary`])
-//! and strided copies with dtype conversion ([`copy`]), on [`Dtype::F32`] or
-//! [`Dtype::F16`] buffers. Kernels: `shader-src/shaders/{unary,binary,strided_copy}.comp`.
+//! comparisons ([`cmp`]), selection ([`where_cond`]) and strided copies with dtype
+//! conversion ([`copy`]), on buffers of any [`Dtype`] (per-op limits in each op's docs).
+//! Kernels: `shader-src/shaders/{unary,binary,cmp,where_cond,strided_copy}.comp`.
 //!
 //! Every input is a [`View`]: a buffer, an element offset and one stride (in elements) per
 //! dim of the op's shape, which is what candle's `Layout` holds (`start_offset`,
@@ -15,11 +16,14 @@
 //! push constants (at most 88 bytes: within the 128 bytes every Vulkan device has);
 //! buffers are bound from byte 0, so views need no descriptor offset alignment.
 //!
-//! Arithmetic is f32. F16 values are widened exactly on load and rounded to nearest even
-//! on store, in integer arithmetic on the bits (the same bits as the `half` crate,
-//! whatever the device's conversion modes). Formulas follow candle-core 0.11 in f32
-//! (`src/op.rs`, `cpu_backend`); for f16 that is candle's f32 result on the widened
-//! inputs, rounded once, where candle's own f16 path rounds every intermediate. The
+//! Float arithmetic is f32 for F32, F16 and BF16, f64 for F64. F16 and BF16 values are
+//! widened exactly on load and rounded to nearest even on store, in integer arithmetic on
+//! the bits (the same bits as the `half` crate, whatever the device's conversion modes).
+//! Integers compute in their own width and wrap (U8 modulo 2^8, as Rust's release-mode
+//! arithmetic); an integer division by zero gives 0 (candle's CPU backend panics). Formulas
+//! follow candle-core 0.11 (`src/op.rs`, `cpu_backend`); for f16 and bf16 that is candle's
+//! f32 result on the widened inputs, rounded once, where candle's own half-precision path
+//! rounds some intermediates (affine's product, for one). The
 //! transcendental functions are the device's (GLSL `exp`, `log`, `sin`, `cos`, `tanh`,
 //! `exp2`/`log2` for powf), so they differ from candle's libm by a few ulp (the Vulkan
 //! specification bounds them; `ops/tests/elementwise.rs` lists the tolerances tested);
@@ -30,8 +34,9 @@
 //! the rank, more than `u32::MAX` elements or an addressed element index past `u32::MAX`,
 //! a view that reaches past its buffer's end, an output too small, a rank above
 //! [`MAX_RANK`] after merging, an output that overlaps an input other than in place
-//! (identical contiguous layout), a copy destination that writes an element twice, and f16
-//! without `storageBuffer16BitAccess`. Zero elements record nothing.
+//! (identical contiguous layout), a copy destination that writes an element twice, an
+//! (op, dtype) pair without a kernel, and a dtype the device cannot store
+//! ([`Dtype`]'s features). Zero elements record nothing.
 
 use vkml_hal::{Buffer, BufferArg, Stream};
 
@@ -164,6 +169,30 @@ impl UnaryOp {
     }
 }
 
+/// Whether unary.comp has `kind` for `dt`: every op for f32, f16 and bf16; for f64 the ops
+/// with exact double forms; for integers candle's integer forms.
+fn unary_supported(kind: UnaryKind, dt: Dtype) -> Result<()> {
+    use UnaryOp::*;
+    let (ok, supported) = match dt {
+        Dtype::F32 | Dtype::F16 | Dtype::BF16 => (true, ""),
+        Dtype::F64 => (
+            matches!(kind, UnaryKind::Affine)
+                || matches!(kind, UnaryKind::Op(Abs | Neg | Recip | Sqr | Sqrt | Relu | Floor | Ceil | Round | Sign)),
+            "f32, f16, bf16 (f64 has abs, neg, recip, sqr, sqrt, relu, floor, ceil, round, sign, affine)",
+        ),
+        Dtype::U8 | Dtype::U32 | Dtype::I64 => (
+            matches!(kind, UnaryKind::Affine)
+                || matches!(kind, UnaryKind::Op(Abs | Relu | Floor | Ceil | Round | Sign | Gelu | GeluErf | Erf | Silu)),
+            "float dtypes (integers have abs, relu, floor, ceil, round, sign, affine, and gelu, gelu_erf, erf, silu as 0)",
+        ),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(OpsError::UnsupportedDtype { op: kind.name(), dtype: dt.name(), supported })
+    }
+}
+
 /// The kernel's op code (`OP_*` in unary.comp): the candle unary ops in declaration order,
 /// then affine, powf, elu.
 #[derive(Clone, Copy)]
@@ -252,17 +281,138 @@ pub fn unary(s: &mut Stream, op: UnaryOp, dt: Dtype, shape: &[usize], x: View<'_
     map(s, UnaryKind::Op(op), [0.0, 0.0], dt, shape, x, y)
 }
 
+/// candle's `CmpOp`: the comparisons [`cmp`] computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    /// `a == b`.
+    Eq,
+    /// `a != b` (true when either is NaN).
+    Ne,
+    /// `a < b`.
+    Lt,
+    /// `a <= b`.
+    Le,
+    /// `a > b`.
+    Gt,
+    /// `a >= b`.
+    Ge,
+}
+
+impl CmpOp {
+    /// Every comparison.
+    pub const ALL: [CmpOp; 6] = [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge];
+
+    /// The kernel's op code (cmp.comp).
+    fn code(self) -> u32 {
+        self as u32
+    }
+}
+
+/// `y = (a op b) as u8` over `shape`, `a` and `b` views over the same shape
+///
+/// Records `y[i] = 1` where `a[view(idx(i))] op b[view(idx(i))]` holds, else `0` (candle's
+/// `BackendStorage::cmp`, whose output is U8), with Rust's comparison semantics: a NaN
+/// compares unequal to everything. `a`, `b` are `dt` (any [`Dtype`]); `y` is U8, packed
+/// from element 0, and must not overlap `a` or `b`.
+///
+/// # Errors
+/// As [`binary`]; also when the device lacks `storageBuffer8BitAccess` (for `y`).
+pub fn cmp(s: &mut Stream, op: CmpOp, dt: Dtype, shape: &[usize], a: View<'_>, b: View<'_>, y: &Buffer) -> Result<()> {
+    const OP: &str = "cmp";
+    let dev = s.device().clone();
+    dt.require(&dev, OP)?;
+    Dtype::U8.require(&dev, OP)?;
+    let Some(plan) = Plan::new(OP, shape, &[("a", a, dt), ("b", b, dt)])? else { return Ok(()) };
+    check_output(OP, &plan, Dtype::U8, y, &[])?;
+    check_disjoint(OP, &plan, y, Dtype::U8, &[a, b])?;
+    let [ao, bo] = plan.operands();
+    let mut words = vec![plan.n, plan.rank, ao.offset, bo.offset];
+    words.extend(plan.shape);
+    words.extend(ao.strides);
+    words.extend(bo.strides);
+    let p = pipeline_spec(&dev, &format!("cmp.{}", dt.name()), ELEMENTWISE_WORKGROUP, &[(1, op.code())])?;
+    let args = [plan.binding(0), plan.binding(1), BufferArg::range(y, 0, u64::from(plan.n))];
+    s.dispatch(&p, &args, &push_words(&words), plan.groups(s, OP)?)?;
+    Ok(())
+}
+
+/// `y = cond != 0 ? t : f` over `shape` (candle's `where_cond`)
+///
+/// Records `y[i] = t[view(idx(i))]` where `cond[view(idx(i))]` is non-zero, else
+/// `f[view(idx(i))]`, copying the bits. `cond` is `cond_dt` (U8, U32 or I64; read as
+/// 32-bit words, so its buffer's size must be a multiple of 4 bytes); `t`, `f` and `y`
+/// are `dt` (any [`Dtype`]); `y` is packed from element 0 and must not overlap an input.
+///
+/// # Errors
+/// As [`binary`]; [`OpsError::UnsupportedDtype`] for a float `cond_dt`;
+/// [`OpsError::Shape`] when the condition's words reach past its buffer.
+#[allow(clippy::too_many_arguments)]
+pub fn where_cond(
+    s: &mut Stream,
+    shape: &[usize],
+    cond_dt: Dtype,
+    cond: View<'_>,
+    dt: Dtype,
+    t: View<'_>,
+    f: View<'_>,
+    y: &Buffer,
+) -> Result<()> {
+    const OP: &str = "where_cond";
+    let dev = s.device().clone();
+    dt.require(&dev, OP)?;
+    let cond_code = match cond_dt {
+        Dtype::U8 => 0,
+        Dtype::U32 => 1,
+        Dtype::I64 => 2,
+        other => {
+            return Err(OpsError::UnsupportedDtype {
+                op: OP,
+                dtype: other.name(),
+                supported: "u8, u32, i64 conditions",
+            })
+        }
+    };
+    let Some(plan) = Plan::new(OP, shape, &[("cond", cond, cond_dt), ("t", t, dt), ("f", f, dt)])? else {
+        return Ok(());
+    };
+    check_output(OP, &plan, dt, y, &[])?;
+    check_disjoint(OP, &plan, y, dt, &[cond, t, f])?;
+    let [co, to, fo] = plan.operands();
+    let mut words = vec![plan.n, plan.rank, co.offset, to.offset, fo.offset];
+    words.extend(plan.shape);
+    words.extend(co.strides);
+    words.extend(to.strides);
+    words.extend(fo.strides);
+    let p = pipeline_spec(&dev, &format!("where_cond.{}", dt.name()), ELEMENTWISE_WORKGROUP, &[(2, cond_code)])?;
+    let args = [
+        plan.word_binding(OP, 0)?,
+        plan.binding(1),
+        plan.binding(2),
+        BufferArg::range(y, 0, u64::from(plan.n) * dt.size() as u64),
+    ];
+    s.dispatch(&p, &args, &push_words(&words), plan.groups(s, OP)?)?;
+    Ok(())
+}
+
 /// `y = x * mul + add` (candle's affine)
 ///
 /// Records `y = x * mul + add` element-wise, rounded after the multiply and after the add
-/// (no fused multiply-add), as candle's `Tensor::affine` computes in f32 (`mul` and `add`
-/// are candle's f64 parameters cast to f32). Shapes, dtypes, layout and errors as
-/// [`unary`].
+/// (no fused multiply-add), as candle's `Tensor::affine` computes: in f32 for F32, F16 and
+/// BF16 (`mul` and `add` cast to f32), in f64 for F64, and for integers with `mul` and
+/// `add` cast to the type as candle's `T::from_f64` does (`as`, saturating) and wrapping
+/// arithmetic. Shapes, layout and errors as [`unary`]; every [`Dtype`].
 ///
 /// # Errors
 /// As [`unary`].
-pub fn affine(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, mul: f32, add: f32, y: &Buffer) -> Result<()> {
-    map(s, UnaryKind::Affine, [mul, add], dt, shape, x, y)
+pub fn affine(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, mul: f64, add: f64, y: &Buffer) -> Result<()> {
+    let pw = match dt {
+        Dtype::F64 => [mul.to_bits(), add.to_bits()],
+        Dtype::U8 => [u64::from(mul as u8), u64::from(add as u8)],
+        Dtype::U32 => [u64::from(mul as u32), u64::from(add as u32)],
+        Dtype::I64 => [(mul as i64) as u64, (add as i64) as u64],
+        _ => [0, 0],
+    };
+    map_with(s, UnaryKind::Affine, [mul as f32, add as f32], pw, dt, shape, x, y)
 }
 
 /// Records `y = x.powf(e)` element-wise (candle's `Tensor::powf`, i.e. `f32::powf` with
@@ -296,15 +446,33 @@ fn map(
     x: View<'_>,
     y: &Buffer,
 ) -> Result<()> {
+    map_with(s, kind, params, [0, 0], dt, shape, x, y)
+}
+
+/// [`map`] with affine's 64-bit parameters `pw` (f64 bits, or the integers) for the f64
+/// and integer kernels.
+#[allow(clippy::too_many_arguments)]
+fn map_with(
+    s: &mut Stream,
+    kind: UnaryKind,
+    params: [f32; 2],
+    pw: [u64; 2],
+    dt: Dtype,
+    shape: &[usize],
+    x: View<'_>,
+    y: &Buffer,
+) -> Result<()> {
     let op = kind.name();
     let dev = s.device().clone();
     dt.require(&dev, op)?;
+    unary_supported(kind, dt)?;
     let Some(plan) = Plan::new(op, shape, &[("x", x, dt)])? else { return Ok(()) };
     check_output(op, &plan, dt, y, &[x])?;
     let [xo] = plan.operands();
     let mut words = vec![plan.n, plan.rank, xo.offset, params[0].to_bits(), params[1].to_bits()];
     words.extend(plan.shape);
     words.extend(xo.strides);
+    words.extend(pw.iter().flat_map(|&w| [w as u32, (w >> 32) as u32]));
     let p = pipeline_spec(&dev, &format!("unary.{}", dt.name()), ELEMENTWISE_WORKGROUP, &[(1, kind.code())])?;
     let args = [plan.binding(0), BufferArg::range(y, 0, u64::from(plan.n) * dt.size() as u64)];
     s.dispatch(&p, &args, &push_words(&words), plan.groups(s, op)?)?;
@@ -315,7 +483,8 @@ fn map(
 ///
 /// Records `y[i] = op(a[view(idx(i))], b[view(idx(i))])` for every multi-index of `shape`
 /// (candle's `BackendStorage::binary_impl`, whose two layouts are already broadcast to the
-/// output shape: a broadcast dim has stride 0). `a`, `b`, `y` are `dt`; `y` holds at
+/// output shape: a broadcast dim has stride 0). `a`, `b`, `y` are `dt` (any [`Dtype`];
+/// integers wrap, and divide by zero to 0); `y` holds at
 /// least `numel(shape)` elements, contiguous from element 0; it may share a buffer with an
 /// input only in place (that input contiguous from element 0) or with no overlap. `a` and
 /// `b` may be the same buffer.
@@ -352,9 +521,15 @@ pub fn binary(
 /// nearest even.
 ///
 /// For every multi-index `idx` of `shape`, the element of `src` (`src_dt`) at `idx` is
-/// written to `dst` (`dst_dt`) at `idx`. Same-dtype copies are bit-exact (NaN payloads
-/// included); f16 → f32 is exact; f32 → f16 rounds to nearest even with overflow to
-/// infinity and gradual underflow, bit for bit as `half::f16::from_f32`. candle's
+/// written to `dst` (`dst_dt`) at `idx`, for every pair of [`Dtype`]s. Same-dtype copies are
+/// bit-exact (NaN payloads included); conversions give the bits of candle-core's CPU
+/// `to_dtype`: widening is exact; narrowing rounds to nearest even with overflow to
+/// infinity and gradual underflow (`half::f16::from_f32`, `half::bf16::from_f32`, `as
+/// f32`); integers to floats round to nearest even (`as f32`, and through f32 for f16 and
+/// bf16, as candle does); floats to integers truncate toward zero and saturate, NaN giving
+/// 0 (Rust's `as`); integers to narrower integers keep the low bits; f64 → f16 rounds
+/// through f32 (`half` on x86-64 with F16C) and f64 → bf16 as `half::bf16::from_f64`
+/// (which rounds the top 32 bits only). candle's
 /// `copy_strided_src(dst, dst_offset, src_layout)` is a contiguous `dst` view at
 /// `dst_offset`; `copy2d(d1, d2, src_s, dst_s, src_o, dst_o)` is `shape = [d1, d2]` with
 /// strides `[src_s, 1]` and `[dst_s, 1]`; `to_dtype` is a contiguous `dst` at 0. When both
@@ -367,7 +542,7 @@ pub fn binary(
 /// buffer's end, a rank above [`MAX_RANK`] after merging dims, a `dst` view that writes an
 /// element more than once (a stride of 0, or overlapping strides), or `src` and `dst`
 /// overlapping in one buffer (except the identical view, a no-op);
-/// [`OpsError::MissingFeature`] when either dtype is [`Dtype::F16`] without 16-bit storage;
+/// [`OpsError::MissingFeature`] when the device cannot store either dtype ([`Dtype`]);
 /// HAL errors.
 pub fn copy(s: &mut Stream, shape: &[usize], src_dt: Dtype, src: View<'_>, dst_dt: Dtype, dst: View<'_>) -> Result<()> {
     const OP: &str = "copy";
@@ -524,6 +699,24 @@ impl<'a> Plan<'a> {
         BufferArg::range(b, 0, end)
     }
 
+    /// Operand `i` bound from byte 0 to the end of what it addresses rounded up to a whole
+    /// 32-bit word, for kernels that read it as words.
+    fn word_binding(&self, op: &'static str, i: usize) -> Result<BufferArg<'a>> {
+        let (b, _, end) = self.spans[i];
+        let end = end.next_multiple_of(4);
+        if end > b.size() {
+            return Err(OpsError::Shape {
+                op,
+                reason: format!(
+                    "operand {i} is read as 32-bit words up to byte {end}, past its buffer of {} bytes (make \
+                     its size a multiple of 4)",
+                    b.size()
+                ),
+            });
+        }
+        Ok(BufferArg::range(b, 0, end))
+    }
+
     fn byte_range(&self, i: usize) -> std::ops::Range<u64> {
         self.spans[i].1..self.spans[i].2
     }
@@ -576,6 +769,22 @@ fn check_output(op: &'static str, plan: &Plan<'_>, dt: Dtype, y: &Buffer, inputs
                     "y overlaps input {i} (offset {}, strides {:?}) in the same buffer, other than in place",
                     v.offset, v.strides
                 ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `y`'s first `plan.n` elements of `dt` overlap none of `inputs` (in-place
+/// use not allowed).
+fn check_disjoint(op: &'static str, plan: &Plan<'_>, y: &Buffer, dt: Dtype, inputs: &[View<'_>]) -> Result<()> {
+    let bytes = u64::from(plan.n) * dt.size() as u64;
+    for (i, v) in inputs.iter().enumerate() {
+        let r = plan.byte_range(i);
+        if v.buffer.id() == y.id() && r.start < bytes {
+            return Err(OpsError::Shape {
+                op,
+                reason: format!("y overlaps input {i} (bytes {r:?}) in the same buffer"),
             });
         }
     }

@@ -22,6 +22,16 @@ pub enum OpsError {
         /// The types it does support.
         supported: String,
     },
+    /// The op has no kernel for this element type.
+    #[error("{op} does not support {dtype} (supported: {supported})")]
+    UnsupportedDtype {
+        /// The op.
+        op: &'static str,
+        /// The element type asked for (`Dtype::name`).
+        dtype: &'static str,
+        /// The element types it does support.
+        supported: &'static str,
+    },
     /// The device lacks a feature the op needs for these arguments.
     #[error("{op}: the device lacks {feature}, needed for {needed_for}")]
     MissingFeature {

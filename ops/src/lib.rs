@@ -8,15 +8,20 @@
 //! add + rms_norm, softmax, rope, gated activations) and flash attention over an f16 KV
 //! cache ([`attention`]), on f32 or f16 activations ([`Dtype`]); strided element-wise
 //! unary and binary maps and dtype-converting copies for a candle backend
-//! ([`elementwise`]).
+//! ([`elementwise`]). Issue 6: every candle dtype in the element-wise ops, comparisons
+//! and selection, reductions ([`reduce`]), indexing ([`index`]) and float matmul
+//! ([`matmul`]).
 
 pub mod attention;
 mod dtype;
 pub mod elementwise;
 pub mod error;
+pub mod index;
 mod launch;
+pub mod matmul;
 pub mod nn;
 pub mod quant;
+pub mod reduce;
 pub mod tuning;
 
 pub use dtype::Dtype;

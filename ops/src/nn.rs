@@ -122,7 +122,7 @@ fn norm(
         Norm::AddRms { .. } => ("add_rms_norm", "add_rms_"),
     };
     let dev = s.device().clone();
-    dt.require(&dev, op)?;
+    dt.require_activation(&dev, op)?;
     need(op, "x", x, rows * n, dt)?;
     need(op, "y", y, rows * n, dt)?;
     if let Norm::AddRms { residual, h } = kind {
@@ -171,7 +171,7 @@ pub fn softmax(
     y: &Buffer,
 ) -> Result<()> {
     let dev = s.device().clone();
-    dt.require(&dev, "softmax")?;
+    dt.require_activation(&dev, "softmax")?;
     need("softmax", "x", x, rows * n, dt)?;
     need("softmax", "y", y, rows * n, dt)?;
     if let Some((m, mr)) = mask {
@@ -240,7 +240,7 @@ pub fn rope(
     y: &Buffer,
 ) -> Result<()> {
     let dev = s.device().clone();
-    dt.require(&dev, "rope")?;
+    dt.require_activation(&dev, "rope")?;
     let bad = |reason: String| Err(OpsError::Shape { op: "rope", reason });
     if !sh.d.is_multiple_of(2) || !sh.rot.is_multiple_of(2) || sh.rot > sh.d {
         return bad(format!("head dim {} and rotary dims {} must be even with rot <= d", sh.d, sh.rot));
@@ -284,7 +284,7 @@ pub fn rope(
 /// As [`rms_norm`].
 pub fn add_bias(s: &mut Stream, dt: Dtype, x: &Buffer, b: &Buffer, rows: usize, n: usize) -> Result<()> {
     let dev = s.device().clone();
-    dt.require(&dev, "add_bias")?;
+    dt.require_activation(&dev, "add_bias")?;
     need("add_bias", "x", x, rows * n, dt)?;
     need("add_bias", "b", b, n, Dtype::F32)?;
     if rows * n == 0 {
@@ -324,7 +324,7 @@ pub fn glu(
     y: &Buffer,
 ) -> Result<()> {
     let dev = s.device().clone();
-    dt.require(&dev, "glu")?;
+    dt.require_activation(&dev, "glu")?;
     need("glu", "gate", gate, n, dt)?;
     need("glu", "up", up, n, dt)?;
     need("glu", "y", y, n, dt)?;

@@ -342,7 +342,7 @@ impl Map {
     fn record(self, s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, y: &Buffer) -> vkml_ops::Result<()> {
         match self {
             Map::Op(op) => elementwise::unary(s, op, dt, shape, x, y),
-            Map::Affine(m, a) => elementwise::affine(s, dt, shape, x, m, a, y),
+            Map::Affine(m, a) => elementwise::affine(s, dt, shape, x, f64::from(m), f64::from(a), y),
             Map::Powf(e) => elementwise::powf(s, dt, shape, x, e, y),
             Map::Elu(a) => elementwise::elu(s, dt, shape, x, a, y),
         }

@@ -1,25 +1,42 @@
-//! variant f32
-//! variant f16 F16=1
+//! variant f32 V_F32=1
+//! variant f16 V_F16=1
+//! variant bf16 V_BF16=1
+//! variant f64 V_F64=1
+//! variant u8 V_U8=1
+//! variant u32 V_U32=1
+//! variant i64 V_I64=1
 // Strided unary ops (vkml_ops::elementwise::{unary, affine, powf, elu}): for i < n,
 // y[i] = f(x[x_off + sum_d idx_d(i) * x_str[d]]), idx(i) the row-major multi-index of i
-// over shape[0..rank], y contiguous. f32 arithmetic; the f16 variant loads and stores f16
-// bits (strided.glsl: exact widening, round to nearest even).
-// Bindings: 0 = x, 1 = y (f32, or f16 in the f16 variant).
-// Push constants: n, rank (1..=6), x_off, p0, p1 (the op's parameters), shape[6], x_str[6]
-// (elements).
+// over shape[0..rank], y contiguous. f32 arithmetic for f32, f16 and bf16 (dtype.glsl:
+// exact widening, one rounding on store). The f64 variant computes in double and has the
+// ops whose double forms Vulkan defines exactly (abs, neg, recip, sqr, sqrt, relu, floor,
+// ceil, round, sign, affine); the integer variants have candle's integer forms (abs,
+// floor/ceil/round as identity, relu, sign; gelu, gelu_erf, erf, silu give 0 as candle).
+// The host refuses the other (op, dtype) pairs.
+// Bindings: 0 = x, 1 = y (the variant's dtype).
+// Push constants: n, rank (1..=6), x_off, p0, p1 (the op's f32 parameters), shape[6],
+// x_str[6] (elements), pw[4] (affine's parameters for f64 and integers).
 // Specialization constants: 0 = workgroup size, 1 = op: the OP_* codes below, which
 // ops/src/elementwise.rs (`UnaryKind::code`) mirrors. Formulas as candle-core 0.11
 // (src/op.rs, cpu_backend) computes them in f32.
 #version 450
 #extension GL_GOOGLE_include_directive : require
-#ifdef F16
+#if defined(V_F16) || defined(V_BF16)
 #extension GL_EXT_shader_16bit_storage : require
+#endif
+#if defined(V_U8)
+#extension GL_EXT_shader_8bit_storage : require
+#endif
+#if defined(V_F64) || defined(V_I64)
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#define VKML_INT64 1
 #endif
 layout(local_size_x_id = 0, local_size_x = 256) in;
 layout(constant_id = 1) const uint OP = 0;
 #include "common.glsl"
 #include "activation.glsl"
 #include "strided.glsl"
+#include "dtype.glsl"
 
 #define OP_EXP 0u
 #define OP_LOG 1u
@@ -44,8 +61,8 @@ layout(constant_id = 1) const uint OP = 0;
 #define OP_POWF 20u
 #define OP_ELU 21u
 
-layout(std430, set = 0, binding = 0) readonly buffer X { ELEM x[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer Y { ELEM y[]; };
+layout(std430, set = 0, binding = 0) readonly buffer X { V_ST x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Y { V_ST y[]; };
 layout(push_constant) uniform P {
     uint n;
     uint rank;
@@ -54,6 +71,9 @@ layout(push_constant) uniform P {
     float p1;
     uint shape[VKML_MAX_RANK];
     uint x_str[VKML_MAX_RANK];
+    // affine's mul and add for the f64 and integer variants: f64 bits, or the integer
+    // (candle's T::from_f64 of the parameters), low word first.
+    uint pw[4];
 } p;
 
 #define NAN uintBitsToFloat(0x7fc00000u)
@@ -93,7 +113,7 @@ float powf_ieee(float x, float e) {
     return (e_odd && (floatBitsToUint(x) >> 31) != 0u) ? -mag : mag;
 }
 
-float apply(float v) {
+float apply_f32(float v) {
     if (OP == OP_EXP) return exp(v);
     if (OP == OP_LOG) return v < 0.0 ? NAN : (v == 0.0 ? -INF : log(v));
     if (OP == OP_SIN) return sin(v);
@@ -125,6 +145,53 @@ float apply(float v) {
     return (floatBitsToUint(v) >> 31) == 0u ? v : (exp(v) - 1.0) * p.p0;
 }
 
+#if defined(V_F64)
+double round_away_f64(double x) {
+    double t = trunc(x);
+    return abs(x - t) >= 0.5lf ? t + (x < 0.0lf ? -1.0lf : 1.0lf) : t;
+}
+
+double apply(double v) {
+    if (OP == OP_ABS) return abs(v);
+    if (OP == OP_NEG) return -v;
+    if (OP == OP_RECIP) return 1.0lf / v;
+    if (OP == OP_SQR) return v * v;
+    if (OP == OP_SQRT) return sqrt(v);
+    if (OP == OP_RELU) return v > 0.0lf ? v : 0.0lf;
+    if (OP == OP_FLOOR) return floor(v);
+    if (OP == OP_CEIL) return ceil(v);
+    if (OP == OP_ROUND) return round_away_f64(v);
+    if (OP == OP_SIGN) return double(v > 0.0lf) - double(v < 0.0lf);
+    if (OP == OP_AFFINE) {
+        precise double r = v * packDouble2x32(uvec2(p.pw[0], p.pw[1])) + packDouble2x32(uvec2(p.pw[2], p.pw[3]));
+        return r;
+    }
+    return 0.0lf;
+}
+#elif defined(V_INT)
+V_T apply(V_T v) {
+#ifdef V_I64
+    if (OP == OP_ABS) return v < 0l ? -v : v;
+    if (OP == OP_RELU) return v > 0l ? v : 0l;
+    if (OP == OP_SIGN) return int64_t(v > 0l) - int64_t(v < 0l);
+#else
+    if (OP == OP_ABS || OP == OP_RELU) return v;
+    if (OP == OP_SIGN) return min(v, 1u);
+#endif
+    if (OP == OP_FLOOR || OP == OP_CEIL || OP == OP_ROUND) return v;
+    if (OP == OP_AFFINE) {
+#ifdef V_I64
+        return v * int64_t(packUint2x32(uvec2(p.pw[0], p.pw[1]))) + int64_t(packUint2x32(uvec2(p.pw[2], p.pw[3])));
+#else
+        return v * p.pw[0] + p.pw[2];
+#endif
+    }
+    return V_T(0); // gelu, gelu_erf, erf, silu: candle's integer forms return 0
+}
+#else
+float apply(float v) { return apply_f32(v); }
+#endif
+
 void main() {
     uint i = vkml_global_index_1d();
     if (i >= p.n) return;
@@ -136,5 +203,5 @@ void main() {
         r = q;
     }
     ix += r * p.x_str[0];
-    STORE(y, i, apply(LOAD(x, ix)));
+    V_STORE(y, i, apply(V_LOAD(x, ix)));
 }
