@@ -15,12 +15,18 @@
 //! Each variant is registered as `<file stem>.<variant>`; a shader without variant lines is
 //! registered as `<file stem>`. A shader that fails to compile fails the build with
 //! glslang's message and the file name.
+//!
+//! Incremental: each variant's SPIR-V is kept in `$OUT_DIR` next to a hash of what it was
+//! compiled from (the shader text, the headers it includes, its defines and target, and
+//! the compiler options in `src/compile.rs`). A variant whose hash is unchanged is not
+//! recompiled, so editing one shader recompiles only that shader's variants.
 
 #[path = "src/compile.rs"]
 #[allow(dead_code)]
 mod compile;
 
 use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 struct Variant {
@@ -70,7 +76,7 @@ fn main() {
     let results: Vec<Result<(Vec<u32>, compile::Interface), String>> = std::thread::scope(|s| {
         let handles: Vec<_> = jobs
             .chunks(chunk)
-            .map(|batch| s.spawn(|| batch.iter().map(|j| build_one(j, &header_texts)).collect::<Vec<_>>()))
+            .map(|batch| s.spawn(|| batch.iter().map(|j| cached_or_build(j, &header_texts, &out)).collect::<Vec<_>>()))
             .collect();
         handles.into_iter().flat_map(|h| h.join().expect("shader compile thread panicked")).collect()
     });
@@ -84,10 +90,9 @@ fn main() {
                 eprintln!("error: {msg}");
                 failed = true;
             }
-            Ok((words, iface)) => {
+            Ok((_words, iface)) => {
+                // cached_or_build wrote (or kept) the words in `$OUT_DIR/<key>.spv`.
                 let spv = out.join(format!("{}.spv", job.variant.key));
-                let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-                std::fs::write(&spv, bytes).unwrap_or_else(|e| die(&format!("writing {}: {e}", spv.display())));
                 writeln!(
                     statics,
                     "static SPV_{i}: &Aligned<[u8]> = &Aligned(*include_bytes!({:?}));",
@@ -136,6 +141,67 @@ fn main() {
     )
     .unwrap();
     std::fs::write(out.join("registry.rs"), reg).unwrap_or_else(|e| die(&format!("writing registry.rs: {e}")));
+}
+
+/// The SPIR-V and interface of `job`: from the previous build's `$OUT_DIR` when the hash of
+/// its inputs is unchanged, else compiled (and the hash stored beside the words).
+fn cached_or_build(
+    job: &Job,
+    headers: &[(String, String)],
+    out: &Path,
+) -> Result<(Vec<u32>, compile::Interface), String> {
+    let spv = out.join(format!("{}.spv", job.variant.key));
+    let stamp = out.join(format!("{}.hash", job.variant.key));
+    let key = format!("{:016x}", input_hash(job, headers));
+    if std::fs::read_to_string(&stamp).is_ok_and(|k| k == key) {
+        if let Ok(bytes) = std::fs::read(&spv) {
+            if bytes.len() % 4 == 0 && !bytes.is_empty() {
+                let words: Vec<u32> =
+                    bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                let name = format!("shader-src/shaders/{} (variant `{}`)", file_name(&job.file), job.variant.key);
+                if let Ok(iface) = compile::reflect(&name, &words) {
+                    return Ok((words, iface));
+                }
+            }
+        }
+    }
+    let built = build_one(job, headers)?;
+    // The stamp goes before the words are replaced and comes back after, so a stamp
+    // always describes the words beside it.
+    let _ = std::fs::remove_file(&stamp);
+    let bytes: Vec<u8> = built.0.iter().flat_map(|w| w.to_le_bytes()).collect();
+    std::fs::write(&spv, bytes).map_err(|e| format!("writing {}: {e}", spv.display()))?;
+    std::fs::write(&stamp, key).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
+    Ok(built)
+}
+
+/// Hash of everything a variant's SPIR-V depends on: the shader source, the text of every
+/// header it includes (transitively), its defines, its target and the compiler options.
+/// Only compared within one `$OUT_DIR` (one toolchain), so `DefaultHasher` suffices.
+fn input_hash(job: &Job, headers: &[(String, String)]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    include_str!("src/compile.rs").hash(&mut h);
+    job.source.hash(&mut h);
+    format!("{:?}", job.target).hash(&mut h);
+    job.variant.defines.hash(&mut h);
+    let mut seen: Vec<&str> = Vec::new();
+    let mut queue: Vec<&str> = vec![job.source.as_str()];
+    while let Some(text) = queue.pop() {
+        for line in text.lines() {
+            let Some(rest) = line.trim_start().strip_prefix("#include") else { continue };
+            let name = rest.trim().trim_matches('"');
+            if seen.contains(&name) {
+                continue;
+            }
+            seen.push(name);
+            if let Some((n, t)) = headers.iter().find(|(n, _)| n == name) {
+                n.hash(&mut h);
+                t.hash(&mut h);
+                queue.push(t.as_str());
+            }
+        }
+    }
+    h.finish()
 }
 
 fn build_one(job: &Job, headers: &[(String, String)]) -> Result<(Vec<u32>, compile::Interface), String> {

@@ -20,9 +20,11 @@
 //! every `BinaryOpT` with arbitrary strides and broadcast, `cmp`, `where_cond`,
 //! `reduce_op` over any set of dims, `to_dtype` between every pair, `index_select`,
 //! `gather`, `scatter_set`, `scatter_add_set`, `index_add`, `matmul` (batched, strided and
-//! transposed operands read in place), `copy_strided_src`, `copy2d`, `const_set`. Still
-//! missing, each an error naming the method ([`not_yet`]): the convolutions, pools,
-//! upsampling and the random number generators. None falls back to the CPU.
+//! transposed operands read in place), `copy_strided_src`, `copy2d`, `const_set`, the
+//! convolutions (`conv1d`, `conv2d` and their transposes; candle's params are read from
+//! their `Debug` form, see `params_fields`), `avg_pool2d`, `max_pool2d`, the upsamples,
+//! and `rand_uniform` / `rand_normal` (Philox on the GPU, seeded by `set_seed`). None
+//! falls back to the CPU.
 //!
 //! Out-of-range indices in the indexing ops are caught on the GPU (the kernels skip them
 //! and set a bit in a per-device status word); the next host read
@@ -46,11 +48,13 @@ use candle_core::op::{BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
 use candle_core::{CpuStorage, DType, DeviceLocation, Layout, Shape};
 use parking_lot::Mutex;
 use vkml_hal::{Buffer, Device, DeviceOptions, DeviceSelector, MemoryKind, Stream};
+use vkml_ops::conv::ConvParams;
 use vkml_ops::elementwise::{self, BinaryOp, UnaryOp, View};
-use vkml_ops::index::Packed;
+use vkml_ops::index::{Mode, Packed};
 use vkml_ops::matmul::MatLayout;
 use vkml_ops::nn::{GluActivation, RopeStyle};
 use vkml_ops::quant::MatVecEpilogue;
+use vkml_ops::spatial::{Pool, Resample};
 use vkml_ops::Dtype;
 
 type CResult<T> = candle_core::Result<T>;
@@ -70,7 +74,9 @@ struct Inner {
     ordinal: usize,
     /// Where ops record; submitted by `flush`.
     stream: Mutex<Stream>,
-    seed: Mutex<u64>,
+    /// The random seed and how many fills have been made from it (Philox's call
+    /// counter, `vkml_ops::rand`).
+    seed: Mutex<(u64, u64)>,
     /// From how many rows of `x` `qmatmul` runs mat-mats; 0: the device's
     /// [`vkml_ops::tuning::mat_mat_min_tokens`].
     mat_mat_min_tokens: AtomicUsize,
@@ -135,7 +141,7 @@ impl VulkanDevice {
                 dev: dev.clone(),
                 ordinal,
                 stream: Mutex::new(Stream::new(dev)?),
-                seed: Mutex::new(299_792_458),
+                seed: Mutex::new((299_792_458, 0)),
                 mat_mat_min_tokens: AtomicUsize::new(0),
                 recycled: Mutex::new(Recycler {
                     limit: (dev.caps().memory.device_local_bytes / 8).min(RECYCLE_LIMIT),
@@ -427,6 +433,123 @@ impl VulkanStorage {
         Ok(vkml_ops::index::Ids { buffer: &self.buffer, dtype, offset })
     }
 
+    /// A convolution of `self: [batch, c_in, (in_h,) in_w]` (`l`) with `kernel` (`kl`, PyTorch's
+    /// layout: `[c_out, c_in, (k_h,) k_w]`, or `[c_in, c_out, ...]` when transposed) for
+    /// `p`: the 1-D forms (rank-3 layouts) have `p.input[0] = p.kernel[0] = 1`. Both
+    /// operands are read through their strides. Returns `[batch, c_out, (out_h,) out_w]`.
+    ///
+    /// This is what the `conv*` trait methods run once they have read candle's params;
+    /// it is public because candle-core 0.11 offers no way to build those params outside
+    /// itself.
+    ///
+    /// # Errors
+    /// Dtype mismatch or an integer dtype; layouts of another rank or shape than `p`
+    /// gives; bad geometry (`ConvParams::output`); device errors.
+    pub fn conv(&self, l: &Layout, kernel: &Self, kl: &Layout, p: &ConvParams) -> CResult<Self> {
+        let op = if p.transposed { "conv_transpose" } else { "conv" };
+        same_dtype(self, kernel, op)?;
+        if !self.dtype.is_float() {
+            return Err(candle_core::Error::UnsupportedDTypeForOp(self.dtype, op));
+        }
+        let dt = ops_dtype(self.dtype, op)?;
+        let one_d = l.dims().len() == 3;
+        let x_dims = [p.batch, p.c_in, p.input[0], p.input[1]];
+        let w_dims = p.w_dims();
+        let as4 = |dims: &[usize], st: &[usize], want: [usize; 4], what: &str| -> CResult<[usize; 4]> {
+            let (d4, s4) = match (dims, st) {
+                (&[a, b, c], &[sa, sb, sc]) if one_d => ([a, b, 1, c], [sa, sb, 0, sc]),
+                (&[a, b, c, d], &[sa, sb, sc, sd]) if !one_d => ([a, b, c, d], [sa, sb, sc, sd]),
+                _ => candle_core::bail!("{op}: {what} has dims {dims:?}, not the rank of the input"),
+            };
+            if d4 != want || (one_d && (p.input[0] != 1 || p.kernel[0] != 1)) {
+                candle_core::bail!("{op}: {what} has dims {dims:?}, the params give {want:?}");
+            }
+            Ok(s4)
+        };
+        let xs = as4(l.dims(), l.stride(), x_dims, "the input")?;
+        let ws = as4(kl.dims(), kl.stride(), w_dims, "the kernel")?;
+        let yd = p.y_dims().map_err(cerr)?;
+        let out = if one_d { Layout::contiguous((yd[0], yd[1], yd[3])) } else { Layout::contiguous(yd.to_vec()) };
+        let x = View { buffer: &self.buffer, offset: l.start_offset(), strides: &xs };
+        let w = View { buffer: &kernel.buffer, offset: kl.start_offset(), strides: &ws };
+        self.map(&out, self.dtype, |s, y| vkml_ops::conv::conv(s, dt, p, x, w, y))
+    }
+
+    /// `avg_pool2d` / `max_pool2d` of `self: [b, c, h, w]` (`l`).
+    fn pool(&self, pool: Pool, l: &Layout, kernel: (usize, usize), stride: (usize, usize)) -> CResult<Self> {
+        let dt = ops_dtype(self.dtype, pool.name())?;
+        if pool == Pool::Avg && !self.dtype.is_float() {
+            return Err(candle_core::Error::UnsupportedDTypeForOp(self.dtype, pool.name()));
+        }
+        let dims = dims4(l, pool.name())?;
+        let (k, st) = ([kernel.0, kernel.1], [stride.0, stride.1]);
+        if k.contains(&0) || st.contains(&0) || k[0] > dims[2] || k[1] > dims[3] {
+            candle_core::bail!("{}: window {kernel:?}, stride {stride:?} on an input of {dims:?}", pool.name());
+        }
+        let out = Layout::contiguous((dims[0], dims[1], (dims[2] - k[0]) / st[0] + 1, (dims[3] - k[1]) / st[1] + 1));
+        self.map(&out, self.dtype, |s, y| vkml_ops::spatial::pool2d(s, dt, pool, dims, self.view(l), k, st, y))
+    }
+
+    /// `upsample_*` of `self: [b, c, h, w]`, or `[b, c, w]` for the 1-D nearest form
+    /// (`out[0] == 1`), to `out`.
+    fn upsample(&self, mode: Resample, l: &Layout, out: [usize; 2]) -> CResult<Self> {
+        let op = if mode == Resample::Nearest { "upsample_nearest" } else { "upsample_bilinear2d" };
+        let dt = ops_dtype(self.dtype, op)?;
+        if mode != Resample::Nearest && !self.dtype.is_float() {
+            return Err(candle_core::Error::UnsupportedDTypeForOp(self.dtype, op));
+        }
+        let (dims, strides, y) = match (l.dims(), l.stride()) {
+            (&[b, c, w], &[sb, sc, sw]) if out[0] == 1 && mode == Resample::Nearest => {
+                ([b, c, 1, w], vec![sb, sc, 0, sw], Layout::contiguous((b, c, out[1])))
+            }
+            (&[b, c, h, w], st) => ([b, c, h, w], st.to_vec(), Layout::contiguous((b, c, out[0], out[1]))),
+            (d, _) => candle_core::bail!("{op}: input of dims {d:?}, expected [batch, channels, (h,) w]"),
+        };
+        let x = View { buffer: &self.buffer, offset: l.start_offset(), strides: &strides };
+        self.map(&y, self.dtype, |s, yb| vkml_ops::spatial::upsample2d(s, dt, mode, dims, x, out, yb))
+    }
+
+    /// `index_select` or `gather` (`mode`) of `self` (`l`) along `dim` by `ids` (`ids_l`):
+    /// both operands packed first where strided, out-of-range indices reported through
+    /// the device's status word.
+    fn select(&self, mode: Mode, l: &Layout, ids: &Self, ids_l: &Layout, dim: usize) -> CResult<Self> {
+        let op = mode.name();
+        let dt = ops_dtype(self.dtype, op)?;
+        let (left, d_src, right) = split3(l.dims(), dim);
+        let (n_idx, out) = if mode == Mode::Gather {
+            let n_idx = ids_l.dims()[dim];
+            if split3(ids_l.dims(), dim) != (left, n_idx, right) {
+                candle_core::bail!(
+                    "gather: indices {:?} do not match the source {:?} on dim {dim}",
+                    ids_l.dims(),
+                    l.dims()
+                );
+            }
+            (n_idx, Layout::contiguous(ids_l.shape()))
+        } else {
+            let n_idx = ids_l.shape().elem_count();
+            let mut out_dims = l.dims().to_vec();
+            out_dims[dim] = n_idx;
+            (n_idx, Layout::contiguous(out_dims))
+        };
+        let (src, so) = contiguous(self, l)?;
+        let (idx, io) = contiguous(ids, ids_l)?;
+        let status = &self.device.inner.status;
+        self.map(&out, self.dtype, |s, y| {
+            vkml_ops::index::select(
+                s,
+                mode,
+                dt,
+                Packed { buffer: &src.buffer, offset: so },
+                (left, d_src, right),
+                idx.ids(io)?,
+                n_idx,
+                Packed { buffer: y, offset: 0 },
+                status,
+            )
+        })
+    }
+
     /// scatter_set / scatter_add_set in place on `self` (`l` contiguous).
     #[allow(clippy::too_many_arguments)]
     fn scatter(
@@ -538,12 +661,12 @@ impl BackendStorage for VulkanStorage {
 
     fn powf(&self, l: &Layout, e: f64) -> CResult<Self> {
         let dt = ops_dtype(self.dtype, "powf")?;
-        self.map(l, self.dtype, |s, y| elementwise::powf(s, dt, l.dims(), self.view(l), e as f32, y))
+        self.map(l, self.dtype, |s, y| elementwise::powf(s, dt, l.dims(), self.view(l), e, y))
     }
 
     fn elu(&self, l: &Layout, alpha: f64) -> CResult<Self> {
         let dt = ops_dtype(self.dtype, "elu")?;
-        self.map(l, self.dtype, |s, y| elementwise::elu(s, dt, l.dims(), self.view(l), alpha as f32, y))
+        self.map(l, self.dtype, |s, y| elementwise::elu(s, dt, l.dims(), self.view(l), alpha, y))
     }
 
     fn reduce_op(&self, op: ReduceOp, l: &Layout, dims: &[usize]) -> CResult<Self> {
@@ -617,89 +740,100 @@ impl BackendStorage for VulkanStorage {
         })
     }
 
-    fn conv1d(&self, _: &Layout, _: &Self, _: &Layout, _: &candle_core::conv::ParamsConv1D) -> CResult<Self> {
-        Err(not_yet("conv1d"))
+    fn conv1d(&self, l: &Layout, k: &Self, kl: &Layout, p: &candle_core::conv::ParamsConv1D) -> CResult<Self> {
+        let [b, l_in, c_out, c_in, k_size, pad, stride, dil] =
+            params_fields(p, ["b_size", "l_in", "c_out", "c_in", "k_size", "padding", "stride", "dilation"])?;
+        self.conv(l, k, kl, &ConvParams::conv1d(b, c_in, c_out, l_in, k_size, pad, stride, dil, 0, false))
     }
 
     fn conv_transpose1d(
         &self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: &candle_core::conv::ParamsConvTranspose1D,
+        l: &Layout,
+        k: &Self,
+        kl: &Layout,
+        p: &candle_core::conv::ParamsConvTranspose1D,
     ) -> CResult<Self> {
-        Err(not_yet("conv_transpose1d"))
+        let [b, l_in, c_out, c_in, k_size, pad, out_pad, stride, dil] = params_fields(
+            p,
+            ["b_size", "l_in", "c_out", "c_in", "k_size", "padding", "output_padding", "stride", "dilation"],
+        )?;
+        self.conv(l, k, kl, &ConvParams::conv1d(b, c_in, c_out, l_in, k_size, pad, stride, dil, out_pad, true))
     }
 
-    fn conv2d(&self, _: &Layout, _: &Self, _: &Layout, _: &candle_core::conv::ParamsConv2D) -> CResult<Self> {
-        Err(not_yet("conv2d"))
+    fn conv2d(&self, l: &Layout, k: &Self, kl: &Layout, p: &candle_core::conv::ParamsConv2D) -> CResult<Self> {
+        let [b, i_h, i_w, k_h, k_w, c_out, c_in, pad, stride, dil] =
+            params_fields(p, ["b_size", "i_h", "i_w", "k_h", "k_w", "c_out", "c_in", "padding", "stride", "dilation"])?;
+        let cp = ConvParams {
+            batch: b,
+            c_in,
+            c_out,
+            input: [i_h, i_w],
+            kernel: [k_h, k_w],
+            padding: [pad; 2],
+            stride: [stride; 2],
+            dilation: [dil; 2],
+            output_padding: [0; 2],
+            transposed: false,
+        };
+        self.conv(l, k, kl, &cp)
     }
 
     fn conv_transpose2d(
         &self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: &candle_core::conv::ParamsConvTranspose2D,
+        l: &Layout,
+        k: &Self,
+        kl: &Layout,
+        p: &candle_core::conv::ParamsConvTranspose2D,
     ) -> CResult<Self> {
-        Err(not_yet("conv_transpose2d"))
+        let [b, i_h, i_w, k_h, k_w, c_out, c_in, pad, out_pad, stride, dil] = params_fields(
+            p,
+            ["b_size", "i_h", "i_w", "k_h", "k_w", "c_out", "c_in", "padding", "output_padding", "stride", "dilation"],
+        )?;
+        let cp = ConvParams {
+            batch: b,
+            c_in,
+            c_out,
+            input: [i_h, i_w],
+            kernel: [k_h, k_w],
+            padding: [pad; 2],
+            stride: [stride; 2],
+            dilation: [dil; 2],
+            output_padding: [out_pad; 2],
+            transposed: true,
+        };
+        self.conv(l, k, kl, &cp)
     }
 
-    fn avg_pool2d(&self, _: &Layout, _: (usize, usize), _: (usize, usize)) -> CResult<Self> {
-        Err(not_yet("avg_pool2d"))
+    fn avg_pool2d(&self, l: &Layout, kernel: (usize, usize), stride: (usize, usize)) -> CResult<Self> {
+        self.pool(Pool::Avg, l, kernel, stride)
     }
 
-    fn max_pool2d(&self, _: &Layout, _: (usize, usize), _: (usize, usize)) -> CResult<Self> {
-        Err(not_yet("max_pool2d"))
+    fn max_pool2d(&self, l: &Layout, kernel: (usize, usize), stride: (usize, usize)) -> CResult<Self> {
+        self.pool(Pool::Max, l, kernel, stride)
     }
 
-    fn upsample_nearest1d(&self, _: &Layout, _: usize) -> CResult<Self> {
-        Err(not_yet("upsample_nearest1d"))
+    fn upsample_nearest1d(&self, l: &Layout, out: usize) -> CResult<Self> {
+        self.upsample(Resample::Nearest, l, [1, out])
     }
 
-    fn upsample_nearest2d(&self, _: &Layout, _: usize, _: usize) -> CResult<Self> {
-        Err(not_yet("upsample_nearest2d"))
+    fn upsample_nearest2d(&self, l: &Layout, out_h: usize, out_w: usize) -> CResult<Self> {
+        self.upsample(Resample::Nearest, l, [out_h, out_w])
     }
 
     fn upsample_bilinear2d(
         &self,
-        _: &Layout,
-        _: usize,
-        _: usize,
-        _: bool,
-        _: Option<f64>,
-        _: Option<f64>,
+        l: &Layout,
+        out_h: usize,
+        out_w: usize,
+        align_corners: bool,
+        scale_h: Option<f64>,
+        scale_w: Option<f64>,
     ) -> CResult<Self> {
-        Err(not_yet("upsample_bilinear2d"))
+        self.upsample(Resample::Bilinear { align_corners, scale_h, scale_w }, l, [out_h, out_w])
     }
 
     fn gather(&self, l: &Layout, ids: &Self, ids_l: &Layout, dim: usize) -> CResult<Self> {
-        let dt = ops_dtype(self.dtype, "gather")?;
-        let (src, so) = contiguous(self, l)?;
-        let (idx, io) = contiguous(ids, ids_l)?;
-        let (left, d_src, right) = split3(l.dims(), dim);
-        let n_idx = ids_l.dims()[dim];
-        if split3(ids_l.dims(), dim) != (left, n_idx, right) {
-            candle_core::bail!(
-                "gather: indices {:?} do not match the source {:?} on dim {dim}",
-                ids_l.dims(),
-                l.dims()
-            );
-        }
-        let out = Layout::contiguous(ids_l.shape());
-        let status = &self.device.inner.status;
-        self.map(&out, self.dtype, |s, y| {
-            vkml_ops::index::gather(
-                s,
-                dt,
-                Packed { buffer: &src.buffer, offset: so },
-                (left, d_src, right),
-                idx.ids(io)?,
-                n_idx,
-                Packed { buffer: y, offset: 0 },
-                status,
-            )
-        })
+        self.select(Mode::Gather, l, ids, ids_l, dim)
     }
 
     fn scatter_set(
@@ -727,27 +861,7 @@ impl BackendStorage for VulkanStorage {
     }
 
     fn index_select(&self, ids: &Self, l: &Layout, ids_l: &Layout, dim: usize) -> CResult<Self> {
-        let dt = ops_dtype(self.dtype, "index_select")?;
-        let (src, so) = contiguous(self, l)?;
-        let (idx, io) = contiguous(ids, ids_l)?;
-        let (left, d_src, right) = split3(l.dims(), dim);
-        let n_idx = ids_l.shape().elem_count();
-        let mut out_dims = l.dims().to_vec();
-        out_dims[dim] = n_idx;
-        let out = Layout::contiguous(out_dims);
-        let status = &self.device.inner.status;
-        self.map(&out, self.dtype, |s, y| {
-            vkml_ops::index::index_select(
-                s,
-                dt,
-                Packed { buffer: &src.buffer, offset: so },
-                (left, d_src, right),
-                idx.ids(io)?,
-                n_idx,
-                Packed { buffer: y, offset: 0 },
-                status,
-            )
-        })
+        self.select(Mode::IndexSelect, l, ids, ids_l, dim)
     }
 
     fn index_add(
@@ -895,6 +1009,30 @@ impl VulkanDevice {
     }
 }
 
+impl VulkanDevice {
+    /// A new storage of `shape` filled on the GPU from `dist` with the device's seed and
+    /// the next call number (`vkml_ops::rand`).
+    fn rand(&self, shape: &Shape, dtype: DType, dist: vkml_ops::rand::Distribution) -> CResult<VulkanStorage> {
+        let op = match dist {
+            vkml_ops::rand::Distribution::Uniform { .. } => "rand_uniform",
+            vkml_ops::rand::Distribution::Normal { .. } => "rand_normal",
+        };
+        if !dtype.is_float() {
+            return Err(candle_core::Error::UnsupportedDTypeForOp(dtype, op));
+        }
+        let dt = ops_dtype(dtype, op)?;
+        let n = shape.elem_count();
+        let y = self.alloc(n, dtype)?;
+        let (seed, call) = {
+            let mut st = self.inner.seed.lock();
+            st.1 += 1;
+            (st.0, st.1 - 1)
+        };
+        self.with_stream(|s| vkml_ops::rand::fill(s, dt, dist, seed, call, n, &y).map_err(cerr))?;
+        Ok(self.storage(y, dtype, n))
+    }
+}
+
 impl BackendDevice for VulkanDevice {
     type Storage = VulkanStorage;
 
@@ -957,21 +1095,23 @@ impl BackendDevice for VulkanDevice {
         self.storage_from_cpu_storage(&c)
     }
 
-    fn rand_uniform(&self, _: &Shape, _: DType, _: f64, _: f64) -> CResult<VulkanStorage> {
-        Err(not_yet("rand_uniform"))
+    fn rand_uniform(&self, shape: &Shape, dtype: DType, lo: f64, hi: f64) -> CResult<VulkanStorage> {
+        self.rand(shape, dtype, vkml_ops::rand::Distribution::Uniform { lo, hi })
     }
 
-    fn rand_normal(&self, _: &Shape, _: DType, _: f64, _: f64) -> CResult<VulkanStorage> {
-        Err(not_yet("rand_normal"))
+    fn rand_normal(&self, shape: &Shape, dtype: DType, mean: f64, std: f64) -> CResult<VulkanStorage> {
+        self.rand(shape, dtype, vkml_ops::rand::Distribution::Normal { mean, std })
     }
 
+    /// Sets the seed and restarts its sequence: fills after `set_seed(s)` repeat those
+    /// after any earlier `set_seed(s)`.
     fn set_seed(&self, seed: u64) -> CResult<()> {
-        *self.inner.seed.lock() = seed;
+        *self.inner.seed.lock() = (seed, 0);
         Ok(())
     }
 
     fn get_current_seed(&self) -> CResult<u64> {
-        Ok(*self.inner.seed.lock())
+        Ok(self.inner.seed.lock().0)
     }
 
     fn synchronize(&self) -> CResult<()> {
@@ -983,13 +1123,10 @@ impl BackendDevice for VulkanDevice {
 /// A storage holding `l`'s elements packed from element 0: `s` itself when it already
 /// is, else a copy. Kernels of vkml-ops that take plain buffers read it.
 fn packed(s: &VulkanStorage, l: &Layout) -> CResult<VulkanStorage> {
-    if l.is_contiguous() && l.start_offset() == 0 {
-        return Ok(s.device.shared_storage(s.buffer.clone(), s.dtype, s.len));
+    match contiguous(s, l)? {
+        (p, 0) => Ok(p),
+        _ => packed_copy(s, l),
     }
-    let n = l.shape().elem_count();
-    let mut dst = s.device.storage(s.device.alloc(n, s.dtype)?, s.dtype, n);
-    s.copy_strided_src(&mut dst, 0, l)?;
-    Ok(dst)
 }
 
 /// `s`'s elements of `l` packed: `(s, start offset)` when `l` is contiguous, else a packed
@@ -998,10 +1135,15 @@ fn contiguous(s: &VulkanStorage, l: &Layout) -> CResult<(VulkanStorage, usize)> 
     if l.is_contiguous() {
         return Ok((s.device.shared_storage(s.buffer.clone(), s.dtype, s.len), l.start_offset()));
     }
+    Ok((packed_copy(s, l)?, 0))
+}
+
+/// A new storage holding `s`'s elements of `l` in row-major order from element 0.
+fn packed_copy(s: &VulkanStorage, l: &Layout) -> CResult<VulkanStorage> {
     let n = l.shape().elem_count();
     let mut dst = s.device.storage(s.device.alloc(n, s.dtype)?, s.dtype, n);
     s.copy_strided_src(&mut dst, 0, l)?;
-    Ok((dst, 0))
+    Ok(dst)
 }
 
 /// A matmul operand `[batch dims..., rows, cols]` (`l`) as a [`MatLayout`]: read in place
@@ -1035,6 +1177,40 @@ fn mat_layout(s: &VulkanStorage, l: &Layout, batch: usize, what: &str) -> CResul
     let (p, off) = contiguous(s, l)?;
     let (rows, cols) = (dims[r - 2], dims[r - 1]);
     Ok((p, MatLayout { offset: off, batch: rows * cols, row: cols, col: 1 }))
+}
+
+/// The numeric fields `names` of one of candle's conv params structs, read from its
+/// `Debug` form (`ParamsConv1D { b_size: 2, l_in: 9, ... }`): candle-core 0.11 keeps their
+/// fields `pub(crate)` with no accessors, so a backend outside candle-core has no other
+/// way to read them.
+///
+/// # Errors
+/// A field missing or not a number (a candle-core whose params differ from 0.11's).
+fn params_fields<const N: usize>(p: &impl fmt::Debug, names: [&str; N]) -> CResult<[usize; N]> {
+    let text = format!("{p:?}");
+    let mut out = [0; N];
+    for (o, name) in out.iter_mut().zip(names) {
+        // Every field follows "{ " or ", ", so " name: " does not match "output_name: ".
+        let pat = format!(" {name}: ");
+        let value = text.find(&pat).map(|i| &text[i + pat.len()..]).and_then(|rest| {
+            let digits: &str = &rest[..rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len())];
+            digits.parse::<usize>().ok()
+        });
+        *o = value.ok_or_else(|| {
+            candle_core::Error::Msg(format!(
+                "vkml: cannot read `{name}` from candle's conv params `{text}` (vkml-candle reads candle-core 0.11's)"
+            ))
+        })?;
+    }
+    Ok(out)
+}
+
+/// `l`'s dims as `[batch, channels, h, w]`.
+fn dims4(l: &Layout, op: &str) -> CResult<[usize; 4]> {
+    match *l.dims() {
+        [b, c, h, w] => Ok([b, c, h, w]),
+        ref d => candle_core::bail!("{op}: input of dims {d:?}, expected [batch, channels, h, w]"),
+    }
 }
 
 fn same_dtype(a: &VulkanStorage, b: &VulkanStorage, op: &'static str) -> CResult<()> {
@@ -1267,5 +1443,45 @@ impl crate::front::ModelStorage for VulkanStorage {
         let mut v = vec![0f32; b - a];
         self.buffer.read(4 * a as u64, bytemuck::cast_slice_mut(&mut v)).map_err(cerr)?;
         Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::params_fields;
+
+    /// The `Debug` form `derive(Debug)` gives candle-core 0.11's `ParamsConvTranspose1D`
+    /// (same struct name, fields and order): `padding` is found apart from
+    /// `output_padding`, and a missing field is an error naming it.
+    #[test]
+    fn reads_conv_params_from_debug() {
+        #[derive(Debug)]
+        #[allow(dead_code)]
+        struct ParamsConvTranspose1D {
+            b_size: usize,
+            l_in: usize,
+            c_out: usize,
+            c_in: usize,
+            k_size: usize,
+            padding: usize,
+            output_padding: usize,
+            stride: usize,
+            dilation: usize,
+        }
+        let p = ParamsConvTranspose1D {
+            b_size: 2,
+            l_in: 17,
+            c_out: 3,
+            c_in: 5,
+            k_size: 4,
+            padding: 6,
+            output_padding: 1,
+            stride: 12,
+            dilation: 7,
+        };
+        let got = params_fields(&p, ["output_padding", "padding", "stride", "l_in", "dilation", "b_size"]).unwrap();
+        assert_eq!(got, [1, 6, 12, 17, 7, 2]);
+        let err = params_fields(&p, ["groups"]).unwrap_err().to_string();
+        assert!(err.contains("`groups`"), "{err}");
     }
 }

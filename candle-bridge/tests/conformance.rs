@@ -253,9 +253,8 @@ proptest! {
         let mut rng = Rng(seed | 1);
         let dt = pick(&dtypes(), &mut rng);
         let x = input(dt, &shape, &mut rng, false, false);
-        let transcendental = matches!(op, 0 | 6 | 7 | 8);
-        if (dt == DType::F64 && transcendental) || (!dt.is_float() && matches!(op, 0 | 2 | 3 | 8 | 11)) {
-            // No kernel (f64 transcendental functions, candle's integer todo!()s).
+        if !dt.is_float() && matches!(op, 0 | 2 | 3 | 8 | 11) {
+            // candle's integer todo!()s.
             return Ok(());
         }
         macro_rules! both {
@@ -410,14 +409,16 @@ proptest! {
         check(&format!("index_add {dt:?} {idt:?}"), &want, &got, if approx { Some(&tol) } else { None });
     }
 
-    /// Matmul with transposed and offset operands, F32 and F64, one batch. Open (issue-6
-    /// note): batches > 1 disagree with candle's CPU in the second batch, and F16 / BF16
-    /// beyond the tolerance; both are left out here until fixed.
+    /// Batched matmul with transposed, offset and broadcast (stride-0 batch) operands, every
+    /// float dtype. The reference is candle's CPU matmul in F64 on packed copies of the
+    /// inputs, rounded once to the dtype: candle-core 0.11's CPU matmul folds the batches
+    /// of a transposed lhs into rows when the rhs batch is broadcast, which reads the wrong
+    /// elements from the second batch on (its `b_skip == 0 && a_skip == m * k` branch), and
+    /// it has no BF16 matmul.
     #[test]
-    fn matmul(b in 1usize..2, m in 1usize..70, n in 1usize..70, k in 1usize..40, seed in any::<u64>()) {
+    fn matmul(b in 1usize..4, m in 1usize..70, n in 1usize..70, k in 1usize..40, seed in any::<u64>()) {
         let mut rng = Rng(seed | 1);
-        let dts: Vec<DType> = float_dtypes().into_iter().filter(|d| matches!(d, DType::F32 | DType::F64)).collect();
-        let dt = pick(&dts, &mut rng);
+        let dt = pick(&float_dtypes(), &mut rng);
         let operand = |rows: usize, cols: usize, rng: &mut Rng| -> Input {
             let transposed = rng.below(2) == 0;
             let bcast = b > 1 && rng.below(4) == 0;
@@ -433,14 +434,293 @@ proptest! {
         };
         let a = operand(m, k, &mut rng);
         let bb = operand(k, n, &mut rng);
-        let want = a.cpu.matmul(&bb.cpu, (b, m, n, k), &a.l, &bb.l).unwrap();
+        let a64 = a.cpu.to_dtype(&a.l, DType::F64).unwrap();
+        let b64 = bb.cpu.to_dtype(&bb.l, DType::F64).unwrap();
+        let exact = a64
+            .matmul(&b64, (b, m, n, k), &Layout::contiguous((b, m, k)), &Layout::contiguous((b, k, n)))
+            .unwrap();
+        let want = exact.to_dtype(&Layout::contiguous((b, m, n)), dt).unwrap();
         let got = a.gpu.matmul(&bb.gpu, (b, m, n, k), &a.l, &bb.l).unwrap();
-        // k products of magnitude <= 16 summed in a different order (f32 on the GPU;
-        // candle's gemm accumulates f16 / bf16 in f32 too), then one rounding to the dtype.
+        // k products of magnitude <= 16 summed in another order in f32 (f64 for F64),
+        // then one rounding to the dtype (where the reference rounds the exact sum once).
         let acc = if dt == DType::F64 { eps(DType::F64) } else { eps(DType::F32) };
         let e = eps(dt);
         let tol = move |_: usize, v: f64| 2.0 * k as f64 * acc * 16.0 * k as f64 + 2.0 * e * v.abs() + 1e-12;
         check(&format!("matmul {dt:?} {b}x{m}x{n}x{k}"), &want, &got, Some(&tol));
+    }
+}
+
+/// `c` (`dt`, laid out by `l`) as a packed F64 CPU tensor of `l`'s dims: the exact values
+/// for a reference computed in f64.
+fn tensor_f64(c: &CpuStorage, l: &Layout) -> candle_core::Tensor {
+    let CpuStorage::F64(v) = c.to_dtype(l, DType::F64).unwrap() else { unreachable!() };
+    candle_core::Tensor::from_vec(v, l.dims(), &candle_core::Device::Cpu).unwrap()
+}
+
+/// An F64 CPU tensor's values rounded once to `dt` (candle's `to_dtype`).
+fn rounded(t: &candle_core::Tensor, dt: DType) -> CpuStorage {
+    let v: Vec<f64> = t.flatten_all().unwrap().to_vec1().unwrap();
+    let n = v.len();
+    CpuStorage::F64(v).to_dtype(&Layout::contiguous(n), dt).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: CASES, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// conv1d, conv2d and both transposes with random geometry, strided inputs and every
+    /// float dtype, against candle's CPU convolution in F64 rounded once to the dtype
+    /// (candle's CPU has no BF16 conv1d: it goes through its matmul). The trait methods
+    /// take candle's params, which only candle-core can build, so this drives
+    /// `VulkanStorage::conv`, the function they call.
+    #[test]
+    fn convolutions(
+        two_d in any::<bool>(),
+        transposed in any::<bool>(),
+        geom in (1usize..3, 1usize..4, 1usize..4, 1usize..4, 0usize..3, 1usize..4, 1usize..3),
+        size in (1usize..8, 1usize..9),
+        seed in any::<u64>(),
+    ) {
+        let (batch, c_in, c_out, k, pad, stride, dil) = geom;
+        let mut rng = Rng(seed | 1);
+        let dt = pick(&float_dtypes(), &mut rng);
+        let (h, w) = if two_d { size } else { (1, size.1) };
+        let kh = if two_d { 1 + rng.below(3) } else { 1 };
+        let span = |k: usize| dil * (k - 1) + 1;
+        // Forward: the padded input must hold the kernel. Transposed: the trimmed padding
+        // must fit in (i - 1) stride (candle's CPU output-size formula subtracts it first),
+        // and the output padding is below stride or dilation (PyTorch's rule).
+        let fits = |i: usize, k: usize, p: usize| if transposed { (i - 1) * stride >= 2 * p } else { i + 2 * p >= span(k) };
+        let pad_h = if two_d { pad } else { 0 };
+        prop_assume!(fits(w, k, pad) && fits(h, kh, pad_h));
+        let out_pad = if transposed { rng.below(stride.max(dil)) } else { 0 };
+        let p = vkml_ops::conv::ConvParams {
+            batch,
+            c_in,
+            c_out,
+            input: [h, w],
+            kernel: [kh, k],
+            padding: [pad_h, pad],
+            stride: [if two_d { stride } else { 1 }, stride],
+            dilation: [if two_d { dil } else { 1 }, dil],
+            output_padding: [if two_d { out_pad } else { 0 }, out_pad],
+            transposed,
+        };
+        let (x_shape, w_shape): (Vec<usize>, Vec<usize>) = if two_d {
+            (vec![batch, c_in, h, w], p.w_dims().to_vec())
+        } else {
+            let wd = p.w_dims();
+            (vec![batch, c_in, w], vec![wd[0], wd[1], wd[3]])
+        };
+        let x = input(dt, &x_shape, &mut rng, false, false);
+        let kern = input(dt, &w_shape, &mut rng, false, false);
+        let (xt, kt) = (tensor_f64(&x.cpu, &x.l), tensor_f64(&kern.cpu, &kern.l));
+        let want = match (two_d, transposed) {
+            (false, false) => xt.conv1d(&kt, pad, stride, dil, 1),
+            (false, true) => xt.conv_transpose1d(&kt, pad, out_pad, stride, dil, 1),
+            (true, false) => xt.conv2d(&kt, pad, stride, dil, 1),
+            (true, true) => xt.conv_transpose2d(&kt, pad, out_pad, stride, dil),
+        }
+        .unwrap();
+        let got = x.gpu.conv(&x.l, &kern.gpu, &kern.l, &p).unwrap();
+        let terms = (c_in * kh * k) as f64;
+        let acc = if dt == DType::F64 { eps(DType::F64) } else { eps(DType::F32) };
+        let e = eps(dt);
+        let tol = move |_: usize, v: f64| 2.0 * terms * acc * 16.0 * terms + 2.0 * e * v.abs() + 1e-12;
+        check(&format!("conv 2d={two_d} transposed={transposed} {dt:?} {p:?}"), &rounded(&want, dt), &got, Some(&tol));
+    }
+
+    /// avg_pool2d (float dtypes) and max_pool2d (every dtype) on strided inputs: bit-exact
+    /// to candle's CPU.
+    #[test]
+    fn pools(dims in (1usize..3, 1usize..4, 1usize..9, 1usize..9), win in (1usize..4, 1usize..4, 1usize..4, 1usize..4), seed in any::<u64>()) {
+        let (b, c, h, w) = dims;
+        let (kh, kw, sh, sw) = win;
+        prop_assume!(kh <= h && kw <= w);
+        let mut rng = Rng(seed | 1);
+        let avg = rng.below(2) == 0;
+        let dt = pick(&if avg { float_dtypes() } else { dtypes() }, &mut rng);
+        let x = input(dt, &[b, c, h, w], &mut rng, false, !avg);
+        let (want, got) = if avg {
+            (x.cpu.avg_pool2d(&x.l, (kh, kw), (sh, sw)).unwrap(), x.gpu.avg_pool2d(&x.l, (kh, kw), (sh, sw)).unwrap())
+        } else {
+            (x.cpu.max_pool2d(&x.l, (kh, kw), (sh, sw)).unwrap(), x.gpu.max_pool2d(&x.l, (kh, kw), (sh, sw)).unwrap())
+        };
+        check(&format!("{} {dt:?} {dims:?} {win:?}", if avg { "avg_pool2d" } else { "max_pool2d" }), &want, &got, None);
+    }
+
+    /// upsample_nearest1d / 2d (every dtype, bit-exact) and upsample_bilinear2d (float
+    /// dtypes, both corner modes, with and without scale factors) on strided inputs. The
+    /// bilinear reference reads a packed copy: candle-core 0.11's CPU returns its raw
+    /// buffer, not the layout's elements, when the size is unchanged.
+    #[test]
+    fn upsampling(dims in (1usize..3, 1usize..4, 1usize..7, 1usize..7), out in (1usize..13, 1usize..13), seed in any::<u64>()) {
+        let (b, c, h, w) = dims;
+        let (oh, ow) = out;
+        let mut rng = Rng(seed | 1);
+        match rng.below(3) {
+            0 => {
+                let dt = pick(&dtypes(), &mut rng);
+                let x = input(dt, &[b, c, w], &mut rng, false, false);
+                let want = x.cpu.upsample_nearest1d(&x.l, ow).unwrap();
+                check(&format!("upsample_nearest1d {dt:?}"), &want, &x.gpu.upsample_nearest1d(&x.l, ow).unwrap(), None);
+            }
+            1 => {
+                let dt = pick(&dtypes(), &mut rng);
+                let x = input(dt, &[b, c, h, w], &mut rng, false, false);
+                let want = x.cpu.upsample_nearest2d(&x.l, oh, ow).unwrap();
+                check(&format!("upsample_nearest2d {dt:?}"), &want, &x.gpu.upsample_nearest2d(&x.l, oh, ow).unwrap(), None);
+            }
+            _ => {
+                let dt = pick(&float_dtypes(), &mut rng);
+                let x = input(dt, &[b, c, h, w], &mut rng, false, false);
+                let align = rng.below(2) == 0;
+                let (sh, sw) = if rng.below(2) == 0 { (Some(oh as f64 / h as f64), Some(ow as f64 / w as f64)) } else { (None, None) };
+                let packed = x.cpu.to_dtype(&x.l, dt).unwrap();
+                let want = packed.upsample_bilinear2d(&Layout::contiguous((b, c, h, w)), oh, ow, align, sh, sw).unwrap();
+                let got = x.gpu.upsample_bilinear2d(&x.l, oh, ow, align, sh, sw).unwrap();
+                // f32 interpolation (candle: f64) of values <= 4, then one rounding.
+                let acc = if dt == DType::F64 { eps(DType::F64) } else { eps(DType::F32) };
+                let e = eps(dt);
+                let tol = move |_: usize, v: f64| 16.0 * 4.0 * acc + 2.0 * e * v.abs();
+                check(&format!("upsample_bilinear2d {dt:?} align={align} {sh:?}"), &want, &got, Some(&tol));
+            }
+        }
+    }
+}
+
+/// The random fills, every float dtype: every uniform value in [lo, hi) of the dtype; the
+/// sample mean and variance (and, for the normal, the share beyond two standard
+/// deviations) within bounds that a correct generator leaves about once in 10^6 runs;
+/// `set_seed` repeats a sequence and consecutive fills differ. On its own device, so
+/// that no other test's fill moves the sequence.
+#[test]
+fn random_fills() {
+    let own = common::vulkan_device();
+    let n = 1 << 16;
+    let t = &own.hal().caps().types;
+    let mut dts = vec![DType::F32, DType::F16, DType::BF16];
+    if t.float64 && t.int64 {
+        dts.push(DType::F64);
+    }
+    let vals =
+        |s: &VulkanStorage| -> Vec<f64> { elems(&s.to_cpu_storage().unwrap()).into_iter().map(|e| e.0).collect() };
+    let moments = |v: &[f64]| {
+        let m = v.iter().sum::<f64>() / v.len() as f64;
+        (m, v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64)
+    };
+    for dt in dts {
+        // Uniform on [-1, 0.3): 0.3 is not a value of f16 / bf16, and the top of the range
+        // is where rounding could reach hi.
+        let (lo, hi) = (-1.0, 0.3);
+        own.set_seed(7).unwrap();
+        let a = own.rand_uniform(&Shape::from(n), dt, lo, hi).unwrap();
+        let va = vals(&a);
+        let hi_t = elems(&CpuStorage::F64(vec![hi]).to_dtype(&Layout::contiguous(1), dt).unwrap())[0].0;
+        assert!(va.iter().all(|&x| x >= lo && x < hi_t), "{dt:?} uniform value outside [lo, hi)");
+        let (m, var) = moments(&va);
+        let w = hi - lo;
+        let sd_mean = w / (12.0 * n as f64).sqrt();
+        assert!((m - (lo + hi) / 2.0).abs() < 5.0 * sd_mean + 2.0 * eps(dt), "{dt:?} uniform mean {m}");
+        assert!((var / (w * w / 12.0) - 1.0).abs() < 0.03, "{dt:?} uniform variance {var}");
+        // The same seed repeats the sequence; the next fill is another one.
+        own.set_seed(7).unwrap();
+        let b = own.rand_uniform(&Shape::from(n), dt, lo, hi).unwrap();
+        assert_eq!(elems(&a.to_cpu_storage().unwrap()), elems(&b.to_cpu_storage().unwrap()), "{dt:?} reseeded");
+        let c = own.rand_uniform(&Shape::from(n), dt, lo, hi).unwrap();
+        let same = va.iter().zip(vals(&c)).filter(|(x, y)| **x == *y).count();
+        assert!(same < n / 8, "{dt:?}: consecutive fills share {same} of {n} values");
+        assert_eq!(own.get_current_seed().unwrap(), 7);
+
+        let (mean, std) = (1.5, 2.0);
+        let z = own.rand_normal(&Shape::from(n), dt, mean, std).unwrap();
+        let vz = vals(&z);
+        let (m, var) = moments(&vz);
+        assert!((m - mean).abs() < 5.0 * std / (n as f64).sqrt() + 2.0 * eps(dt) * 4.0, "{dt:?} normal mean {m}");
+        assert!((var / (std * std) - 1.0).abs() < 0.04, "{dt:?} normal variance {var}");
+        let tail = vz.iter().filter(|&&x| (x - mean).abs() > 2.0 * std).count() as f64 / n as f64;
+        assert!((tail - 0.0455).abs() < 0.006, "{dt:?} normal: {tail} beyond 2 sd, expected 0.0455");
+    }
+    let err = own.rand_uniform(&Shape::from(4), DType::U32, 0.0, 1.0).unwrap_err().to_string();
+    assert!(err.contains("rand_uniform"), "{err}");
+    let err = own.rand_uniform(&Shape::from(4), DType::F32, 1.0, 1.0).unwrap_err().to_string();
+    assert!(err.contains("lo") && err.contains("hi"), "{err}");
+}
+
+/// Every f64 unary op with a transcendental function (exp, log, sin, cos, tanh, gelu,
+/// gelu_erf, erf, silu, powf, elu) against candle's CPU (Rust's libm) on random values in
+/// [-8, 8] and special ones (zeros, tiny and huge magnitudes, the edges of exp's range,
+/// infinities, NaN): within 16 ulp of the result plus 4 ulp of the argument (sin / cos:
+/// of the result plus 4 ulp of 1, at any argument; gelu_erf loses the bits of 1 + erf for very negative x, in
+/// candle's formula as in ours). powf within 64 ulp: exp(e log x) carries the rounding of
+/// e log x into the result. Skipped where the device lacks shaderFloat64.
+#[test]
+fn f64_transcendental_ops() {
+    use candle_core::op::{Cos, Erf, Exp, Gelu, GeluErf, Log, Silu, Sin, Tanh};
+    let t = &dev().hal().caps().types;
+    if !(t.float64 && t.int64) {
+        return;
+    }
+    let mut rng = Rng(0x5eed);
+    let mut xs: Vec<f64> = (0..400).map(|_| rng.unit() * 16.0 - 8.0).collect();
+    xs.extend([
+        0.0,
+        -0.0,
+        1e-300,
+        -1e-300,
+        1e-10,
+        -1e-10,
+        0.5,
+        1.0,
+        -1.0,
+        2.0,
+        3.0,
+        10.0,
+        22.5,
+        -22.5,
+        50.0,
+        100.0,
+        700.0,
+        709.7,
+        710.0,
+        -700.0,
+        -745.0,
+        -750.0,
+        1e5,
+        -1e5,
+        123456.789,
+        1e300,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+    ]);
+    let cpu = CpuStorage::F64(xs.clone());
+    let l = Layout::contiguous(xs.len());
+    let gpu = dev().storage_from_cpu_storage(&cpu).unwrap();
+    let ulp = 2f64.powi(-52);
+    macro_rules! case {
+        ($name:expr, $cpu:expr, $gpu:expr, $ulps:expr) => {{
+            let (want, got) = ($cpu.unwrap(), $gpu.unwrap());
+            let tol = |i: usize, v: f64| $ulps * ulp * v.abs() + 4.0 * ulp * xs[i].abs().min(1e6) + 1e-300;
+            check($name, &want, &got, Some(&tol));
+        }};
+    }
+    case!("exp", cpu.unary_impl::<Exp>(&l), gpu.unary_impl::<Exp>(&l), 16.0);
+    case!("log", cpu.unary_impl::<Log>(&l), gpu.unary_impl::<Log>(&l), 16.0);
+    // sin / cos: Cody-Waite below 1e6, Payne-Hanek above (1e300 included); the error
+    // bound scales with the result only (the reduction is exact enough at any size).
+    {
+        let tol = |_: usize, v: f64| 16.0 * ulp * v.abs() + 4.0 * ulp;
+        check("sin", &cpu.unary_impl::<Sin>(&l).unwrap(), &gpu.unary_impl::<Sin>(&l).unwrap(), Some(&tol));
+        check("cos", &cpu.unary_impl::<Cos>(&l).unwrap(), &gpu.unary_impl::<Cos>(&l).unwrap(), Some(&tol));
+    }
+    case!("tanh", cpu.unary_impl::<Tanh>(&l), gpu.unary_impl::<Tanh>(&l), 16.0);
+    case!("gelu", cpu.unary_impl::<Gelu>(&l), gpu.unary_impl::<Gelu>(&l), 16.0);
+    case!("gelu_erf", cpu.unary_impl::<GeluErf>(&l), gpu.unary_impl::<GeluErf>(&l), 16.0);
+    case!("erf", cpu.unary_impl::<Erf>(&l), gpu.unary_impl::<Erf>(&l), 16.0);
+    case!("silu", cpu.unary_impl::<Silu>(&l), gpu.unary_impl::<Silu>(&l), 16.0);
+    case!("elu", cpu.elu(&l, 0.7), gpu.elu(&l, 0.7), 16.0);
+    for e in [0.5, -1.5, 2.0, 3.0, 0.0, 7.25] {
+        case!(&format!("powf {e}"), cpu.powf(&l, e), gpu.powf(&l, e), 64.0);
     }
 }
 

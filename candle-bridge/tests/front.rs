@@ -90,6 +90,72 @@ fn front_ops_match_candle_cpu() {
     assert_eq!(h.to_vec::<half::f16>().unwrap(), want);
 }
 
+/// The same sequence of front ops (candle's method names) on a device: results as f32,
+/// labelled. Generic over the storage, so it runs on Vulkan and on candle's CPU.
+fn more_front_ops<S>(dev: &S::Device) -> Vec<(&'static str, Vec<f32>)>
+where
+    S: candle_core::backend::BackendStorage,
+    S::Device: candle_core::backend::BackendDevice<Storage = S>,
+{
+    let a = Tensor::<S>::from_slice(&values(2 * 3 * 8, 3), (2, 3, 8), dev).unwrap();
+    let b = Tensor::<S>::from_slice(&values(2 * 8 * 5, 4), (2, 8, 5), dev).unwrap();
+    let row = Tensor::<S>::from_slice(&values(8, 5), (1, 1, 8), dev).unwrap();
+    let f = |t: Tensor<S>| t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    let ids = Tensor::<S>::from_slice(&[2u32, 0, 1, 2], 4, dev).unwrap();
+    let img = a.reshape((2, 1, 3, 8)).unwrap();
+    vec![
+        ("matmul", f(a.matmul(&b).unwrap())),
+        ("matmul of a transposed view", f(b.t().unwrap().matmul(&a.t().unwrap()).unwrap())),
+        ("broadcast_matmul", f(a.broadcast_matmul(&b.narrow(0, 0, 1).unwrap()).unwrap())),
+        ("broadcast_sub", f(a.broadcast_sub(&row).unwrap())),
+        ("broadcast_div", f(a.broadcast_div(&row.abs().unwrap().affine(1.0, 0.5).unwrap()).unwrap())),
+        ("maximum", f(a.maximum(&a.neg().unwrap()).unwrap())),
+        ("exp", f(a.exp().unwrap())),
+        ("tanh", f(a.tanh().unwrap())),
+        ("sqrt of abs", f(a.abs().unwrap().sqrt().unwrap())),
+        ("powf", f(a.abs().unwrap().powf(1.5).unwrap())),
+        ("gt", f(a.gt(&a.permute(&[0, 1, 2]).unwrap().neg().unwrap()).unwrap())),
+        ("where_cond", f(a.ge(&a.sqr().unwrap()).unwrap().where_cond(&a, &a.exp().unwrap()).unwrap())),
+        ("sum_keepdim", f(a.sum_keepdim(2).unwrap())),
+        ("max", f(a.max(1).unwrap())),
+        ("argmin", f(a.argmin(2).unwrap())),
+        ("mean_keepdim", f(a.mean_keepdim(0).unwrap())),
+        ("sum over two dims", f(a.reduce(candle_core::op::ReduceOp::Sum, &[0, 2], false).unwrap())),
+        ("index_select", f(a.index_select(&ids, 2).unwrap())),
+        ("gather", f(a.gather(&Tensor::<S>::from_slice(&[1u32, 0, 2, 2, 1, 0], (2, 3, 1), dev).unwrap(), 2).unwrap())),
+        ("unsqueeze / squeeze", f(a.unsqueeze(1).unwrap().squeeze(1).unwrap().t().unwrap().contiguous().unwrap())),
+        ("full", f(Tensor::<S>::full(2.5, (2, 2), DType::F16, dev).unwrap())),
+        ("avg_pool2d", f(img.avg_pool2d_with_stride((2, 2), (1, 2)).unwrap())),
+        ("max_pool2d", f(img.max_pool2d_with_stride((3, 3), (1, 1)).unwrap())),
+        ("upsample_nearest2d", f(img.upsample_nearest2d(5, 11).unwrap())),
+    ]
+}
+
+/// The front's candle-named methods give the same results on Vulkan as on candle's CPU
+/// storage (exact ops bit for bit; matmul and transcendental ops to rounding).
+#[test]
+fn more_front_ops_match_cpu() {
+    let gpu = more_front_ops::<VulkanStorage>(&vdev());
+    let cpu = more_front_ops::<CpuStorage>(&CpuDevice);
+    for ((name, g), (_, c)) in gpu.iter().zip(&cpu) {
+        assert_eq!(g.len(), c.len(), "{name}: length");
+        let scale = c.iter().fold(1f32, |m, x| m.max(x.abs()));
+        let d = max_diff(g, c);
+        assert!(d <= 1e-5 * scale, "{name}: max difference {d} (scale {scale})");
+    }
+    // A random fill on the front: in range, reproducible from the seed.
+    let dev = vdev();
+    candle_core::backend::BackendDevice::set_seed(&dev, 11).unwrap();
+    let r1 = VTensor::rand(-1.0, 1.0, 1000, DType::F32, &dev).unwrap().to_vec::<f32>().unwrap();
+    candle_core::backend::BackendDevice::set_seed(&dev, 11).unwrap();
+    let r2 = VTensor::rand(-1.0, 1.0, 1000, DType::F32, &dev).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(r1, r2);
+    assert!(r1.iter().all(|x| (-1.0..1.0).contains(x)));
+    let n = VTensor::randn(0.0, 1.0, 1000, DType::F32, &dev).unwrap().to_vec::<f32>().unwrap();
+    let mean = n.iter().sum::<f32>() / 1000.0;
+    assert!(mean.abs() < 0.2, "randn mean {mean}");
+}
+
 #[test]
 fn front_errors_name_the_problem() {
     let dev = vdev();

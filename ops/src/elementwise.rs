@@ -42,7 +42,7 @@ use vkml_hal::{Buffer, BufferArg, Stream};
 
 use crate::dtype::Dtype;
 use crate::error::{OpsError, Result};
-use crate::launch::{grid, pipeline_spec, push_words};
+use crate::launch::{grid, pipeline_spec, push_words, word_end};
 use crate::tuning::ELEMENTWISE_WORKGROUP;
 
 /// The most dims an element-wise op supports after size-1 dims are dropped and
@@ -62,6 +62,38 @@ pub struct View<'a> {
     pub offset: usize,
     /// Per-dim strides in elements, one per dim of the op's shape; 0 broadcasts.
     pub strides: &'a [usize],
+}
+
+/// The bytes `v` (of `dt`, over `shape`, one stride per dim, at least one element)
+/// addresses: `(offset byte, end byte)`, the end one past its last element.
+///
+/// # Errors
+/// [`OpsError::Shape`] (naming `op` and `what`) for a stride count that is not the rank,
+/// an element past index 2^32 - 1 (the kernels index in u32), or past the buffer's end.
+pub(crate) fn view_span(op: &'static str, what: &str, shape: &[usize], v: &View<'_>, dt: Dtype) -> Result<(u64, u64)> {
+    let bad = |reason: String| OpsError::Shape { op, reason };
+    if v.strides.len() != shape.len() {
+        return Err(bad(format!("{what} has {} strides for the {}-dim shape {shape:?}", v.strides.len(), shape.len())));
+    }
+    let last = shape
+        .iter()
+        .zip(v.strides)
+        .try_fold(v.offset, |acc, (&d, &st)| d.saturating_sub(1).checked_mul(st).and_then(|x| acc.checked_add(x)));
+    let last = last
+        .filter(|&l| u32::try_from(l).is_ok())
+        .ok_or_else(|| bad(format!("{what} addresses elements past index 2^32 - 1")))?;
+    let elems = v.buffer.size() / dt.size() as u64;
+    if last as u64 >= elems {
+        return Err(bad(format!(
+            "{what} (offset {}, strides {:?} over shape {shape:?}) reaches element {last}, past the end of its buffer \
+             of {elems} {} elements",
+            v.offset,
+            v.strides,
+            dt.name()
+        )));
+    }
+    let size = dt.size() as u64;
+    Ok((v.offset as u64 * size, (last as u64 + 1) * size))
 }
 
 /// Row-major contiguous strides of `shape` in elements (the last dim has stride 1), as
@@ -174,12 +206,7 @@ impl UnaryOp {
 fn unary_supported(kind: UnaryKind, dt: Dtype) -> Result<()> {
     use UnaryOp::*;
     let (ok, supported) = match dt {
-        Dtype::F32 | Dtype::F16 | Dtype::BF16 => (true, ""),
-        Dtype::F64 => (
-            matches!(kind, UnaryKind::Affine)
-                || matches!(kind, UnaryKind::Op(Abs | Neg | Recip | Sqr | Sqrt | Relu | Floor | Ceil | Round | Sign)),
-            "f32, f16, bf16 (f64 has abs, neg, recip, sqr, sqrt, relu, floor, ceil, round, sign, affine)",
-        ),
+        Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::F64 => (true, ""),
         Dtype::U8 | Dtype::U32 | Dtype::I64 => (
             matches!(kind, UnaryKind::Affine)
                 || matches!(kind, UnaryKind::Op(Abs | Relu | Floor | Ceil | Round | Sign | Gelu | GeluErf | Erf | Silu)),
@@ -415,26 +442,36 @@ pub fn affine(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, mul: f64,
     map_with(s, UnaryKind::Affine, [mul as f32, add as f32], pw, dt, shape, x, y)
 }
 
-/// Records `y = x.powf(e)` element-wise (candle's `Tensor::powf`, i.e. `f32::powf` with
-/// `e` cast to f32), as `exp2(e * log2(|x|))` (`x` and `x * x`, exact, for `e` = 1 and 2)
-/// with IEEE `pow`'s special cases: `x^0 = 1`,
-/// `1^e = 1`, NaN for a negative base and a non-integer `e`, the sign of a negative base
-/// to an odd integer power, zeros and infinities. Shapes, dtypes, layout and errors as
-/// [`unary`].
+/// Records `y = x.powf(e)` element-wise, as candle's `Tensor::powf`: `e` rounded to the
+/// dtype first (`T::from_f64`), then IEEE `pow` with its special cases (`x^0 = 1`, `1^e =
+/// 1`, NaN for a negative base and a non-integer `e`, the sign of a negative base to an
+/// odd integer power, zeros and infinities) around `exp2(e * log2(|x|))` in f32 (`x` and
+/// `x * x`, exact, for `e` = 1 and 2), or `exp(e * log(|x|))` in f64 for F64. Shapes,
+/// dtypes, layout and errors as [`unary`].
 ///
 /// # Errors
 /// As [`unary`].
-pub fn powf(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, e: f32, y: &Buffer) -> Result<()> {
-    map(s, UnaryKind::Powf, [e, 0.0], dt, shape, x, y)
+pub fn powf(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, e: f64, y: &Buffer) -> Result<()> {
+    map_with(s, UnaryKind::Powf, [param_in(dt, e), 0.0], [e.to_bits(), 0], dt, shape, x, y)
 }
 
 /// Records candle's `Tensor::elu(alpha)` element-wise: `x` where the sign bit of `x` is
-/// clear, else `(exp(x) - 1) * alpha`. Shapes, dtypes, layout and errors as [`unary`].
+/// clear, else `(exp(x) - 1) * alpha`, `alpha` rounded to the dtype first. Shapes, dtypes,
+/// layout and errors as [`unary`].
 ///
 /// # Errors
 /// As [`unary`].
-pub fn elu(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, alpha: f32, y: &Buffer) -> Result<()> {
-    map(s, UnaryKind::Elu, [alpha, 0.0], dt, shape, x, y)
+pub fn elu(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, alpha: f64, y: &Buffer) -> Result<()> {
+    map_with(s, UnaryKind::Elu, [param_in(dt, alpha), 0.0], [alpha.to_bits(), 0], dt, shape, x, y)
+}
+
+/// A parameter as candle passes it to an f32 / f16 / bf16 map (`T::from_f64`), as f32.
+fn param_in(dt: Dtype, v: f64) -> f32 {
+    match dt {
+        Dtype::F16 => half::f16::from_f64(v).to_f32(),
+        Dtype::BF16 => half::bf16::from_f64(v).to_f32(),
+        _ => v as f32,
+    }
 }
 
 fn map(
@@ -633,25 +670,8 @@ impl<'a> Plan<'a> {
         let n = u32::try_from(numel).map_err(|_| bad(format!("shape {shape:?} has more than 2^32 - 1 elements")))?;
         let mut spans = Vec::with_capacity(views.len());
         for (what, v, dt) in views {
-            let last = shape
-                .iter()
-                .zip(v.strides)
-                .try_fold(v.offset, |acc, (&d, &st)| (d - 1).checked_mul(st).and_then(|x| acc.checked_add(x)));
-            let last = last
-                .filter(|&l| u32::try_from(l).is_ok())
-                .ok_or_else(|| bad(format!("{what} addresses elements past index 2^32 - 1")))?;
-            let elems = v.buffer.size() / dt.size() as u64;
-            if last as u64 >= elems {
-                return Err(bad(format!(
-                    "{what} (offset {}, strides {:?} over shape {shape:?}) reaches element {last}, past the end of its \
-                     buffer of {elems} {} elements",
-                    v.offset,
-                    v.strides,
-                    dt.name()
-                )));
-            }
-            let size = dt.size() as u64;
-            spans.push((v.buffer, v.offset as u64 * size, (last as u64 + 1) * size));
+            let (start, end) = view_span(op, what, shape, v, *dt)?;
+            spans.push((v.buffer, start, end));
         }
         // Size-1 dims dropped, then adjacent dims merged where every operand allows.
         let mut dims: Vec<(usize, Vec<usize>)> = Vec::with_capacity(shape.len());
@@ -703,18 +723,7 @@ impl<'a> Plan<'a> {
     /// 32-bit word, for kernels that read it as words.
     fn word_binding(&self, op: &'static str, i: usize) -> Result<BufferArg<'a>> {
         let (b, _, end) = self.spans[i];
-        let end = end.next_multiple_of(4);
-        if end > b.size() {
-            return Err(OpsError::Shape {
-                op,
-                reason: format!(
-                    "operand {i} is read as 32-bit words up to byte {end}, past its buffer of {} bytes (make \
-                     its size a multiple of 4)",
-                    b.size()
-                ),
-            });
-        }
-        Ok(BufferArg::range(b, 0, end))
+        Ok(BufferArg::range(b, 0, word_end(op, &format!("operand {i}"), b, end)?))
     }
 
     fn byte_range(&self, i: usize) -> std::ops::Range<u64> {

@@ -24,7 +24,7 @@ use vkml_hal::{Buffer, BufferArg, Stream};
 
 use crate::dtype::Dtype;
 use crate::error::{OpsError, Result};
-use crate::launch::{grid, pipeline_spec, push_words};
+use crate::launch::{grid, pipeline_spec, push_words, word_end};
 use crate::tuning::ELEMENTWISE_WORKGROUP;
 
 /// An indexing op of index.comp.
@@ -87,16 +87,19 @@ pub struct Packed<'a> {
     pub offset: usize,
 }
 
-/// `y[l, i, r] = src[l, ids[i], r]` (candle's `index_select`)
+/// The gathering modes: `y[l, i, r] = src[l, ids[i], r]` ([`Mode::IndexSelect`],
+/// candle's `index_select`, `ids` is `[n_idx]`) or `y[l, i, r] = src[l, ids[l, i, r], r]`
+/// ([`Mode::Gather`], candle's `gather`, `ids` is `[left, n_idx, right]`).
 ///
-/// `src` is `dt [left, d_src, right]`, `ids` is `[n_idx]`, `y` receives `[left, n_idx,
-/// right]` (packed from `y.offset`).
+/// `src` is `dt [left, d_src, right]`; `y` receives `[left, n_idx, right]` (packed from
+/// `y.offset`).
 ///
 /// # Errors
-/// See [`run`].
+/// [`OpsError::Shape`] for a scattering `mode`; otherwise see [`run`].
 #[allow(clippy::too_many_arguments)]
-pub fn index_select(
+pub fn select(
     s: &mut Stream,
+    mode: Mode,
     dt: Dtype,
     src: Packed<'_>,
     (left, d_src, right): (usize, usize, usize),
@@ -105,28 +108,10 @@ pub fn index_select(
     y: Packed<'_>,
     status: &Buffer,
 ) -> Result<()> {
-    run(s, Mode::IndexSelect, dt, src, [left, d_src, right, n_idx, 0], ids, y, None, status)
-}
-
-/// `y[l, i, r] = src[l, ids[l, i, r], r]` (candle's `gather`)
-///
-/// `src` is `dt [left, d_src, right]`, `ids` is `[left, n_idx, right]`, `y` receives
-/// `[left, n_idx, right]`.
-///
-/// # Errors
-/// See [`run`].
-#[allow(clippy::too_many_arguments)]
-pub fn gather(
-    s: &mut Stream,
-    dt: Dtype,
-    src: Packed<'_>,
-    (left, d_src, right): (usize, usize, usize),
-    ids: Ids<'_>,
-    n_idx: usize,
-    y: Packed<'_>,
-    status: &Buffer,
-) -> Result<()> {
-    run(s, Mode::Gather, dt, src, [left, d_src, right, n_idx, 0], ids, y, None, status)
+    if !matches!(mode, Mode::IndexSelect | Mode::Gather) {
+        return Err(OpsError::Shape { op: mode.name(), reason: "select takes index_select or gather".into() });
+    }
+    run(s, mode, dt, src, [left, d_src, right, n_idx, 0], ids, y, None, status)
 }
 
 /// `dst[l, ids[l, i, r], r] = src[l, i, r]`, or `+=` with `add` (candle's `scatter_set` /
@@ -214,18 +199,15 @@ fn run(
         return Ok(());
     }
     let fits = |what: &str, b: &Buffer, off: usize, n: usize, es: usize, words: bool| -> Result<u64> {
-        let mut end = ((off + n) * es) as u64;
-        if words {
-            end = end.next_multiple_of(4);
-        }
+        let end = ((off + n) * es) as u64;
         if end > b.size() || u32::try_from(off + n).is_err() {
             return Err(bad(format!(
-                "{what} (elements {off}..{}) reaches byte {end}, past its buffer of {} bytes{}",
+                "{what} (elements {off}..{}) reaches byte {end}, past its buffer of {} bytes",
                 off + n,
-                b.size(),
-                if words { " (indices are read as 32-bit words)" } else { "" }
+                b.size()
             )));
         }
+        let end = if words { word_end(op, what, b, end)? } else { end };
         Ok(end.max(4))
     };
     let es = dt.size();

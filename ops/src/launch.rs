@@ -36,6 +36,26 @@ pub(crate) fn push_words(words: &[u32]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
+/// The end of a binding that a kernel reads as 32-bit words: `end` bytes rounded up to a
+/// whole word, checked against `buffer`.
+///
+/// # Errors
+/// [`OpsError::Shape`] (naming `op` and `what`) when the rounded end is past the buffer.
+pub(crate) fn word_end(op: &'static str, what: &str, buffer: &vkml_hal::Buffer, end: u64) -> Result<u64> {
+    let end = end.next_multiple_of(4);
+    if end > buffer.size() {
+        return Err(OpsError::Shape {
+            op,
+            reason: format!(
+                "{what} is read as 32-bit words up to byte {end}, past its buffer of {} bytes (make its size a \
+                 multiple of 4)",
+                buffer.size()
+            ),
+        });
+    }
+    Ok(end)
+}
+
 /// Splits `groups` workgroups over x and y so that neither exceeds the device limit.
 ///
 /// # Errors

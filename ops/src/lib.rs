@@ -9,10 +9,12 @@
 //! cache ([`attention`]), on f32 or f16 activations ([`Dtype`]); strided element-wise
 //! unary and binary maps and dtype-converting copies for a candle backend
 //! ([`elementwise`]). Issue 6: every candle dtype in the element-wise ops, comparisons
-//! and selection, reductions ([`reduce`]), indexing ([`index`]) and float matmul
-//! ([`matmul`]).
+//! and selection, reductions ([`reduce`]), indexing ([`index`]), float matmul
+//! ([`matmul`]), convolutions ([`conv`]), pooling and resampling ([`spatial`]) and
+//! seedable random fills ([`rand`]).
 
 pub mod attention;
+pub mod conv;
 mod dtype;
 pub mod elementwise;
 pub mod error;
@@ -21,7 +23,9 @@ mod launch;
 pub mod matmul;
 pub mod nn;
 pub mod quant;
+pub mod rand;
 pub mod reduce;
+pub mod spatial;
 pub mod tuning;
 
 pub use dtype::Dtype;

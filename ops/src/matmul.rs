@@ -1,19 +1,29 @@
 //! Batched float matmul (candle's `BackendStorage::matmul`) for F32, F16, BF16 and F64.
-//! Kernel: `shader-src/shaders/matmul.comp`.
+//! Kernels: `shader-src/shaders/matmul.comp`, `matmul_sg.comp`, `matmul_cm.comp`.
 //!
 //! `y[b, i, j] = sum_k a[b, i, k] * b[b, k, j]`, `y` packed `[batch, m, n]`. Each operand
 //! is read through its strides ([`MatLayout`]): a transposed operand (candle's `t()`), a
 //! broadcast batch (stride 0) and a row stride larger than the row all run without a
-//! copy. Tiles of 64 x 64 outputs per workgroup of 256 invocations, 4 x 4 per invocation,
-//! k in steps of 16 through shared memory. Accumulation is in f32 for F32, F16 and BF16
-//! (one rounding on store) and f64 for F64; the summation order differs from a CPU gemm,
-//! so results agree to rounding.
+//! copy. Three kernels, chosen by [`tuning::matmul_config`] from the device's
+//! capabilities and `m`:
+//! - tiled: `tile x tile` outputs per workgroup, 4 x 4 per invocation, k in steps of 16
+//!   through shared memory;
+//! - subgroup: for a few rows (`m <= 8`), one subgroup per output column, lanes over k,
+//!   `subgroupAdd`;
+//! - cooperative matrix: F16 on 16x16x16 tensor-core tiles, 128 x 128 outputs per
+//!   workgroup.
+//!
+//! Accumulation is in f32 for F32, F16 and BF16 (one rounding to the dtype on store) and
+//! f64 for F64; the summation order differs from a CPU gemm, so results agree to rounding.
 
 use vkml_hal::{Buffer, BufferArg, Stream};
 
+use vkml_hal::PipelineOptions;
+
 use crate::dtype::Dtype;
 use crate::error::{OpsError, Result};
-use crate::launch::{pipeline, push_words};
+use crate::launch::push_words;
+use crate::tuning::{self, MatmulPath};
 
 /// Where the elements of one operand are: element `(b, r, c)` is at `offset + b * batch +
 /// r * row + c * col` (elements).
@@ -29,8 +39,8 @@ pub struct MatLayout {
     pub col: usize,
 }
 
-/// Output rows and columns per workgroup.
-const TILE: usize = 64;
+/// Output rows and columns per workgroup of the cooperative-matrix kernel.
+const CM_TILE: usize = 128;
 
 /// Records `y = a b` for `batch` pairs of `a: [m, k]`, `b: [k, n]` (`dt`), `y` packed
 /// `[batch, m, n]` from element 0.
@@ -43,6 +53,28 @@ const TILE: usize = 64;
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     s: &mut Stream,
+    dt: Dtype,
+    dims: (usize, usize, usize, usize),
+    a: &Buffer,
+    al: MatLayout,
+    b: &Buffer,
+    bl: MatLayout,
+    y: &Buffer,
+) -> Result<()> {
+    let path = tuning::matmul_config(s.device().caps(), dt, dims.1);
+    matmul_with(s, path, dt, dims, a, al, b, bl, y)
+}
+
+/// [`matmul`] with the kernel chosen by the caller (tests and benchmarks compare paths).
+///
+/// # Errors
+/// As [`matmul`]; [`OpsError::Shape`] for a path the device or `dt` cannot run (a
+/// cooperative-matrix path without a fitting shape, a subgroup path for F64 or without
+/// subgroup arithmetic, a tile that is not a multiple of 4).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_with(
+    s: &mut Stream,
+    path: MatmulPath,
     dt: Dtype,
     (batch, m, n, k): (usize, usize, usize, usize),
     a: &Buffer,
@@ -85,12 +117,58 @@ pub fn matmul(
     if y.id() == a.id() || y.id() == b.id() {
         return Err(bad("y shares a buffer with an input".into()));
     }
-    let groups = [n.div_ceil(TILE), m.div_ceil(TILE), batch];
-    let lim = dev.caps().limits.max_workgroup_count;
+    let caps = dev.caps();
+    let lim = caps.limits.max_workgroup_count;
+    let (name, options, groups, extra) = match path {
+        MatmulPath::Tiled { tile } => {
+            if tile == 0 || tile % 4 != 0 || (tile / 4) * (tile / 4) > caps.limits.max_workgroup_invocations {
+                return Err(bad(format!("tile {tile} is not a multiple of 4 within the workgroup limit")));
+            }
+            let t = tile as usize;
+            let options =
+                PipelineOptions { spec_constants: vec![(0, (tile / 4) * (tile / 4)), (1, tile)], ..Default::default() };
+            (format!("matmul.{}", dt.name()), options, [n.div_ceil(t), m.div_ceil(t), batch], None)
+        }
+        MatmulPath::Subgroup { workgroup } => {
+            let sg = &caps.subgroup;
+            let largest = sg.max_size.max(sg.size);
+            if dt == Dtype::F64 || !sg.operations.contains(&"arithmetic") || largest == 0 || workgroup % largest != 0 {
+                return Err(bad(format!(
+                    "the subgroup path needs subgroup arithmetic, a workgroup ({workgroup}) that is a multiple of the \
+                     largest subgroup ({largest}), and f32, f16 or bf16 (got {})",
+                    dt.name()
+                )));
+            }
+            let rows = m.min(tuning::MATMUL_SUBGROUP_MAX_ROWS);
+            let options =
+                PipelineOptions { spec_constants: vec![(0, workgroup), (1, rows as u32)], ..Default::default() };
+            // Columns per workgroup: at least workgroup / largest subgroups run in it.
+            let cols = (batch * n).div_ceil((workgroup / largest) as usize);
+            let gx = cols.min(lim[0] as usize);
+            let gz = cols.div_ceil(gx);
+            (format!("matmul_sg.{}", dt.name()), options, [gx, m.div_ceil(rows), gz], Some(batch as u32))
+        }
+        MatmulPath::CoopMat { require_subgroup_size } => {
+            if tuning::float_coopmat_subgroup(caps, dt).is_none() {
+                return Err(bad(format!(
+                    "the cooperative-matrix path needs a 16x16x16 {} x {} + f32 shape and subgroups of 32; this device \
+                     has none",
+                    dt.name(),
+                    dt.name()
+                )));
+            }
+            let options = PipelineOptions {
+                required_subgroup_size: require_subgroup_size.then_some(32),
+                full_subgroups: caps.subgroup.full_subgroups,
+                ..Default::default()
+            };
+            (format!("matmul_cm.{}", dt.name()), options, [n.div_ceil(CM_TILE), m.div_ceil(CM_TILE), batch], None)
+        }
+    };
     if groups.iter().zip(lim).any(|(&g, l)| g as u64 > u64::from(l)) {
         return Err(bad(format!("a grid of {groups:?} workgroups exceeds the device's {lim:?}")));
     }
-    let words = [
+    let mut words = vec![
         m as u32,
         n as u32,
         k as u32,
@@ -103,7 +181,9 @@ pub fn matmul(
         bl.row as u32,
         bl.col as u32,
     ];
-    let p = pipeline(&dev, &format!("matmul.{}", dt.name()), 256)?;
+    words.extend(extra);
+    let k_ = dev.kernel(&name)?;
+    let p = dev.pipeline(&k_, &options)?;
     let args = [BufferArg::range(a, 0, a_end), BufferArg::range(b, 0, b_end), BufferArg::range(y, 0, y_bytes)];
     s.dispatch(&p, &args, &push_words(&words), groups.map(|g| g as u32))?;
     Ok(())

@@ -5,6 +5,8 @@
 use vkml_hal::caps::ArchClass;
 use vkml_hal::Capabilities;
 
+use crate::dtype::Dtype;
+
 /// How to launch the fused quantized mat-vec (`mul_mat_vec*.comp`; see `quant`'s module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MatVecConfig {
@@ -142,5 +144,237 @@ pub fn mat_mat_min_tokens(caps: &Capabilities) -> usize {
     match caps.arch {
         ArchClass::Cpu => usize::MAX,
         _ => crate::quant::MAX_MAT_VEC_BATCH + 1,
+    }
+}
+
+/// The kernel of a float matmul ([`crate::matmul::matmul`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatmulPath {
+    /// `matmul.comp`: `tile x tile` outputs per workgroup through shared memory, 4 x 4 per
+    /// invocation. Runs everywhere, every float dtype.
+    Tiled {
+        /// Output rows and columns per workgroup (a multiple of 4; `(tile / 4)^2`
+        /// invocations).
+        tile: u32,
+    },
+    /// `matmul_sg.comp`: for at most [`MATMUL_SUBGROUP_MAX_ROWS`] rows, one subgroup per
+    /// output column, lanes over k, combined with `subgroupAdd` (F32, F16, BF16; needs
+    /// subgroup arithmetic).
+    Subgroup {
+        /// Invocations per workgroup (a multiple of the largest subgroup size).
+        workgroup: u32,
+    },
+    /// `matmul_cm.comp`: 128 x 128 tiles on 16x16x16 cooperative matrices (F16),
+    /// subgroups of 32.
+    CoopMat {
+        /// Whether the pipeline must require the subgroup size 32.
+        require_subgroup_size: bool,
+    },
+}
+
+/// Most rows of `a` for which [`MatmulPath::Subgroup`] is chosen.
+pub const MATMUL_SUBGROUP_MAX_ROWS: usize = 8;
+
+/// The matmul kernel for `dt` and `m` rows of `a` on a device: the per-architecture table
+///
+/// | arch | tiled tile | subgroup workgroup | cooperative matrices |
+/// |---|---|---|---|
+/// | NVIDIA (tensor cores or not) | 64 | 128 | F16, m > 8 |
+/// | AMD RDNA, GCN | 64 | 256 | F16, m > 8 |
+/// | Intel | 64 | 128 | F16, m > 8 |
+/// | Apple (MoltenVK) | 32 | 128 | F16, m > 8 |
+/// | Adreno, Mali | 32 | 64 | F16, m > 8 |
+/// | CPU (lavapipe), other | 32 | 64 | F16, m > 8 |
+///
+/// Cooperative matrices where [`float_coopmat_subgroup`] finds a fitting shape for `dt`
+/// (whatever the architecture: the table only sizes the other kernels); else the subgroup
+/// kernel for `m <= 8` rows where the device has subgroup arithmetic and `dt` is not F64;
+/// else the tiled kernel. Tiles of 64 (256 invocations) suit GPUs with large register
+/// files and 32 KiB+ of shared memory per workgroup; 32 (64 invocations) suits mobile
+/// GPUs, Apple's 32-wide SIMD groups, and CPU implementations, where one workgroup runs
+/// on one thread and smaller tiles spread a modest matmul over more cores. The subgroup
+/// workgroup is at least the largest subgroup size.
+pub fn matmul_config(caps: &Capabilities, dt: Dtype, m: usize) -> MatmulPath {
+    let (tile, sg_workgroup) = match caps.arch {
+        ArchClass::NvidiaTensorCore | ArchClass::Nvidia => (64, 128),
+        ArchClass::AmdRdna | ArchClass::AmdGcn => (64, 256),
+        ArchClass::Intel => (64, 128),
+        ArchClass::Apple => (32, 128),
+        ArchClass::Adreno | ArchClass::Mali => (32, 64),
+        ArchClass::Cpu | ArchClass::Other => (32, 64),
+    };
+    if m > MATMUL_SUBGROUP_MAX_ROWS {
+        if let Some((_, require)) = float_coopmat_subgroup(caps, dt) {
+            return MatmulPath::CoopMat { require_subgroup_size: require };
+        }
+    }
+    let sg = &caps.subgroup;
+    let largest = sg.max_size.max(sg.size);
+    if m <= MATMUL_SUBGROUP_MAX_ROWS
+        && dt != Dtype::F64
+        && sg.operations.contains(&"arithmetic")
+        && largest > 0
+        && largest <= caps.limits.max_workgroup_invocations
+    {
+        return MatmulPath::Subgroup { workgroup: sg_workgroup.max(largest) };
+    }
+    MatmulPath::Tiled { tile }
+}
+
+/// The subgroup size `matmul_cm.comp` runs with for `dt` and whether the pipeline must
+/// require it; `None` where the device lacks a 16x16x16 subgroup-scope shape with A and
+/// B of `dt` accumulating in f32, subgroups of 32, or 32 KiB of shared memory, and for
+/// every dtype but F16. (BF16 has no variant yet: the build's SPIR-V reflection, rspirv
+/// 0.12, cannot parse SPV_KHR_bfloat16 modules; BF16 runs the tiled kernel.)
+pub fn float_coopmat_subgroup(caps: &Capabilities, dt: Dtype) -> Option<(u32, bool)> {
+    let ab = match dt {
+        Dtype::F16 if caps.types.float16 => "f16",
+        _ => return None,
+    };
+    let shape = caps.cooperative_matrix.iter().any(|s| {
+        (s.m, s.n, s.k) == (16, 16, 16)
+            && s.a == ab
+            && s.b == ab
+            && s.c == "f32"
+            && s.result == "f32"
+            && s.scope == "subgroup"
+    });
+    let sg = &caps.subgroup;
+    if !shape || caps.limits.max_shared_memory < 32 * 1024 {
+        return None;
+    }
+    if sg.min_size == 32 && sg.max_size == 32 {
+        Some((32, false))
+    } else if sg.size_control && sg.full_subgroups && (sg.min_size..=sg.max_size).contains(&32) {
+        Some((32, true))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use vkml_hal::caps::{
+        ComputeLimits, CoopMatShape, DeviceType, MemoryCaps, QueueCaps, ShaderTypeCaps, SubgroupCaps, Vendor,
+    };
+
+    use super::*;
+
+    /// A fake device of `arch` with subgroups `(default, min, max)`, subgroup arithmetic,
+    /// and (with `coopmat`) an f16 and a bf16 16x16x16 cooperative-matrix shape.
+    fn fake(arch: ArchClass, vendor: Vendor, sg: (u32, u32, u32), coopmat: bool) -> Capabilities {
+        let shape = |t: &'static str| CoopMatShape {
+            m: 16,
+            n: 16,
+            k: 16,
+            a: t,
+            b: t,
+            c: "f32",
+            result: "f32",
+            saturating: false,
+            scope: "subgroup",
+        };
+        Capabilities {
+            name: format!("fake {arch:?}"),
+            device_type: if arch == ArchClass::Cpu { DeviceType::Cpu } else { DeviceType::Discrete },
+            vendor,
+            vendor_id: 0,
+            device_id: 0,
+            arch,
+            api_version: "1.3.0".into(),
+            api_version_raw: 0,
+            driver_id: String::new(),
+            driver_name: String::new(),
+            driver_info: String::new(),
+            driver_version_raw: 0,
+            driver_version: String::new(),
+            device_uuid: String::new(),
+            pipeline_cache_uuid: String::new(),
+            subgroup: SubgroupCaps {
+                size: sg.0,
+                min_size: sg.1,
+                max_size: sg.2,
+                size_control: sg.1 != sg.2,
+                full_subgroups: true,
+                operations: vec!["basic", "arithmetic"],
+            },
+            types: ShaderTypeCaps {
+                float16: true,
+                float64: true,
+                int64: true,
+                bfloat16: coopmat,
+                bfloat16_cooperative_matrix: coopmat,
+                storage_buffer_16bit: true,
+                ..Default::default()
+            },
+            integer_dot: Default::default(),
+            cooperative_matrix: if coopmat { vec![shape("f16"), shape("bf16")] } else { vec![] },
+            nv_cooperative_matrix2: None,
+            limits: ComputeLimits {
+                max_shared_memory: 48 * 1024,
+                max_workgroup_invocations: 1024,
+                max_workgroup_count: [65535; 3],
+                ..Default::default()
+            },
+            memory: MemoryCaps::default(),
+            queues: QueueCaps::default(),
+            push_descriptor: true,
+            timeline_semaphore: true,
+            vulkan_memory_model: true,
+            buffer_device_address: false,
+            unusable: None,
+        }
+    }
+
+    /// One row per table entry: the tiled tile for a large F32 product, the subgroup
+    /// workgroup for a one-row product, and the path for a large F16 product.
+    #[test]
+    fn matmul_table() {
+        let cases = [
+            (ArchClass::NvidiaTensorCore, Vendor::Nvidia, (32, 32, 32), true, 64, 128, true),
+            (ArchClass::Nvidia, Vendor::Nvidia, (32, 32, 32), false, 64, 128, false),
+            (ArchClass::AmdRdna, Vendor::Amd, (64, 32, 64), true, 64, 256, true),
+            (ArchClass::AmdGcn, Vendor::Amd, (64, 64, 64), false, 64, 256, false),
+            (ArchClass::Intel, Vendor::Intel, (32, 8, 32), false, 64, 128, false),
+            (ArchClass::Apple, Vendor::Apple, (32, 32, 32), false, 32, 128, false),
+            (ArchClass::Adreno, Vendor::Qualcomm, (64, 64, 128), false, 32, 128, false),
+            (ArchClass::Mali, Vendor::Arm, (16, 16, 16), false, 32, 64, false),
+            (ArchClass::Cpu, Vendor::Mesa, (8, 8, 8), false, 32, 64, false),
+            (ArchClass::Other, Vendor::Other, (32, 32, 32), false, 32, 64, false),
+        ];
+        for (arch, vendor, sg, coopmat, tile, sg_wg, cm) in cases {
+            let caps = fake(arch, vendor, sg, coopmat);
+            assert_eq!(matmul_config(&caps, Dtype::F32, 512), MatmulPath::Tiled { tile }, "{arch:?} tiled");
+            assert_eq!(matmul_config(&caps, Dtype::F64, 1), MatmulPath::Tiled { tile }, "{arch:?} f64 skips subgroups");
+            assert_eq!(
+                matmul_config(&caps, Dtype::F32, 1),
+                MatmulPath::Subgroup { workgroup: sg_wg },
+                "{arch:?} subgroup"
+            );
+            let big = matmul_config(&caps, Dtype::F16, 512);
+            assert_eq!(matmul_config(&caps, Dtype::BF16, 512), MatmulPath::Tiled { tile }, "{arch:?} bf16");
+            if cm {
+                // AMD RDNA can require 32 within 32..=64; NVIDIA runs 32 only.
+                let require = sg.1 != sg.2;
+                assert_eq!(big, MatmulPath::CoopMat { require_subgroup_size: require }, "{arch:?} coopmat");
+            } else {
+                assert_eq!(big, MatmulPath::Tiled { tile }, "{arch:?} without coopmat");
+            }
+        }
+    }
+
+    /// Cooperative matrices need the dtype's shape, subgroups of 32 and bf16 support.
+    #[test]
+    fn float_coopmat_requirements() {
+        let mut caps = fake(ArchClass::NvidiaTensorCore, Vendor::Nvidia, (32, 32, 32), true);
+        assert_eq!(float_coopmat_subgroup(&caps, Dtype::F16), Some((32, false)));
+        assert_eq!(float_coopmat_subgroup(&caps, Dtype::F32), None);
+        assert_eq!(float_coopmat_subgroup(&caps, Dtype::BF16), None);
+        caps.types.float16 = false;
+        assert_eq!(float_coopmat_subgroup(&caps, Dtype::F16), None, "no f16 arithmetic");
+        let mut wave64 = fake(ArchClass::AmdGcn, Vendor::Amd, (64, 64, 64), true);
+        assert_eq!(float_coopmat_subgroup(&wave64, Dtype::F16), None, "no subgroups of 32");
+        wave64.subgroup.operations.clear();
+        assert_eq!(matmul_config(&wave64, Dtype::F32, 1), MatmulPath::Tiled { tile: 64 }, "no subgroup arithmetic");
     }
 }

@@ -343,8 +343,8 @@ impl Map {
         match self {
             Map::Op(op) => elementwise::unary(s, op, dt, shape, x, y),
             Map::Affine(m, a) => elementwise::affine(s, dt, shape, x, f64::from(m), f64::from(a), y),
-            Map::Powf(e) => elementwise::powf(s, dt, shape, x, e, y),
-            Map::Elu(a) => elementwise::elu(s, dt, shape, x, a, y),
+            Map::Powf(e) => elementwise::powf(s, dt, shape, x, f64::from(e), y),
+            Map::Elu(a) => elementwise::elu(s, dt, shape, x, f64::from(a), y),
         }
     }
 
@@ -380,11 +380,12 @@ proptest! {
         let mut rng = Rng(seed);
         let signed = rng.vec(sp.len(&shape), -4.0, 4.0);
         let positive: Vec<f32> = signed.iter().map(|v| v.abs() / 2.0 + 1e-3).collect();
-        let maps: Vec<Map> = UnaryOp::ALL.iter().map(|&op| Map::Op(op))
-            .chain([Map::Affine(mul, add), Map::Powf(e), Map::Elu(alpha)]).collect();
         let numel: usize = shape.iter().product();
         let dev = device();
         for dt in DTYPES {
+            // candle rounds powf's exponent and elu's alpha to the dtype (`T::from_f64`).
+            let maps: Vec<Map> = UnaryOp::ALL.iter().map(|&op| Map::Op(op))
+                .chain([Map::Affine(mul, add), Map::Powf(round(dt, &[e])[0]), Map::Elu(round(dt, &[alpha])[0])]).collect();
             let (xs, xp) = (round(dt, &signed), round(dt, &positive));
             let (bs, bp) = (upload(dev, dt, &signed), upload(dev, dt, &positive));
             let (ts, tp) = (sp.tensor(&shape, &xs), sp.tensor(&shape, &xp));

@@ -8,14 +8,15 @@
 // Strided unary ops (vkml_ops::elementwise::{unary, affine, powf, elu}): for i < n,
 // y[i] = f(x[x_off + sum_d idx_d(i) * x_str[d]]), idx(i) the row-major multi-index of i
 // over shape[0..rank], y contiguous. f32 arithmetic for f32, f16 and bf16 (dtype.glsl:
-// exact widening, one rounding on store). The f64 variant computes in double and has the
-// ops whose double forms Vulkan defines exactly (abs, neg, recip, sqr, sqrt, relu, floor,
-// ceil, round, sign, affine); the integer variants have candle's integer forms (abs,
-// floor/ceil/round as identity, relu, sign; gelu, gelu_erf, erf, silu give 0 as candle).
-// The host refuses the other (op, dtype) pairs.
+// exact widening, one rounding on store). The f64 variant computes in double: every op,
+// the transcendental ones through include/math64.glsl (a few ulp; candle's f64 formulas);
+// the integer variants have candle's integer forms (abs, floor/ceil/round as identity,
+// relu, sign; gelu, gelu_erf, erf, silu give 0 as candle). The host refuses the other
+// (op, dtype) pairs.
 // Bindings: 0 = x, 1 = y (the variant's dtype).
 // Push constants: n, rank (1..=6), x_off, p0, p1 (the op's f32 parameters), shape[6],
-// x_str[6] (elements), pw[4] (affine's parameters for f64 and integers).
+// x_str[6] (elements), pw[4] (affine's parameters for f64 and integers; powf's exponent
+// and elu's alpha as f64 bits in pw[0..2] for f64).
 // Specialization constants: 0 = workgroup size, 1 = op: the OP_* codes below, which
 // ops/src/elementwise.rs (`UnaryKind::code`) mirrors. Formulas as candle-core 0.11
 // (src/op.rs, cpu_backend) computes them in f32.
@@ -146,12 +147,55 @@ float apply_f32(float v) {
 }
 
 #if defined(V_F64)
+#include "math64.glsl"
+
 double round_away_f64(double x) {
     double t = trunc(x);
     return abs(x - t) >= 0.5lf ? t + (x < 0.0lf ? -1.0lf : 1.0lf) : t;
 }
 
+// f64::powf: IEEE pow's special cases around exp(e log |x|).
+double powf64(double x, double e) {
+    if (e == 0.0lf || x == 1.0lf) return 1.0lf;
+    if (e == 1.0lf) return x;
+    if (e == 2.0lf) return x * x;
+    if (isnan(x) || isnan(e)) return M64_NAN;
+    double ax = abs(x);
+    if (isinf(e)) {
+        if (ax == 1.0lf) return 1.0lf;
+        return (ax > 1.0lf) == (e > 0.0lf) ? M64_INF : 0.0lf;
+    }
+    bool e_int = floor(e) == e;
+    if (x < 0.0lf && !isinf(x) && !e_int) return M64_NAN;
+    // Integers of 2^53 and more are even.
+    bool e_odd = e_int && abs(e) < 9007199254740992.0lf && mod(e, 2.0lf) == 1.0lf;
+    double mag;
+    if (ax == 0.0lf) {
+        mag = e > 0.0lf ? 0.0lf : M64_INF;
+    } else if (isinf(ax)) {
+        mag = e > 0.0lf ? M64_INF : 0.0lf;
+    } else {
+        mag = exp64(e * log64(ax));
+    }
+    // Negative base (-0 and -inf included) to an odd integer power is negative.
+    return (e_odd && (unpackDouble2x32(x).y >> 31) != 0u) ? -mag : mag;
+}
+
 double apply(double v) {
+    double pa = packDouble2x32(uvec2(p.pw[0], p.pw[1]));
+    if (OP == OP_EXP) return exp64(v);
+    if (OP == OP_LOG) return log64(v);
+    if (OP == OP_SIN) return sin64(v);
+    if (OP == OP_COS) return cos64(v);
+    if (OP == OP_TANH) return tanh64(v);
+    if (OP == OP_ERF) return erf64(v);
+    // candle: 0.5 v (1 + tanh(sqrt(2 / pi) v (1 + 0.044715 v^2))).
+    if (OP == OP_GELU) return 0.5lf * v * (1.0lf + tanh64(0.7978845608028654lf * v * (1.0lf + 0.044715lf * v * v)));
+    // candle: (erf(v / sqrt 2) + 1) 0.5 v.
+    if (OP == OP_GELU_ERF) return (erf64(v * 0.7071067811865476lf) + 1.0lf) * 0.5lf * v;
+    if (OP == OP_SILU) return v / (1.0lf + exp64(-v));
+    if (OP == OP_POWF) return powf64(v, pa);
+    if (OP == OP_ELU) return (unpackDouble2x32(v).y >> 31) == 0u ? v : (exp64(v) - 1.0lf) * pa;
     if (OP == OP_ABS) return abs(v);
     if (OP == OP_NEG) return -v;
     if (OP == OP_RECIP) return 1.0lf / v;

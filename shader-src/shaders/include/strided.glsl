@@ -75,16 +75,5 @@ uint vkml_f16_bits_to_f32_bits(uint h) {
 float vkml_f16_bits_to_f32(uint h) { return uintBitsToFloat(vkml_f16_bits_to_f32_bits(h)); }
 uint vkml_f32_to_f16_bits(float f) { return vkml_f32_bits_to_f16_bits(floatBitsToUint(f)); }
 
-// Element access of the arithmetic kernels: ELEM is the stored type; LOAD widens to f32,
-// STORE rounds from f32.
-#ifdef F16
-#define ELEM uint16_t
-#define LOAD(buf, i) vkml_f16_bits_to_f32(uint(buf[i]))
-#define STORE(buf, i, v) buf[i] = uint16_t(vkml_f32_to_f16_bits(v))
-#else
-#define ELEM float
-#define LOAD(buf, i) (buf[i])
-#define STORE(buf, i, v) buf[i] = (v)
-#endif
 
 #endif
