@@ -516,6 +516,15 @@ proptest! {
         let (xt, kt) = (tensor_f64(&x.cpu, &x.l), tensor_f64(&kern.cpu, &kern.l));
         let want = match (two_d, transposed) {
             (false, false) => xt.conv1d(&kt, pad, stride, dil, 1),
+            // Where candle's CPU conv_transpose1d would take its col2im path (padding 0,
+            // dilation 1, no output padding), whose matmul folds the batches of a
+            // transposed lhs (wrong from the second batch; see `matmul` above), the same
+            // product through conv_transpose2d with height 1 (equal there: the height
+            // gets the same zero padding and unit dilation).
+            (false, true) if pad == 0 && dil == 1 && out_pad == 0 => xt
+                .unsqueeze(2)
+                .and_then(|x| x.conv_transpose2d(&kt.unsqueeze(2)?, 0, 0, stride, 1))
+                .and_then(|y| y.squeeze(2)),
             (false, true) => xt.conv_transpose1d(&kt, pad, out_pad, stride, dil, 1),
             (true, false) => xt.conv2d(&kt, pad, stride, dil, 1),
             (true, true) => xt.conv_transpose2d(&kt, pad, out_pad, stride, dil),

@@ -10,8 +10,10 @@
 //!   through shared memory;
 //! - subgroup: for a few rows (`m <= 8`), one subgroup per output column, lanes over k,
 //!   `subgroupAdd`;
-//! - cooperative matrix: F16 on 16x16x16 tensor-core tiles, 128 x 128 outputs per
-//!   workgroup.
+//! - cooperative matrix: F16 / BF16 on 16x16x16 tensor-core tiles, 128 x 128 outputs per
+//!   workgroup; with 16-byte loads and double-buffered tiles (`matmul_cm4.comp`) where `a`
+//!   is contiguous along k and `b` along n or k with strides and offsets in multiples of
+//!   8, else element by element (`matmul_cm.comp`).
 //!
 //! Accumulation is in f32 for F32, F16 and BF16 (one rounding to the dtype on store) and
 //! f64 for F64; the summation order differs from a CPU gemm, so results agree to rounding.
@@ -157,12 +159,24 @@ pub fn matmul_with(
                     dt.name()
                 )));
             }
+            // The 16-byte-load kernel where the layouts allow (matmul_cm4.comp's header).
+            let al8 = |v: usize| v.is_multiple_of(8);
+            let batch_ok = |bs: usize| batch == 1 || al8(bs);
+            let a_vec = al.col == 1 && al8(al.row) && al8(al.offset) && batch_ok(al.batch) && al8(k);
+            let b_nmajor = bl.col == 1 && al8(bl.row) && al8(n);
+            let b_kmajor = bl.row == 1 && al8(bl.col) && al8(k);
+            let b_vec = (b_nmajor || b_kmajor) && al8(bl.offset) && batch_ok(bl.batch);
+            let (name, spec) = if dt == Dtype::F16 && a_vec && b_vec {
+                ("matmul_cm4".to_string(), vec![(1, u32::from(!b_nmajor))])
+            } else {
+                (format!("matmul_cm.{}", dt.name()), vec![])
+            };
             let options = PipelineOptions {
+                spec_constants: spec,
                 required_subgroup_size: require_subgroup_size.then_some(32),
                 full_subgroups: caps.subgroup.full_subgroups,
-                ..Default::default()
             };
-            (format!("matmul_cm.{}", dt.name()), options, [n.div_ceil(CM_TILE), m.div_ceil(CM_TILE), batch], None)
+            (name, options, [n.div_ceil(CM_TILE), m.div_ceil(CM_TILE), batch], None)
         }
     };
     if groups.iter().zip(lim).any(|(&g, l)| g as u64 > u64::from(l)) {

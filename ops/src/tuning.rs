@@ -164,8 +164,9 @@ pub enum MatmulPath {
         /// Invocations per workgroup (a multiple of the largest subgroup size).
         workgroup: u32,
     },
-    /// `matmul_cm.comp`: 128 x 128 tiles on 16x16x16 cooperative matrices (F16),
-    /// subgroups of 32.
+    /// `matmul_cm.comp` / `matmul_cm4.comp`: 128 x 128 tiles on 16x16x16 cooperative
+    /// matrices (F16, and BF16 where the device has bf16 cooperative matrices), subgroups
+    /// of 32.
     CoopMat {
         /// Whether the pipeline must require the subgroup size 32.
         require_subgroup_size: bool,
@@ -179,12 +180,12 @@ pub const MATMUL_SUBGROUP_MAX_ROWS: usize = 8;
 ///
 /// | arch | tiled tile | subgroup workgroup | cooperative matrices |
 /// |---|---|---|---|
-/// | NVIDIA (tensor cores or not) | 64 | 128 | F16, m > 8 |
-/// | AMD RDNA, GCN | 64 | 256 | F16, m > 8 |
-/// | Intel | 64 | 128 | F16, m > 8 |
-/// | Apple (MoltenVK) | 32 | 128 | F16, m > 8 |
-/// | Adreno, Mali | 32 | 64 | F16, m > 8 |
-/// | CPU (lavapipe), other | 32 | 64 | F16, m > 8 |
+/// | NVIDIA (tensor cores or not) | 64 | 128 | F16 / BF16, m > 8 |
+/// | AMD RDNA, GCN | 64 | 256 | F16 / BF16, m > 8 |
+/// | Intel | 64 | 128 | F16 / BF16, m > 8 |
+/// | Apple (MoltenVK) | 32 | 128 | F16 / BF16, m > 8 |
+/// | Adreno, Mali | 32 | 64 | F16 / BF16, m > 8 |
+/// | CPU (lavapipe), other | 32 | 64 | F16 / BF16, m > 8 |
 ///
 /// Cooperative matrices where [`float_coopmat_subgroup`] finds a fitting shape for `dt`
 /// (whatever the architecture: the table only sizes the other kernels); else the subgroup
@@ -221,14 +222,15 @@ pub fn matmul_config(caps: &Capabilities, dt: Dtype, m: usize) -> MatmulPath {
     MatmulPath::Tiled { tile }
 }
 
-/// The subgroup size `matmul_cm.comp` runs with for `dt` and whether the pipeline must
-/// require it; `None` where the device lacks a 16x16x16 subgroup-scope shape with A and
-/// B of `dt` accumulating in f32, subgroups of 32, or 32 KiB of shared memory, and for
-/// every dtype but F16. (BF16 has no variant yet: the build's SPIR-V reflection, rspirv
-/// 0.12, cannot parse SPV_KHR_bfloat16 modules; BF16 runs the tiled kernel.)
+/// The subgroup size the cooperative-matrix matmul runs with for `dt` and whether the
+/// pipeline must require it; `None` where the device lacks a 16x16x16 subgroup-scope
+/// shape with A and B of `dt` (F16 with `shaderFloat16`, or BF16 with
+/// `shaderBFloat16CooperativeMatrix`) accumulating in f32, subgroups of 32, or 48 KiB of
+/// shared memory.
 pub fn float_coopmat_subgroup(caps: &Capabilities, dt: Dtype) -> Option<(u32, bool)> {
     let ab = match dt {
         Dtype::F16 if caps.types.float16 => "f16",
+        Dtype::BF16 if caps.types.float16 && caps.types.bfloat16 && caps.types.bfloat16_cooperative_matrix => "bf16",
         _ => return None,
     };
     let shape = caps.cooperative_matrix.iter().any(|s| {
@@ -240,7 +242,7 @@ pub fn float_coopmat_subgroup(caps: &Capabilities, dt: Dtype) -> Option<(u32, bo
             && s.scope == "subgroup"
     });
     let sg = &caps.subgroup;
-    if !shape || caps.limits.max_shared_memory < 32 * 1024 {
+    if !shape || caps.limits.max_shared_memory < 48 * 1024 {
         return None;
     }
     if sg.min_size == 32 && sg.max_size == 32 {
@@ -352,14 +354,37 @@ mod tests {
                 "{arch:?} subgroup"
             );
             let big = matmul_config(&caps, Dtype::F16, 512);
-            assert_eq!(matmul_config(&caps, Dtype::BF16, 512), MatmulPath::Tiled { tile }, "{arch:?} bf16");
             if cm {
                 // AMD RDNA can require 32 within 32..=64; NVIDIA runs 32 only.
                 let require = sg.1 != sg.2;
                 assert_eq!(big, MatmulPath::CoopMat { require_subgroup_size: require }, "{arch:?} coopmat");
+                assert_eq!(matmul_config(&caps, Dtype::BF16, 512), big, "{arch:?} bf16 coopmat");
             } else {
                 assert_eq!(big, MatmulPath::Tiled { tile }, "{arch:?} without coopmat");
             }
+        }
+    }
+
+    /// The quantized mat-vec launch per table entry: workgroup (at least one subgroup),
+    /// rows per subgroup, and the other kernel switches.
+    #[test]
+    fn mat_vec_table() {
+        let cases = [
+            (ArchClass::NvidiaTensorCore, Vendor::Nvidia, (32, 32, 32), 128, 4),
+            (ArchClass::Nvidia, Vendor::Nvidia, (32, 32, 32), 128, 4),
+            (ArchClass::AmdRdna, Vendor::Amd, (64, 32, 64), 64, 4),
+            (ArchClass::AmdGcn, Vendor::Amd, (64, 64, 64), 64, 4),
+            (ArchClass::Intel, Vendor::Intel, (32, 8, 32), 64, 1),
+            (ArchClass::Apple, Vendor::Apple, (32, 32, 32), 64, 1),
+            (ArchClass::Adreno, Vendor::Qualcomm, (128, 64, 128), 128, 1),
+            (ArchClass::Mali, Vendor::Arm, (16, 16, 16), 64, 1),
+            (ArchClass::Cpu, Vendor::Mesa, (8, 8, 8), 64, 1),
+            (ArchClass::Other, Vendor::Other, (32, 32, 32), 64, 1),
+        ];
+        for (arch, vendor, sg, workgroup, rows) in cases {
+            let cfg = mat_vec_config(&fake(arch, vendor, sg, false));
+            assert_eq!((cfg.workgroup, cfg.rows_per_subgroup), (workgroup, rows), "{arch:?}");
+            assert!(cfg.subgroup_reduce && cfg.vec4 && cfg.subgroup_rows && !cfg.integer_dot, "{arch:?}: {cfg:?}");
         }
     }
 
@@ -369,7 +394,9 @@ mod tests {
         let mut caps = fake(ArchClass::NvidiaTensorCore, Vendor::Nvidia, (32, 32, 32), true);
         assert_eq!(float_coopmat_subgroup(&caps, Dtype::F16), Some((32, false)));
         assert_eq!(float_coopmat_subgroup(&caps, Dtype::F32), None);
-        assert_eq!(float_coopmat_subgroup(&caps, Dtype::BF16), None);
+        assert_eq!(float_coopmat_subgroup(&caps, Dtype::BF16), Some((32, false)));
+        caps.types.bfloat16_cooperative_matrix = false;
+        assert_eq!(float_coopmat_subgroup(&caps, Dtype::BF16), None, "no bf16 cooperative matrices");
         caps.types.float16 = false;
         assert_eq!(float_coopmat_subgroup(&caps, Dtype::F16), None, "no f16 arithmetic");
         let mut wave64 = fake(ArchClass::AmdGcn, Vendor::Amd, (64, 64, 64), true);

@@ -1,9 +1,9 @@
 //! variant f16 V_F16=1 ET=float16_t
+//! variant bf16 V_BF16=1 ET=bfloat16_t
 //! target vulkan1.3
 // Batched float matmul on cooperative matrices (vkml_ops::matmul's CoopMat path,
-// VK_KHR_cooperative_matrix with 16x16x16 subgroup matrices, f16 inputs and f32
-// accumulation; written over ET so that a bf16 variant (GL_EXT_bfloat16) is one line, once
-// the build's SPIR-V reflection (rspirv 0.12) can parse SPV_KHR_bfloat16 modules):
+// VK_KHR_cooperative_matrix with 16x16x16 subgroup matrices, f16 or bf16 (GL_EXT_bfloat16,
+// VK_KHR_shader_bfloat16) inputs and f32 accumulation):
 //   y[b, i, j] = sum_k a[b, i, k] * b[b, k, j],   y packed [batch, m, n]
 // with any element strides, as matmul.comp: each operand tile is staged through shared
 // memory, read along whichever of its dims has stride 1 so that loads coalesce (k for a

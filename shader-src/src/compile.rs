@@ -224,6 +224,50 @@ fn glslang_log(e: &glslang::error::GlslangError) -> String {
     }
 }
 
+/// `words` with what the reflection's parser (rspirv 0.12, SPIR-V 1.6 of SDK 1.3.268)
+/// predates rewritten, for reflection only (the module that runs is unchanged):
+/// SPV_KHR_bfloat16's capabilities (5116..=5118) are dropped and its `OpTypeFloat 16
+/// BFloat16KHR` is read as a plain 16-bit float, which has the same size and alignment.
+fn reflectable(words: &[u32]) -> std::borrow::Cow<'_, [u32]> {
+    const OP_CAPABILITY: u32 = 17;
+    const OP_TYPE_FLOAT: u32 = 22;
+    let needs = |w: &[u32]| {
+        let mut i = 5;
+        while i < w.len() {
+            let (op, wc) = (w[i] & 0xFFFF, (w[i] >> 16) as usize);
+            if wc == 0 {
+                return false;
+            }
+            if (op == OP_CAPABILITY && w.get(i + 1).is_some_and(|c| (5116..=5118).contains(c)))
+                || (op == OP_TYPE_FLOAT && wc == 4)
+            {
+                return true;
+            }
+            i += wc;
+        }
+        false
+    };
+    if words.len() < 5 || !needs(words) {
+        return std::borrow::Cow::Borrowed(words);
+    }
+    let mut out = words[..5].to_vec();
+    let mut i = 5;
+    while i < words.len() {
+        let (op, wc) = (words[i] & 0xFFFF, (words[i] >> 16) as usize);
+        let end = (i + wc.max(1)).min(words.len());
+        let ins = &words[i..end];
+        if op == OP_CAPABILITY && ins.get(1).is_some_and(|c| (5116..=5118).contains(c)) {
+            // dropped
+        } else if op == OP_TYPE_FLOAT && wc == 4 {
+            out.extend([(3 << 16) | OP_TYPE_FLOAT, ins[1], ins[2]]);
+        } else {
+            out.extend_from_slice(ins);
+        }
+        i = end;
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Reflects the interface of a compute shader's SPIR-V.
 ///
 /// Every resource must be a storage buffer in descriptor set 0 (vkml's kernel ABI), the
@@ -238,7 +282,8 @@ pub fn reflect(name: &str, words: &[u32]) -> Result<Interface, CompileError> {
         return Err(bad("missing the SPIR-V magic number 0x07230203".into()));
     }
     let mut module = FlatModule::default();
-    rspirv::binary::parse_words(words, &mut module).map_err(|e| bad(e.to_string()))?;
+    let words = reflectable(words);
+    rspirv::binary::parse_words(&words, &mut module).map_err(|e| bad(e.to_string()))?;
     let m = &module;
 
     let mut decorations: Decorations = HashMap::new();

@@ -77,17 +77,21 @@ fn main() {
         if let Some((_, require)) = float_coopmat_subgroup(c, dt) {
             paths.push(MatmulPath::CoopMat { require_subgroup_size: require });
         }
-        for path in paths {
-            let secs = time(&dev, reps, |s| {
-                matmul_with(s, path, dt, (1, n, n, n), &a, lay, &b, lay, &y).unwrap();
-            });
-            let tflops = 2.0 * (n as f64).powi(3) / secs / 1e12;
-            let mark = if path == default { " (default)" } else { "" };
-            println!(
-                "| matmul {n}x{n}x{n} | {} | {path:?}{mark} | {:.3} | {tflops:.1} TFLOP/s |",
-                dt.name(),
-                secs * 1e3
-            );
+        // a b, and a b^T (b read along k: a linear layer's x w^T).
+        let lay_t = MatLayout { offset: 0, batch: 0, row: 1, col: n };
+        for (what, bl) in [("a b", lay), ("a b^T", lay_t)] {
+            for &path in &paths {
+                let secs = time(&dev, reps, |s| {
+                    matmul_with(s, path, dt, (1, n, n, n), &a, lay, &b, bl, &y).unwrap();
+                });
+                let tflops = 2.0 * (n as f64).powi(3) / secs / 1e12;
+                let mark = if path == default { " (default)" } else { "" };
+                println!(
+                    "| matmul {what} {n}x{n}x{n} | {} | {path:?}{mark} | {:.3} | {tflops:.1} TFLOP/s |",
+                    dt.name(),
+                    secs * 1e3
+                );
+            }
         }
     }
     let len = 1usize << 26;
