@@ -17,9 +17,10 @@
 //! glslang's message and the file name.
 //!
 //! Incremental: each variant's SPIR-V is kept in `$OUT_DIR` next to a hash of what it was
-//! compiled from (the shader text, the headers it includes, its defines and target, and
-//! the compiler options in `src/compile.rs`). A variant whose hash is unchanged is not
-//! recompiled, so editing one shader recompiles only that shader's variants.
+//! compiled from (the shader text, every header, its defines and target, the compiler
+//! options in `src/compile.rs` and this script). A variant whose hash is unchanged is not
+//! recompiled, so editing one shader recompiles only that shader's variants (editing a
+//! header recompiles everything).
 
 #[path = "src/compile.rs"]
 #[allow(dead_code)]
@@ -175,32 +176,19 @@ fn cached_or_build(
     Ok(built)
 }
 
-/// Hash of everything a variant's SPIR-V depends on: the shader source, the text of every
-/// header it includes (transitively), its defines, its target and the compiler options.
-/// Only compared within one `$OUT_DIR` (one toolchain), so `DefaultHasher` suffices.
+/// Hash of everything a variant's SPIR-V depends on: the shader source, every header
+/// (all of them: cheaper than being wrong about which ones a shader includes), its
+/// defines, its target, the compiler options (`src/compile.rs`) and this script (which
+/// sets the entry point and dialect). Only compared within one `$OUT_DIR` (one
+/// toolchain), so `DefaultHasher` suffices.
 fn input_hash(job: &Job, headers: &[(String, String)]) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     include_str!("src/compile.rs").hash(&mut h);
+    include_str!("build.rs").hash(&mut h);
     job.source.hash(&mut h);
     format!("{:?}", job.target).hash(&mut h);
     job.variant.defines.hash(&mut h);
-    let mut seen: Vec<&str> = Vec::new();
-    let mut queue: Vec<&str> = vec![job.source.as_str()];
-    while let Some(text) = queue.pop() {
-        for line in text.lines() {
-            let Some(rest) = line.trim_start().strip_prefix("#include") else { continue };
-            let name = rest.trim().trim_matches('"');
-            if seen.contains(&name) {
-                continue;
-            }
-            seen.push(name);
-            if let Some((n, t)) = headers.iter().find(|(n, _)| n == name) {
-                n.hash(&mut h);
-                t.hash(&mut h);
-                queue.push(t.as_str());
-            }
-        }
-    }
+    headers.hash(&mut h);
     h.finish()
 }
 

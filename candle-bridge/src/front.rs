@@ -843,15 +843,15 @@ where
 
     fn pool(&self, max: bool, kernel: (usize, usize), stride: (usize, usize)) -> CResult<Self> {
         let &[b, c, h, w] = self.dims() else { candle_core::bail!("pool2d takes [b, c, h, w], got {:?}", self.dims()) };
-        if kernel.0 == 0 || kernel.1 == 0 || stride.0 == 0 || stride.1 == 0 || kernel.0 > h || kernel.1 > w {
-            candle_core::bail!("pool2d: window {kernel:?}, stride {stride:?} on {:?}", self.dims());
-        }
+        let pool = if max { vkml_ops::spatial::Pool::Max } else { vkml_ops::spatial::Pool::Avg };
+        let [oh, ow] = vkml_ops::spatial::pool_output(pool, [b, c, h, w], [kernel.0, kernel.1], [stride.0, stride.1])
+            .map_err(candle_core::Error::wrap)?;
         let st = if max {
             self.storage.max_pool2d(&self.layout, kernel, stride)?
         } else {
             self.storage.avg_pool2d(&self.layout, kernel, stride)?
         };
-        Ok(Self::from_storage(st, (b, c, (h - kernel.0) / stride.0 + 1, (w - kernel.1) / stride.1 + 1)))
+        Ok(Self::from_storage(st, (b, c, oh, ow)))
     }
 
     /// candle's `upsample_nearest2d` on `[b, c, h, w]`.

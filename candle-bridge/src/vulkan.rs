@@ -483,10 +483,8 @@ impl VulkanStorage {
         }
         let dims = dims4(l, pool.name())?;
         let (k, st) = ([kernel.0, kernel.1], [stride.0, stride.1]);
-        if k.contains(&0) || st.contains(&0) || k[0] > dims[2] || k[1] > dims[3] {
-            candle_core::bail!("{}: window {kernel:?}, stride {stride:?} on an input of {dims:?}", pool.name());
-        }
-        let out = Layout::contiguous((dims[0], dims[1], (dims[2] - k[0]) / st[0] + 1, (dims[3] - k[1]) / st[1] + 1));
+        let [oh, ow] = vkml_ops::spatial::pool_output(pool, dims, k, st).map_err(cerr)?;
+        let out = Layout::contiguous((dims[0], dims[1], oh, ow));
         self.map(&out, self.dtype, |s, y| vkml_ops::spatial::pool2d(s, dt, pool, dims, self.view(l), k, st, y))
     }
 
@@ -763,18 +761,7 @@ impl BackendStorage for VulkanStorage {
     fn conv2d(&self, l: &Layout, k: &Self, kl: &Layout, p: &candle_core::conv::ParamsConv2D) -> CResult<Self> {
         let [b, i_h, i_w, k_h, k_w, c_out, c_in, pad, stride, dil] =
             params_fields(p, ["b_size", "i_h", "i_w", "k_h", "k_w", "c_out", "c_in", "padding", "stride", "dilation"])?;
-        let cp = ConvParams {
-            batch: b,
-            c_in,
-            c_out,
-            input: [i_h, i_w],
-            kernel: [k_h, k_w],
-            padding: [pad; 2],
-            stride: [stride; 2],
-            dilation: [dil; 2],
-            output_padding: [0; 2],
-            transposed: false,
-        };
+        let cp = ConvParams::conv2d(b, c_in, c_out, [i_h, i_w], [k_h, k_w], pad, stride, dil, 0, false);
         self.conv(l, k, kl, &cp)
     }
 
@@ -789,18 +776,7 @@ impl BackendStorage for VulkanStorage {
             p,
             ["b_size", "i_h", "i_w", "k_h", "k_w", "c_out", "c_in", "padding", "output_padding", "stride", "dilation"],
         )?;
-        let cp = ConvParams {
-            batch: b,
-            c_in,
-            c_out,
-            input: [i_h, i_w],
-            kernel: [k_h, k_w],
-            padding: [pad; 2],
-            stride: [stride; 2],
-            dilation: [dil; 2],
-            output_padding: [out_pad; 2],
-            transposed: true,
-        };
+        let cp = ConvParams::conv2d(b, c_in, c_out, [i_h, i_w], [k_h, k_w], pad, stride, dil, out_pad, true);
         self.conv(l, k, kl, &cp)
     }
 
@@ -1023,12 +999,14 @@ impl VulkanDevice {
         let dt = ops_dtype(dtype, op)?;
         let n = shape.elem_count();
         let y = self.alloc(n, dtype)?;
-        let (seed, call) = {
-            let mut st = self.inner.seed.lock();
-            st.1 += 1;
-            (st.0, st.1 - 1)
-        };
+        // The call number moves on only for a fill that was recorded: a rejected one (bad
+        // bounds) leaves the sequence as it was. The lock is held across the recording so
+        // that concurrent fills take distinct numbers.
+        let mut st = self.inner.seed.lock();
+        let (seed, call) = *st;
         self.with_stream(|s| vkml_ops::rand::fill(s, dt, dist, seed, call, n, &y).map_err(cerr))?;
+        st.1 += 1;
+        drop(st);
         Ok(self.storage(y, dtype, n))
     }
 }

@@ -77,6 +77,35 @@ impl ConvParams {
         }
     }
 
+    /// A 2-D convolution with the same padding, stride, dilation and output padding on
+    /// both axes (candle's `ParamsConv2D` / `ParamsConvTranspose2D`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv2d(
+        batch: usize,
+        c_in: usize,
+        c_out: usize,
+        input: [usize; 2],
+        kernel: [usize; 2],
+        padding: usize,
+        stride: usize,
+        dilation: usize,
+        output_padding: usize,
+        transposed: bool,
+    ) -> ConvParams {
+        ConvParams {
+            batch,
+            c_in,
+            c_out,
+            input,
+            kernel,
+            padding: [padding; 2],
+            stride: [stride; 2],
+            dilation: [dilation; 2],
+            output_padding: [output_padding; 2],
+            transposed,
+        }
+    }
+
     /// Output height and width: `(in + 2 pad - dil (k - 1) - 1) / stride + 1` forward,
     /// `(in - 1) stride - 2 pad + dil (k - 1) + output_padding + 1` transposed (PyTorch).
     ///

@@ -69,6 +69,17 @@ impl Dtype {
         matches!(self, Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::F64)
     }
 
+    /// `v` rounded to this dtype as candle's `T::from_f64` does (the `half` crate for F16
+    /// and BF16, `as f32` for F32), returned as f64; unchanged for F64 and the integers.
+    pub fn round_f64(self, v: f64) -> f64 {
+        match self {
+            Dtype::F16 => half::f16::from_f64(v).to_f64(),
+            Dtype::BF16 => half::bf16::from_f64(v).to_f64(),
+            Dtype::F32 => f64::from(v as f32),
+            _ => v,
+        }
+    }
+
     /// Checks that `dev` can load and store this type in storage buffers (the features
     /// in the type's docs).
     pub(crate) fn require(self, dev: &Device, op: &'static str) -> Result<()> {

@@ -467,11 +467,7 @@ pub fn elu(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, alpha: f64, 
 
 /// A parameter as candle passes it to an f32 / f16 / bf16 map (`T::from_f64`), as f32.
 fn param_in(dt: Dtype, v: f64) -> f32 {
-    match dt {
-        Dtype::F16 => half::f16::from_f64(v).to_f32(),
-        Dtype::BF16 => half::bf16::from_f64(v).to_f32(),
-        _ => v as f32,
-    }
+    dt.round_f64(v) as f32
 }
 
 fn map(

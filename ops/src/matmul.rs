@@ -11,9 +11,9 @@
 //! - subgroup: for a few rows (`m <= 8`), one subgroup per output column, lanes over k,
 //!   `subgroupAdd`;
 //! - cooperative matrix: F16 / BF16 on 16x16x16 tensor-core tiles, 128 x 128 outputs per
-//!   workgroup; with 16-byte loads and double-buffered tiles (`matmul_cm4.comp`) where `a`
-//!   is contiguous along k and `b` along n or k with strides and offsets in multiples of
-//!   8, else element by element (`matmul_cm.comp`).
+//!   workgroup; for F16 with 16-byte loads and double-buffered tiles (`matmul_cm4.comp`)
+//!   where `a` is contiguous along k and `b` along n or k with strides and offsets in
+//!   multiples of 8, else (and for BF16) element by element (`matmul_cm.comp`).
 //!
 //! Accumulation is in f32 for F32, F16 and BF16 (one rounding to the dtype on store) and
 //! f64 for F64; the summation order differs from a CPU gemm, so results agree to rounding.
@@ -123,7 +123,8 @@ pub fn matmul_with(
     let lim = caps.limits.max_workgroup_count;
     let (name, options, groups, extra) = match path {
         MatmulPath::Tiled { tile } => {
-            if tile == 0 || tile % 4 != 0 || (tile / 4) * (tile / 4) > caps.limits.max_workgroup_invocations {
+            let invocations = (tile / 4).checked_mul(tile / 4);
+            if tile == 0 || tile % 4 != 0 || invocations.is_none_or(|i| i > caps.limits.max_workgroup_invocations) {
                 return Err(bad(format!("tile {tile} is not a multiple of 4 within the workgroup limit")));
             }
             let t = tile as usize;
@@ -134,10 +135,16 @@ pub fn matmul_with(
         MatmulPath::Subgroup { workgroup } => {
             let sg = &caps.subgroup;
             let largest = sg.max_size.max(sg.size);
-            if dt == Dtype::F64 || !sg.operations.contains(&"arithmetic") || largest == 0 || workgroup % largest != 0 {
+            if dt == Dtype::F64
+                || !sg.operations.contains(&"arithmetic")
+                || largest == 0
+                || workgroup == 0
+                || workgroup % largest != 0
+                || workgroup > caps.limits.max_workgroup_invocations
+            {
                 return Err(bad(format!(
                     "the subgroup path needs subgroup arithmetic, a workgroup ({workgroup}) that is a multiple of the \
-                     largest subgroup ({largest}), and f32, f16 or bf16 (got {})",
+                     largest subgroup ({largest}) within the device's limit, and f32, f16 or bf16 (got {})",
                     dt.name()
                 )));
             }
@@ -151,14 +158,14 @@ pub fn matmul_with(
             (format!("matmul_sg.{}", dt.name()), options, [gx, m.div_ceil(rows), gz], Some(batch as u32))
         }
         MatmulPath::CoopMat { require_subgroup_size } => {
-            if tuning::float_coopmat_subgroup(caps, dt).is_none() {
+            let Some((_, device_requires)) = tuning::float_coopmat_subgroup(caps, dt) else {
                 return Err(bad(format!(
                     "the cooperative-matrix path needs a 16x16x16 {} x {} + f32 shape and subgroups of 32; this device \
                      has none",
                     dt.name(),
                     dt.name()
                 )));
-            }
+            };
             // The 16-byte-load kernel where the layouts allow (matmul_cm4.comp's header).
             let al8 = |v: usize| v.is_multiple_of(8);
             let batch_ok = |bs: usize| batch == 1 || al8(bs);
@@ -173,7 +180,9 @@ pub fn matmul_with(
             };
             let options = PipelineOptions {
                 spec_constants: spec,
-                required_subgroup_size: require_subgroup_size.then_some(32),
+                // The kernels assume subgroups of exactly 32: required wherever the device
+                // could run another size, whatever the caller asked.
+                required_subgroup_size: (require_subgroup_size || device_requires).then_some(32),
                 full_subgroups: caps.subgroup.full_subgroups,
             };
             (name, options, [n.div_ceil(CM_TILE), m.div_ceil(CM_TILE), batch], None)

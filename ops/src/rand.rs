@@ -4,14 +4,16 @@
 //! Counter-based: Philox4x32-10 (Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as
 //! easy as 1, 2, 3", SC 2011), keyed by the 64-bit `seed`, with counter `(block, call, 0)`
 //! where `call` numbers the fills made from one seed. A `(seed, call)` pair gives the same
-//! values on every device and for every launch shape; the caller (vkml-candle's device)
-//! advances `call` after each fill so that consecutive fills differ.
+//! random words on every device and for every launch shape, so the same uniform values
+//! (exact arithmetic); normal values go through the device's `log` / `cos` / `sin` (f32)
+//! and agree across devices to those functions' precision. The caller (vkml-candle's
+//! device) advances `call` after each fill so that consecutive fills differ.
 //!
 //! - uniform: `lo + (hi - lo) u`, `u` with 24 random bits (53 for F64), every value in
 //!   `[lo, hi)` of the dtype (a value that rounds up to `hi` becomes the largest value
 //!   below it);
-//! - normal: `mean + std z`, `z` by the Box-Muller transform in f32 (for F64 too: the
-//!   f64 results carry f32 precision, as GLSL has no f64 `log` / `cos`).
+//! - normal: `mean + std z`, `z` by the Box-Muller transform, in f32 (F64: in f64 from
+//!   53-bit uniforms, with `include/math64.glsl`'s `log`, `cos`, `sin`).
 
 use vkml_hal::{Buffer, BufferArg, Stream};
 
@@ -68,7 +70,7 @@ pub fn fill(s: &mut Stream, dt: Dtype, dist: Distribution, seed: u64, call: u64,
             if !lo.is_finite() || !hi.is_finite() {
                 return Err(bad(format!("bounds {lo} and {hi} must be finite")));
             }
-            let (lo_t, hi_t) = (round_to(dt, lo), round_to(dt, hi));
+            let (lo_t, hi_t) = (dt.round_f64(lo), dt.round_f64(hi));
             if lo_t >= hi_t {
                 return Err(bad(format!("lo {lo} must be below hi {hi} in {}", dt.name())));
             }
@@ -100,16 +102,6 @@ pub fn fill(s: &mut Stream, dt: Dtype, dist: Distribution, seed: u64, call: u64,
     let pl = pipeline_spec(&dev, &format!("rand.{}", dt.name()), wg, &[(1, code)])?;
     s.dispatch(&pl, &[BufferArg::range(y, 0, y_bytes)], &push_words(&words), groups)?;
     Ok(())
-}
-
-/// `v` rounded to `dt` (as candle's `T::from_f64`), as f64.
-fn round_to(dt: Dtype, v: f64) -> f64 {
-    match dt {
-        Dtype::F16 => half::f16::from_f64(v).to_f64(),
-        Dtype::BF16 => half::bf16::from_f64(v).to_f64(),
-        Dtype::F32 => f64::from(v as f32),
-        _ => v,
-    }
 }
 
 /// The largest value of `dt` below `v` (a finite value of `dt`).

@@ -14,7 +14,12 @@
 //!   table the host computes (any dtype, exact);
 //! - bilinear: PyTorch's `area_pixel_compute_scale` indices and weights, computed on the
 //!   host in f64 as candle does; the interpolation runs in f32 (f64 for F64) where candle
-//!   uses f64, so F32 agrees to a few ulps and F16 / BF16 to one rounding.
+//!   uses f64, so F32 agrees to a few ulps and F16 / BF16 to one rounding; to the same
+//!   size it is a copy, as candle's.
+//!
+//! Integer inputs: max_pool2d and the nearest upsamples take every dtype; avg_pool2d and
+//! bilinear are float-only here (candle's CPU runs them on integers, truncating the
+//! weights to 0).
 
 use vkml_hal::{Buffer, BufferArg, Stream};
 
@@ -62,26 +67,14 @@ pub fn pool2d(
     y: &Buffer,
 ) -> Result<()> {
     let op = pool.name();
-    let bad = |reason: String| OpsError::Shape { op, reason };
     if pool == Pool::Avg && !dt.is_float() {
         return Err(OpsError::UnsupportedDtype { op, dtype: dt.name(), supported: "f32, f16, bf16, f64" });
     }
-    let [b, c, h, w] = dims;
-    if kernel.contains(&0) || stride.contains(&0) {
-        return Err(bad(format!("kernel {kernel:?} and stride {stride:?} must be at least 1")));
-    }
-    if kernel[0] > h || kernel[1] > w {
-        return Err(bad(format!("the window {kernel:?} is larger than the input {h} x {w}")));
-    }
-    let (oh, ow) = ((h - kernel[0]) / stride[0] + 1, (w - kernel[1]) / stride[1] + 1);
+    let [b, c, _, _] = dims;
+    let [oh, ow] = pool_output(pool, dims, kernel, stride)?;
     let scale = 1.0 / (kernel[0] * kernel[1]) as f64;
     // The scale rounded to the dtype (candle's `T::from_f64`), as f32 bits and f64 bits.
-    let scale_t = match dt {
-        Dtype::F16 => half::f16::from_f64(scale).to_f64(),
-        Dtype::BF16 => half::bf16::from_f64(scale).to_f64(),
-        Dtype::F32 => f64::from(scale as f32),
-        _ => scale,
-    };
+    let scale_t = dt.round_f64(scale);
     let sb = scale_t.to_bits();
     let extra = [(scale_t as f32).to_bits(), sb as u32, (sb >> 32) as u32];
     let code = match pool {
@@ -102,6 +95,24 @@ pub fn pool2d(
         None,
         y,
     )
+}
+
+/// The output height and width of a pooling window `kernel` with `stride` over `x: [b, c,
+/// h, w]` (`dims`): `(in - k) / stride + 1` per axis, no padding (candle's).
+///
+/// # Errors
+/// [`OpsError::Shape`] (naming `pool`'s op) for a zero window or stride, or a window
+/// larger than the input.
+pub fn pool_output(pool: Pool, dims: [usize; 4], kernel: [usize; 2], stride: [usize; 2]) -> Result<[usize; 2]> {
+    let bad = |reason: String| OpsError::Shape { op: pool.name(), reason };
+    let [_, _, h, w] = dims;
+    if kernel.contains(&0) || stride.contains(&0) {
+        return Err(bad(format!("kernel {kernel:?} and stride {stride:?} must be at least 1")));
+    }
+    if kernel[0] > h || kernel[1] > w {
+        return Err(bad(format!("the window {kernel:?} is larger than the input {h} x {w}")));
+    }
+    Ok([(h - kernel[0]) / stride[0] + 1, (w - kernel[1]) / stride[1] + 1])
 }
 
 /// How [`upsample2d`] samples.
@@ -151,6 +162,9 @@ pub fn upsample2d(
     if b * c * oh * ow == 0 {
         return Ok(());
     }
+    // candle returns a bilinear resample to the same size unchanged, whatever the scale
+    // factors: the identity table of the nearest kernel copies it.
+    let mode = if [h, w] == out { Resample::Nearest } else { mode };
     if h == 0 || w == 0 {
         return Err(OpsError::Shape { op, reason: format!("cannot resample an empty {h} x {w} input to {oh} x {ow}") });
     }

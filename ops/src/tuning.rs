@@ -89,27 +89,10 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
 /// whether the pipeline must require it; `None` where the device lacks what that kernel
 /// needs: a 16x16x16 f16 x f16 + f32 → f32 subgroup-scope shape (`VK_KHR_cooperative_matrix`)
 /// and subgroups of exactly 32 (the kernel tiles 8 subgroups of 32 over 256 invocations),
-/// plus f16 arithmetic (`shaderFloat16`) and 48 KiB of shared memory.
+/// plus f16 arithmetic (`shaderFloat16`) and 48 KiB of shared memory: the requirements of
+/// the F16 float matmul's cooperative-matrix kernels ([`float_coopmat_subgroup`]).
 pub fn coopmat_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
-    let shape = caps.cooperative_matrix.iter().any(|s| {
-        (s.m, s.n, s.k) == (16, 16, 16)
-            && s.a == "f16"
-            && s.b == "f16"
-            && s.c == "f32"
-            && s.result == "f32"
-            && s.scope == "subgroup"
-    });
-    let sg = &caps.subgroup;
-    if !shape || !caps.types.float16 || caps.limits.max_shared_memory < 48 * 1024 {
-        return None;
-    }
-    if sg.min_size == 32 && sg.max_size == 32 {
-        Some((32, false))
-    } else if sg.size_control && sg.full_subgroups && (sg.min_size..=sg.max_size).contains(&32) {
-        Some((32, true))
-    } else {
-        None
-    }
+    float_coopmat_subgroup(caps, Dtype::F16)
 }
 
 /// Whether the kernels that reduce over a row or a block of keys (`norm.comp`,

@@ -166,9 +166,11 @@ fn default_choice_and_refusals() {
     }
     let bad = matmul_with(&mut s, MatmulPath::Tiled { tile: 30 }, Dtype::F32, (1, 3, 2, 5), &ab, a.l, &bb, b.l, &y);
     assert!(bad.unwrap_err().to_string().contains("tile 30"));
-    if float_coopmat_subgroup(dev.caps(), Dtype::F32).is_none() {
-        let path = MatmulPath::CoopMat { require_subgroup_size: false };
-        let err = matmul_with(&mut s, path, Dtype::F32, (1, 3, 2, 5), &ab, a.l, &bb, b.l, &y).unwrap_err();
-        assert!(err.to_string().contains("cooperative-matrix"), "{err}");
-    }
+    // F32 has no cooperative-matrix kernel on any device.
+    let path = MatmulPath::CoopMat { require_subgroup_size: false };
+    let err = matmul_with(&mut s, path, Dtype::F32, (1, 3, 2, 5), &ab, a.l, &bb, b.l, &y).unwrap_err();
+    assert!(err.to_string().contains("cooperative-matrix"), "{err}");
+    let path = MatmulPath::Subgroup { workgroup: 0 };
+    let err = matmul_with(&mut s, path, Dtype::F32, (1, 3, 2, 5), &ab, a.l, &bb, b.l, &y).unwrap_err();
+    assert!(err.to_string().contains("subgroup"), "{err}");
 }

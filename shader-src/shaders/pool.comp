@@ -55,15 +55,6 @@ layout(push_constant) uniform P {
     uint scale_hi;
 } p;
 
-// V_T rounded to the dtype and back (exact for f32, f64 and the integers).
-#if defined(V_F16)
-#define ROUND_T(v) uintBitsToFloat(vkml_f16_bits_to_f32_bits(vkml_f32_bits_to_f16_bits(floatBitsToUint(v))))
-#elif defined(V_BF16)
-#define ROUND_T(v) uintBitsToFloat(vkml_bf16_bits_to_f32_bits(vkml_f32_bits_to_bf16_bits(floatBitsToUint(v))))
-#else
-#define ROUND_T(v) (v)
-#endif
-
 void main() {
     uint idx = vkml_global_index_1d();
     if (idx >= p.n) return;
@@ -89,7 +80,7 @@ void main() {
     V_T acc = V_T(0);
     for (uint u = 0u; u < p.k_h; ++u) {
         for (uint v = 0u; v < p.k_w; ++v) {
-            acc = ROUND_T(acc + V_LOAD(x, base + u * p.x_str[2] + v * p.x_str[3]));
+            acc = V_ROUND(acc + V_LOAD(x, base + u * p.x_str[2] + v * p.x_str[3]));
         }
     }
 #ifdef V_F64

@@ -5,7 +5,10 @@
 // Random fill (vkml_ops::rand: candle's rand_uniform and rand_normal), counter-based:
 // invocation i draws one Philox4x32-10 block (Salmon et al., "Parallel random numbers:
 // as easy as 1, 2, 3", SC 2011) for counter (i, call_lo, call_hi, 0) and key (seed_lo,
-// seed_hi), so a (seed, call) pair gives the same values on every device and launch shape.
+// seed_hi): a (seed, call) pair gives the same random words on every device and launch
+// shape, and the same uniform values (exact arithmetic, `precise`); normal values go
+// through the device's log / cos / sin, so they agree across devices to those functions'
+// precision.
 //
 // Each block gives 4 outputs (2 for f64), y[i * PER + e]:
 // - uniform (MODE 0): lo + (hi - lo) u with u = (word >> 8) 2^-24 in [0, 1) (f64: 53 bits
@@ -13,7 +16,8 @@
 //   the largest value of the dtype under hi, so every value lies in [lo, hi);
 // - normal (MODE 1): mean + std z with z from the Box-Muller transform of word pairs,
 //   u1 = ((w >> 8) + 1) 2^-24 in (0, 1], u2 = (w >> 8) 2^-24: z = sqrt(-2 ln u1)
-//   (cos | sin)(2 pi u2), in f32 (the f64 variant too: GLSL has no f64 log or cos).
+//   (cos | sin)(2 pi u2), in f32; the f64 variant with 53-bit u1, u2 from word pairs and
+//   include/math64.glsl's log, cos and sin.
 // Bindings: 0 = y. Push constants as P: a = lo or mean, b = hi - lo or std, hi_below; f32
 // bits (in *_lo for the f64 variant, with the high words in *_hi).
 // Specialization constants: 0 = workgroup size, 1 = MODE.
@@ -31,6 +35,9 @@ layout(constant_id = 1) const uint MODE = 0;
 #include "common.glsl"
 #include "strided.glsl"
 #include "dtype.glsl"
+#ifdef V_F64
+#include "math64.glsl"
+#endif
 
 layout(std430, set = 0, binding = 0) writeonly buffer Y { V_ST y[]; };
 layout(push_constant) uniform P {
@@ -46,14 +53,6 @@ layout(push_constant) uniform P {
     uint hb_lo;
     uint hb_hi;
 } p;
-
-#if defined(V_F16)
-#define ROUND_T(v) uintBitsToFloat(vkml_f16_bits_to_f32_bits(vkml_f32_bits_to_f16_bits(floatBitsToUint(v))))
-#elif defined(V_BF16)
-#define ROUND_T(v) uintBitsToFloat(vkml_bf16_bits_to_f32_bits(vkml_f32_bits_to_bf16_bits(floatBitsToUint(v))))
-#else
-#define ROUND_T(v) (v)
-#endif
 
 #ifdef V_F64
 #define PER 2u
@@ -91,24 +90,33 @@ void main() {
         for (uint e = 0u; e < 2u; ++e) {
             uint64_t bits = (uint64_t(w[2u * e]) << 32 | uint64_t(w[2u * e + 1u])) >> 11;
             double u = double(bits) * (1.0lf / 9007199254740992.0lf);
-            double v = a + b * u;
+            precise double v = a + b * u;
             put(o + e, v > hb ? hb : v);
         }
 #else
         for (uint e = 0u; e < 4u; ++e) {
             float u = float(w[e] >> 8) * (1.0 / 16777216.0);
-            float v = a + b * u;
-            put(o + e, ROUND_T(v) > hb ? hb : v);
+            precise float v = a + b * u;
+            put(o + e, V_ROUND(v) > hb ? hb : v);
         }
 #endif
         return;
     }
-    for (uint e = 0u; e < PER; e += 2u) {
+#ifdef V_F64
+    double u1 = double(((uint64_t(w.x) << 32 | uint64_t(w.y)) >> 11) + 1ul) * (1.0lf / 9007199254740992.0lf);
+    double u2 = double((uint64_t(w.z) << 32 | uint64_t(w.w)) >> 11) * (1.0lf / 9007199254740992.0lf);
+    double r = sqrt(-2.0lf * log64(u1));
+    double th = 6.283185307179586lf * u2;
+    put(o, a + b * (r * cos64(th)));
+    put(o + 1u, a + b * (r * sin64(th)));
+#else
+    for (uint e = 0u; e < 4u; e += 2u) {
         float u1 = float((w[e] >> 8) + 1u) * (1.0 / 16777216.0);
         float u2 = float(w[e + 1u] >> 8) * (1.0 / 16777216.0);
         float r = sqrt(-2.0 * log(u1));
         float th = 6.28318530717958647692 * u2;
-        put(o + e, a + b * V_T(r * cos(th)));
-        put(o + e + 1u, a + b * V_T(r * sin(th)));
+        put(o + e, a + b * (r * cos(th)));
+        put(o + e + 1u, a + b * (r * sin(th)));
     }
+#endif
 }

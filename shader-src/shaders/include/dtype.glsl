@@ -17,6 +17,8 @@
 //   V_STORE(b, i, v) stores v: f16 / bf16 rounded as half::f16::from_f32 /
 //                   half::bf16::from_f32, u8 truncated to the low 8 bits (Rust's wrapping
 //                   u8 arithmetic)
+//   V_ROUND(v)      v rounded to the dtype and widened back (exact for f32, f64 and the
+//                   integers; one rounding to nearest even for f16 / bf16)
 //   V_FLOAT / V_INT defined for float / integer dtypes.
 #ifndef VKML_DTYPE_GLSL
 #define VKML_DTYPE_GLSL
@@ -287,6 +289,14 @@ bool vkml_isnan_f32(float v) {
 #endif
 
 // NaN test of a V_T on the bits (NVIDIA's compiler may fold isnan away).
+#if defined(V_F16)
+#define V_ROUND(v) uintBitsToFloat(vkml_f16_bits_to_f32_bits(vkml_f32_bits_to_f16_bits(floatBitsToUint(v))))
+#elif defined(V_BF16)
+#define V_ROUND(v) uintBitsToFloat(vkml_bf16_bits_to_f32_bits(vkml_f32_bits_to_bf16_bits(floatBitsToUint(v))))
+#else
+#define V_ROUND(v) (v)
+#endif
+
 #if defined(V_F64)
 #define V_ISNAN(v) vkml_isnan_f64(v)
 #elif defined(V_FLOAT)
