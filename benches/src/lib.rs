@@ -2,6 +2,13 @@
 
 use vkml_ops::quant::{MatMatOptions, MatMatPath};
 
+/// The value after command-line flag `name` (`--reps 20`), or `default` when the flag is
+/// absent or its value does not parse.
+pub fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 /// `n` pseudo-random f32 values in [-1, 1) from a xorshift64 stream seeded by `seed`
 /// (deterministic, so runs on different machines bench the same weights).
 pub fn random(n: usize, seed: u64) -> Vec<f32> {

@@ -989,10 +989,7 @@ impl VulkanDevice {
     /// A new storage of `shape` filled on the GPU from `dist` with the device's seed and
     /// the next call number (`vkml_ops::rand`).
     fn rand(&self, shape: &Shape, dtype: DType, dist: vkml_ops::rand::Distribution) -> CResult<VulkanStorage> {
-        let op = match dist {
-            vkml_ops::rand::Distribution::Uniform { .. } => "rand_uniform",
-            vkml_ops::rand::Distribution::Normal { .. } => "rand_normal",
-        };
+        let op = dist.name();
         if !dtype.is_float() {
             return Err(candle_core::Error::UnsupportedDTypeForOp(dtype, op));
         }

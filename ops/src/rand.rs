@@ -41,6 +41,16 @@ pub enum Distribution {
     },
 }
 
+impl Distribution {
+    /// candle's op name: `rand_uniform` or `rand_normal`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Distribution::Uniform { .. } => "rand_uniform",
+            Distribution::Normal { .. } => "rand_normal",
+        }
+    }
+}
+
 /// Records filling `y[0..n]` (`dt`) with draws from `dist` for `(seed, call)`.
 ///
 /// # Errors
@@ -48,10 +58,7 @@ pub enum Distribution {
 /// non-finite parameters, `lo >= hi` once rounded to `dt`, a negative `std`, `n` past
 /// 2^32 - 1 or `y` too small; missing device features for `dt`; HAL errors.
 pub fn fill(s: &mut Stream, dt: Dtype, dist: Distribution, seed: u64, call: u64, n: usize, y: &Buffer) -> Result<()> {
-    let op = match dist {
-        Distribution::Uniform { .. } => "rand_uniform",
-        Distribution::Normal { .. } => "rand_normal",
-    };
+    let op = dist.name();
     let bad = |reason: String| OpsError::Shape { op, reason };
     if !dt.is_float() {
         return Err(OpsError::UnsupportedDtype { op, dtype: dt.name(), supported: "f32, f16, bf16, f64" });

@@ -11,17 +11,12 @@
 
 use std::time::Instant;
 
-use vkml_benches::random;
+use vkml_benches::{arg, random};
 use vkml_hal::{Device, MemoryKind, Stream};
 use vkml_ops::elementwise::{self, BinaryOp, View};
 use vkml_ops::matmul::{matmul_with, MatLayout};
 use vkml_ops::tuning::{float_coopmat_subgroup, matmul_config, MatmulPath};
 use vkml_ops::Dtype;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 /// `v` as the bytes of `dt`.
 fn encode(dt: Dtype, v: &[f32]) -> Vec<u8> {
@@ -47,8 +42,8 @@ fn time(dev: &Device, reps: usize, mut f: impl FnMut(&mut Stream)) -> f64 {
 
 fn main() {
     let dev = Device::from_env().expect("a Vulkan device");
-    let n = arg("--n", 4096);
-    let reps = arg("--reps", 20);
+    let n = arg("--n", 4096) as usize;
+    let reps = arg("--reps", 20) as usize;
     let c = dev.caps();
     println!(
         "device: {} ({}, driver {}), commit {}",

@@ -17,15 +17,10 @@
 
 use std::time::Instant;
 
-use vkml_benches::{mat_mat_options, random};
+use vkml_benches::{arg, mat_mat_options, random};
 use vkml_hal::{Device, MemoryKind, Stream};
 use vkml_ops::quant::{self, QMatrix, SUPPORTED};
 use vkml_quant::GgmlType;
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 /// Raw blocks of `w` in `ty`; the grid i-quants, which vkml-quant cannot quantize, get
 /// pseudo-random bytes (the kernels' speed does not depend on the values).
