@@ -6,6 +6,7 @@
 #   - the system's root certificates (the default model is fetched over HTTPS),
 #   - with --test: the Khronos validation layers (tests run with validation on) and
 #     the real GGUF models the tests read (see quant/scripts/fetch_test_models.sh).
+#   - with --test: gguf-py (pinned) in ~/.cache/vkml/gguf-py, the reader cli/tests/gguf_synth.rs checks.
 # Usage: scripts/setup.sh [--test]
 set -euo pipefail
 
@@ -28,6 +29,7 @@ need_pkg pkg-config
 need_pkg ca-certificates
 if [[ $want_test -eq 1 ]]; then
   need_pkg vulkan-validationlayers
+  command -v python3 >/dev/null || need_pkg python3
   python3 -m pip --version >/dev/null 2>&1 || need_pkg python3-pip
 fi
 if [[ ${#pkgs[@]} -gt 0 ]]; then
@@ -39,4 +41,20 @@ fi
 
 if [[ $want_test -eq 1 ]]; then
   bash "$(dirname "$0")/../quant/scripts/fetch_test_models.sh"
+  # gguf-py with its dependencies (numpy, ...) in a directory of its own, put on PYTHONPATH
+  # by the tests: `pip install --target` needs no venv and is allowed on PEP 668 ("externally
+  # managed") systems. The marker names the version and the Python it was built for.
+  gguf_py="${VKML_GGUF_PY:-$HOME/.cache/vkml/gguf-py}"
+  gguf_version=0.19.0
+  marker=".vkml-gguf-$gguf_version-$(python3 -c 'import sys; print(sys.implementation.cache_tag)')"
+  if [[ ! -e "$gguf_py/$marker" ]]; then
+    echo "setup: installing gguf-py $gguf_version into $gguf_py" >&2
+    mkdir -p "$(dirname "$gguf_py")"
+    rm -rf "$gguf_py.tmp"
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check \
+      --target "$gguf_py.tmp" "gguf==$gguf_version"
+    touch "$gguf_py.tmp/$marker"
+    rm -rf "$gguf_py"
+    mv "$gguf_py.tmp" "$gguf_py"
+  fi
 fi

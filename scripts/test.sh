@@ -9,6 +9,8 @@ scripts/setup.sh --test
 export VK_DRIVER_FILES="${VK_DRIVER_FILES-/usr/share/vulkan/icd.d/lvp_icd.x86_64.json}"
 export VKML_VALIDATION=1
 export VKML_TEST_MODELS="${VKML_TEST_MODELS:-$HOME/.cache/vkml/test-models}"
+# gguf-py, installed by setup.sh --test, for cli/tests/gguf_synth.rs.
+export VKML_GGUF_PY="${VKML_GGUF_PY:-$HOME/.cache/vkml/gguf-py}"
 # Pipeline caches written by tests go to a scratch dir, not the user's cache.
 export VKML_CACHE_DIR="${VKML_CACHE_DIR:-$(mktemp -d)}"
 cargo test --workspace --release

@@ -1,12 +1,49 @@
 //! Synthetic llama-family models: the shapes of real models with random weights, made
 //! in-process as a GGUF file, so that speed can be measured without a model file (the
-//! GPU machine cannot fetch one). The weights are uniform in ±1/√k, quantized with
-//! vkml-quant's ggml-compatible quantizers; norm weights are 1.
+//! GPU machine cannot fetch one), and written to disk (`vkml gguf synth`) so that other
+//! engines (llama.cpp) can be measured on identical weights. The weights are uniform in
+//! ±1/√k, quantized with vkml-quant's ggml-compatible quantizers; norm weights are 1.
+//!
+//! # Tokenizer
+//! Every synthetic model carries a SentencePiece-style tokenizer in its metadata, in the
+//! form of the GGUF spec's "Tokenizer" section that llama.cpp's `llama-vocab.cpp` loads
+//! as `LLAMA_VOCAB_TYPE_SPM` (and [`crate::tokenizer::GgufTokenizer`] as well):
+//!
+//! - `tokenizer.ggml.model = "llama"`;
+//! - `tokenizer.ggml.tokens`: exactly `vocab` unique strings: `<unk>` (id 0), `<s>` (1),
+//!   `</s>` (2), the 256 byte tokens `<0x00>` … `<0xFF>` (3 … 258), then `▁` (U+2581, the
+//!   SentencePiece space), the 94 printable ASCII characters `!` … `~`, then `▁` followed
+//!   by lower-case words (`▁a` … `▁z`, `▁aa` … `▁zz`, `▁aaa` …, shortest first, each
+//!   length in alphabetical order) until the vocabulary is full. Every word's prefixes
+//!   are pieces too, so BPE merges build words one letter at a time;
+//! - `tokenizer.ggml.scores`: f32, `-id` (decreasing with the id: shorter words merge
+//!   first);
+//! - `tokenizer.ggml.token_type`: i32, ggml's `llama_token_type` values: 2 (unknown) for
+//!   `<unk>`, 3 (control) for `<s>` and `</s>`, 6 (byte) for `<0xNN>`, 1 (normal) for the
+//!   rest;
+//! - `tokenizer.ggml.bos_token_id = 1`, `eos_token_id = 2`, `unknown_token_id = 0`
+//!   (u32), `add_bos_token = true`, `add_eos_token = false`, `add_space_prefix = true`.
+//!
+//! A vocabulary needs at least [`TOKENIZER_FIXED`] + 1 entries. The model also records
+//! `{arch}.vocab_size`; `general.file_type` is left out (llama.cpp guesses it from the
+//! tensor types).
+//!
+//! # File layout
+//! GGUF v3 with the default alignment of 32 (GGUF spec "File Structure"), the same bytes
+//! as [`GgufWriter::to_bytes`] would produce for it, but streamed: one tensor is made,
+//! quantized and written at a time, so writing an 8B model needs one tensor's memory, and
+//! [`synthetic_model`] holds the file once.
 
-use vkml_quant::gguf::{GgufFile, GgufValue, GgufWriter};
+use std::io::Write;
+use std::path::Path;
+
+use vkml_quant::gguf::{GgufArray, GgufError, GgufFile, GgufValue, DEFAULT_ALIGNMENT, GGUF_MAGIC};
 use vkml_quant::GgmlType;
 
-use crate::error::{model_err, Result};
+use crate::error::{model_err, Error, Result};
+
+#[cfg(doc)]
+use vkml_quant::gguf::GgufWriter;
 
 /// The shape of a llama-family model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +60,8 @@ pub struct SynthShape {
     pub n_head: usize,
     /// KV heads.
     pub n_kv_head: usize,
-    /// Vocabulary.
+    /// Vocabulary (at least [`TOKENIZER_FIXED`] + 1: the tokenizer's fixed tokens and one
+    /// piece).
     pub vocab: usize,
     /// Whether the output projection is tied to the token embedding.
     pub tied: bool,
@@ -73,6 +111,23 @@ pub const SHAPES: &[SynthShape] = &[
         tied: false,
     },
 ];
+
+/// The GGUF architectures a synthetic model can be written as (`general.architecture`):
+/// `llama` and `mistral` have the same tensors; `qwen2` adds Q/K/V biases.
+pub const ARCHS: &[&str] = &["llama", "mistral", "qwen2"];
+
+/// The seed the benchmarks and `vkml gguf synth` use unless told otherwise.
+pub const DEFAULT_SEED: u64 = 42;
+
+/// Token id of `<unk>` in the synthetic tokenizer.
+pub const UNK_ID: u32 = 0;
+/// Token id of `<s>` (beginning of sequence) in the synthetic tokenizer.
+pub const BOS_ID: u32 = 1;
+/// Token id of `</s>` (end of sequence) in the synthetic tokenizer.
+pub const EOS_ID: u32 = 2;
+/// Tokens every synthetic vocabulary starts with: `<unk>`, `<s>`, `</s>` and the 256
+/// byte tokens.
+pub const TOKENIZER_FIXED: usize = 3 + 256;
 
 /// The named shape.
 ///
@@ -126,72 +181,434 @@ fn random_matrix(ty: GgmlType, rows: usize, k: usize, seed: u64) -> Result<Vec<u
     Ok(out)
 }
 
-/// A llama-architecture GGUF file of `shape` with every matrix (embedding and output
-/// included) of type `ty`, random weights from `seed`, and no tokenizer.
-///
-/// # Errors
-/// [`crate::Error::Model`] for a type vkml-quant cannot quantize or a row length that is
-/// not a multiple of its block; GGUF errors.
-pub fn synthetic_llama(sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<GgufFile> {
-    synthetic_model("llama", sh, ty, seed)
+/// The synthetic tokenizer's vocabulary (see the module docs): tokens, scores and token
+/// types, `vocab` of each.
+fn tokenizer_vocab(vocab: usize) -> Result<(Vec<String>, Vec<f32>, Vec<i32>)> {
+    if vocab <= TOKENIZER_FIXED {
+        return Err(model_err(format!(
+            "a synthetic vocabulary of {vocab} is too small: the tokenizer needs more than {TOKENIZER_FIXED} tokens"
+        )));
+    }
+    let mut tokens: Vec<String> = Vec::with_capacity(vocab);
+    let mut types: Vec<i32> = Vec::with_capacity(vocab);
+    tokens.extend(["<unk>", "<s>", "</s>"].map(String::from));
+    types.extend([2, 3, 3]);
+    tokens.extend((0..=255u8).map(|b| format!("<0x{b:02X}>")));
+    types.extend([6; 256]);
+    let chars = std::iter::once("▁".to_string()).chain((b'!'..=b'~').map(|c| char::from(c).to_string()));
+    // Words of length 1, 2, 3, ... in alphabetical order: the digits of `n` in base 26.
+    let words = (1u32..).flat_map(|len| {
+        (0..26u64.pow(len)).map(move |mut n| {
+            let mut w = vec![b'a'; len as usize];
+            for c in w.iter_mut().rev() {
+                *c = b'a' + (n % 26) as u8;
+                n /= 26;
+            }
+            // Only ASCII letters were written.
+            format!("▁{}", String::from_utf8_lossy(&w))
+        })
+    });
+    let rest = vocab - tokens.len();
+    tokens.extend(chars.chain(words).take(rest));
+    types.resize(vocab, 1);
+    let scores = (0..vocab).map(|i| -(i as f32)).collect();
+    Ok((tokens, scores, types))
 }
 
-/// [`synthetic_llama`] for GGUF architecture `arch` (`llama`, `mistral` or `qwen2`; qwen2
-/// gets random f32 Q/K/V biases).
-///
-/// # Errors
-/// As [`synthetic_llama`].
-pub fn synthetic_model(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<GgufFile> {
-    let mut w = GgufWriter::new();
+/// What fills a tensor.
+#[derive(Debug, Clone, Copy)]
+enum Fill {
+    /// Random weights of the tensor's type from this seed (`dims = [k, rows]`).
+    Random(u64),
+    /// f32 ones.
+    Ones,
+    /// f32 uniform in ±0.5 from this seed.
+    Bias(u64),
+}
+
+/// One tensor of the file, before its data is made.
+#[derive(Debug)]
+struct Planned {
+    name: String,
+    ty: GgmlType,
+    dims: Vec<u64>,
+    fill: Fill,
+}
+
+impl Planned {
+    fn n_bytes(&self) -> u64 {
+        // Row lengths are checked against the block size in `plan`.
+        self.ty.row_size(self.dims[0]).unwrap_or(0) * self.dims[1..].iter().product::<u64>()
+    }
+
+    fn data(&self) -> Result<Vec<u8>> {
+        let n = self.dims.iter().product::<u64>() as usize;
+        Ok(match self.fill {
+            Fill::Random(seed) => random_matrix(self.ty, self.dims[1] as usize, self.dims[0] as usize, seed)?,
+            Fill::Ones => bytemuck::cast_slice(&vec![1f32; n]).to_vec(),
+            Fill::Bias(seed) => {
+                let b: Vec<f32> = uniform(seed, n).map(|u| u - 0.5).collect();
+                bytemuck::cast_slice(&b).to_vec()
+            }
+        })
+    }
+}
+
+/// A synthetic model's metadata and tensors (in file order), data not yet made.
+#[derive(Debug)]
+struct Plan {
+    metadata: Vec<(String, GgufValue)>,
+    tensors: Vec<Planned>,
+}
+
+fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
+    if !ARCHS.contains(&arch) {
+        return Err(model_err(format!("no synthetic architecture {arch:?} (known: {})", ARCHS.join(", "))));
+    }
+    if let Err(e) = vkml_quant::quantize(ty, &vec![0.0; ty.block_size()]) {
+        return Err(model_err(format!("cannot make {ty} weights: {e}")));
+    }
+    if sh.n_head == 0
+        || sh.n_kv_head == 0
+        || !sh.n_embd.is_multiple_of(sh.n_head)
+        || !sh.n_head.is_multiple_of(sh.n_kv_head)
+    {
+        return Err(model_err(format!(
+            "shape {}: {} heads ({} KV heads) do not divide an embedding of {}",
+            sh.name, sh.n_head, sh.n_kv_head, sh.n_embd
+        )));
+    }
+    let d = sh.n_embd / sh.n_head;
+    for (what, k) in [("n_embd", sh.n_embd), ("n_ff", sh.n_ff), ("n_head x head_dim", sh.n_head * d)] {
+        if !k.is_multiple_of(ty.block_size()) {
+            return Err(model_err(format!(
+                "{ty} packs {} values per block, and shape {}'s rows of {k} ({what}) are not a whole number of blocks",
+                ty.block_size(),
+                sh.name
+            )));
+        }
+    }
+    let (tokens, scores, types) = tokenizer_vocab(sh.vocab)?;
+    let mut metadata: Vec<(String, GgufValue)> = Vec::new();
+    let mut kv = |key: String, v: GgufValue| metadata.push((key, v));
     let u = |v: usize| GgufValue::U32(v as u32);
     let k = |key: &str| format!("{arch}.{key}");
-    w.push_kv("general.architecture", GgufValue::String(arch.into()));
-    w.push_kv("general.name", GgufValue::String(format!("synthetic {} {ty:?}", sh.name)));
-    w.push_kv(k("block_count"), u(sh.n_layers));
-    w.push_kv(k("context_length"), u(4096));
-    w.push_kv(k("embedding_length"), u(sh.n_embd));
-    w.push_kv(k("feed_forward_length"), u(sh.n_ff));
-    w.push_kv(k("attention.head_count"), u(sh.n_head));
-    w.push_kv(k("attention.head_count_kv"), u(sh.n_kv_head));
-    w.push_kv(k("rope.freq_base"), GgufValue::F32(10000.0));
-    w.push_kv(k("rope.dimension_count"), u(sh.n_embd / sh.n_head));
-    w.push_kv(k("attention.layer_norm_rms_epsilon"), GgufValue::F32(1e-5));
-    let d = sh.n_embd / sh.n_head;
-    let bias_seed = seed;
-    let mut seed = seed;
-    let mut mat = |w: &mut GgufWriter, name: String, rows: usize, k: usize| -> Result<()> {
-        seed = seed.wrapping_add(0x2545_f491_4f6c_dd1d);
-        let bytes = random_matrix(ty, rows, k, seed)?;
-        w.push_tensor(name, ty, vec![k as u64, rows as u64], bytes);
-        Ok(())
+    kv("general.architecture".into(), GgufValue::String(arch.into()));
+    kv("general.name".into(), GgufValue::String(format!("synthetic {} {ty:?}", sh.name)));
+    kv(k("block_count"), u(sh.n_layers));
+    kv(k("context_length"), u(4096));
+    kv(k("embedding_length"), u(sh.n_embd));
+    kv(k("feed_forward_length"), u(sh.n_ff));
+    kv(k("attention.head_count"), u(sh.n_head));
+    kv(k("attention.head_count_kv"), u(sh.n_kv_head));
+    kv(k("rope.freq_base"), GgufValue::F32(10000.0));
+    kv(k("rope.dimension_count"), u(d));
+    kv(k("attention.layer_norm_rms_epsilon"), GgufValue::F32(1e-5));
+    kv(k("vocab_size"), u(sh.vocab));
+    kv("tokenizer.ggml.model".into(), GgufValue::String("llama".into()));
+    kv("tokenizer.ggml.tokens".into(), GgufValue::Array(GgufArray::String(tokens)));
+    kv("tokenizer.ggml.scores".into(), GgufValue::Array(GgufArray::F32(scores)));
+    kv("tokenizer.ggml.token_type".into(), GgufValue::Array(GgufArray::I32(types)));
+    kv("tokenizer.ggml.bos_token_id".into(), GgufValue::U32(BOS_ID));
+    kv("tokenizer.ggml.eos_token_id".into(), GgufValue::U32(EOS_ID));
+    kv("tokenizer.ggml.unknown_token_id".into(), GgufValue::U32(UNK_ID));
+    kv("tokenizer.ggml.add_bos_token".into(), GgufValue::Bool(true));
+    kv("tokenizer.ggml.add_eos_token".into(), GgufValue::Bool(false));
+    kv("tokenizer.ggml.add_space_prefix".into(), GgufValue::Bool(true));
+
+    let mut tensors = Vec::new();
+    let mut seed_next = seed;
+    let mut mat = |name: String, rows: usize, k: usize| {
+        seed_next = seed_next.wrapping_add(0x2545_f491_4f6c_dd1d);
+        Planned { name, ty, dims: vec![k as u64, rows as u64], fill: Fill::Random(seed_next) }
     };
-    let ones = |n: usize| bytemuck::cast_slice(&vec![1f32; n]).to_vec();
-    mat(&mut w, "token_embd.weight".into(), sh.vocab, sh.n_embd)?;
+    let norm = |name: String| Planned { name, ty: GgmlType::F32, dims: vec![sh.n_embd as u64], fill: Fill::Ones };
+    tensors.push(mat("token_embd.weight".into(), sh.vocab, sh.n_embd));
     if !sh.tied {
-        mat(&mut w, "output.weight".into(), sh.vocab, sh.n_embd)?;
+        tensors.push(mat("output.weight".into(), sh.vocab, sh.n_embd));
     }
-    w.push_tensor("output_norm.weight", GgmlType::F32, vec![sh.n_embd as u64], ones(sh.n_embd));
+    tensors.push(norm("output_norm.weight".into()));
     for i in 0..sh.n_layers {
         let p = |n: &str| format!("blk.{i}.{n}");
-        w.push_tensor(p("attn_norm.weight"), GgmlType::F32, vec![sh.n_embd as u64], ones(sh.n_embd));
-        w.push_tensor(p("ffn_norm.weight"), GgmlType::F32, vec![sh.n_embd as u64], ones(sh.n_embd));
-        mat(&mut w, p("attn_q.weight"), sh.n_head * d, sh.n_embd)?;
-        mat(&mut w, p("attn_k.weight"), sh.n_kv_head * d, sh.n_embd)?;
-        mat(&mut w, p("attn_v.weight"), sh.n_kv_head * d, sh.n_embd)?;
+        tensors.push(norm(p("attn_norm.weight")));
+        tensors.push(norm(p("ffn_norm.weight")));
+        tensors.push(mat(p("attn_q.weight"), sh.n_head * d, sh.n_embd));
+        tensors.push(mat(p("attn_k.weight"), sh.n_kv_head * d, sh.n_embd));
+        tensors.push(mat(p("attn_v.weight"), sh.n_kv_head * d, sh.n_embd));
         if arch == "qwen2" {
             for (name, n) in
                 [("attn_q.bias", sh.n_head * d), ("attn_k.bias", sh.n_kv_head * d), ("attn_v.bias", sh.n_kv_head * d)]
             {
-                let b: Vec<f32> = uniform(bias_seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9) ^ n as u64, n)
-                    .map(|u| u - 0.5)
-                    .collect();
-                w.push_tensor(p(name), GgmlType::F32, vec![n as u64], bytemuck::cast_slice(&b).to_vec());
+                let s = seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9) ^ n as u64;
+                tensors.push(Planned { name: p(name), ty: GgmlType::F32, dims: vec![n as u64], fill: Fill::Bias(s) });
             }
         }
-        mat(&mut w, p("attn_output.weight"), sh.n_embd, sh.n_head * d)?;
-        mat(&mut w, p("ffn_gate.weight"), sh.n_ff, sh.n_embd)?;
-        mat(&mut w, p("ffn_up.weight"), sh.n_ff, sh.n_embd)?;
-        mat(&mut w, p("ffn_down.weight"), sh.n_embd, sh.n_ff)?;
+        tensors.push(mat(p("attn_output.weight"), sh.n_embd, sh.n_head * d));
+        tensors.push(mat(p("ffn_gate.weight"), sh.n_ff, sh.n_embd));
+        tensors.push(mat(p("ffn_up.weight"), sh.n_ff, sh.n_embd));
+        tensors.push(mat(p("ffn_down.weight"), sh.n_embd, sh.n_ff));
     }
-    Ok(GgufFile::from_vec(w.to_bytes()?)?)
+    Ok(Plan { metadata, tensors })
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_array(out: &mut Vec<u8>, a: &GgufArray) {
+    out.extend_from_slice(&(a.elem_type() as u32).to_le_bytes());
+    out.extend_from_slice(&(a.len() as u64).to_le_bytes());
+    fn each<T: Copy, const N: usize>(out: &mut Vec<u8>, v: &[T], le: fn(T) -> [u8; N]) {
+        v.iter().for_each(|x| out.extend_from_slice(&le(*x)));
+    }
+    match a {
+        GgufArray::U8(v) => out.extend_from_slice(v),
+        GgufArray::I8(v) => each(out, v, i8::to_le_bytes),
+        GgufArray::U16(v) => each(out, v, u16::to_le_bytes),
+        GgufArray::I16(v) => each(out, v, i16::to_le_bytes),
+        GgufArray::U32(v) => each(out, v, u32::to_le_bytes),
+        GgufArray::I32(v) => each(out, v, i32::to_le_bytes),
+        GgufArray::F32(v) => each(out, v, f32::to_le_bytes),
+        GgufArray::U64(v) => each(out, v, u64::to_le_bytes),
+        GgufArray::I64(v) => each(out, v, i64::to_le_bytes),
+        GgufArray::F64(v) => each(out, v, f64::to_le_bytes),
+        GgufArray::Bool(v) => v.iter().for_each(|x| out.push(u8::from(*x))),
+        GgufArray::String(v) => v.iter().for_each(|s| put_str(out, s)),
+        GgufArray::Array(v) => v.iter().for_each(|a| put_array(out, a)),
+    }
+}
+
+fn put_value(out: &mut Vec<u8>, v: &GgufValue) {
+    match v {
+        GgufValue::U8(x) => out.push(*x),
+        GgufValue::I8(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::Bool(x) => out.push(u8::from(*x)),
+        GgufValue::String(s) => put_str(out, s),
+        GgufValue::Array(a) => put_array(out, a),
+    }
+}
+
+fn padding(n: u64) -> u64 {
+    n.div_ceil(DEFAULT_ALIGNMENT) * DEFAULT_ALIGNMENT - n
+}
+
+impl Plan {
+    /// The GGUF v3 header: magic, version, counts, metadata, tensor infos, padding to the
+    /// data section.
+    fn header(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&GGUF_MAGIC);
+        out.extend_from_slice(&3u32.to_le_bytes());
+        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
+        for (k, v) in &self.metadata {
+            put_str(&mut out, k);
+            out.extend_from_slice(&(v.value_type() as u32).to_le_bytes());
+            put_value(&mut out, v);
+        }
+        let mut offset = 0u64;
+        for t in &self.tensors {
+            put_str(&mut out, &t.name);
+            out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+            t.dims.iter().for_each(|d| out.extend_from_slice(&d.to_le_bytes()));
+            out.extend_from_slice(&t.ty.id().to_le_bytes());
+            out.extend_from_slice(&offset.to_le_bytes());
+            offset += t.n_bytes() + padding(t.n_bytes());
+        }
+        out.resize(out.len() + padding(out.len() as u64) as usize, 0);
+        out
+    }
+
+    /// The file's length: the header and every tensor, each padded to the alignment.
+    fn file_len(&self, header_len: u64) -> u64 {
+        header_len + self.tensors.iter().map(|t| t.n_bytes() + padding(t.n_bytes())).sum::<u64>()
+    }
+
+    /// Writes the file (`header` is [`Plan::header`]), making one tensor at a time;
+    /// returns the bytes written.
+    fn emit(&self, header: &[u8], w: &mut impl Write, io: &dyn Fn(std::io::Error) -> Error) -> Result<u64> {
+        w.write_all(header).map_err(io)?;
+        let zeros = [0u8; DEFAULT_ALIGNMENT as usize];
+        for t in &self.tensors {
+            let data = t.data()?;
+            debug_assert_eq!(data.len() as u64, t.n_bytes(), "{}", t.name);
+            w.write_all(&data).map_err(io)?;
+            w.write_all(&zeros[..padding(data.len() as u64) as usize]).map_err(io)?;
+        }
+        Ok(self.file_len(header.len() as u64))
+    }
+}
+
+/// A llama-architecture GGUF file of `shape` with every matrix (embedding and output
+/// included) of type `ty`, random weights from `seed`, and the synthetic tokenizer (see
+/// the module docs).
+///
+/// # Errors
+/// As [`synthetic_model`].
+pub fn synthetic_llama(sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<GgufFile> {
+    synthetic_model("llama", sh, ty, seed)
+}
+
+/// [`synthetic_llama`] for GGUF architecture `arch` (one of [`ARCHS`]: `llama`, `mistral`
+/// or `qwen2`; qwen2 gets random f32 Q/K/V biases), held in memory.
+///
+/// # Errors
+/// [`crate::Error::Model`] for an architecture not in [`ARCHS`], a type vkml-quant cannot
+/// quantize, heads that do not divide the embedding, a row length (`n_embd`, `n_ff`) that
+/// is not a multiple of the type's block, or a vocabulary of [`TOKENIZER_FIXED`] or fewer.
+pub fn synthetic_model(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<GgufFile> {
+    let plan = plan(arch, sh, ty, seed)?;
+    let header = plan.header();
+    let mut bytes = Vec::with_capacity(plan.file_len(header.len() as u64) as usize);
+    plan.emit(&header, &mut bytes, &unreachable_io)?;
+    Ok(GgufFile::from_vec(bytes)?)
+}
+
+/// Writing to a `Vec` does not fail; should it, the error is still reported.
+fn unreachable_io(e: std::io::Error) -> Error {
+    Error::Gguf(GgufError::Io { path: "<memory>".into(), source: e })
+}
+
+/// [`synthetic_model`] written to the file `path` (replaced if it exists) without holding
+/// the model in memory: the file is written as `PATH.part` and renamed to `path` once
+/// complete, so an interrupted run leaves no partial model under `path`. Returns the
+/// file's length in bytes.
+///
+/// # Errors
+/// As [`synthetic_model`], plus [`crate::Error::Gguf`] ([`GgufError::Io`]) when the file
+/// cannot be created, written or renamed.
+pub fn write_synthetic_model(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64, path: &Path) -> Result<u64> {
+    let plan = plan(arch, sh, ty, seed)?;
+    let mut part = path.as_os_str().to_owned();
+    part.push(".part");
+    let part = std::path::PathBuf::from(part);
+    let io_at = |p: &Path| {
+        let p = p.display().to_string();
+        move |source: std::io::Error| Error::Gguf(GgufError::Io { path: p.clone(), source })
+    };
+    let io = io_at(&part);
+    let result = (|| {
+        let file = std::fs::File::create(&part).map_err(&io)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+        let n = plan.emit(&plan.header(), &mut w, &io)?;
+        let file = w.into_inner().map_err(|e| io(e.into_error()))?;
+        file.sync_all().map_err(&io)?;
+        std::fs::rename(&part, path).map_err(io_at(path))?;
+        Ok(n)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&part);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenizer::GgufTokenizer;
+    use vkml_quant::gguf::GgufWriter;
+
+    const TINY: SynthShape = SynthShape {
+        name: "tiny",
+        n_layers: 2,
+        n_embd: 64,
+        n_ff: 128,
+        n_head: 4,
+        n_kv_head: 2,
+        vocab: 1100,
+        tied: false,
+    };
+
+    /// The tokenizer layout of the module docs, and vkml's tokenizer on it: an ASCII
+    /// sentence round-trips, words become their pieces, BOS/EOS are `<s>`/`</s>`.
+    #[test]
+    fn synthetic_tokenizer_loads_and_round_trips() {
+        let file = synthetic_model("llama", &TINY, GgmlType::F32, 3).unwrap();
+        let tok = GgufTokenizer::from_gguf(&file).unwrap();
+        assert_eq!(tok.vocab_size(), TINY.vocab);
+        assert_eq!((tok.bos, tok.eos), (Some(BOS_ID), Some(EOS_ID)));
+        assert_eq!(tok.token(BOS_ID), Some("<s>"));
+        assert_eq!(tok.token(EOS_ID), Some("</s>"));
+        assert_eq!(tok.token(UNK_ID), Some("<unk>"));
+        assert_eq!(tok.token(3), Some("<0x00>"));
+        assert_eq!(tok.token(258), Some("<0xFF>"));
+        assert_eq!(tok.token(259), Some("▁"));
+        assert_eq!(tok.token(260), Some("!"));
+        assert_eq!(tok.token(353), Some("~"));
+        assert_eq!(tok.token(354), Some("▁a"));
+        assert_eq!(tok.token(380), Some("▁aa"));
+        // Two-letter words end at 380 + 26²; 1099 = 1056 + 43, and 43 = 1·26 + 17: "abr".
+        assert_eq!(tok.token(1056), Some("▁aaa"));
+        assert_eq!(tok.token(TINY.vocab as u32 - 1), Some("▁abr"));
+        let text = "Hello, World! the quick brown fox jumps over 13 lazy dogs; {x: [1, 2]} ~ok?";
+        let ids = tok.encode(text, true).unwrap();
+        assert_eq!(ids[0], BOS_ID);
+        assert_eq!(tok.decode(&ids[1..]).unwrap(), text);
+        // Two-letter words are single pieces, longer ones start with one.
+        let id = |s: &str| (0..TINY.vocab as u32).find(|&i| tok.token(i) == Some(s)).unwrap();
+        assert_eq!(tok.encode("ab zz", false).unwrap(), vec![id("▁ab"), id("▁zz")]);
+        assert_eq!(tok.encode("fox", false).unwrap(), vec![id("▁fo"), id("x")]);
+        // Outside ASCII: byte fallback, and back.
+        let ids = tok.encode("é", false).unwrap();
+        assert_eq!(ids, vec![id("▁"), 3 + 0xC3, 3 + 0xA9]);
+        assert_eq!(tok.decode(&ids).unwrap(), "é");
+    }
+
+    #[test]
+    fn vocabularies_are_unique_for_every_named_shape() {
+        for sh in SHAPES {
+            let (tokens, scores, types) = tokenizer_vocab(sh.vocab).unwrap();
+            assert_eq!((tokens.len(), scores.len(), types.len()), (sh.vocab, sh.vocab, sh.vocab));
+            let set: std::collections::HashSet<&String> = tokens.iter().collect();
+            assert_eq!(set.len(), sh.vocab, "{}", sh.name);
+            assert!(scores.windows(2).all(|w| w[1] < w[0]));
+        }
+        assert!(tokenizer_vocab(TOKENIZER_FIXED).is_err());
+    }
+
+    /// The streamed file is what vkml-quant's `GgufWriter` makes of the same metadata and
+    /// tensors, and writing it to disk gives the same bytes.
+    #[test]
+    fn streamed_file_matches_gguf_writer_and_disk() {
+        for (arch, tied) in [("llama", false), ("qwen2", true)] {
+            let sh = SynthShape { tied, ..TINY };
+            let file = synthetic_model(arch, &sh, GgmlType::Q8_0, 5).unwrap();
+            let mut w = GgufWriter::new();
+            for (k, v) in file.metadata() {
+                w.push_kv(k.clone(), v.clone());
+            }
+            for t in file.tensors() {
+                w.push_tensor(t.name.clone(), t.ty, t.dims.clone(), file.tensor_data(t).to_vec());
+            }
+            assert!(w.to_bytes().unwrap() == file.bytes(), "{arch}");
+            let path = std::env::temp_dir().join(format!("vkml-synth-{}-{arch}.gguf", std::process::id()));
+            let n = write_synthetic_model(arch, &sh, GgmlType::Q8_0, 5, &path).unwrap();
+            let disk = std::fs::read(&path).unwrap();
+            std::fs::remove_file(&path).unwrap();
+            assert_eq!(n, disk.len() as u64);
+            assert!(disk == file.bytes(), "{arch}");
+        }
+    }
+
+    #[test]
+    fn unusable_types_and_shapes_are_errors() {
+        let err = |r: Result<GgufFile>| r.unwrap_err().to_string();
+        let e = err(synthetic_model("llama", &TINY, GgmlType::IQ2_XXS, 1));
+        assert!(e.contains("IQ2_XXS"), "{e}");
+        let e = err(synthetic_model("llama", &TINY, GgmlType::Q4_K, 1));
+        assert!(e.contains("Q4_K") && e.contains("256"), "{e}");
+        let e = err(synthetic_model("gpt2", &TINY, GgmlType::F32, 1));
+        assert!(e.contains("gpt2") && e.contains("qwen2"), "{e}");
+        let e = err(synthetic_model("llama", &SynthShape { vocab: 200, ..TINY }, GgmlType::F32, 1));
+        assert!(e.contains("200"), "{e}");
+    }
 }

@@ -1227,9 +1227,6 @@ fn kv_rows(x: &VulkanStorage, l: &Layout) -> CResult<(VulkanStorage, usize, usiz
     Ok((packed(x, l)?, 0, row))
 }
 
-/// Largest KV split of a one-query attention call.
-const MAX_SPLITS: usize = 16;
-
 impl crate::front::ModelStorage for VulkanStorage {
     type QWeight = vkml_ops::quant::QMatrix;
     type KvCache = vkml_ops::attention::KvCache;
@@ -1362,7 +1359,7 @@ impl crate::front::ModelStorage for VulkanStorage {
         let (kr, vr) = (kv_rows(k.0, k.1)?, kv_rows(v.0, v.1)?);
         let dev = &q.0.device;
         let kv_len = pos0 + t;
-        let n_splits = if t == 1 { kv_len.div_ceil(256).clamp(1, MAX_SPLITS) } else { 1 };
+        let n_splits = vkml_ops::tuning::attn_splits(t, kv_len);
         let sh = AttnShape { t_q: t, n_heads: h, kv_len, q_pos0: pos0, causal: true, scale, n_splits };
         let scratch = if n_splits > 1 {
             let (a, b) = attention::split_scratch_len(&sh, d);

@@ -2,15 +2,20 @@
 //!
 //! - `vkml info [--json]`: every Vulkan device with its capabilities.
 //! - `vkml generate [--model FILE] --prompt TEXT [--chat] ...`: text from a GGUF model.
+//! - `vkml bench (-m FILE | --synthetic NAME[:TYPE]) [-p 512] [-n 128] [-r 5] [-o md|json]`:
+//!   prompt and generation speed, llama-bench style; `vkml bench ops`: per-kernel figures.
 //! - `vkml gguf inspect FILE`: a GGUF file's metadata and tensor table.
+//! - `vkml gguf synth --shape NAME [--type Q4_0] -o FILE`: a synthetic model as a GGUF file.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod fetch;
 mod generate;
 mod info;
+mod synth;
 
 #[derive(Parser, Debug)]
 #[command(name = "vkml", version, about = "Vulkan compute for Rust machine learning")]
@@ -31,6 +36,9 @@ enum Command {
     /// Generate text with a GGUF language model (llama family) on the best Vulkan
     /// device (or --device), streaming it as it is sampled.
     Generate(generate::Args),
+    /// Measure a model's prompt and generation speed (llama-bench's pp/tg tests) on a GGUF
+    /// file or a synthetic model, or per-kernel figures with `vkml bench ops`.
+    Bench(bench::Args),
     /// GGUF model files.
     Gguf {
         #[command(subcommand)]
@@ -45,6 +53,9 @@ enum GgufCommand {
         /// The .gguf file.
         file: std::path::PathBuf,
     },
+    /// Write a synthetic model (a named shape, random weights of one type, a synthetic
+    /// tokenizer) as a GGUF file: the model the benchmarks run, for other engines.
+    Synth(synth::Args),
 }
 
 fn main() -> ExitCode {
@@ -56,9 +67,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Info { json } => info::run(json),
         Command::Generate(args) => generate::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::Gguf { command: GgufCommand::Inspect { file } } => vkml_quant::gguf::GgufFile::open(&file)
             .map(|f| print!("{}", vkml_quant::gguf::inspect::render(&f)))
             .map_err(|e| e.to_string()),
+        Command::Gguf { command: GgufCommand::Synth(args) } => synth::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,6 +14,7 @@
 //! seedable random fills ([`rand`]).
 
 pub mod attention;
+pub mod bench;
 pub mod conv;
 mod dtype;
 pub mod elementwise;

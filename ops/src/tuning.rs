@@ -85,6 +85,21 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
     }
 }
 
+/// Largest KV split of a one-query attention call ([`attn_splits`]).
+pub const MAX_ATTN_SPLITS: usize = 16;
+
+/// Workgroups the KV length of one (query, head) pair is split over in
+/// [`crate::attention::flash_attn`] (FlashDecoding): one per 256 positions, at most
+/// [`MAX_ATTN_SPLITS`], for a single query (decode); 1 for prompts, whose many queries
+/// already fill the device.
+pub fn attn_splits(t_q: usize, kv_len: usize) -> usize {
+    if t_q == 1 {
+        kv_len.div_ceil(256).clamp(1, MAX_ATTN_SPLITS)
+    } else {
+        1
+    }
+}
+
 /// The subgroup size the cooperative-matrix mat-mat (`mul_mat_cm.comp`) runs with, and
 /// whether the pipeline must require it; `None` where the device lacks what that kernel
 /// needs: a 16x16x16 f16 x f16 + f32 → f32 subgroup-scope shape (`VK_KHR_cooperative_matrix`)

@@ -177,48 +177,72 @@ fn mat_vec_configs(dev: &Device) -> Vec<MatVecConfig> {
     configs
 }
 
+/// `VKML_TEST_FULL=1` runs every (type, path, batch) combination; without it each type runs
+/// a cover that keeps CI's lavapipe (a cold LLVM compile of ~1 s per pipeline) quick.
+fn full_matrix() -> bool {
+    std::env::var_os("VKML_TEST_FULL").is_some_and(|v| v != "0")
+}
+
+/// The (config, batch) launches for the type at index `t` of `SUPPORTED`. Every type runs
+/// the first config at batches 1, 3 and 8; then one other per-element config (rotating
+/// over the types) at batch 3 and, for block types, one block-wise config (rotating over
+/// 1, 3 and 4 rows per subgroup). Every path thus runs on several types and every type on
+/// at least two paths; IQ1_S / IQ1_M (per-element only, ~70 s per pipeline on lavapipe)
+/// run the first config only.
+fn mat_vec_cases(t: usize, ty: GgmlType, configs: &[MatVecConfig]) -> Vec<(MatVecConfig, usize)> {
+    if full_matrix() {
+        return configs.iter().flat_map(|c| [1usize, 3, 8].map(|b| (*c, b))).collect();
+    }
+    let mut cases: Vec<_> = [1usize, 3, 8].map(|b| (configs[0], b)).into();
+    if matches!(ty, GgmlType::IQ1_S | GgmlType::IQ1_M) {
+        return cases;
+    }
+    let element: Vec<_> = configs[1..].iter().filter(|c| !c.subgroup_rows).collect();
+    if !element.is_empty() {
+        cases.push((*element[t % element.len()], 3));
+    }
+    let block: Vec<_> = configs.iter().filter(|c| c.subgroup_rows).collect();
+    if !block.is_empty() && quant::block_kernel(ty).is_some() {
+        let cfg = *block[t % block.len()];
+        let batch = if cfg.rows_per_subgroup == 1 { [1, 8][(t / block.len()) % 2] } else { 3 };
+        cases.push((cfg, batch));
+    }
+    cases
+}
+
 #[test]
 fn mat_vec_matches_cpu_on_every_path() {
     let dev = device();
     let configs = mat_vec_configs(&dev);
-    for &ty in SUPPORTED {
+    for (t, &ty) in SUPPORTED.iter().enumerate() {
+        let cases = mat_vec_cases(t, ty, &configs);
         for (rows, k) in shapes(ty) {
             let bytes = encode(ty, &weights(rows, k, 100 + k as u64));
             let w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
             let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
-            for batch in [1usize, 3, 8] {
+            for &(cfg, batch) in &cases {
                 let x = weights(batch, k, 77 + batch as u64);
                 let xb = dev.upload(&x).unwrap();
-                for cfg in &configs {
-                    // Every pipeline is a cold LLVM compile on CI's lavapipe: IQ1_S / IQ1_M
-                    // (per-element only, ~70 s per pipeline there) run the first launch, and
-                    // the block-wise kernel runs batch 3 only with more than one row per
-                    // subgroup (each batch count is its own pipeline).
-                    let slow = matches!(ty, GgmlType::IQ1_S | GgmlType::IQ1_M) && cfg != &configs[0];
-                    if slow || (cfg.subgroup_rows && cfg.rows_per_subgroup > 1 && batch != 3) {
-                        continue;
-                    }
-                    let yb = dev.alloc(4 * (batch * rows) as u64, MemoryKind::DeviceLocal).unwrap();
-                    let mut s = Stream::new(&dev).unwrap();
-                    quant::mat_vec_with(&mut s, &m, &xb, batch, &yb, *cfg).unwrap();
-                    s.finish_and_wait().unwrap();
-                    let y = yb.to_vec::<f32>().unwrap();
-                    for b in 0..batch {
-                        for r in 0..rows {
-                            // f64 reference; f32 summation in another order differs by
-                            // rounding, bounded relative to the sum of |products|.
-                            let (mut dot, mut mag) = (0f64, 0f64);
-                            for c in 0..k {
-                                let p = f64::from(w[r * k + c]) * f64::from(x[b * k + c]);
-                                dot += p;
-                                mag += p.abs();
-                            }
-                            let got = f64::from(y[b * rows + r]);
-                            assert!(
-                                (got - dot).abs() <= 1e-5 * mag + 1e-30,
-                                "{ty:?} {rows}x{k} batch {b}/{batch} row {r} {cfg:?}: gpu {got} cpu {dot}"
-                            );
+                let yb = dev.alloc(4 * (batch * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+                let mut s = Stream::new(&dev).unwrap();
+                quant::mat_vec_with(&mut s, &m, &xb, batch, &yb, cfg).unwrap();
+                s.finish_and_wait().unwrap();
+                let y = yb.to_vec::<f32>().unwrap();
+                for b in 0..batch {
+                    for r in 0..rows {
+                        // f64 reference; f32 summation in another order differs by
+                        // rounding, bounded relative to the sum of |products|.
+                        let (mut dot, mut mag) = (0f64, 0f64);
+                        for c in 0..k {
+                            let p = f64::from(w[r * k + c]) * f64::from(x[b * k + c]);
+                            dot += p;
+                            mag += p.abs();
                         }
+                        let got = f64::from(y[b * rows + r]);
+                        assert!(
+                            (got - dot).abs() <= 1e-5 * mag + 1e-30,
+                            "{ty:?} {rows}x{k} batch {b}/{batch} row {r} {cfg:?}: gpu {got} cpu {dot}"
+                        );
                     }
                 }
             }

@@ -1,0 +1,60 @@
+//! Criterion benches of the kernels `vkml bench ops` measures (the workloads of
+//! `vkml_ops::bench::suite`): mat-vec per GGML type, quantized mat-mat, float matmul,
+//! element-wise add, softmax, rms_norm, attention, and the copy / peak ceilings.
+//!
+//! `cargo bench -p vkml-benches --bench ops [-- FILTER]` on the device per `VKML_DEVICE`
+//! (else the best); `VKML_BENCH_SCALE=full|small` picks the shapes (default: `small` on a
+//! CPU device such as lavapipe, `full` on a GPU). Each criterion iteration is one call;
+//! the calls of a sample are recorded into one command buffer and only its submission is
+//! timed (`iter_custom`), so the figures are GPU time, as in `vkml bench ops`.
+
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use vkml_hal::{Device, Stream};
+use vkml_ops::bench::{suite, Scale};
+
+fn ops(c: &mut Criterion) {
+    let dev = Device::from_env().expect("a Vulkan device");
+    let scale = std::env::var("VKML_BENCH_SCALE")
+        .ok()
+        .and_then(|s| Scale::parse(&s))
+        .unwrap_or_else(|| Scale::for_device(&dev));
+    for spec in suite(&dev, scale) {
+        let mut g = c.benchmark_group(format!("ops/{}", spec.group));
+        let mut w = match spec.build(&dev) {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("{} {}: not run: {e}", spec.group, spec.name);
+                continue;
+            }
+        };
+        if w.bytes > 0.0 {
+            g.throughput(Throughput::Bytes(w.bytes as u64));
+        }
+        let mut s = Stream::new(&dev).expect("stream");
+        // Warm-up call outside the timing: pipeline creation.
+        if let Err(e) = w.record(&mut s, 0).and_then(|_| Ok(s.finish_and_wait()?)) {
+            eprintln!("{} {}: not run: {e}", spec.group, spec.name);
+            continue;
+        }
+        g.bench_function(&spec.name, |b| {
+            b.iter_custom(|iters| {
+                for i in 0..iters as usize {
+                    w.record(&mut s, i).expect("record");
+                }
+                let t = Instant::now();
+                s.finish_and_wait().expect("submit");
+                t.elapsed().max(Duration::from_nanos(1))
+            })
+        });
+        g.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    targets = ops
+}
+criterion_main!(benches);

@@ -1,0 +1,412 @@
+//! `vkml bench`: prompt-processing and generation speed of a GGUF model in llama-bench's
+//! terms, and `vkml bench ops`: per-kernel bandwidth and FLOP figures
+//! ([`vkml_ops::bench`]).
+//!
+//! Model tests follow llama-bench (llama.cpp `tools/llama-bench`): `ppN` runs an N-token
+//! prompt in one forward pass from an empty KV cache; `tgN` generates N tokens one at a
+//! time from an empty cache, each step one forward pass of one token (the argmax is fed
+//! back; logits are read back every step, as a sampler would). Each test runs once to warm
+//! up (pipelines, caches), then `-r` times; the figure is tokens per second, mean ± sample
+//! standard deviation over the repetitions. Attention is the flash-attention kernel
+//! (llama-bench's `-fa 1`); the KV cache is f16.
+
+use std::time::Instant;
+
+use serde_json::json;
+use vkml_candle::llama::{Llama, LoadOptions};
+use vkml_candle::synth;
+use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
+use vkml_hal::{Device, DeviceOptions, DeviceSelector};
+use vkml_ops::bench::{self as ops_bench, Limit, Scale};
+use vkml_quant::gguf::GgufFile;
+use vkml_quant::GgmlType;
+
+/// The commit vkml was built from (`build.rs`: `git rev-parse`, or `VKML_COMMIT`).
+pub const COMMIT: &str = env!("VKML_COMMIT");
+
+/// Arguments of `vkml bench`.
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Option<Sub>,
+    #[command(flatten)]
+    model: ModelArgs,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Sub {
+    /// Bandwidth and FLOP figures per kernel (mat-vec per GGML type, mat-mat, matmul,
+    /// element-wise, softmax, rms_norm, attention), each as a fraction of the device's
+    /// measured copy bandwidth, f32 FMA rate or f16 cooperative-matrix rate.
+    Ops(OpsArgs),
+}
+
+/// Arguments of the model benchmark.
+#[derive(clap::Args, Debug)]
+struct ModelArgs {
+    /// GGUF model files (repeatable).
+    #[arg(long, short = 'm')]
+    model: Vec<std::path::PathBuf>,
+    /// Synthetic models (random weights made in-process): NAME or NAME:TYPE, comma-separated
+    /// or repeated. Names: smollm2-135m, llama-1b, llama-7b, llama-8b.
+    #[arg(long, value_delimiter = ',')]
+    synthetic: Vec<String>,
+    /// GGML types of the synthetic models named without one (comma-separated).
+    #[arg(long = "type", short = 't', value_delimiter = ',', default_value = "Q4_0")]
+    types: Vec<String>,
+    /// Prompt lengths to test (comma-separated; 0 skips the prompt tests).
+    #[arg(long = "n-prompt", short = 'p', value_delimiter = ',', default_value = "512")]
+    n_prompt: Vec<usize>,
+    /// Generation lengths to test (comma-separated; 0 skips the generation tests).
+    #[arg(long = "n-gen", short = 'n', value_delimiter = ',', default_value = "128")]
+    n_gen: Vec<usize>,
+    /// Timed repetitions of each test (after one warm-up run).
+    #[arg(long, short = 'r', default_value_t = 5)]
+    repetitions: usize,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Format::Md)]
+    output: Format,
+    /// Vulkan device: an index from `vkml info`, or part of its name (default: the best).
+    #[arg(long, short = 'd')]
+    device: Option<String>,
+    /// Seed of the synthetic weights.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+/// Arguments of `vkml bench ops`.
+#[derive(clap::Args, Debug)]
+struct OpsArgs {
+    /// Shapes: `full` (an 8B model's, for GPUs) or `small` (for lavapipe); default by
+    /// device type.
+    #[arg(long)]
+    scale: Option<String>,
+    /// Only workloads of this group (mat_vec, mat_mat, matmul, elementwise, softmax,
+    /// rms_norm, attention) or whose name contains this text; the ceilings always run.
+    #[arg(long)]
+    filter: Option<String>,
+    /// Timed repetitions of each workload.
+    #[arg(long, short = 'r', default_value_t = 3)]
+    repetitions: usize,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Format::Md)]
+    output: Format,
+    /// Vulkan device: an index from `vkml info`, or part of its name (default: the best).
+    #[arg(long, short = 'd')]
+    device: Option<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// A Markdown table.
+    Md,
+    /// One JSON array.
+    Json,
+}
+
+/// Runs `vkml bench` or `vkml bench ops`.
+pub fn run(a: Args) -> Result<(), String> {
+    match a.command {
+        Some(Sub::Ops(o)) => ops(o),
+        None => models(a.model),
+    }
+}
+
+fn open_device(device: Option<&str>) -> Result<Device, String> {
+    let selector = device.map(DeviceSelector::parse).unwrap_or_else(DeviceSelector::from_env);
+    Device::open(&selector, DeviceOptions::default()).map_err(|e| e.to_string())
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Device, driver, commit and time: the header of both reports.
+fn header(dev: &Device) -> serde_json::Value {
+    let c = dev.caps();
+    json!({
+        "device": c.name,
+        "driver": format!("{} {}", c.driver_name, c.driver_info),
+        "driver_version": c.driver_version,
+        "vulkan": c.api_version,
+        "vkml_commit": COMMIT,
+        "time": now_rfc3339(),
+    })
+}
+
+fn print_header(h: &serde_json::Value) {
+    println!(
+        "device: {}, driver: {} ({}), Vulkan {}; vkml {}; {}",
+        h["device"].as_str().unwrap_or(""),
+        h["driver"].as_str().unwrap_or(""),
+        h["driver_version"].as_str().unwrap_or(""),
+        h["vulkan"].as_str().unwrap_or(""),
+        h["vkml_commit"].as_str().unwrap_or(""),
+        h["time"].as_str().unwrap_or(""),
+    );
+}
+
+/// One model under test: a file or a synthetic shape and type.
+enum Source {
+    File(std::path::PathBuf),
+    Synthetic(synth::SynthShape, GgmlType),
+}
+
+fn sources(a: &ModelArgs) -> Result<Vec<Source>, String> {
+    let mut out: Vec<Source> = a.model.iter().cloned().map(Source::File).collect();
+    for spec in &a.synthetic {
+        let (name, types) = match spec.split_once(':') {
+            Some((n, t)) => (n, vec![t.to_string()]),
+            None => (spec.as_str(), a.types.clone()),
+        };
+        let shape = synth::shape(name).map_err(|e| e.to_string())?;
+        for t in types {
+            let ty = GgmlType::from_name(&t).ok_or_else(|| format!("unknown GGML type {t:?}"))?;
+            out.push(Source::Synthetic(shape, ty));
+        }
+    }
+    if out.is_empty() {
+        return Err("nothing to benchmark: give -m FILE or --synthetic NAME[:TYPE] (names: smollm2-135m, llama-1b, llama-7b, llama-8b)".into());
+    }
+    Ok(out)
+}
+
+fn models(a: ModelArgs) -> Result<(), String> {
+    let list = sources(&a)?;
+    if a.repetitions == 0 {
+        return Err("--repetitions must be at least 1".into());
+    }
+    let dev = open_device(a.device.as_deref())?;
+    let head = header(&dev);
+    let vdev = VulkanDevice::from_device(&dev, 0).map_err(|e| e.to_string())?;
+    let max_p = a.n_prompt.iter().copied().max().unwrap_or(0);
+    let max_n = a.n_gen.iter().copied().max().unwrap_or(0);
+    let mut rows = Vec::new();
+    if a.output == Format::Md {
+        print_header(&head);
+        println!(
+            "settings: {} repetitions after 1 warm-up; flash attention on; KV cache f16; prompt in one batch\n",
+            a.repetitions
+        );
+        println!("| model | size | params | backend | test | t/s |\n| --- | ---: | ---: | --- | --- | ---: |");
+    }
+    for src in &list {
+        let t0 = Instant::now();
+        let (label, file) = match src {
+            Source::File(p) => (
+                p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned()),
+                GgufFile::open(p).map_err(|e| format!("{}: {e}", p.display()))?,
+            ),
+            Source::Synthetic(sh, ty) => (
+                format!("{} {ty:?} (synthetic)", sh.name),
+                synth::synthetic_llama(sh, *ty, a.seed).map_err(|e| format!("synthetic {}: {e}", sh.name))?,
+            ),
+        };
+        let made_s = t0.elapsed().as_secs_f64();
+        let size: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
+        let params: u64 = file.tensors().iter().map(|t| t.n_elements).sum();
+        let t1 = Instant::now();
+        let opts = LoadOptions { ctx: Some(max_p.max(max_n) + 1), max_batch: max_p.max(1) };
+        let mut model =
+            Llama::<VulkanStorage>::load(&vdev, &file, opts, &mut |_, _| {}).map_err(|e| format!("{label}: {e}"))?;
+        drop(file);
+        tracing::info!("{label}: made/opened in {made_s:.1} s, loaded in {:.1} s", t1.elapsed().as_secs_f64());
+        let vocab = model.config().vocab as u32;
+        let tests = a
+            .n_prompt
+            .iter()
+            .filter(|&&p| p > 0)
+            .map(|&p| (p, 0))
+            .chain(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
+        for (n_prompt, n_gen) in tests {
+            let mut samples = Vec::with_capacity(a.repetitions);
+            let mut prof = vkml_candle::llama::StepProfile::default();
+            let stats0 = vdev.stream_stats();
+            for r in 0..=a.repetitions {
+                model.reset();
+                let t = Instant::now();
+                if n_prompt > 0 {
+                    let prompt: Vec<u32> = (0..n_prompt as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+                    model.forward(&prompt, false).map_err(|e| format!("{label}: {e}"))?;
+                } else {
+                    let mut tok = 1u32 % vocab;
+                    for _ in 0..n_gen {
+                        let l = model.forward(&[tok], false).map_err(|e| format!("{label}: {e}"))?;
+                        tok = l.iter().enumerate().max_by(|x, y| x.1.total_cmp(y.1)).map_or(0, |m| m.0 as u32);
+                        let p = model.last_step();
+                        prof.record_s += p.record_s;
+                        prof.ahead_s += p.ahead_s;
+                        prof.wait_s += p.wait_s;
+                    }
+                }
+                if r > 0 {
+                    samples.push(t.elapsed().as_secs_f64());
+                }
+            }
+            let tokens = (n_prompt + n_gen) as f64;
+            let ts: Vec<f64> = samples.iter().map(|s| tokens / s).collect();
+            let (m, sd) = ops_bench::mean_sd(&ts);
+            let (mns, sdns) = ops_bench::mean_sd(&samples);
+            let test = if n_prompt > 0 { format!("pp{n_prompt}") } else { format!("tg{n_gen}") };
+            // Where a generation step's time goes (all runs, warm-up included).
+            let stats = vdev.stream_stats();
+            let steps = ((a.repetitions + 1) * n_gen.max(1)) as f64;
+            let step = json!({
+                "host_record_us": prof.record_s / steps * 1e6,
+                "host_record_ahead_us": prof.ahead_s / steps * 1e6,
+                "submit_wait_readback_us": prof.wait_s / steps * 1e6,
+                "dispatches": (stats.dispatches - stats0.dispatches) as f64 / steps,
+                "barriers": (stats.barriers - stats0.barriers) as f64 / steps,
+                "submissions": (stats.submissions - stats0.submissions) as f64 / steps,
+            });
+            if n_gen > 0 {
+                eprintln!(
+                    "{label} {test}: per token: host record {:.0} µs, recorded ahead {:.0} µs, submit + wait + read-back {:.0} µs; {:.0} dispatches, {:.0} barriers, {:.1} submissions",
+                    step["host_record_us"].as_f64().unwrap_or(0.0),
+                    step["host_record_ahead_us"].as_f64().unwrap_or(0.0),
+                    step["submit_wait_readback_us"].as_f64().unwrap_or(0.0),
+                    step["dispatches"].as_f64().unwrap_or(0.0),
+                    step["barriers"].as_f64().unwrap_or(0.0),
+                    step["submissions"].as_f64().unwrap_or(0.0),
+                );
+            } else {
+                eprintln!(
+                    "{label} {test}: per run: {:.0} dispatches, {:.0} barriers, {:.1} submissions",
+                    step["dispatches"].as_f64().unwrap_or(0.0) * n_gen.max(1) as f64,
+                    step["barriers"].as_f64().unwrap_or(0.0) * n_gen.max(1) as f64,
+                    step["submissions"].as_f64().unwrap_or(0.0) * n_gen.max(1) as f64,
+                );
+            }
+            if a.output == Format::Md {
+                println!(
+                    "| {label} | {:.2} GiB | {:.2} B | Vulkan | {test} | {m:.2} ± {sd:.2} |",
+                    size as f64 / f64::from(1 << 30),
+                    params as f64 / 1e9
+                );
+            }
+            let mut row = head.clone();
+            let extra = json!({
+                "model": label,
+                "model_size": size,
+                "model_n_params": params,
+                "n_prompt": n_prompt,
+                "n_gen": n_gen,
+                "test": test,
+                "repetitions": a.repetitions,
+                "flash_attn": true,
+                "type_kv": "f16",
+                "avg_ns": (mns * 1e9).round(),
+                "stddev_ns": (sdns * 1e9).round(),
+                "avg_ts": m,
+                "stddev_ts": sd,
+                "samples_ts": ts,
+                "per_step": step,
+            });
+            if let (Some(r), Some(e)) = (row.as_object_mut(), extra.as_object()) {
+                r.extend(e.clone());
+            }
+            rows.push(row);
+        }
+    }
+    if a.output == Format::Json {
+        println!("{}", serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?);
+    }
+    Ok(())
+}
+
+fn ops(a: OpsArgs) -> Result<(), String> {
+    let dev = open_device(a.device.as_deref())?;
+    let scale = match a.scale.as_deref() {
+        None => Scale::for_device(&dev),
+        Some(s) => Scale::parse(s).ok_or_else(|| format!("--scale {s:?}: expected full or small"))?,
+    };
+    let head = header(&dev);
+    let specs = ops_bench::suite(&dev, scale);
+    let (ceilings, rest): (Vec<_>, Vec<_>) = specs.into_iter().partition(|s| matches!(s.group, "copy" | "peak"));
+    let rest = ops_bench::select(rest, a.filter.as_deref()).map_err(|e| e.to_string())?;
+    if a.output == Format::Md {
+        print_header(&head);
+        println!(
+            "scale {scale:?}; {} repetitions; each a submission of >= {} ms of calls, after a warm-up call\n",
+            a.repetitions.max(1),
+            ops_bench::MIN_BATCH_SECONDS * 1e3
+        );
+        println!(
+            "| group | workload | µs / call | GB/s | TFLOP/s | of ceiling |\n| --- | --- | ---: | ---: | ---: | ---: |"
+        );
+    }
+    let mut limits: std::collections::HashMap<Limit, f64> = std::collections::HashMap::new();
+    let mut rows = Vec::new();
+    for spec in ceilings.iter().chain(&rest) {
+        let result = spec.build(&dev).and_then(|mut w| Ok((ops_bench::measure(&dev, &mut w, a.repetitions)?, w)));
+        let (m, w) = match result {
+            Ok(x) => x,
+            Err(e) => {
+                if a.output == Format::Md {
+                    println!("| {} | {} | - | - | - | not run: {e} |", spec.group, spec.name);
+                }
+                rows.push(json!({"group": spec.group, "workload": spec.name, "error": e.to_string()}));
+                continue;
+            }
+        };
+        let (secs, sd) = m.mean_sd();
+        let gbs = w.bytes / secs / 1e9;
+        let tflops = w.flops / secs / 1e12;
+        let rate = if w.limit == Limit::Bandwidth { w.bytes / secs } else { w.flops / secs };
+        // Each ceiling is the best rate of its kind: the faster of the two copies, the fma
+        // loop, the matrix loop.
+        let is_ceiling = matches!(spec.group, "copy" | "peak");
+        if is_ceiling {
+            let l = limits.entry(w.limit).or_insert(rate);
+            *l = l.max(rate);
+        }
+        let frac = if is_ceiling { None } else { limits.get(&w.limit).map(|l| rate / l) };
+        if a.output == Format::Md {
+            let f = |v: f64, show: bool| if show { format!("{v:.2}") } else { "-".into() };
+            let of = match frac {
+                _ if is_ceiling => format!("ceiling: {}", limit_name(w.limit)),
+                Some(fr) => format!("{:.0} % of {}", 100.0 * fr, limit_name(w.limit)),
+                None => "-".into(),
+            };
+            println!(
+                "| {} | {} | {:.1} ± {:.1} | {} | {} | {of} |",
+                w.group,
+                w.name,
+                secs * 1e6,
+                sd * 1e6,
+                f(gbs, w.bytes > 0.0 && (w.limit == Limit::Bandwidth || w.flops == 0.0)),
+                f(tflops, w.flops > 0.0 && w.limit != Limit::Bandwidth)
+            );
+        }
+        rows.push(json!({
+            "group": w.group,
+            "workload": w.name,
+            "bytes": w.bytes,
+            "flops": w.flops,
+            "calls_per_submission": m.calls,
+            "seconds": m.seconds,
+            "avg_us": secs * 1e6,
+            "stddev_us": sd * 1e6,
+            "gb_per_s": gbs,
+            "tflop_per_s": tflops,
+            "limit": limit_name(w.limit),
+            "fraction_of_limit": frac,
+        }));
+    }
+    if a.output == Format::Json {
+        let out = json!({"header": head, "scale": format!("{scale:?}"), "results": rows});
+        println!("{}", serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?);
+    }
+    Ok(())
+}
+
+fn limit_name(l: Limit) -> &'static str {
+    match l {
+        Limit::Bandwidth => "copy bandwidth",
+        Limit::Fma => "f32 FMA peak",
+        Limit::Matrix => "f16 matrix peak",
+    }
+}

@@ -1,0 +1,197 @@
+//! `vkml gguf synth` against an independent reader: the file it writes opens in gguf-py's
+//! `GGUFReader` (`cli/tests/gguf_py_read.py`) with the tensor names, types and shapes the
+//! named shape implies, the synthetic tokenizer's metadata, and tensor data where vkml's
+//! own reader finds it. Bad `--shape` and `--type` values are one-line errors.
+//!
+//! gguf-py comes from `$VKML_GGUF_PY` (default `~/.cache/vkml/gguf-py`), where
+//! `scripts/setup.sh --test` installs it; without it (or without python3) the test fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use vkml_candle::synth;
+use vkml_quant::gguf::GgufFile;
+use vkml_quant::GgmlType;
+
+fn vkml(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vkml")).args(args).output().expect("run vkml")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gguf_synth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+const SETUP: &str =
+    "run scripts/setup.sh --test (it installs gguf-py into $VKML_GGUF_PY, default ~/.cache/vkml/gguf-py)";
+
+/// gguf-py's view of `file` (the JSON of `gguf_py_read.py`).
+fn gguf_py(file: &Path) -> Value {
+    let dir = std::env::var_os("VKML_GGUF_PY").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME is not set")).join(".cache/vkml/gguf-py")
+    });
+    assert!(dir.join("gguf").is_dir(), "gguf-py is not installed in {}: {SETUP}", dir.display());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gguf_py_read.py");
+    let out = Command::new("python3")
+        .arg("-s")
+        .arg(&script)
+        .arg(file)
+        .env("PYTHONPATH", &dir)
+        .output()
+        .unwrap_or_else(|e| panic!("python3 could not be started ({e}): {SETUP}"));
+    assert!(
+        out.status.success(),
+        "gguf-py could not read {}: {}\n(if gguf-py or numpy is missing: {SETUP})",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("gguf_py_read.py prints JSON");
+    let from = v["gguf_py_file"].as_str().unwrap_or_default();
+    assert!(Path::new(from).starts_with(&dir), "gguf-py was imported from {from}, not {}: {SETUP}", dir.display());
+    v
+}
+
+/// (name, type, gguf-py shape, bytes) of every tensor of `shape` with matrices of `ty`, in
+/// file order. gguf-py reports ggml's `ne` order: a matrix of `rows` rows of `k` is `[k, rows]`.
+fn expected_tensors(sh: &synth::SynthShape, ty: GgmlType) -> Vec<(String, String, Vec<u64>, u64)> {
+    let d = sh.n_embd / sh.n_head;
+    let (e, ff, q, kv) = (sh.n_embd as u64, sh.n_ff as u64, (sh.n_head * d) as u64, (sh.n_kv_head * d) as u64);
+    let mat = |name: String, k: u64, rows: u64| {
+        (name, ty.to_string(), vec![k, rows], ty.row_size(k).expect("whole blocks") * rows)
+    };
+    let norm = |name: String| (name, "F32".to_string(), vec![e], 4 * e);
+    let mut v = vec![mat("token_embd.weight".into(), e, sh.vocab as u64)];
+    if !sh.tied {
+        v.push(mat("output.weight".into(), e, sh.vocab as u64));
+    }
+    v.push(norm("output_norm.weight".into()));
+    for i in 0..sh.n_layers {
+        let p = |n: &str| format!("blk.{i}.{n}");
+        v.push(norm(p("attn_norm.weight")));
+        v.push(norm(p("ffn_norm.weight")));
+        v.push(mat(p("attn_q.weight"), e, q));
+        v.push(mat(p("attn_k.weight"), e, kv));
+        v.push(mat(p("attn_v.weight"), e, kv));
+        v.push(mat(p("attn_output.weight"), q, e));
+        v.push(mat(p("ffn_gate.weight"), e, ff));
+        v.push(mat(p("ffn_up.weight"), e, ff));
+        v.push(mat(p("ffn_down.weight"), ff, e));
+    }
+    v
+}
+
+#[test]
+fn synth_file_reads_in_gguf_py_with_expected_tensors_and_tokenizer() {
+    let sh = synth::shape("smollm2-135m").unwrap();
+    let path = scratch("smollm2-135m.Q4_0.gguf");
+    let out = vkml(&["gguf", "synth", "--shape", "smollm2-135m", "--type", "Q4_0", "-o", path.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    for part in [path.to_str().unwrap(), "smollm2-135m", "Q4_0", &format!("{len} bytes"), " s"] {
+        assert!(err.contains(part), "{part:?} missing from {err:?}");
+    }
+
+    let py = gguf_py(&path);
+    let got: Vec<(String, String, Vec<u64>, u64)> = py["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let shape = t["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
+            (
+                t["name"].as_str().unwrap().into(),
+                t["type"].as_str().unwrap().into(),
+                shape,
+                t["n_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want = expected_tensors(&sh, GgmlType::Q4_0);
+    assert_eq!(got.len(), 2 + 9 * sh.n_layers, "tensor count");
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g, w);
+    }
+    assert_eq!(got.len(), want.len());
+
+    let f = &py["fields"];
+    assert_eq!(f["general.architecture"], "llama");
+    assert_eq!(f["llama.block_count"], sh.n_layers);
+    assert_eq!(f["llama.embedding_length"], sh.n_embd);
+    assert_eq!(f["llama.feed_forward_length"], sh.n_ff);
+    assert_eq!(f["llama.attention.head_count"], sh.n_head);
+    assert_eq!(f["llama.attention.head_count_kv"], sh.n_kv_head);
+    assert_eq!(f["llama.vocab_size"], sh.vocab);
+    assert_eq!(f["tokenizer.ggml.model"], "llama");
+    let tokens = &f["tokenizer.ggml.tokens"];
+    assert_eq!(tokens["len"], sh.vocab);
+    let head: Vec<&str> = tokens["head"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(head[..3], ["<unk>", "<s>", "</s>"]);
+    let bytes: Vec<String> = (0..=255).map(|b| format!("<0x{b:02X}>")).collect();
+    assert_eq!(head[3..259], bytes[..]);
+    assert_eq!(head[259..263], ["▁", "!", "\"", "#"]);
+    assert_eq!(tokens["last"].as_str().unwrap().chars().next(), Some('▁'));
+    assert_eq!(f["tokenizer.ggml.scores"]["len"], sh.vocab);
+    assert_eq!(f["tokenizer.ggml.scores"]["decreasing"], true);
+    let counts = &f["tokenizer.ggml.token_type"]["counts"];
+    assert_eq!(counts, &serde_json::json!({"1": sh.vocab - 259, "2": 1, "3": 2, "6": 256}));
+    assert_eq!(f["tokenizer.ggml.unknown_token_id"], 0);
+    assert_eq!(f["tokenizer.ggml.bos_token_id"], 1);
+    assert_eq!(f["tokenizer.ggml.eos_token_id"], 2);
+
+    // gguf-py's dequantized rows are vkml's at the same places (the data sits where the
+    // header says), inside the weights' range ±1/√k.
+    let file = GgufFile::open(&path).unwrap();
+    for (name, s) in py["samples"].as_object().unwrap() {
+        let t = file.tensors().iter().find(|t| &t.name == name).unwrap();
+        let k = t.dims[0] as usize;
+        let all = file.dequantize(name).unwrap();
+        for (which, row) in [("first", &all[..k]), ("last", &all[all.len() - k..])] {
+            // gguf-py computes some products in f64; both are f32 values once rounded.
+            let mine: Vec<f32> = row[..8].iter().chain(&row[k - 8..]).copied().collect();
+            let theirs: Vec<f32> = s[which].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+            assert_eq!(mine, theirs, "{name} {which} row");
+            let bound = 1.0 / (k as f32).sqrt() * 1.01;
+            assert!(theirs.iter().all(|x| x.abs() <= bound) && theirs.iter().any(|&x| x != 0.0), "{name}: {theirs:?}");
+        }
+    }
+    std::fs::remove_file(&path).unwrap();
+}
+
+fn one_line_error(out: &Output, needles: &[&str]) {
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: "), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    for n in needles {
+        assert!(err.contains(n), "{n:?} missing from {err:?}");
+    }
+}
+
+#[test]
+fn bad_shape_and_type_are_one_line_errors() {
+    let path = scratch("bad.gguf");
+    let p = path.to_str().unwrap();
+    let known: Vec<&str> = synth::SHAPES.iter().map(|s| s.name).collect();
+    let mut needles = vec!["--shape", "\"llama-3b\""];
+    needles.extend(&known);
+    one_line_error(&vkml(&["gguf", "synth", "--shape", "llama-3b", "-o", p]), &needles);
+    one_line_error(
+        &vkml(&["gguf", "synth", "--shape", "smollm2-135m", "--type", "Q4_9", "-o", p]),
+        &["--type", "\"Q4_9\"", "Q4_0", "Q8_0"],
+    );
+    one_line_error(
+        &vkml(&["gguf", "synth", "--shape", "smollm2-135m", "--type", "iq2_xxs", "-o", p]),
+        &["IQ2_XXS", "cannot quantize"],
+    );
+    // Q4_K's 256-value blocks do not divide smollm2's rows of 576.
+    one_line_error(
+        &vkml(&["gguf", "synth", "--shape", "smollm2-135m", "--type", "Q4_K", "-o", p]),
+        &["Q4_K", "256", "576"],
+    );
+    assert!(!path.exists());
+    assert!(!path.with_extension("gguf.part").exists());
+}
