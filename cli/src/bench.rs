@@ -365,7 +365,14 @@ fn ops(a: OpsArgs) -> Result<(), String> {
         }
         let frac = if is_ceiling { None } else { limits.get(&w.limit).map(|l| rate / l) };
         if a.output == Format::Md {
-            let f = |v: f64, show: bool| if show { format!("{v:.2}") } else { "-".into() };
+            // Three significant digits down to 0.001 (lavapipe's TFLOP/s are small).
+            let f = |v: f64, show: bool| match v {
+                _ if !show => "-".into(),
+                v if v >= 100.0 => format!("{v:.0}"),
+                v if v >= 10.0 => format!("{v:.1}"),
+                v if v >= 1.0 => format!("{v:.2}"),
+                v => format!("{v:.3}"),
+            };
             let of = match frac {
                 _ if is_ceiling => format!("ceiling: {}", limit_name(w.limit)),
                 Some(fr) => format!("{:.0} % of {}", 100.0 * fr, limit_name(w.limit)),

@@ -187,8 +187,8 @@ pub fn mean_sd(v: &[f64]) -> (f64, f64) {
 }
 
 /// Times `w`: one warm-up call, then calls recorded into one submission in batches that
-/// grow until one takes [`MIN_BATCH_SECONDS`], then `reps` timed submissions of that many
-/// calls (a whole number of rotations).
+/// grow until one takes [`MIN_BATCH_SECONDS`] (whole rotations once past one), then `reps`
+/// timed submissions of that many calls.
 ///
 /// # Errors
 /// The workload's errors; HAL errors.
@@ -203,15 +203,18 @@ pub fn measure(dev: &Device, w: &mut Workload, reps: usize) -> Result<Measuremen
         s.finish_and_wait()?;
         Ok(t.elapsed().as_secs_f64())
     };
-    run(&mut s, w, copies)?;
-    let mut calls = copies;
-    loop {
-        let t = run(&mut s, w, calls)?;
-        if t >= MIN_BATCH_SECONDS || calls >= 1 << 16 {
-            break;
-        }
+    // Warm-up: one call creates the pipelines; a slow kernel is not run a whole rotation.
+    run(&mut s, w, 1)?;
+    let mut calls = 1;
+    let mut t = run(&mut s, w, calls)?;
+    while t < MIN_BATCH_SECONDS && calls < 1 << 16 {
         let grow = (MIN_BATCH_SECONDS * 1.2 / t.max(1e-6)).ceil().clamp(2.0, 64.0) as usize;
-        calls = (calls * grow).div_ceil(copies) * copies;
+        calls *= grow;
+        // Whole rotations once past one, so every operand copy is read equally often.
+        if calls > copies {
+            calls = calls.div_ceil(copies) * copies;
+        }
+        t = run(&mut s, w, calls)?;
     }
     let mut seconds = Vec::with_capacity(reps);
     for _ in 0..reps.max(1) {
