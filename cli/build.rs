@@ -16,12 +16,22 @@ fn main() {
         .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=VKML_COMMIT={commit}");
-    // Re-run when HEAD moves: HEAD itself, the branch it names, and packed refs.
+    // Re-run when HEAD moves: HEAD itself (per worktree), the branch it names and the packed
+    // refs (shared by worktrees). Only existing paths: cargo re-runs the script on every
+    // build for a path that does not exist.
+    let watch = |path: String| {
+        if std::path::Path::new(&path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
+    };
     if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
-        println!("cargo:rerun-if-changed={dir}/HEAD");
-        println!("cargo:rerun-if-changed={dir}/packed-refs");
+        watch(format!("{dir}/HEAD"));
+    }
+    let common = git(&["rev-parse", "--path-format=absolute", "--git-common-dir"]);
+    if let Some(common) = common {
+        watch(format!("{common}/packed-refs"));
         if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            println!("cargo:rerun-if-changed={dir}/{r}");
+            watch(format!("{common}/{r}"));
         }
     }
 }

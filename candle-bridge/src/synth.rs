@@ -154,35 +154,44 @@ fn uniform(seed: u64, n: usize) -> impl Iterator<Item = f32> {
     })
 }
 
-/// `rows x k` random weights of type `ty` (quantized on all CPU cores).
+/// Rows per independently seeded chunk of a random matrix: the values depend on the seed
+/// and the shape only, not on how many threads quantize them.
+const CHUNK_ROWS: usize = 64;
+
+/// `rows x k` random weights of type `ty`: chunks of [`CHUNK_ROWS`] rows, chunk `c` drawn
+/// from `uniform(seed ^ c * golden)`, quantized on all CPU cores.
 fn random_matrix(ty: GgmlType, rows: usize, k: usize, seed: u64) -> Result<Vec<u8>> {
     let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).min(32);
-    let rows_per = rows.div_ceil(threads).max(1);
+    let chunks = rows.div_ceil(CHUNK_ROWS);
     let scale = 1.0 / (k as f32).sqrt();
-    let parts: Vec<Result<Vec<u8>>> = std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..rows)
-            .step_by(rows_per)
-            .map(|r0| {
-                sc.spawn(move || {
-                    let n = rows_per.min(rows - r0) * k;
-                    let x: Vec<f32> = uniform(seed ^ (r0 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15), n)
-                        .map(|u| (u * 2.0 - 1.0) * scale)
-                        .collect();
-                    vkml_quant::quantize(ty, &x).map_err(|e| model_err(format!("quantize {ty:?}: {e}")))
-                })
-            })
+    let chunk = |c: usize| -> Result<Vec<u8>> {
+        let r0 = c * CHUNK_ROWS;
+        let n = CHUNK_ROWS.min(rows - r0) * k;
+        let x: Vec<f32> = uniform(seed ^ (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15), n)
+            .map(|u| (u * 2.0 - 1.0) * scale)
             .collect();
-        handles.into_iter().map(|h| h.join().expect("quantize thread")).collect()
+        vkml_quant::quantize(ty, &x).map_err(|e| model_err(format!("quantize {ty:?}: {e}")))
+    };
+    let chunk = &chunk;
+    // Worker w makes chunks w, w + threads, ...; the parts are put back in chunk order.
+    let parts: Vec<Vec<(usize, Result<Vec<u8>>)>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..threads.min(chunks.max(1)))
+            .map(|w| sc.spawn(move || (w..chunks).step_by(threads).map(|c| (c, chunk(c))).collect::<Vec<_>>()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
     });
+    let mut ordered: Vec<Option<Result<Vec<u8>>>> = (0..chunks).map(|_| None).collect();
+    for (c, r) in parts.into_iter().flatten() {
+        ordered[c] = Some(r);
+    }
     let mut out = Vec::new();
-    for p in parts {
-        out.extend_from_slice(&p?);
+    for (c, r) in ordered.into_iter().enumerate() {
+        let bytes = r.ok_or_else(|| model_err(format!("quantize {ty:?}: worker for chunk {c} failed")))??;
+        out.extend_from_slice(&bytes);
     }
     Ok(out)
 }
 
-/// The synthetic tokenizer's vocabulary (see the module docs): tokens, scores and token
-/// types, `vocab` of each.
 fn tokenizer_vocab(vocab: usize) -> Result<(Vec<String>, Vec<f32>, Vec<i32>)> {
     if vocab <= TOKENIZER_FIXED {
         return Err(model_err(format!(
@@ -261,7 +270,14 @@ struct Plan {
     tensors: Vec<Planned>,
 }
 
-fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
+/// Checks that a synthetic model of `arch`, `sh` and `ty` can be made, without making it:
+/// a known architecture, a type vkml-quant can quantize to, heads that divide the
+/// embedding, rows that are whole blocks of `ty`, and a vocabulary larger than the
+/// tokenizer's fixed tokens.
+///
+/// # Errors
+/// [`crate::Error::Model`] naming the first problem.
+pub fn check(arch: &str, sh: &SynthShape, ty: GgmlType) -> Result<()> {
     if !ARCHS.contains(&arch) {
         return Err(model_err(format!("no synthetic architecture {arch:?} (known: {})", ARCHS.join(", "))));
     }
@@ -288,6 +304,18 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
             )));
         }
     }
+    if sh.vocab <= TOKENIZER_FIXED {
+        return Err(model_err(format!(
+            "shape {}: a vocabulary of {} has no room past the tokenizer's {TOKENIZER_FIXED} fixed tokens",
+            sh.name, sh.vocab
+        )));
+    }
+    Ok(())
+}
+
+fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
+    check(arch, sh, ty)?;
+    let d = sh.n_embd / sh.n_head;
     let (tokens, scores, types) = tokenizer_vocab(sh.vocab)?;
     let mut metadata: Vec<(String, GgufValue)> = Vec::new();
     let mut kv = |key: String, v: GgufValue| metadata.push((key, v));
@@ -440,7 +468,14 @@ impl Plan {
         let zeros = [0u8; DEFAULT_ALIGNMENT as usize];
         for t in &self.tensors {
             let data = t.data()?;
-            debug_assert_eq!(data.len() as u64, t.n_bytes(), "{}", t.name);
+            if data.len() as u64 != t.n_bytes() {
+                return Err(model_err(format!(
+                    "tensor {}: made {} bytes where the header says {}",
+                    t.name,
+                    data.len(),
+                    t.n_bytes()
+                )));
+            }
             w.write_all(&data).map_err(io)?;
             w.write_all(&zeros[..padding(data.len() as u64) as usize]).map_err(io)?;
         }

@@ -62,8 +62,8 @@ struct ModelArgs {
     #[arg(long = "n-gen", short = 'n', value_delimiter = ',', default_value = "128")]
     n_gen: Vec<usize>,
     /// Timed repetitions of each test (after one warm-up run).
-    #[arg(long, short = 'r', default_value_t = 5)]
-    repetitions: usize,
+    #[arg(long, short = 'r', default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    repetitions: u32,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Format::Md)]
     output: Format,
@@ -87,8 +87,8 @@ struct OpsArgs {
     #[arg(long)]
     filter: Option<String>,
     /// Timed repetitions of each workload.
-    #[arg(long, short = 'r', default_value_t = 3)]
-    repetitions: usize,
+    #[arg(long, short = 'r', default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    repetitions: u32,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Format::Md)]
     output: Format,
@@ -132,8 +132,8 @@ fn header(dev: &Device) -> serde_json::Value {
         "driver": format!("{} {}", c.driver_name, c.driver_info),
         "driver_version": c.driver_version,
         "vulkan": c.api_version,
-        "vkml_commit": COMMIT,
-        "time": now_rfc3339(),
+        "build_commit": COMMIT,
+        "test_time": now_rfc3339(),
     })
 }
 
@@ -144,8 +144,8 @@ fn print_header(h: &serde_json::Value) {
         h["driver"].as_str().unwrap_or(""),
         h["driver_version"].as_str().unwrap_or(""),
         h["vulkan"].as_str().unwrap_or(""),
-        h["vkml_commit"].as_str().unwrap_or(""),
-        h["time"].as_str().unwrap_or(""),
+        h["build_commit"].as_str().unwrap_or(""),
+        h["test_time"].as_str().unwrap_or(""),
     );
 }
 
@@ -165,6 +165,8 @@ fn sources(a: &ModelArgs) -> Result<Vec<Source>, String> {
         let shape = synth::shape(name).map_err(|e| e.to_string())?;
         for t in types {
             let ty = GgmlType::from_name(&t).ok_or_else(|| format!("unknown GGML type {t:?}"))?;
+            // Every model is checked before the first one runs.
+            synth::check("llama", &shape, ty).map_err(|e| format!("--synthetic {name}:{ty}: {e}"))?;
             out.push(Source::Synthetic(shape, ty));
         }
     }
@@ -176,9 +178,10 @@ fn sources(a: &ModelArgs) -> Result<Vec<Source>, String> {
 
 fn models(a: ModelArgs) -> Result<(), String> {
     let list = sources(&a)?;
-    if a.repetitions == 0 {
-        return Err("--repetitions must be at least 1".into());
+    if a.n_prompt.iter().chain(&a.n_gen).all(|&n| n == 0) {
+        return Err("no test to run: -p and -n are all 0".into());
     }
+    let reps = a.repetitions as usize;
     let dev = open_device(a.device.as_deref())?;
     let head = header(&dev);
     let vdev = VulkanDevice::from_device(&dev, 0).map_err(|e| e.to_string())?;
@@ -189,7 +192,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
         print_header(&head);
         println!(
             "settings: {} repetitions after 1 warm-up; flash attention on; KV cache f16; prompt in one batch\n",
-            a.repetitions
+            reps
         );
         println!("| model | size | params | backend | test | t/s |\n| --- | ---: | ---: | --- | --- | ---: |");
     }
@@ -215,6 +218,9 @@ fn models(a: ModelArgs) -> Result<(), String> {
         drop(file);
         tracing::info!("{label}: made/opened in {made_s:.1} s, loaded in {:.1} s", t1.elapsed().as_secs_f64());
         let vocab = model.config().vocab as u32;
+        if vocab == 0 {
+            return Err(format!("{label}: the model has an empty vocabulary"));
+        }
         let tests = a
             .n_prompt
             .iter()
@@ -222,10 +228,10 @@ fn models(a: ModelArgs) -> Result<(), String> {
             .map(|&p| (p, 0))
             .chain(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
         for (n_prompt, n_gen) in tests {
-            let mut samples = Vec::with_capacity(a.repetitions);
+            let mut samples = Vec::with_capacity(reps);
             let mut prof = vkml_candle::llama::StepProfile::default();
             let stats0 = vdev.stream_stats();
-            for r in 0..=a.repetitions {
+            for r in 0..=reps {
                 model.reset();
                 let t = Instant::now();
                 if n_prompt > 0 {
@@ -251,34 +257,37 @@ fn models(a: ModelArgs) -> Result<(), String> {
             let (m, sd) = ops_bench::mean_sd(&ts);
             let (mns, sdns) = ops_bench::mean_sd(&samples);
             let test = if n_prompt > 0 { format!("pp{n_prompt}") } else { format!("tg{n_gen}") };
-            // Where a generation step's time goes (all runs, warm-up included).
+            // Where the time goes (all runs, warm-up included). A generation step: host
+            // times and commands per token. A prompt run: commands per run (they include
+            // the first decode step, recorded ahead after the prompt).
             let stats = vdev.stream_stats();
-            let steps = ((a.repetitions + 1) * n_gen.max(1)) as f64;
-            let step = json!({
-                "host_record_us": prof.record_s / steps * 1e6,
-                "host_record_ahead_us": prof.ahead_s / steps * 1e6,
-                "submit_wait_readback_us": prof.wait_s / steps * 1e6,
-                "dispatches": (stats.dispatches - stats0.dispatches) as f64 / steps,
-                "barriers": (stats.barriers - stats0.barriers) as f64 / steps,
-                "submissions": (stats.submissions - stats0.submissions) as f64 / steps,
+            let runs = (reps + 1) as f64;
+            let per = |v: u64| v as f64 / runs / n_gen.max(1) as f64;
+            let mut step = json!({
+                "dispatches": per(stats.dispatches - stats0.dispatches),
+                "barriers": per(stats.barriers - stats0.barriers),
+                "submissions": per(stats.submissions - stats0.submissions),
             });
+            let counts = format!(
+                "{:.0} dispatches, {:.0} barriers, {:.1} submissions",
+                per(stats.dispatches - stats0.dispatches),
+                per(stats.barriers - stats0.barriers),
+                per(stats.submissions - stats0.submissions)
+            );
             if n_gen > 0 {
+                let steps = runs * n_gen as f64;
+                let (rec, ahead, wait) =
+                    (prof.record_s / steps * 1e6, prof.ahead_s / steps * 1e6, prof.wait_s / steps * 1e6);
+                if let Some(o) = step.as_object_mut() {
+                    o.insert("host_record_us".into(), json!(rec));
+                    o.insert("host_record_ahead_us".into(), json!(ahead));
+                    o.insert("submit_wait_readback_us".into(), json!(wait));
+                }
                 eprintln!(
-                    "{label} {test}: per token: host record {:.0} µs, recorded ahead {:.0} µs, submit + wait + read-back {:.0} µs; {:.0} dispatches, {:.0} barriers, {:.1} submissions",
-                    step["host_record_us"].as_f64().unwrap_or(0.0),
-                    step["host_record_ahead_us"].as_f64().unwrap_or(0.0),
-                    step["submit_wait_readback_us"].as_f64().unwrap_or(0.0),
-                    step["dispatches"].as_f64().unwrap_or(0.0),
-                    step["barriers"].as_f64().unwrap_or(0.0),
-                    step["submissions"].as_f64().unwrap_or(0.0),
+                    "{label} {test}: per token: host record {rec:.0} µs, recorded ahead {ahead:.0} µs, submit + wait + read-back {wait:.0} µs; {counts}"
                 );
             } else {
-                eprintln!(
-                    "{label} {test}: per run: {:.0} dispatches, {:.0} barriers, {:.1} submissions",
-                    step["dispatches"].as_f64().unwrap_or(0.0) * n_gen.max(1) as f64,
-                    step["barriers"].as_f64().unwrap_or(0.0) * n_gen.max(1) as f64,
-                    step["submissions"].as_f64().unwrap_or(0.0) * n_gen.max(1) as f64,
-                );
+                eprintln!("{label} {test}: per run: {counts} (the first decode step, recorded ahead, included)");
             }
             if a.output == Format::Md {
                 println!(
@@ -289,21 +298,27 @@ fn models(a: ModelArgs) -> Result<(), String> {
             }
             let mut row = head.clone();
             let extra = json!({
-                "model": label,
+                "model_filename": match src {
+                    Source::File(p) => p.display().to_string(),
+                    Source::Synthetic(..) => String::new(),
+                },
+                "model_type": label,
                 "model_size": size,
                 "model_n_params": params,
                 "n_prompt": n_prompt,
                 "n_gen": n_gen,
                 "test": test,
-                "repetitions": a.repetitions,
+                "repetitions": reps,
                 "flash_attn": true,
-                "type_kv": "f16",
+                "type_k": "f16",
+                "type_v": "f16",
                 "avg_ns": (mns * 1e9).round(),
                 "stddev_ns": (sdns * 1e9).round(),
                 "avg_ts": m,
                 "stddev_ts": sd,
+                "samples_ns": samples.iter().map(|x| (x * 1e9).round()).collect::<Vec<f64>>(),
                 "samples_ts": ts,
-                "per_step": step,
+                "per_run_or_token": step,
             });
             if let (Some(r), Some(e)) = (row.as_object_mut(), extra.as_object()) {
                 r.extend(e.clone());
@@ -331,7 +346,7 @@ fn ops(a: OpsArgs) -> Result<(), String> {
         print_header(&head);
         println!(
             "scale {scale:?}; {} repetitions; each a submission of >= {} ms of calls, after a warm-up call\n",
-            a.repetitions.max(1),
+            a.repetitions,
             ops_bench::MIN_BATCH_SECONDS * 1e3
         );
         println!(
@@ -341,7 +356,8 @@ fn ops(a: OpsArgs) -> Result<(), String> {
     let mut limits: std::collections::HashMap<Limit, f64> = std::collections::HashMap::new();
     let mut rows = Vec::new();
     for spec in ceilings.iter().chain(&rest) {
-        let result = spec.build(&dev).and_then(|mut w| Ok((ops_bench::measure(&dev, &mut w, a.repetitions)?, w)));
+        let result =
+            spec.build(&dev).and_then(|mut w| Ok((ops_bench::measure(&dev, &mut w, a.repetitions as usize)?, w)));
         let (m, w) = match result {
             Ok(x) => x,
             Err(e) => {

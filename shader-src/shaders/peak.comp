@@ -9,8 +9,9 @@
 //   cm_f16: every subgroup runs 4 independent accumulators C += A B of 16x16x16 f16
 //           cooperative matrices with f32 accumulation (VK_KHR_cooperative_matrix):
 //           4 * 2 * 16^3 = 32768 flops per subgroup per iteration.
-// The results are stored only when p.store != 0 (the host passes 0), which the compiler
-// cannot know, so the loops are kept.
+// The results are stored when p.store != 0 (the host passes 0) or when they equal a value
+// they cannot reach (-1): the condition depends on the loops' results, so the compiler
+// must run them. The chains start from different values, so no two are provably equal.
 // Bindings: 0 = y (f32, at least one value per invocation). Push constants: iters, store,
 // a, b (the chains' multiplier and addend, close to 1 and 0 so nothing overflows).
 // Grid: any; the host counts invocations (fma) or subgroups of its required size (cm_f16).
@@ -21,6 +22,7 @@
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_vote : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #endif
 layout(local_size_x = 256) in;
@@ -47,8 +49,9 @@ void main() {
             x6 = fma(x6, p.a, p.b); x7 = fma(x7, p.a, p.b);
         }
     }
-    if (p.store != 0u) {
-        y[wg * 256u + gl_LocalInvocationIndex] = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7;
+    float sum = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7;
+    if (p.store != 0u || sum == -1.0) {
+        y[wg * 256u + gl_LocalInvocationIndex] = sum;
     }
 #else
     coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma =
@@ -57,14 +60,22 @@ void main() {
         coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>(float16_t(p.b));
     coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> c0 =
         coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
-    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> c1 = c0, c2 = c0, c3 = c0;
+    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> c1 =
+        coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(1.0);
+    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> c2 =
+        coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(2.0);
+    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> c3 =
+        coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(3.0);
     for (uint i = 0u; i < p.iters; i++) {
         c0 = coopMatMulAdd(ma, mb, c0);
         c1 = coopMatMulAdd(ma, mb, c1);
         c2 = coopMatMulAdd(ma, mb, c2);
         c3 = coopMatMulAdd(ma, mb, c3);
     }
-    if (p.store != 0u) {
+    // One element of each accumulator (element 0 of the lane's share) joins the condition,
+    // made uniform over the subgroup (the stores are subgroup operations).
+    float sum = c0[0] + c1[0] + c2[0] + c3[0];
+    if (subgroupAny(p.store != 0u || sum == -1.0)) {
         uint base = (wg * gl_NumSubgroups + gl_SubgroupID) * 1024u;
         coopMatStore(c0, y, base, 16, gl_CooperativeMatrixLayoutRowMajor);
         coopMatStore(c1, y, base + 256u, 16, gl_CooperativeMatrixLayoutRowMajor);

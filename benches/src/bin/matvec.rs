@@ -19,98 +19,28 @@ use std::time::Instant;
 
 use vkml_benches::{arg, mat_mat_options, random};
 use vkml_hal::{Device, MemoryKind, Stream};
+use vkml_ops::bench;
 use vkml_ops::quant::{self, QMatrix, SUPPORTED};
 use vkml_quant::GgmlType;
 
 /// Raw blocks of `w` in `ty`; the grid i-quants, which vkml-quant cannot quantize, get
-/// pseudo-random bytes (the kernels' speed does not depend on the values).
+/// pseudo-random blocks (`vkml_ops::bench::random_blocks`: the kernels' speed does not
+/// depend on the values).
 fn encode(ty: GgmlType, w: &[f32]) -> Vec<u8> {
     match ty {
         GgmlType::F32 => w.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        GgmlType::F16 => w.iter().flat_map(|x| half_bits(*x).to_le_bytes()).collect(),
-        GgmlType::BF16 => w.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect(),
-        ty => vkml_quant::quantize(ty, w).unwrap_or_else(|_| {
-            let n = w.len() / ty.block_size() * ty.type_size();
-            let mut s = 0x9e37_79b9_7f4a_7c15u64;
-            let mut b: Vec<u8> = (0..n)
-                .map(|_| {
-                    s ^= s << 13;
-                    s ^= s >> 7;
-                    s ^= s << 17;
-                    (s >> 24) as u8
-                })
-                .collect();
-            // Keep f16 scales finite: clear the top exponent bit of every 16-bit word.
-            for pair in b.chunks_mut(2) {
-                if let [_, hi] = pair {
-                    *hi &= 0xBF;
-                }
-            }
-            b
-        }),
+        GgmlType::F16 => w.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect(),
+        GgmlType::BF16 => w.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect(),
+        ty => vkml_quant::quantize(ty, w).unwrap_or_else(|_| bench::random_blocks(ty, 1, w.len(), 0x9e37_79b9)),
     }
 }
 
-/// f32 -> f16 bits (round to nearest even) without pulling in `half` here.
-fn half_bits(x: f32) -> u16 {
-    let b = x.to_bits();
-    let sign = ((b >> 16) & 0x8000) as u16;
-    let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
-    if exp <= 0 {
-        return sign;
-    }
-    if exp >= 31 {
-        return sign | 0x7c00;
-    }
-    let mant = b & 0x7f_ffff;
-    let mut h = (sign as u32) | ((exp as u32) << 10) | (mant >> 13);
-    let rest = mant & 0x1fff;
-    if rest > 0x1000 || (rest == 0x1000 && (h & 1) == 1) {
-        h += 1;
-    }
-    h as u16
-}
-
-fn copy_bandwidth(dev: &Device, bytes: u64, reps: u32) -> f64 {
-    let a = dev.alloc(bytes, MemoryKind::DeviceLocal).unwrap();
-    let b = dev.alloc(bytes, MemoryKind::DeviceLocal).unwrap();
-    let mut s = Stream::new(dev).unwrap();
-    s.copy(&a, 0, &b, 0, bytes).unwrap();
-    s.finish_and_wait().unwrap();
-    let t = Instant::now();
-    for i in 0..reps {
-        let (x, y) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
-        s.copy(x, 0, y, 0, bytes).unwrap();
-    }
-    s.finish_and_wait().unwrap();
-    2.0 * bytes as f64 * f64::from(reps) / t.elapsed().as_secs_f64()
-}
-
-/// Bandwidth of the `copy_vec4` compute kernel (16-byte loads and stores), bytes read +
-/// written per second: the achievable figure for a shader that streams memory.
-fn kernel_copy_bandwidth(dev: &Device, bytes: u64, reps: u32) -> f64 {
-    let a = dev.alloc(bytes, MemoryKind::DeviceLocal).unwrap();
-    let b = dev.alloc(bytes, MemoryKind::DeviceLocal).unwrap();
-    let k = dev.kernel("copy_vec4").unwrap();
-    let p =
-        dev.pipeline(&k, &vkml_hal::PipelineOptions { spec_constants: vec![(0, 256)], ..Default::default() }).unwrap();
-    let n = (bytes / 16) as u32;
-    let groups = n.div_ceil(256);
-    let max_x = dev.caps().limits.max_workgroup_count[0];
-    let grid = [groups.min(max_x), groups.div_ceil(groups.min(max_x)), 1];
-    let mut s = Stream::new(dev).unwrap();
-    let once = |s: &mut Stream, i: u32| {
-        let (x, y) = if i.is_multiple_of(2) { (&a, &b) } else { (&b, &a) };
-        s.dispatch(&p, &[x.into(), y.into()], &n.to_le_bytes(), grid).unwrap();
-    };
-    once(&mut s, 0);
-    s.finish_and_wait().unwrap();
-    let t = Instant::now();
-    for i in 0..reps {
-        once(&mut s, i);
-    }
-    s.finish_and_wait().unwrap();
-    2.0 * bytes as f64 * f64::from(reps) / t.elapsed().as_secs_f64()
+/// Bytes read + written per second by `spec` (`vkml_ops::bench::copy_kernel` or
+/// `copy_command`), timed by `vkml_ops::bench::measure`.
+fn bandwidth(dev: &Device, spec: bench::Spec) -> f64 {
+    let mut w = spec.build(dev).unwrap();
+    let m = bench::measure(dev, &mut w, 3).unwrap();
+    w.bytes / m.mean_sd().0
 }
 
 fn main() {
@@ -138,11 +68,10 @@ fn main() {
     // Warm-up: ~2 s of streaming so the GPU leaves its idle clocks before anything is timed.
     let warm = Instant::now();
     while warm.elapsed().as_secs_f64() < 2.0 {
-        kernel_copy_bandwidth(&dev, 256 << 20, 50);
+        bandwidth(&dev, bench::copy_kernel(256 << 20));
     }
-    let cmd_copy = copy_bandwidth(&dev, 1 << 30, 20);
-    let bytes = (1u64 << 30).min(dev.caps().limits.max_storage_buffer_range / 16 * 16);
-    let copy = kernel_copy_bandwidth(&dev, bytes, 20);
+    let cmd_copy = bandwidth(&dev, bench::copy_command(1 << 30));
+    let copy = bandwidth(&dev, bench::copy_kernel(1 << 30));
     println!(
         "copy bandwidth, read + write: copy_vec4 kernel {:.1} GB/s (the reference below); vkCmdCopyBuffer {:.1} GB/s\n",
         copy / 1e9,
@@ -205,7 +134,7 @@ fn main() {
             // Re-warm: uploads above left the GPU idle for a moment.
             let warm = Instant::now();
             while warm.elapsed().as_secs_f64() < 0.3 {
-                kernel_copy_bandwidth(&dev, 64 << 20, 20);
+                bandwidth(&dev, bench::copy_kernel(64 << 20));
             }
             let count = reps * copies;
             // Record first, then time the submission alone: host recording cost is
