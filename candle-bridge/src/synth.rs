@@ -37,7 +37,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use vkml_quant::gguf::{GgufArray, GgufError, GgufFile, GgufValue, DEFAULT_ALIGNMENT, GGUF_MAGIC};
+use vkml_quant::gguf::{header_bytes, GgufArray, GgufError, GgufFile, GgufValue, DEFAULT_ALIGNMENT};
 use vkml_quant::GgmlType;
 
 use crate::error::{model_err, Error, Result};
@@ -270,6 +270,16 @@ struct Plan {
     tensors: Vec<Planned>,
 }
 
+/// Whether synthetic weights of `ty` can be made: vkml-quant has a quantizer for it (the
+/// grid i-quants and the float types without one cannot).
+pub fn can_make(ty: GgmlType) -> bool {
+    quantize_probe(ty).is_ok()
+}
+
+fn quantize_probe(ty: GgmlType) -> std::result::Result<Vec<u8>, vkml_quant::QuantError> {
+    vkml_quant::quantize(ty, &vec![0.0; ty.block_size()])
+}
+
 /// Checks that a synthetic model of `arch`, `sh` and `ty` can be made, without making it:
 /// a known architecture, a type vkml-quant can quantize to, heads that divide the
 /// embedding, rows that are whole blocks of `ty`, and a vocabulary larger than the
@@ -281,7 +291,7 @@ pub fn check(arch: &str, sh: &SynthShape, ty: GgmlType) -> Result<()> {
     if !ARCHS.contains(&arch) {
         return Err(model_err(format!("no synthetic architecture {arch:?} (known: {})", ARCHS.join(", "))));
     }
-    if let Err(e) = vkml_quant::quantize(ty, &vec![0.0; ty.block_size()]) {
+    if let Err(e) = quantize_probe(ty) {
         return Err(model_err(format!("cannot make {ty} weights: {e}")));
     }
     if sh.n_head == 0
@@ -379,81 +389,18 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
     Ok(Plan { metadata, tensors })
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
-    out.extend_from_slice(s.as_bytes());
-}
-
-fn put_array(out: &mut Vec<u8>, a: &GgufArray) {
-    out.extend_from_slice(&(a.elem_type() as u32).to_le_bytes());
-    out.extend_from_slice(&(a.len() as u64).to_le_bytes());
-    fn each<T: Copy, const N: usize>(out: &mut Vec<u8>, v: &[T], le: fn(T) -> [u8; N]) {
-        v.iter().for_each(|x| out.extend_from_slice(&le(*x)));
-    }
-    match a {
-        GgufArray::U8(v) => out.extend_from_slice(v),
-        GgufArray::I8(v) => each(out, v, i8::to_le_bytes),
-        GgufArray::U16(v) => each(out, v, u16::to_le_bytes),
-        GgufArray::I16(v) => each(out, v, i16::to_le_bytes),
-        GgufArray::U32(v) => each(out, v, u32::to_le_bytes),
-        GgufArray::I32(v) => each(out, v, i32::to_le_bytes),
-        GgufArray::F32(v) => each(out, v, f32::to_le_bytes),
-        GgufArray::U64(v) => each(out, v, u64::to_le_bytes),
-        GgufArray::I64(v) => each(out, v, i64::to_le_bytes),
-        GgufArray::F64(v) => each(out, v, f64::to_le_bytes),
-        GgufArray::Bool(v) => v.iter().for_each(|x| out.push(u8::from(*x))),
-        GgufArray::String(v) => v.iter().for_each(|s| put_str(out, s)),
-        GgufArray::Array(v) => v.iter().for_each(|a| put_array(out, a)),
-    }
-}
-
-fn put_value(out: &mut Vec<u8>, v: &GgufValue) {
-    match v {
-        GgufValue::U8(x) => out.push(*x),
-        GgufValue::I8(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::Bool(x) => out.push(u8::from(*x)),
-        GgufValue::String(s) => put_str(out, s),
-        GgufValue::Array(a) => put_array(out, a),
-    }
-}
-
 fn padding(n: u64) -> u64 {
     n.div_ceil(DEFAULT_ALIGNMENT) * DEFAULT_ALIGNMENT - n
 }
 
 impl Plan {
     /// The GGUF v3 header: magic, version, counts, metadata, tensor infos, padding to the
-    /// data section.
-    fn header(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        out.extend_from_slice(&GGUF_MAGIC);
-        out.extend_from_slice(&3u32.to_le_bytes());
-        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
-        for (k, v) in &self.metadata {
-            put_str(&mut out, k);
-            out.extend_from_slice(&(v.value_type() as u32).to_le_bytes());
-            put_value(&mut out, v);
-        }
-        let mut offset = 0u64;
-        for t in &self.tensors {
-            put_str(&mut out, &t.name);
-            out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
-            t.dims.iter().for_each(|d| out.extend_from_slice(&d.to_le_bytes()));
-            out.extend_from_slice(&t.ty.id().to_le_bytes());
-            out.extend_from_slice(&offset.to_le_bytes());
-            offset += t.n_bytes() + padding(t.n_bytes());
-        }
-        out.resize(out.len() + padding(out.len() as u64) as usize, 0);
-        out
+    /// data section (`vkml_quant::gguf::header_bytes`; no `general.alignment`, so the data
+    /// is aligned to [`DEFAULT_ALIGNMENT`], as [`padding`] assumes).
+    fn header(&self) -> Result<Vec<u8>> {
+        let infos: Vec<(&str, GgmlType, &[u64])> =
+            self.tensors.iter().map(|t| (t.name.as_str(), t.ty, t.dims.as_slice())).collect();
+        Ok(header_bytes(&self.metadata, &infos)?)
     }
 
     /// The file's length: the header and every tensor, each padded to the alignment.
@@ -502,7 +449,7 @@ pub fn synthetic_llama(sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<GgufF
 /// is not a multiple of the type's block, or a vocabulary of [`TOKENIZER_FIXED`] or fewer.
 pub fn synthetic_model(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<GgufFile> {
     let plan = plan(arch, sh, ty, seed)?;
-    let header = plan.header();
+    let header = plan.header()?;
     let mut bytes = Vec::with_capacity(plan.file_len(header.len() as u64) as usize);
     plan.emit(&header, &mut bytes, &unreachable_io)?;
     Ok(GgufFile::from_vec(bytes)?)
@@ -534,7 +481,7 @@ pub fn write_synthetic_model(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u6
     let result = (|| {
         let file = std::fs::File::create(&part).map_err(&io)?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-        let n = plan.emit(&plan.header(), &mut w, &io)?;
+        let n = plan.emit(&plan.header()?, &mut w, &io)?;
         let file = w.into_inner().map_err(|e| io(e.into_error()))?;
         file.sync_all().map_err(&io)?;
         std::fs::rename(&part, path).map_err(io_at(path))?;

@@ -32,7 +32,7 @@ pub struct Args {
 
 /// The types vkml-quant can quantize to (those a synthetic model can have).
 fn quantizable() -> Vec<GgmlType> {
-    GgmlType::ALL.iter().copied().filter(|&t| vkml_quant::quantize(t, &vec![0.0; t.block_size()]).is_ok()).collect()
+    GgmlType::ALL.iter().copied().filter(|&t| synth::can_make(t)).collect()
 }
 
 fn type_list() -> String {

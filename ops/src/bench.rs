@@ -86,7 +86,7 @@ pub enum Limit {
 }
 
 type Record = Box<dyn FnMut(&mut Stream, usize) -> Result<()>>;
-type Build = Box<dyn Fn(&Device) -> Result<Workload>>;
+type Build = Box<dyn Fn(&Device) -> Result<Parts>>;
 
 /// One op at one shape, ready to record: it owns its buffers.
 pub struct Workload {
@@ -129,6 +129,15 @@ impl Workload {
     }
 }
 
+/// What a [`Spec`]'s build makes; [`Spec::build`] adds the spec's group and name.
+struct Parts {
+    bytes: f64,
+    flops: f64,
+    limit: Limit,
+    copies: usize,
+    record: Record,
+}
+
 /// A workload not built yet: building allocates and fills its buffers.
 pub struct Spec {
     /// As [`Workload::group`].
@@ -145,7 +154,7 @@ impl std::fmt::Debug for Spec {
 }
 
 impl Spec {
-    fn new(group: &'static str, name: String, build: impl Fn(&Device) -> Result<Workload> + 'static) -> Spec {
+    fn new(group: &'static str, name: String, build: impl Fn(&Device) -> Result<Parts> + 'static) -> Spec {
         Spec { group, name, build: Box::new(build) }
     }
 
@@ -154,7 +163,16 @@ impl Spec {
     /// # Errors
     /// Out of device memory, a shape the device cannot bind, a missing feature.
     pub fn build(&self, dev: &Device) -> Result<Workload> {
-        (self.build)(dev)
+        let p = (self.build)(dev)?;
+        Ok(Workload {
+            group: self.group,
+            name: self.name.clone(),
+            bytes: p.bytes,
+            flops: p.flops,
+            limit: p.limit,
+            copies: p.copies,
+            record: p.record,
+        })
     }
 }
 
@@ -266,52 +284,43 @@ fn copies_for(scale: Scale, bytes: usize) -> usize {
     (scale.rotation_bytes().div_ceil(bytes.max(1) as u64)).max(1) as usize
 }
 
-/// The `copy_vec4` kernel over `bytes` (rounded down to 16): the [`Limit::Bandwidth`]
+/// Two buffers of `bytes` copied into each other in turn by `op(stream, from, to)`: the
+/// copy workloads. Counted bytes: read + written.
+fn ping_pong(
+    dev: &Device,
+    bytes: u64,
+    op: impl Fn(&mut Stream, &Buffer, &Buffer) -> Result<()> + 'static,
+) -> Result<Parts> {
+    let (a, b) = (alloc(dev, bytes as usize)?, alloc(dev, bytes as usize)?);
+    Ok(Parts {
+        bytes: 2.0 * bytes as f64,
+        flops: 0.0,
+        limit: Limit::Bandwidth,
+        copies: 2,
+        record: Box::new(move |s, i| if i == 0 { op(s, &a, &b) } else { op(s, &b, &a) }),
+    })
+}
+
+/// The `copy_vec4` kernel over `bytes` (rounded down to 16; at most the device's
+/// `maxStorageBufferRange`, which [`suite`] respects): the [`Limit::Bandwidth`]
 /// reference. Counted bytes: read + written.
 pub fn copy_kernel(bytes: u64) -> Spec {
     let bytes = bytes / 16 * 16;
     Spec::new("copy", format!("copy_vec4 kernel {} MiB", bytes >> 20), move |dev| {
-        let bytes = bytes.min(dev.caps().limits.max_storage_buffer_range / 16 * 16);
-        let (a, b) = (alloc(dev, bytes as usize)?, alloc(dev, bytes as usize)?);
         let k = dev.kernel("copy_vec4")?;
         let p = dev.pipeline(&k, &PipelineOptions { spec_constants: vec![(0, 256)], ..Default::default() })?;
         let n = (bytes / 16) as u32;
         let groups = n.div_ceil(256);
         let max_x = dev.caps().limits.max_workgroup_count[0];
         let grid = [groups.min(max_x), groups.div_ceil(groups.min(max_x).max(1)), 1];
-        Ok(Workload {
-            group: "copy",
-            name: format!("copy_vec4 kernel {} MiB", bytes >> 20),
-            bytes: 2.0 * bytes as f64,
-            flops: 0.0,
-            limit: Limit::Bandwidth,
-            copies: 2,
-            record: Box::new(move |s, i| {
-                let (x, y) = if i == 0 { (&a, &b) } else { (&b, &a) };
-                s.dispatch(&p, &[x.into(), y.into()], &n.to_le_bytes(), grid)?;
-                Ok(())
-            }),
-        })
+        ping_pong(dev, bytes, move |s, x, y| Ok(s.dispatch(&p, &[x.into(), y.into()], &n.to_le_bytes(), grid)?))
     })
 }
 
 /// `vkCmdCopyBuffer` over `bytes` (read + written), for comparison with the kernel copy.
 pub fn copy_command(bytes: u64) -> Spec {
     Spec::new("copy", format!("vkCmdCopyBuffer {} MiB", bytes >> 20), move |dev| {
-        let (a, b) = (alloc(dev, bytes as usize)?, alloc(dev, bytes as usize)?);
-        Ok(Workload {
-            group: "copy",
-            name: format!("vkCmdCopyBuffer {} MiB", bytes >> 20),
-            bytes: 2.0 * bytes as f64,
-            flops: 0.0,
-            limit: Limit::Bandwidth,
-            copies: 2,
-            record: Box::new(move |s, i| {
-                let (x, y) = if i == 0 { (&a, &b) } else { (&b, &a) };
-                s.copy(x, 0, y, 0, bytes)?;
-                Ok(())
-            }),
-        })
+        ping_pong(dev, bytes, move |s, x, y| Ok(s.copy(x, 0, y, 0, bytes)?))
     })
 }
 
@@ -343,9 +352,7 @@ pub fn peak(dev: &Device, matrix: bool, scale: Scale) -> Option<Spec> {
         let per_group = if matrix { f64::from(256 / sub) * 32768.0 } else { 256.0 * 256.0 };
         let pc: Vec<u8> =
             [iters, 0, 0.999_999f32.to_bits(), 1e-7f32.to_bits()].iter().flat_map(|w| w.to_le_bytes()).collect();
-        Ok(Workload {
-            group: "peak",
-            name: name.into(),
+        Ok(Parts {
             bytes: 0.0,
             flops: per_group * f64::from(groups) * f64::from(iters),
             limit: if matrix { Limit::Matrix } else { Limit::Fma },
@@ -370,9 +377,7 @@ pub fn mat_vec(ty: GgmlType, rows: usize, k: usize, scale: Scale) -> Spec {
         let mats = (0..copies).map(|_| QMatrix::upload(dev, ty, rows, k, &blocks)).collect::<Result<Vec<_>>>()?;
         let x = random_buffer(dev, Dtype::F32, k, 3)?;
         let ys = (0..copies).map(|_| alloc(dev, 4 * rows)).collect::<Result<Vec<_>>>()?;
-        Ok(Workload {
-            group: "mat_vec",
-            name: format!("{ty:?} {rows}x{k}"),
+        Ok(Parts {
             bytes: (blocks.len() + 4 * k + 4 * rows) as f64,
             flops: 2.0 * (rows * k) as f64,
             limit: Limit::Bandwidth,
@@ -392,9 +397,7 @@ pub fn mat_mat(ty: GgmlType, rows: usize, k: usize, n_tok: usize) -> Spec {
         let x = random_buffer(dev, Dtype::F32, n_tok * k, 5)?;
         let y = alloc(dev, 4 * n_tok * rows)?;
         let coop = quant::MatMatPath::best(dev.caps(), &m) == quant::MatMatPath::CoopMat;
-        Ok(Workload {
-            group: "mat_mat",
-            name: format!("{ty:?} {rows}x{k}x{n_tok}"),
+        Ok(Parts {
             bytes: (blocks.len() + 4 * n_tok * (k + rows)) as f64,
             flops: 2.0 * (rows * k * n_tok) as f64,
             limit: if coop { Limit::Matrix } else { Limit::Fma },
@@ -414,9 +417,7 @@ pub fn float_matmul(dt: Dtype, n: usize) -> Spec {
         let y = alloc(dev, n * n * dt.size())?;
         let coop = matches!(tuning::matmul_config(dev.caps(), dt, n), tuning::MatmulPath::CoopMat { .. });
         let lay = MatLayout { offset: 0, batch: 0, row: n, col: 1 };
-        Ok(Workload {
-            group: "matmul",
-            name: format!("{} {n}x{n}x{n}", dt.name()),
+        Ok(Parts {
             bytes: (3 * n * n * dt.size()) as f64,
             flops: 2.0 * (n as f64).powi(3),
             limit: if coop { Limit::Matrix } else { Limit::Fma },
@@ -432,9 +433,7 @@ pub fn add(len: usize) -> Spec {
         let a = random_buffer(dev, Dtype::F32, len, 3)?;
         let b = random_buffer(dev, Dtype::F32, len, 4)?;
         let y = alloc(dev, 4 * len)?;
-        Ok(Workload {
-            group: "elementwise",
-            name: format!("add f32 {len}"),
+        Ok(Parts {
             bytes: 12.0 * len as f64,
             flops: len as f64,
             limit: Limit::Bandwidth,
@@ -454,9 +453,7 @@ pub fn softmax(rows: usize, n: usize) -> Spec {
     Spec::new("softmax", format!("f32 {rows}x{n}"), move |dev| {
         let x = random_buffer(dev, Dtype::F32, rows * n, 6)?;
         let y = alloc(dev, 4 * rows * n)?;
-        Ok(Workload {
-            group: "softmax",
-            name: format!("f32 {rows}x{n}"),
+        Ok(Parts {
             bytes: 8.0 * (rows * n) as f64,
             flops: 0.0,
             limit: Limit::Bandwidth,
@@ -472,9 +469,7 @@ pub fn rms_norm(rows: usize, n: usize) -> Spec {
         let x = random_buffer(dev, Dtype::F32, rows * n, 7)?;
         let w = random_buffer(dev, Dtype::F32, n, 8)?;
         let y = alloc(dev, 4 * rows * n)?;
-        Ok(Workload {
-            group: "rms_norm",
-            name: format!("f32 {rows}x{n}"),
+        Ok(Parts {
             bytes: (8 * rows * n + 4 * n) as f64,
             flops: 0.0,
             limit: Limit::Bandwidth,
@@ -493,7 +488,7 @@ pub fn rms_norm(rows: usize, n: usize) -> Spec {
 pub fn attention(t_q: usize, kv_len: usize, n_heads: usize, n_kv_heads: usize, d: usize, scale: Scale) -> Spec {
     let what = if t_q == 1 { "decode" } else { "prefill" };
     let name = format!("{what} f32 q, f16 KV: {t_q} x {kv_len}, {n_heads}/{n_kv_heads} heads, d {d}");
-    Spec::new("attention", name.clone(), move |dev| {
+    Spec::new("attention", name, move |dev| {
         if t_q == 0 || t_q > kv_len {
             return Err(OpsError::Shape {
                 op: "bench::attention",
@@ -520,9 +515,7 @@ pub fn attention(t_q: usize, kv_len: usize, n_heads: usize, n_kv_heads: usize, d
         let scratch = (alloc(dev, 4 * po)?, alloc(dev, 4 * pm)?);
         // Unmasked pairs per head: t_q queries, query i sees kv_len - t_q + i + 1 keys.
         let pairs = (t_q * (kv_len - t_q) + t_q * (t_q + 1) / 2) as f64;
-        Ok(Workload {
-            group: "attention",
-            name: name.clone(),
+        Ok(Parts {
             bytes: (kv_bytes + 8 * t_q * n_heads * d) as f64,
             flops: 4.0 * d as f64 * pairs * n_heads as f64,
             limit: if t_q == 1 { Limit::Bandwidth } else { Limit::Fma },

@@ -16,7 +16,7 @@ mod reader;
 pub mod writer;
 
 pub use reader::{GgufFile, GgufHeader, TensorInfo};
-pub use writer::{GgufWriter, WriterTensor};
+pub use writer::{alignment_of, header_bytes, GgufWriter, WriterTensor};
 
 use crate::types::GgmlType;
 

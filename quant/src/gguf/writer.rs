@@ -106,11 +106,7 @@ impl GgufWriter {
 
     /// Alignment that will be used (validated `general.alignment` or 32).
     pub fn alignment(&self) -> Result<u64, GgufError> {
-        match self.metadata.iter().find(|(k, _)| k == KEY_ALIGNMENT).map(|(_, v)| v) {
-            None => Ok(DEFAULT_ALIGNMENT),
-            Some(GgufValue::U32(a)) if *a != 0 && a.is_power_of_two() => Ok(*a as u64),
-            Some(v) => Err(GgufError::BadAlignment(format!("{v:?}"))),
-        }
+        alignment_of(&self.metadata)
     }
 
     /// Serializes to GGUF v3 bytes.
@@ -119,32 +115,6 @@ impl GgufWriter {
     /// data of the wrong size, arrays nested deeper than [`MAX_ARRAY_DEPTH`] — everything the
     /// reader would reject.
     pub fn to_bytes(&self) -> Result<Vec<u8>, GgufError> {
-        if let Some(k) = first_duplicate(self.metadata.iter().map(|(k, _)| k.as_str())) {
-            return Err(GgufError::DuplicateKey(k.to_string()));
-        }
-        if let Some(n) = first_duplicate(self.tensors.iter().map(|t| t.name.as_str())) {
-            return Err(GgufError::DuplicateTensor(n.to_string()));
-        }
-        for (k, v) in &self.metadata {
-            if let GgufValue::Array(a) = v {
-                if array_depth(a) > MAX_ARRAY_DEPTH {
-                    return Err(GgufError::NestingTooDeep { what: format!("metadata key {k:?}") });
-                }
-            }
-        }
-        let alignment = self.alignment()?;
-        let mut out = Vec::new();
-        out.extend_from_slice(&GGUF_MAGIC);
-        out.extend_from_slice(&3u32.to_le_bytes());
-        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
-        for (k, v) in &self.metadata {
-            put_string(&mut out, k);
-            out.extend_from_slice(&(v.value_type() as u32).to_le_bytes());
-            put_value(&mut out, v);
-        }
-        let mut offset = 0u64;
-        let mut offsets = Vec::with_capacity(self.tensors.len());
         for t in &self.tensors {
             let (_, n_bytes) = tensor_sizes(&t.name, t.ty, &t.dims)?;
             if n_bytes != t.data.len() as u64 {
@@ -154,17 +124,11 @@ impl GgufWriter {
                     got: t.data.len() as u64,
                 });
             }
-            put_string(&mut out, &t.name);
-            out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
-            for d in &t.dims {
-                out.extend_from_slice(&d.to_le_bytes());
-            }
-            out.extend_from_slice(&t.ty.id().to_le_bytes());
-            out.extend_from_slice(&offset.to_le_bytes());
-            offsets.push(offset);
-            offset += n_bytes.div_ceil(alignment) * alignment;
         }
-        pad_to(&mut out, alignment);
+        let infos: Vec<(&str, GgmlType, &[u64])> =
+            self.tensors.iter().map(|t| (t.name.as_str(), t.ty, t.dims.as_slice())).collect();
+        let mut out = header_bytes(&self.metadata, &infos)?;
+        let alignment = self.alignment()?;
         for t in &self.tensors {
             out.extend_from_slice(&t.data);
             pad_to(&mut out, alignment);
@@ -180,4 +144,72 @@ impl GgufWriter {
         std::fs::write(path.as_ref(), bytes)
             .map_err(|source| GgufError::Io { path: path.as_ref().display().to_string(), source })
     }
+}
+
+/// The alignment `metadata` asks for: a valid `general.alignment` (u32, a power of two),
+/// else [`DEFAULT_ALIGNMENT`].
+///
+/// # Errors
+/// [`GgufError::BadAlignment`] for a `general.alignment` of another type, zero, or not a
+/// power of two.
+pub fn alignment_of(metadata: &[(String, GgufValue)]) -> Result<u64, GgufError> {
+    match metadata.iter().find(|(k, _)| k == KEY_ALIGNMENT).map(|(_, v)| v) {
+        None => Ok(DEFAULT_ALIGNMENT),
+        Some(GgufValue::U32(a)) if *a != 0 && a.is_power_of_two() => Ok(*a as u64),
+        Some(v) => Err(GgufError::BadAlignment(format!("{v:?}"))),
+    }
+}
+
+/// Everything of a GGUF v3 file before its data section (GGUF spec "File Structure"):
+/// magic, version, counts, `metadata`, the tensor infos of `tensors` (name, type, dims
+/// innermost first) with offsets for their data in that order, each padded to the
+/// alignment ([`alignment_of`]), and zero padding to that alignment. A streaming writer
+/// follows it with each tensor's `row_size(dims[0]) * dims[1] * ...` bytes, each padded
+/// with zeros to the alignment; [`GgufWriter::to_bytes`] does the same in memory.
+///
+/// # Errors
+/// Duplicate keys or tensor names, a bad alignment, invalid dims/type combinations, arrays
+/// nested deeper than [`MAX_ARRAY_DEPTH`].
+pub fn header_bytes(
+    metadata: &[(String, GgufValue)],
+    tensors: &[(&str, GgmlType, &[u64])],
+) -> Result<Vec<u8>, GgufError> {
+    if let Some(k) = first_duplicate(metadata.iter().map(|(k, _)| k.as_str())) {
+        return Err(GgufError::DuplicateKey(k.to_string()));
+    }
+    if let Some(n) = first_duplicate(tensors.iter().map(|t| t.0)) {
+        return Err(GgufError::DuplicateTensor(n.to_string()));
+    }
+    for (k, v) in metadata {
+        if let GgufValue::Array(a) = v {
+            if array_depth(a) > MAX_ARRAY_DEPTH {
+                return Err(GgufError::NestingTooDeep { what: format!("metadata key {k:?}") });
+            }
+        }
+    }
+    let alignment = alignment_of(metadata)?;
+    let mut out = Vec::new();
+    out.extend_from_slice(&GGUF_MAGIC);
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+    for (k, v) in metadata {
+        put_string(&mut out, k);
+        out.extend_from_slice(&(v.value_type() as u32).to_le_bytes());
+        put_value(&mut out, v);
+    }
+    let mut offset = 0u64;
+    for &(name, ty, dims) in tensors {
+        let (_, n_bytes) = tensor_sizes(name, ty, dims)?;
+        put_string(&mut out, name);
+        out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+        for d in dims {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        out.extend_from_slice(&ty.id().to_le_bytes());
+        out.extend_from_slice(&offset.to_le_bytes());
+        offset += n_bytes.div_ceil(alignment) * alignment;
+    }
+    pad_to(&mut out, alignment);
+    Ok(out)
 }
