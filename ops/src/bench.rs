@@ -387,6 +387,34 @@ pub fn mat_vec(ty: GgmlType, rows: usize, k: usize, scale: Scale) -> Spec {
     })
 }
 
+/// The decode mat-vec on Q8_1 activations, `y[rows] = W x` through
+/// [`quant::mat_vec_q8_1`] (packed int8 dot products), with `x` quantized once outside the
+/// timed calls as a decode step shares it; the device's default launch
+/// ([`tuning::mat_vec_config`]). Bytes: the weight, the Q8_1 `x` (36 bytes per 32 values)
+/// and `y`. Building it fails with [`OpsError::Shape`] where the device lacks the
+/// integer-dot kernel or `ty` is not in [`quant::DOT_TYPES`].
+pub fn mat_vec_q8_1(ty: GgmlType, rows: usize, k: usize, scale: Scale) -> Spec {
+    Spec::new("mat_vec_q8_1", format!("{ty:?} {rows}x{k}"), move |dev| {
+        let blocks = random_blocks(ty, rows, k, 7);
+        let copies = copies_for(scale, blocks.len());
+        let mats = (0..copies).map(|_| QMatrix::upload(dev, ty, rows, k, &blocks)).collect::<Result<Vec<_>>>()?;
+        let x = random_buffer(dev, Dtype::F32, k, 3)?;
+        let xq = alloc(dev, 36 * k / 32)?;
+        let mut s = Stream::new(dev)?;
+        quant::quantize_q8_1(&mut s, &x, k / 32, &xq)?;
+        s.finish_and_wait()?;
+        let ys = (0..copies).map(|_| alloc(dev, 4 * rows)).collect::<Result<Vec<_>>>()?;
+        let cfg = tuning::mat_vec_config(dev.caps());
+        Ok(Parts {
+            bytes: (blocks.len() + 36 * k / 32 + 4 * rows) as f64,
+            flops: 2.0 * (rows * k) as f64,
+            limit: Limit::Bandwidth,
+            copies,
+            record: Box::new(move |s, i| quant::mat_vec_q8_1(s, &mats[i], &xq, 1, &ys[i], cfg)),
+        })
+    })
+}
+
 /// Prompt mat-mat `y[n_tok, rows] = x[n_tok, k] Wᵀ` of a weight of `ty` on the device's
 /// fastest path ([`quant::mat_mat`]). Compared with [`Limit::Matrix`] where that path is
 /// the cooperative-matrix one, else [`Limit::Fma`].
@@ -531,7 +559,9 @@ pub fn attention(t_q: usize, kv_len: usize, n_heads: usize, n_kv_heads: usize, d
 
 /// The suite of `vkml bench ops` and the criterion benches: the ceilings first (copy
 /// kernel, `vkCmdCopyBuffer`, fma and matrix peaks), then mat-vec for every type in
-/// [`quant::SUPPORTED`], mat-mat for Q4_0, Q8_0 and Q4_K, float matmul (f32, and f16 where
+/// [`quant::SUPPORTED`], the Q8_1 decode mat-vec of [`quant::DOT_TYPES`] where
+/// [`tuning::q8_1_activations`] holds (at 4096x4096, 4096x14336 and 14336x4096 at full
+/// scale), mat-mat for Q4_0, Q8_0 and Q4_K, float matmul (f32, and f16 where
 /// the device has 16-bit storage), add, softmax, rms_norm and attention (prefill and
 /// decode), at `scale`'s shapes.
 pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
@@ -543,6 +573,14 @@ pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
     let (rows, k) = if full { (4096, 4096) } else { (1024, 1024) };
     for &ty in quant::SUPPORTED {
         v.push(mat_vec(ty, rows, k, scale));
+    }
+    // The decode path of the types that have it, where the model uses it.
+    if tuning::q8_1_activations(dev.caps()) {
+        for &ty in quant::DOT_TYPES {
+            for (r, kk) in if full { vec![(4096, 4096), (4096, 14336), (14336, 4096)] } else { vec![(rows, k)] } {
+                v.push(mat_vec_q8_1(ty, r, kk, scale));
+            }
+        }
     }
     let (mm_rows, mm_k, n_tok) = if full { (14336, 4096, 512) } else { (1024, 512, 64) };
     for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K] {

@@ -520,10 +520,13 @@ fn mat_vec_core(
     } else {
         check_io_rows("mat_vec", m, out_rows, x, batch, y)?;
     }
-    if !(1..=8).contains(&cfg.rows_per_subgroup) {
+    if !(1..=8).contains(&cfg.rows_per_subgroup) || !(1..=8).contains(&cfg.dot_rows_per_subgroup) {
         return Err(OpsError::Shape {
             op: "mat_vec",
-            reason: format!("rows_per_subgroup {} is not in 1..=8", cfg.rows_per_subgroup),
+            reason: format!(
+                "rows_per_subgroup {} and dot_rows_per_subgroup {} must be in 1..=8",
+                cfg.rows_per_subgroup, cfg.dot_rows_per_subgroup
+            ),
         });
     }
     if !cfg.workgroup.is_power_of_two() || cfg.workgroup > 128 {
@@ -564,12 +567,9 @@ fn mat_vec_core(
     } else {
         None
     };
+    let nr = if use_dot { cfg.dot_rows_per_subgroup } else { cfg.rows_per_subgroup };
     let groups = match row_sg {
-        Some((sg, _)) => grid(
-            &dev,
-            "mat_vec",
-            (out_rows as u64).div_ceil(u64::from(cfg.workgroup.max(sg) / sg * cfg.rows_per_subgroup)),
-        )?,
+        Some((sg, _)) => grid(&dev, "mat_vec", (out_rows as u64).div_ceil(u64::from(cfg.workgroup.max(sg) / sg * nr)))?,
         None => grid(&dev, "mat_vec", out_rows as u64)?,
     };
     let pipeline_for = |nb: usize| -> Result<std::sync::Arc<vkml_hal::Pipeline>> {
@@ -582,14 +582,9 @@ fn mat_vec_core(
                 ),
                 PipelineOptions {
                     spec_constants: if use_dot {
-                        vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, cfg.rows_per_subgroup)]
+                        vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, nr)]
                     } else {
-                        vec![
-                            (0, cfg.workgroup.max(sg)),
-                            (1, nb as u32),
-                            (2, cfg.rows_per_subgroup),
-                            (10, epilogue.spec()),
-                        ]
+                        vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, nr), (10, epilogue.spec())]
                     },
                     required_subgroup_size: require.then_some(sg),
                     full_subgroups: caps.subgroup.full_subgroups,
@@ -697,12 +692,22 @@ pub enum MatMatPath {
     /// on 128 x 128 tiles; needs [`tuning::coopmat_subgroup_size`] and `k % 32 == 0`.
     /// Weights and activations are rounded to f16 before the products.
     CoopMat,
+    /// `mul_mat_cm2.comp`: workgroup-scope cooperative matrices (`VK_NV_cooperative_matrix2`)
+    /// on 128 x 128 tiles, weights decoded inside the tensor loads; the same rounding as
+    /// [`MatMatPath::CoopMat`]. Needs [`tuning::coopmat2`], `k % 32 == 0` and a type in
+    /// [`COOPMAT2_TYPES`]. On the H100 (driver 580.159.04) it runs at 35–62 TFLOP/s against
+    /// 74–90 for [`MatMatPath::CoopMat`], so [`MatMatPath::best`] does not pick it.
+    CoopMat2,
 }
+
+/// The types [`MatMatPath::CoopMat2`] has a decode for (`mul_mat_cm2.comp`'s variants).
+pub const COOPMAT2_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K];
 
 impl MatMatPath {
     /// The fastest path for `m` on a device: [`MatMatPath::CoopMat`] where
     /// [`tuning::coopmat_subgroup_size`] allows it and `k % 32 == 0`, else
-    /// [`MatMatPath::Scalar`].
+    /// [`MatMatPath::Scalar`]. [`MatMatPath::CoopMat2`] is never chosen: on the H100 it is
+    /// slower (benches/RESULTS.md).
     pub fn best(caps: &vkml_hal::Capabilities, m: &QMatrix) -> MatMatPath {
         if tuning::coopmat_subgroup_size(caps).is_some() && m.k.is_multiple_of(32) {
             MatMatPath::CoopMat
@@ -786,6 +791,29 @@ pub fn mat_mat_with(
                 ..Default::default()
             };
             (MAT_MAT_CM_TILE, "mul_mat_cm", options)
+        }
+        MatMatPath::CoopMat2 => {
+            if !tuning::coopmat2(dev.caps()) {
+                return Err(OpsError::Shape {
+                    op: "mat_mat",
+                    reason: "the workgroup-scope cooperative-matrix path needs VK_NV_cooperative_matrix2 (workgroup scope, flexible dimensions, tensor addressing, block loads) and bufferDeviceAddress; this device lacks them".into(),
+                });
+            }
+            if !m.k.is_multiple_of(32) || !COOPMAT2_TYPES.contains(&m.ty) {
+                return Err(OpsError::Shape {
+                    op: "mat_mat",
+                    reason: format!(
+                        "the workgroup-scope cooperative-matrix path needs k % 32 == 0 and one of {COOPMAT2_TYPES:?}; got {:?} with k = {}",
+                        m.ty, m.k
+                    ),
+                });
+            }
+            let options = PipelineOptions {
+                required_subgroup_size: tuning::coopmat_subgroup_size(dev.caps()).and_then(|(sg, r)| r.then_some(sg)),
+                full_subgroups: dev.caps().subgroup.full_subgroups,
+                ..Default::default()
+            };
+            (MAT_MAT_CM_TILE, "mul_mat_cm2", options)
         }
     };
     if opts.split_k == Some(0) {

@@ -25,6 +25,10 @@ pub struct MatVecConfig {
     pub subgroup_rows: bool,
     /// Rows per subgroup in the block-wise kernel (1..=8): each `x` load serves this many rows.
     pub rows_per_subgroup: u32,
+    /// Rows per subgroup in the integer-dot kernel (`mul_mat_vec_dot.comp`, 1..=8). Its `x`
+    /// is Q8_1 (1.1 bytes per value, against 4 for f32), so sharing `x` loads across rows
+    /// matters less than having more subgroups in flight.
+    pub dot_rows_per_subgroup: u32,
     /// Quantize `x` to Q8_1 on the GPU and use packed 4x8-bit integer dot products
     /// (`mul_mat_vec_dot.comp`) for the types that have it, where the block-wise kernel
     /// applies. Changes results by the Q8_1 rounding of `x` (as ggml's MMVQ path does);
@@ -72,12 +76,20 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         ArchClass::NvidiaTensorCore | ArchClass::Nvidia | ArchClass::AmdRdna | ArchClass::AmdGcn => 4,
         _ => 1,
     };
+    let dot_rows_per_subgroup = match caps.arch {
+        // H100, batch 1, Q8_1 x (benches/RESULTS.md): 1 row per subgroup reads Q4_0 at
+        // 84 / 85 / 89 % of copy bandwidth (4096x4096, 4096x14336, 14336x4096) and Q8_0 at
+        // 92 / 89 / 90 %, against 81–85 / 74 / 86–87 % and 83 / 85–86 / 83–85 % with 4.
+        ArchClass::NvidiaTensorCore | ArchClass::Nvidia => 1,
+        _ => rows_per_subgroup,
+    };
     MatVecConfig {
         workgroup,
         subgroup_reduce,
         vec4: true,
         subgroup_rows: row_subgroup_size(caps).is_some(),
         rows_per_subgroup,
+        dot_rows_per_subgroup,
         // Off by default: each mat_vec call quantizes x itself today, and on the H100
         // that extra dispatch and barrier cost more than the int8 loads save
         // (benches/RESULTS.md). It pays once x is quantized once per decode step.
@@ -108,6 +120,24 @@ pub fn attn_splits(t_q: usize, kv_len: usize) -> usize {
 /// the F16 float matmul's cooperative-matrix kernels ([`float_coopmat_subgroup`]).
 pub fn coopmat_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
     float_coopmat_subgroup(caps, Dtype::F16)
+}
+
+/// Whether the workgroup-scope cooperative-matrix mat-mat (`mul_mat_cm2.comp`,
+/// [`crate::quant::MatMatPath::CoopMat2`]) runs here: `VK_NV_cooperative_matrix2` with
+/// workgroup scope (for 256 invocations), flexible dimensions, tensor addressing and block
+/// loads, `bufferDeviceAddress` (its decode callbacks take buffer references), 16-bit
+/// storage and integers, plus everything [`coopmat_subgroup_size`] needs.
+pub fn coopmat2(caps: &Capabilities) -> bool {
+    let Some(nv) = &caps.nv_cooperative_matrix2 else { return false };
+    nv.workgroup_scope
+        && nv.flexible_dimensions
+        && nv.tensor_addressing
+        && nv.block_loads
+        && nv.workgroup_scope_max_workgroup_size >= 256
+        && caps.buffer_device_address
+        && caps.types.storage_buffer_16bit
+        && caps.types.int16
+        && coopmat_subgroup_size(caps).is_some()
 }
 
 /// Whether the kernels that reduce over a row or a block of keys (`norm.comp`,

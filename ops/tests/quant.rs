@@ -158,6 +158,7 @@ fn mat_vec_configs(dev: &Device) -> Vec<MatVecConfig> {
                 vec4,
                 subgroup_rows: false,
                 rows_per_subgroup: 1,
+                dot_rows_per_subgroup: 1,
                 integer_dot: false,
             });
         }
@@ -170,6 +171,7 @@ fn mat_vec_configs(dev: &Device) -> Vec<MatVecConfig> {
                 vec4: true,
                 subgroup_rows: true,
                 rows_per_subgroup,
+                dot_rows_per_subgroup: rows_per_subgroup,
                 integer_dot: false,
             });
         }
@@ -252,7 +254,8 @@ fn mat_vec_matches_cpu_on_every_path() {
 }
 
 /// Every mat-mat path the device has: the scalar kernel everywhere, the cooperative-matrix
-/// kernel where `tuning::coopmat_subgroup_size` finds one (the H100, not lavapipe).
+/// kernel where `tuning::coopmat_subgroup_size` finds one and the workgroup-scope one where
+/// `tuning::coopmat2` does (both on the H100, neither on lavapipe).
 fn mat_mat_paths(dev: &Device) -> Vec<MatMatPath> {
     let mut paths = vec![MatMatPath::Scalar];
     if vkml_ops::tuning::coopmat_subgroup_size(dev.caps()).is_some() {
@@ -260,15 +263,12 @@ fn mat_mat_paths(dev: &Device) -> Vec<MatMatPath> {
     } else {
         eprintln!("mat_mat: no cooperative-matrix path on {}; scalar only", dev.caps().name);
     }
+    if vkml_ops::tuning::coopmat2(dev.caps()) {
+        paths.push(MatMatPath::CoopMat2);
+    }
     paths
 }
 
-/// Mat-mat against f64 dot products of the CPU-dequantized weights. The scalar path must
-/// agree within 1e-5 of the sum of |products|; the cooperative-matrix path multiplies f16
-/// weights and activations, so its reference rounds both to f16 first, and it may differ
-/// by 1e-4 of the sum of |products| (tensor cores accumulate in f32 without IEEE rounding
-/// of every partial sum). Shapes cover edge tiles on both axes, split-K (k ≥ 1024) and,
-/// with `accumulate`, the folded residual add.
 #[test]
 fn block_kernels_exist_for_block_types() {
     for &ty in SUPPORTED {
@@ -282,19 +282,30 @@ fn block_kernels_exist_for_block_types() {
     assert!(quant::Q32_TYPES.iter().all(|t| quant::BLOCK_TYPES.contains(t)));
 }
 
+/// Mat-mat against f64 dot products of the CPU-dequantized weights. The scalar path must
+/// agree within 1e-5 of the sum of |products|; the cooperative-matrix path multiplies f16
+/// weights and activations, so its reference rounds both to f16 first, and it may differ
+/// by 1e-4 of the sum of |products| (tensor cores accumulate in f32 without IEEE rounding
+/// of every partial sum); the workgroup-scope path (`CoopMat2`) rounds the same way.
+/// Shapes cover edge tiles on both axes, split-K (k ≥ 1024) and,
+/// with `accumulate`, the folded residual add.
 #[test]
 fn mat_mat_matches_cpu() {
     let dev = device();
     for path in mat_mat_paths(&dev) {
         for &ty in SUPPORTED {
             let bs = ty.block_size().max(32);
-            if path == MatMatPath::CoopMat && bs % 32 != 0 {
+            if (path == MatMatPath::CoopMat && bs % 32 != 0)
+                || (path == MatMatPath::CoopMat2 && !quant::COOPMAT2_TYPES.contains(&ty))
+            {
                 continue;
             }
             let mut shapes = vec![(37, bs, 8, false), (70, 3 * bs, 33, true), (129, 2 * bs, 70, false)];
-            if path == MatMatPath::CoopMat {
+            if path != MatMatPath::Scalar {
                 // Two 128-row tiles with a ragged third, two token tiles with a ragged second.
                 shapes.push((300, 4 * bs, 150, true));
+                // Whole tiles only, k past the 256-element unrolled steps, split-K.
+                shapes.push((256, 1024.max(4 * bs), 128, false));
             }
             for (rows, k, n_tok, accumulate) in shapes {
                 let bytes = encode(ty, &weights(rows, k, 5 + rows as u64));
@@ -315,7 +326,7 @@ fn mat_mat_matches_cpu() {
                 let y = yb.to_vec::<f32>().unwrap();
                 let tol = match path {
                     MatMatPath::Scalar => 1e-5,
-                    MatMatPath::CoopMat => {
+                    MatMatPath::CoopMat | MatMatPath::CoopMat2 => {
                         for v in w.iter_mut().chain(x.iter_mut()) {
                             *v = half::f16::from_f32(*v).to_f32();
                         }
@@ -381,14 +392,19 @@ fn integer_dot_mat_vec_matches_cpu_dot() {
         return;
     }
     for &ty in quant::DOT_TYPES {
-        for (rows, k, batch) in [(37usize, 32usize, 1usize), (70, 320, 3), (129, 96, 8)] {
+        // One and several rows per subgroup (`dot_rows_per_subgroup`), rotating over shapes.
+        for (rows, k, batch, nr) in [(37usize, 32usize, 1usize, 1u32), (70, 320, 3, 4), (129, 96, 8, 3)] {
             let bytes = encode(ty, &weights(rows, k, 9 + rows as u64));
             let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
             let x = weights(batch, k, 3 + k as u64);
             let xb = dev.upload(&x).unwrap();
             let yb = dev.alloc(4 * (batch * rows) as u64, MemoryKind::DeviceLocal).unwrap();
             let xq = dev.alloc(36 * (batch * k / 32) as u64, MemoryKind::DeviceLocal).unwrap();
-            let cfg = MatVecConfig { integer_dot: true, ..vkml_ops::tuning::mat_vec_config(dev.caps()) };
+            let cfg = MatVecConfig {
+                integer_dot: true,
+                dot_rows_per_subgroup: nr,
+                ..vkml_ops::tuning::mat_vec_config(dev.caps())
+            };
             let mut s = Stream::new(&dev).unwrap();
             quant::mat_vec_with(&mut s, &m, &xb, batch, &yb, MatVecConfig { subgroup_rows: true, ..cfg }).unwrap();
             quant::quantize_q8_1(&mut s, &xb, batch * k / 32, &xq).unwrap();
@@ -466,6 +482,10 @@ fn tuning_table_per_architecture() {
             ArchClass::NvidiaTensorCore | ArchClass::Nvidia | ArchClass::AmdRdna | ArchClass::AmdGcn => 4,
             _ => 1,
         };
+        let dot_nr = match arch {
+            ArchClass::NvidiaTensorCore | ArchClass::Nvidia => 1,
+            _ => nr,
+        };
         assert_eq!(
             cfg,
             MatVecConfig {
@@ -474,6 +494,7 @@ fn tuning_table_per_architecture() {
                 vec4: true,
                 subgroup_rows: true,
                 rows_per_subgroup: nr,
+                dot_rows_per_subgroup: dot_nr,
                 integer_dot: false,
             },
             "{arch:?}"
@@ -503,6 +524,25 @@ fn tuning_table_per_architecture() {
         caps.limits.max_shared_memory = 48 * 1024;
         caps.subgroup.size_control = false;
         assert_eq!(vkml_ops::tuning::coopmat_subgroup_size(&caps), (sg == 32).then_some((32, false)), "{arch:?}");
+        // The workgroup-scope path needs all of VK_NV_cooperative_matrix2's loading features,
+        // buffer device addresses and 16-bit storage on top.
+        assert!(!vkml_ops::tuning::coopmat2(&caps), "{arch:?}");
+        let nv = vkml_hal::caps::NvCoopMat2Caps {
+            workgroup_scope: true,
+            flexible_dimensions: true,
+            tensor_addressing: true,
+            block_loads: true,
+            workgroup_scope_max_workgroup_size: 256,
+            ..Default::default()
+        };
+        caps.nv_cooperative_matrix2 = Some(nv.clone());
+        caps.buffer_device_address = true;
+        caps.types.storage_buffer_16bit = true;
+        caps.types.int16 = true;
+        assert_eq!(vkml_ops::tuning::coopmat2(&caps), sg == 32, "{arch:?}");
+        caps.nv_cooperative_matrix2 = Some(vkml_hal::caps::NvCoopMat2Caps { block_loads: false, ..nv });
+        assert!(!vkml_ops::tuning::coopmat2(&caps), "{arch:?}");
+        caps.nv_cooperative_matrix2 = None;
         caps.subgroup.operations = vec!["basic"];
         assert!(!vkml_ops::tuning::mat_vec_config(&caps).subgroup_reduce);
     }

@@ -225,38 +225,38 @@ fn glslang_log(e: &glslang::error::GlslangError) -> String {
 }
 
 /// `words` with what the reflection's parser (rspirv 0.12, SPIR-V 1.6 of SDK 1.3.268)
-/// predates rewritten, for reflection only (the module that runs is unchanged):
-/// SPV_KHR_bfloat16's capabilities (5116..=5118) are dropped and its `OpTypeFloat 16
-/// BFloat16KHR` is read as a plain 16-bit float, which has the same size and alignment.
-fn reflectable(words: &[u32]) -> std::borrow::Cow<'_, [u32]> {
+/// predates removed or rewritten, for reflection only (the module that runs is unchanged).
+/// Reflection reads annotations, execution modes and module-level declarations, so:
+/// capabilities and extensions are dropped (SPV_KHR_bfloat16's 5116..=5118,
+/// SPV_NV_cooperative_matrix2's, SPV_NV_tensor_addressing's), and so is everything from the
+/// first OpFunction on (function bodies come last in a module); a module-level instruction
+/// whose opcode rspirv does not know (OpTypeTensorLayoutNV, OpTypeTensorViewNV) is dropped,
+/// which is sound because resources are never of those types; SPV_KHR_bfloat16's
+/// `OpTypeFloat 16 BFloat16KHR` is read as a plain 16-bit float, which has the same size
+/// and alignment.
+fn reflectable(words: &[u32]) -> Vec<u32> {
     const OP_CAPABILITY: u32 = 17;
+    const OP_EXTENSION: u32 = 10;
     const OP_TYPE_FLOAT: u32 = 22;
-    let needs = |w: &[u32]| {
-        let mut i = 5;
-        while i < w.len() {
-            let (op, wc) = (w[i] & 0xFFFF, (w[i] >> 16) as usize);
-            if wc == 0 {
-                return false;
-            }
-            if (op == OP_CAPABILITY && w.get(i + 1).is_some_and(|c| (5116..=5118).contains(c)))
-                || (op == OP_TYPE_FLOAT && wc == 4)
-            {
-                return true;
-            }
-            i += wc;
-        }
-        false
-    };
-    if words.len() < 5 || !needs(words) {
-        return std::borrow::Cow::Borrowed(words);
+    const OP_FUNCTION: u32 = 54;
+    if words.len() < 5 {
+        return words.to_vec();
     }
     let mut out = words[..5].to_vec();
     let mut i = 5;
     while i < words.len() {
         let (op, wc) = (words[i] & 0xFFFF, (words[i] >> 16) as usize);
-        let end = (i + wc.max(1)).min(words.len());
+        if wc == 0 {
+            // Malformed: left for the parser to report.
+            return words.to_vec();
+        }
+        let end = (i + wc).min(words.len());
         let ins = &words[i..end];
-        if op == OP_CAPABILITY && ins.get(1).is_some_and(|c| (5116..=5118).contains(c)) {
+        if op == OP_FUNCTION {
+            break;
+        }
+        let known = rspirv::grammar::CoreInstructionTable::lookup_opcode(op as u16).is_some();
+        if op == OP_CAPABILITY || op == OP_EXTENSION || !known {
             // dropped
         } else if op == OP_TYPE_FLOAT && wc == 4 {
             out.extend([(3 << 16) | OP_TYPE_FLOAT, ins[1], ins[2]]);
@@ -265,7 +265,7 @@ fn reflectable(words: &[u32]) -> std::borrow::Cow<'_, [u32]> {
         }
         i = end;
     }
-    std::borrow::Cow::Owned(out)
+    out
 }
 
 /// Reflects the interface of a compute shader's SPIR-V.

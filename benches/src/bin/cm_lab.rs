@@ -1,8 +1,10 @@
 //! Kernel lab for the cooperative-matrix mat-mat: compiles each GLSL file named on the
 //! command line at run time as `mul_mat_cm.<type>` (overriding the built-in kernel), on a
 //! fresh device each, and times `quant::mat_mat_with(.., MatMatPath::CoopMat, ..)` at
-//! 14336x4096 and 4096x14336 by 512 tokens for Q4_0 and Q8_0, checking every output
-//! against the built-in kernel's. For trying kernel variants in one device session.
+//! 14336x4096 and 4096x14336 by 512 tokens for Q4_0, Q8_0 and Q4_K, checking every output
+//! against the built-in kernel's. With `VKML_LAB_PATH=cm2` the files replace
+//! `mul_mat_cm2.<type>` and run on [`MatMatPath::CoopMat2`] instead (the reference stays the
+//! built-in `mul_mat_cm`). For trying kernel variants in one device session.
 //!
 //! Usage: `cm_lab FILE.comp...` (device per `VKML_DEVICE`).
 
@@ -19,7 +21,10 @@ fn main() {
     let n_tok = 512usize;
     let w = random(4096 * 14336, 7);
     let x = random(n_tok * 14336, 11);
-    let types = [(GgmlType::Q4_0, "q4_0", "2"), (GgmlType::Q8_0, "q8_0", "8")];
+    let types = [(GgmlType::Q4_0, "q4_0", "2"), (GgmlType::Q8_0, "q8_0", "8"), (GgmlType::Q4_K, "q4_k", "12")];
+    let cm2 = std::env::var("VKML_LAB_PATH").is_ok_and(|v| v == "cm2");
+    let (kernel, lab_path) =
+        if cm2 { ("mul_mat_cm2", MatMatPath::CoopMat2) } else { ("mul_mat_cm", MatMatPath::CoopMat) };
     let enc: Vec<Vec<u8>> = types.iter().map(|(ty, _, _)| vkml_quant::quantize(*ty, &w).unwrap()).collect();
     let mut reference: Vec<Vec<f32>> = Vec::new();
     for (fi, file) in std::iter::once("built-in".to_string()).chain(files).enumerate() {
@@ -28,18 +33,19 @@ fn main() {
             if fi > 0 {
                 let src = std::fs::read(&file).unwrap();
                 let fe = Glsl::new().define("QTYPE", id).target(TargetEnv::Vulkan1_3);
-                if let Err(e) = dev.register_kernel(&format!("mul_mat_cm.{name}"), &fe, &src) {
+                if let Err(e) = dev.register_kernel(&format!("{kernel}.{name}"), &fe, &src) {
                     println!("{file}: {e}");
                     break;
                 }
             }
             for (si, &(rows, k)) in [(14336usize, 4096usize), (4096, 14336)].iter().enumerate() {
-                let m = QMatrix::upload(&dev, *ty, rows, k, &enc[ti][..rows * k / 32 * ty.type_size()]).unwrap();
+                let m = QMatrix::upload(&dev, *ty, rows, k, &enc[ti][..rows * k / ty.block_size() * ty.type_size()])
+                    .unwrap();
                 let xb = dev.upload(&x[..n_tok * k]).unwrap();
                 let y = dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap();
                 let mut s = Stream::new(&dev).unwrap();
-                let run =
-                    |s: &mut Stream| quant::mat_mat_with(s, &m, &xb, n_tok, &y, mat_mat_options(MatMatPath::CoopMat));
+                let path = if fi == 0 { MatMatPath::CoopMat } else { lab_path };
+                let run = |s: &mut Stream| quant::mat_mat_with(s, &m, &xb, n_tok, &y, mat_mat_options(path));
                 if let Err(e) = run(&mut s) {
                     println!("{file}: {e}");
                     continue;

@@ -10,7 +10,7 @@
 //!
 //! Usage: `matvec [--min-bytes N] [--reps N] [--mat-mat-only | --mat-vec-only]`; device per `VKML_DEVICE`;
 //! `VKML_BENCH_TYPES=Q4_0,Q8_0` limits the mat-vec sweep to those types; `VKML_MATVEC_NR`
-//! overrides the rows per subgroup of the block-wise kernel, `VKML_MATVEC_IDOT=0|1|pre` the
+//! overrides the rows per subgroup of the block-wise and integer-dot kernels, `VKML_MATVEC_IDOT=0|1|pre` the
 //! integer-dot path (`pre`: x quantized to Q8_1 once, outside the timed mat-vecs). Prints a Markdown
 //! table. Times are host wall-clock around one submission of many independent dispatches
 //! (submission latency amortised over ≥ 1 ms of work); host recording is timed apart.
@@ -51,6 +51,7 @@ fn main() {
     let mut cfg = vkml_ops::tuning::mat_vec_config(c);
     if let Some(nr) = std::env::var("VKML_MATVEC_NR").ok().and_then(|v| v.parse().ok()) {
         cfg.rows_per_subgroup = nr;
+        cfg.dot_rows_per_subgroup = nr;
     }
     // VKML_MATVEC_IDOT=1: integer dot, x quantized inside each mat-vec; =pre: x quantized
     // to Q8_1 once, outside the timed mat-vecs (as a decode step shares it).
@@ -169,6 +170,9 @@ fn main() {
     let mut paths = vec![quant::MatMatPath::Scalar];
     if vkml_ops::tuning::coopmat_subgroup_size(c).is_some() {
         paths.insert(0, quant::MatMatPath::CoopMat);
+    }
+    if vkml_ops::tuning::coopmat2(c) {
+        paths.insert(0, quant::MatMatPath::CoopMat2);
     }
     let n_tok = 512usize;
     let x = dev.upload(&random(n_tok * 14336, 11)).unwrap();
