@@ -372,44 +372,56 @@ pub fn peak(dev: &Device, matrix: bool, scale: Scale) -> Option<Spec> {
 /// one mat-vec in a dependent chain as a model runs it.
 pub fn mat_vec(ty: GgmlType, rows: usize, k: usize, scale: Scale) -> Spec {
     Spec::new("mat_vec", format!("{ty:?} {rows}x{k}"), move |dev| {
-        let blocks = random_blocks(ty, rows, k, 7);
-        let copies = copies_for(scale, blocks.len());
-        let mats = (0..copies).map(|_| QMatrix::upload(dev, ty, rows, k, &blocks)).collect::<Result<Vec<_>>>()?;
-        let x = random_buffer(dev, Dtype::F32, k, 3)?;
-        let ys = (0..copies).map(|_| alloc(dev, 4 * rows)).collect::<Result<Vec<_>>>()?;
+        let MatVecOperands { weight_bytes, mats, x, ys } = mat_vec_operands(dev, ty, rows, k, scale)?;
         Ok(Parts {
-            bytes: (blocks.len() + 4 * k + 4 * rows) as f64,
+            bytes: (weight_bytes + 4 * k + 4 * rows) as f64,
             flops: 2.0 * (rows * k) as f64,
             limit: Limit::Bandwidth,
-            copies,
+            copies: mats.len(),
             record: Box::new(move |s, i| quant::mat_vec(s, &mats[i], &x, 1, &ys[i])),
         })
     })
+}
+
+/// The operands of the batch-1 mat-vec workloads: one random `rows x k` weight of `ty`
+/// uploaded as often as `scale`'s rotation needs ([`Scale::rotation_bytes`]), an f32 `x`
+/// of `k` values and one f32 `y` of `rows` per copy.
+struct MatVecOperands {
+    weight_bytes: usize,
+    mats: Vec<QMatrix>,
+    x: Buffer,
+    ys: Vec<Buffer>,
+}
+
+fn mat_vec_operands(dev: &Device, ty: GgmlType, rows: usize, k: usize, scale: Scale) -> Result<MatVecOperands> {
+    let blocks = random_blocks(ty, rows, k, 7);
+    let copies = copies_for(scale, blocks.len());
+    let mats = (0..copies).map(|_| QMatrix::upload(dev, ty, rows, k, &blocks)).collect::<Result<Vec<_>>>()?;
+    let x = random_buffer(dev, Dtype::F32, k, 3)?;
+    let ys = (0..copies).map(|_| alloc(dev, 4 * rows)).collect::<Result<Vec<_>>>()?;
+    Ok(MatVecOperands { weight_bytes: blocks.len(), mats, x, ys })
 }
 
 /// The decode mat-vec on Q8_1 activations, `y[rows] = W x` through
 /// [`quant::mat_vec_q8_1`] (packed int8 dot products), with `x` quantized once outside the
 /// timed calls as a decode step shares it; the device's default launch
 /// ([`tuning::mat_vec_config`]). Bytes: the weight, the Q8_1 `x` (36 bytes per 32 values)
-/// and `y`. Building it fails with [`OpsError::Shape`] where the device lacks the
-/// integer-dot kernel or `ty` is not in [`quant::DOT_TYPES`].
+/// and `y`. Calls are independent, as in [`mat_vec`]. Building it fails with
+/// [`OpsError::Shape`] where the device lacks the integer-dot kernel or `ty` is not in
+/// [`quant::DOT_TYPES`].
 pub fn mat_vec_q8_1(ty: GgmlType, rows: usize, k: usize, scale: Scale) -> Spec {
     Spec::new("mat_vec_q8_1", format!("{ty:?} {rows}x{k}"), move |dev| {
-        let blocks = random_blocks(ty, rows, k, 7);
-        let copies = copies_for(scale, blocks.len());
-        let mats = (0..copies).map(|_| QMatrix::upload(dev, ty, rows, k, &blocks)).collect::<Result<Vec<_>>>()?;
-        let x = random_buffer(dev, Dtype::F32, k, 3)?;
+        let MatVecOperands { weight_bytes, mats, x, ys } = mat_vec_operands(dev, ty, rows, k, scale)?;
         let xq = alloc(dev, 36 * k / 32)?;
         let mut s = Stream::new(dev)?;
         quant::quantize_q8_1(&mut s, &x, k / 32, &xq)?;
         s.finish_and_wait()?;
-        let ys = (0..copies).map(|_| alloc(dev, 4 * rows)).collect::<Result<Vec<_>>>()?;
         let cfg = tuning::mat_vec_config(dev.caps());
         Ok(Parts {
-            bytes: (blocks.len() + 36 * k / 32 + 4 * rows) as f64,
+            bytes: (weight_bytes + 36 * k / 32 + 4 * rows) as f64,
             flops: 2.0 * (rows * k) as f64,
             limit: Limit::Bandwidth,
-            copies,
+            copies: mats.len(),
             record: Box::new(move |s, i| quant::mat_vec_q8_1(s, &mats[i], &xq, 1, &ys[i], cfg)),
         })
     })

@@ -772,7 +772,24 @@ pub fn mat_mat_with(
     check_io("mat_mat", m, x, n_tok, y)?;
     let (tile, name, options) = match opts.path {
         MatMatPath::Scalar => (MAT_MAT_TILE, "mul_mat_q", PipelineOptions::default()),
-        MatMatPath::CoopMat => {
+        MatMatPath::CoopMat | MatMatPath::CoopMat2 => {
+            let cm2 = opts.path == MatMatPath::CoopMat2;
+            if cm2 && !tuning::coopmat2(dev.caps()) {
+                return Err(OpsError::Shape {
+                    op: "mat_mat",
+                    reason: "the workgroup-scope cooperative-matrix path needs VK_NV_cooperative_matrix2 (workgroup scope, flexible dimensions, tensor addressing, block loads) and bufferDeviceAddress; this device lacks them".into(),
+                });
+            }
+            if cm2 && (!m.k.is_multiple_of(32) || !COOPMAT2_TYPES.contains(&m.ty)) {
+                return Err(OpsError::Shape {
+                    op: "mat_mat",
+                    reason: format!(
+                        "the workgroup-scope cooperative-matrix path needs k % 32 == 0 and one of {COOPMAT2_TYPES:?}; got {:?} with k = {}",
+                        m.ty, m.k
+                    ),
+                });
+            }
+            // Both kernels tile 8 subgroups of 32 (tuning::coopmat2 implies this holds).
             let Some((sg, require)) = tuning::coopmat_subgroup_size(dev.caps()) else {
                 return Err(OpsError::Shape {
                     op: "mat_mat",
@@ -790,30 +807,7 @@ pub fn mat_mat_with(
                 full_subgroups: dev.caps().subgroup.full_subgroups,
                 ..Default::default()
             };
-            (MAT_MAT_CM_TILE, "mul_mat_cm", options)
-        }
-        MatMatPath::CoopMat2 => {
-            if !tuning::coopmat2(dev.caps()) {
-                return Err(OpsError::Shape {
-                    op: "mat_mat",
-                    reason: "the workgroup-scope cooperative-matrix path needs VK_NV_cooperative_matrix2 (workgroup scope, flexible dimensions, tensor addressing, block loads) and bufferDeviceAddress; this device lacks them".into(),
-                });
-            }
-            if !m.k.is_multiple_of(32) || !COOPMAT2_TYPES.contains(&m.ty) {
-                return Err(OpsError::Shape {
-                    op: "mat_mat",
-                    reason: format!(
-                        "the workgroup-scope cooperative-matrix path needs k % 32 == 0 and one of {COOPMAT2_TYPES:?}; got {:?} with k = {}",
-                        m.ty, m.k
-                    ),
-                });
-            }
-            let options = PipelineOptions {
-                required_subgroup_size: tuning::coopmat_subgroup_size(dev.caps()).and_then(|(sg, r)| r.then_some(sg)),
-                full_subgroups: dev.caps().subgroup.full_subgroups,
-                ..Default::default()
-            };
-            (MAT_MAT_CM_TILE, "mul_mat_cm2", options)
+            (MAT_MAT_CM_TILE, if cm2 { "mul_mat_cm2" } else { "mul_mat_cm" }, options)
         }
     };
     if opts.split_k == Some(0) {

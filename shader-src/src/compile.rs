@@ -390,14 +390,14 @@ pub fn reflect(name: &str, words: &[u32]) -> Result<Interface, CompileError> {
 
 /// The module-level instructions reflection needs, sorted by section. rspirv's `dr`
 /// loader rejects type declarations its `is_type` table lacks (OpTypeCooperativeMatrixKHR
-/// in rspirv 0.12), so this consumer sorts by position instead: everything between the
-/// annotations and the first OpFunction is a type, constant or global variable.
+/// in rspirv 0.12), so this consumer sorts by opcode instead: it reads the module-level
+/// copy of [`reflectable`] (no function bodies), where every instruction after the
+/// annotations is a type, constant or global variable.
 #[derive(Default)]
 struct FlatModule {
     annotations: Vec<Instruction>,
     execution_modes: Vec<Instruction>,
     types_global_values: Vec<Instruction>,
-    in_function: bool,
 }
 
 impl rspirv::binary::Consumer for FlatModule {
@@ -415,9 +415,6 @@ impl rspirv::binary::Consumer for FlatModule {
 
     fn consume_instruction(&mut self, inst: Instruction) -> rspirv::binary::ParseAction {
         match inst.class.opcode {
-            Op::Function => self.in_function = true,
-            Op::FunctionEnd => self.in_function = false,
-            _ if self.in_function => {}
             Op::Decorate | Op::MemberDecorate | Op::DecorateId | Op::DecorateString | Op::MemberDecorateString => {
                 self.annotations.push(inst);
             }
