@@ -446,8 +446,8 @@ impl MatVecEpilogue {
 /// [`mat_vec_with`] with an output [`MatVecEpilogue`]: `y = W x` ([`MatVecEpilogue::Store`]),
 /// `y += W x` ([`MatVecEpilogue::Add`]) or the gated product of a gate/up matrix
 /// ([`MatVecEpilogue::Glu`]; `y` then has `m.rows() / 2` rows per batch column). Every
-/// mat-vec kernel has every epilogue, except the integer-dot kernel, which is skipped for
-/// the block-wise one when the epilogue is not `Store`.
+/// mat-vec kernel has every epilogue, the integer-dot one (`cfg.integer_dot`, x quantized
+/// to Q8_1 by this call) included.
 ///
 /// # Errors
 /// As [`mat_vec_with`]; [`OpsError::Shape`] for a gated product over an odd row count.
@@ -479,8 +479,25 @@ pub fn mat_vec_q8_1(
     y: &vkml_hal::Buffer,
     cfg: MatVecConfig,
 ) -> Result<()> {
+    mat_vec_q8_1_fused(s, m, xq, batch, y, cfg, MatVecEpilogue::Store)
+}
+
+/// [`mat_vec_q8_1`] with an output stage ([`MatVecEpilogue`], as [`mat_vec_fused`]):
+/// `y += x Wᵀ`, or the gated product of a stacked gate/up matrix into `y: f32[batch, rows / 2]`.
+///
+/// # Errors
+/// As [`mat_vec_q8_1`]; for [`MatVecEpilogue::Glu`], [`OpsError::Shape`] for an odd row count.
+pub fn mat_vec_q8_1_fused(
+    s: &mut Stream,
+    m: &QMatrix,
+    xq: &vkml_hal::Buffer,
+    batch: usize,
+    y: &vkml_hal::Buffer,
+    cfg: MatVecConfig,
+    epilogue: MatVecEpilogue,
+) -> Result<()> {
     let cfg = MatVecConfig { integer_dot: true, ..cfg };
-    mat_vec_core(s, m, xq, true, batch, y, cfg, MatVecEpilogue::Store)
+    mat_vec_core(s, m, xq, true, batch, y, cfg, epilogue)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -541,11 +558,7 @@ fn mat_vec_core(
     let caps = dev.caps();
     let block = block_kernel(m.ty);
     let row_sg = tuning::row_subgroup_size(caps).filter(|_| cfg.subgroup_rows && block.is_some());
-    let use_dot = row_sg.is_some()
-        && cfg.integer_dot
-        && caps.integer_dot.supported
-        && DOT_TYPES.contains(&m.ty)
-        && epilogue == MatVecEpilogue::Store;
+    let use_dot = row_sg.is_some() && cfg.integer_dot && caps.integer_dot.supported && DOT_TYPES.contains(&m.ty);
     if pre_quantized && !use_dot {
         return Err(OpsError::Shape {
             op: "mat_vec_q8_1",
@@ -581,11 +594,7 @@ fn mat_vec_core(
                     variant("mat_vec", m.ty)?
                 ),
                 PipelineOptions {
-                    spec_constants: if use_dot {
-                        vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, nr)]
-                    } else {
-                        vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, nr), (10, epilogue.spec())]
-                    },
+                    spec_constants: vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, nr), (10, epilogue.spec())],
                     required_subgroup_size: require.then_some(sg),
                     full_subgroups: caps.subgroup.full_subgroups,
                 },
@@ -803,9 +812,13 @@ pub fn mat_mat_with(
                 });
             }
             let options = PipelineOptions {
+                spec_constants: if cm2 {
+                    Vec::new()
+                } else {
+                    vec![(0, u32::from(tuning::mat_mat_row_raster(dev.caps(), m.ty)))]
+                },
                 required_subgroup_size: require.then_some(sg),
                 full_subgroups: dev.caps().subgroup.full_subgroups,
-                ..Default::default()
             };
             (MAT_MAT_CM_TILE, if cm2 { "mul_mat_cm2" } else { "mul_mat_cm" }, options)
         }

@@ -31,8 +31,8 @@ pub struct MatVecConfig {
     pub dot_rows_per_subgroup: u32,
     /// Quantize `x` to Q8_1 on the GPU and use packed 4x8-bit integer dot products
     /// (`mul_mat_vec_dot.comp`) for the types that have it, where the block-wise kernel
-    /// applies. Changes results by the Q8_1 rounding of `x` (as ggml's MMVQ path does);
-    /// off by default until `x` is quantized once per step and shared (see `mat_vec_config`).
+    /// applies. Changes results by the Q8_1 rounding of `x` (as ggml's MMVQ path does).
+    /// [`mat_vec_config`] turns it on where [`q8_1_activations`] holds.
     pub integer_dot: bool,
 }
 
@@ -90,10 +90,11 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         subgroup_rows: row_subgroup_size(caps).is_some(),
         rows_per_subgroup,
         dot_rows_per_subgroup,
-        // Off by default: each mat_vec call quantizes x itself today, and on the H100
-        // that extra dispatch and barrier cost more than the int8 loads save
-        // (benches/RESULTS.md). It pays once x is quantized once per decode step.
-        integer_dot: false,
+        // Each mat_vec call quantizes its x first (one more dispatch and barrier); with
+        // every output stage on the integer-dot kernel that still pays on the H100:
+        // tg128 of synthetic Llama-3-8B Q4_0 166 -> 209 t/s, of TinyLlama-1.1B Q4_0
+        // 445 -> 479 t/s (benches/RESULTS.md).
+        integer_dot: q8_1_activations(caps),
     }
 }
 
@@ -120,6 +121,20 @@ pub fn attn_splits(t_q: usize, kv_len: usize) -> usize {
 /// the F16 float matmul's cooperative-matrix kernels ([`float_coopmat_subgroup`]).
 pub fn coopmat_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
     float_coopmat_subgroup(caps, Dtype::F16)
+}
+
+/// Whether the cooperative-matrix mat-mat (`mul_mat_cm.comp`) walks its 128 x 128 tiles
+/// in row-tile-major order (its specialization constant 0): the token tiles of one row
+/// tile then run side by side and read that weight tile from memory once, the rest from
+/// L2. On the H100 at 14336x4096 / 4096x14336 by 512 tokens (benches/RESULTS.md) that
+/// took Q4_0 from 79 / 89 to 99-101 / 100-102 TFLOP/s and Q4_K from 74 / 83 to 84-85 /
+/// 89, but Q8_0 from 79 / 90 to 76 / 82, so Q8_0 keeps the grid order there. Elsewhere
+/// (not measured) the grid order stays.
+pub fn mat_mat_row_raster(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool {
+    match caps.arch {
+        ArchClass::NvidiaTensorCore => ty != vkml_quant::GgmlType::Q8_0,
+        _ => false,
+    }
 }
 
 /// Whether the workgroup-scope cooperative-matrix mat-mat (`mul_mat_cm2.comp`,
@@ -413,6 +428,11 @@ mod tests {
             let cfg = mat_vec_config(&fake(arch, vendor, sg, false));
             assert_eq!((cfg.workgroup, cfg.rows_per_subgroup), (workgroup, rows), "{arch:?}");
             assert!(cfg.subgroup_reduce && cfg.vec4 && cfg.subgroup_rows && !cfg.integer_dot, "{arch:?}: {cfg:?}");
+            // With accelerated packed int8 dot products the decode mat-vecs take Q8_1 x.
+            let mut caps = fake(arch, vendor, sg, false);
+            caps.integer_dot.supported = true;
+            caps.integer_dot.packed_4x8_signed_accelerated = true;
+            assert!(mat_vec_config(&caps).integer_dot, "{arch:?}");
         }
     }
 

@@ -495,7 +495,8 @@ fn tuning_table_per_architecture() {
                 subgroup_rows: true,
                 rows_per_subgroup: nr,
                 dot_rows_per_subgroup: dot_nr,
-                integer_dot: false,
+                // Decode mat-vecs take Q8_1 x where packed int8 dot products are accelerated.
+                integer_dot: caps.integer_dot.supported && caps.integer_dot.packed_4x8_signed_accelerated,
             },
             "{arch:?}"
         );
@@ -506,6 +507,7 @@ fn tuning_table_per_architecture() {
             caps.integer_dot.supported = true;
             caps.integer_dot.packed_4x8_signed_accelerated = accel;
             assert_eq!(vkml_ops::tuning::q8_1_activations(&caps), accel, "{arch:?}");
+            assert_eq!(vkml_ops::tuning::mat_vec_config(&caps).integer_dot, accel, "{arch:?}");
         }
         caps.cooperative_matrix.clear();
         assert_eq!(vkml_ops::tuning::coopmat_subgroup_size(&caps), None);
@@ -557,6 +559,78 @@ fn act(a: GluActivation, g: f64) -> f64 {
         GluActivation::Gelu => 0.5 * g * (1.0 + (0.797_884_560_802_865_4 * (g + 0.044715 * g * g * g)).tanh()),
         GluActivation::GeluErf => 0.5 * g * (1.0 + candle_core::cpu::erf::erf_f64(g / std::f64::consts::SQRT_2)),
     }
+}
+
+/// The decode fusions on the integer-dot kernel (`mul_mat_vec_dot.comp` with
+/// `include/mat_vec_out.glsl`): `y += W x` and the gated product of a `concat_rows(gate,
+/// up)` matrix on Q8_1 activations quantized once, against ggml's integer dot
+/// (`vec_dot_q8_1`) on the very Q8_1 blocks the GPU used. Tolerances: the dot bound of
+/// `integer_dot_mat_vec_matches_cpu_dot` carried through the residual add and through the
+/// activation (|act'| ≤ 1.13) and the product.
+#[test]
+fn integer_dot_fused_epilogues_match_cpu_dot() {
+    let dev = device();
+    if vkml_ops::tuning::row_subgroup_size(dev.caps()).is_none() || !dev.caps().integer_dot.supported {
+        eprintln!("skipped: no integer dot product or usable subgroup size on this device");
+        return;
+    }
+    let (n, k, batch) = (37usize, 96usize, 2usize);
+    for &ty in quant::DOT_TYPES {
+        let gate_bytes = encode(ty, &weights(n, k, 21));
+        let up_bytes = encode(ty, &weights(n, k, 22));
+        let gate = QMatrix::upload(&dev, ty, n, k, &gate_bytes).unwrap();
+        let up = QMatrix::upload(&dev, ty, n, k, &up_bytes).unwrap();
+        let x = weights(batch, k, 23);
+        let xb = dev.upload(&x).unwrap();
+        let xq = dev.alloc(36 * (batch * k / 32) as u64, MemoryKind::DeviceLocal).unwrap();
+        let y0 = weights(batch, n, 24);
+        let y_add = dev.upload(&y0).unwrap();
+        let y_glu = dev.alloc(4 * (batch * n) as u64, MemoryKind::DeviceLocal).unwrap();
+        let cfg =
+            MatVecConfig { integer_dot: true, subgroup_rows: true, ..vkml_ops::tuning::mat_vec_config(dev.caps()) };
+        let mut s = Stream::new(&dev).unwrap();
+        let gu = QMatrix::concat_rows(&mut s, &[&gate, &up]).unwrap();
+        quant::quantize_q8_1(&mut s, &xb, batch * k / 32, &xq).unwrap();
+        quant::mat_vec_q8_1_fused(&mut s, &gate, &xq, batch, &y_add, cfg, MatVecEpilogue::Add).unwrap();
+        let silu = MatVecEpilogue::Glu(GluActivation::Silu);
+        quant::mat_vec_q8_1_fused(&mut s, &gu, &xq, batch, &y_glu, cfg, silu).unwrap();
+        // An odd stacked matrix is refused, not read past its end.
+        let e = quant::mat_vec_q8_1_fused(&mut s, &gate, &xq, batch, &y_glu, cfg, silu).unwrap_err();
+        assert!(e.to_string().contains("even"), "{e}");
+        s.finish_and_wait().unwrap();
+        let (added, gated) = (y_add.to_vec::<f32>().unwrap(), y_glu.to_vec::<f32>().unwrap());
+        let xq: Vec<vkml_quant::blocks::BlockQ8_1> = xq.to_vec().unwrap();
+        let row_bytes = gate.row_bytes() as usize;
+        // (ggml's integer dot, sum of |products| of the dequantized weights and quants).
+        let dot = |bytes: &[u8], r: usize, xblocks: &[vkml_quant::blocks::BlockQ8_1]| -> (f64, f64) {
+            let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
+            let w = vkml_quant::dequantize_to_vec(ty, row).unwrap();
+            let mag: f32 =
+                (0..k).map(|c| (w[c] * xblocks[c / 32].d.to_f32() * f32::from(xblocks[c / 32].qs[c % 32])).abs()).sum();
+            (f64::from(vkml_quant::vec_dot_q8_1(ty, row, xblocks).unwrap()), f64::from(mag))
+        };
+        for b in 0..batch {
+            let xblocks = &xq[b * k / 32..(b + 1) * k / 32];
+            for r in 0..n {
+                let (g, mg) = dot(&gate_bytes, r, xblocks);
+                let want = f64::from(y0[b * n + r]) + g;
+                let got = f64::from(added[b * n + r]);
+                assert!(
+                    (got - want).abs() <= 1e-5 * mg + 1e-6 * want.abs() + 1e-6,
+                    "add {ty:?} b {b} r {r}: gpu {got} cpu {want}"
+                );
+                let (u, mu) = dot(&up_bytes, r, xblocks);
+                let want = act(GluActivation::Silu, g) * u;
+                let tol = 1.13 * (1e-5 * mg + 1e-6) * u.abs()
+                    + act(GluActivation::Silu, g).abs() * (1e-5 * mu + 1e-6)
+                    + 1e-6 * want.abs()
+                    + 1e-6;
+                let got = f64::from(gated[b * n + r]);
+                assert!((got - want).abs() <= tol, "silu {ty:?} b {b} r {r}: gpu {got} cpu {want}");
+            }
+        }
+    }
+    assert_clean(&dev);
 }
 
 /// (dot, sum of |products|) of row r of w with batch column b of x, in f64.

@@ -7,9 +7,16 @@ use vkml_hal::{Device, DeviceSelector, Instance, InstanceOptions};
 /// The device the tests run on (`VKML_DEVICE`, else the best), with the validation layer
 /// unless `VKML_VALIDATION=0`.
 pub fn device() -> Device {
+    device_with(|_| {})
+}
+
+/// [`device`] with its probed capabilities edited first (kernel choice reads only them):
+/// runs the paths a device would take without some feature.
+pub fn device_with(edit: impl FnOnce(&mut vkml_hal::Capabilities)) -> Device {
     let validation = std::env::var("VKML_VALIDATION").map_or(true, |v| v != "0");
     let inst = Instance::new(&InstanceOptions { validation }).unwrap();
-    let adapter = inst.select(&DeviceSelector::from_env()).unwrap();
+    let mut adapter = inst.select(&DeviceSelector::from_env()).unwrap();
+    edit(&mut adapter.caps);
     Device::from_adapter(&inst, &adapter, Default::default()).unwrap()
 }
 
@@ -21,7 +28,15 @@ pub fn vulkan_device() -> vkml_candle::vulkan::VulkanDevice {
 /// [`vulkan_device`] with quantized products on mat-mats from `n` activation rows on
 /// (lavapipe's own choice never uses them).
 pub fn vulkan_device_mat_mat_from(n: usize) -> vkml_candle::vulkan::VulkanDevice {
-    let d = vulkan_device();
+    vulkan_device_mat_mat_from_with(n, |_| {})
+}
+
+/// [`vulkan_device_mat_mat_from`] on [`device_with`]`(edit)`.
+pub fn vulkan_device_mat_mat_from_with(
+    n: usize,
+    edit: impl FnOnce(&mut vkml_hal::Capabilities),
+) -> vkml_candle::vulkan::VulkanDevice {
+    let d = vkml_candle::vulkan::VulkanDevice::from_device(&device_with(edit), 0).unwrap();
     d.set_mat_mat_min_tokens(Some(n));
     d
 }
