@@ -431,18 +431,38 @@ pub fn mat_vec_q8_1(ty: GgmlType, rows: usize, k: usize, scale: Scale) -> Spec {
 /// fastest path ([`quant::mat_mat`]). Compared with [`Limit::Matrix`] where that path is
 /// the cooperative-matrix one, else [`Limit::Fma`].
 pub fn mat_mat(ty: GgmlType, rows: usize, k: usize, n_tok: usize) -> Spec {
-    Spec::new("mat_mat", format!("{ty:?} {rows}x{k}x{n_tok}"), move |dev| {
+    mat_mat_on("mat_mat", None, ty, rows, k, n_tok)
+}
+
+/// [`mat_mat`] on [`quant::MatMatPath::CoopMatInt8`] (x quantized to Q8_1 inside each
+/// call, int8 tensor cores), group `mat_mat_int8`. Compared with [`Limit::Matrix`], the
+/// f16 cooperative-matrix peak (the int8 peak is not measured). Building it fails where
+/// the device or `ty` lacks that path.
+pub fn mat_mat_int8(ty: GgmlType, rows: usize, k: usize, n_tok: usize) -> Spec {
+    mat_mat_on("mat_mat_int8", Some(quant::MatMatPath::CoopMatInt8), ty, rows, k, n_tok)
+}
+
+fn mat_mat_on(
+    group: &'static str,
+    path: Option<quant::MatMatPath>,
+    ty: GgmlType,
+    rows: usize,
+    k: usize,
+    n_tok: usize,
+) -> Spec {
+    Spec::new(group, format!("{ty:?} {rows}x{k}x{n_tok}"), move |dev| {
         let blocks = random_blocks(ty, rows, k, 9);
         let m = QMatrix::upload(dev, ty, rows, k, &blocks)?;
         let x = random_buffer(dev, Dtype::F32, n_tok * k, 5)?;
         let y = alloc(dev, 4 * n_tok * rows)?;
-        let coop = quant::MatMatPath::best(dev.caps(), &m) == quant::MatMatPath::CoopMat;
+        let path = path.unwrap_or_else(|| quant::MatMatPath::best(dev.caps(), &m));
+        let coop = path != quant::MatMatPath::Scalar;
         Ok(Parts {
             bytes: (blocks.len() + 4 * n_tok * (k + rows)) as f64,
             flops: 2.0 * (rows * k * n_tok) as f64,
             limit: if coop { Limit::Matrix } else { Limit::Fma },
             copies: 1,
-            record: Box::new(move |s, _| quant::mat_mat(s, &m, &x, n_tok, &y)),
+            record: Box::new(move |s, _| quant::mat_mat_with(s, &m, &x, n_tok, &y, quant::MatMatOptions::new(path))),
         })
     })
 }
@@ -573,7 +593,8 @@ pub fn attention(t_q: usize, kv_len: usize, n_heads: usize, n_kv_heads: usize, d
 /// kernel, `vkCmdCopyBuffer`, fma and matrix peaks), then mat-vec for every type in
 /// [`quant::SUPPORTED`], the Q8_1 decode mat-vec of [`quant::DOT_TYPES`] where
 /// [`tuning::q8_1_activations`] holds (at 4096x4096, 4096x14336 and 14336x4096 at full
-/// scale), mat-mat for Q4_0, Q8_0 and Q4_K, float matmul (f32, and f16 where
+/// scale), mat-mat for Q4_0, Q8_0 and Q4_K (and on int8 tensor cores for Q4_0 and Q8_0 where
+/// [`tuning::coopmat_int8`] holds), float matmul (f32, and f16 where
 /// the device has 16-bit storage), add, softmax, rms_norm and attention (prefill and
 /// decode), at `scale`'s shapes.
 pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
@@ -597,6 +618,11 @@ pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
     let (mm_rows, mm_k, n_tok) = if full { (14336, 4096, 512) } else { (1024, 512, 64) };
     for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K] {
         v.push(mat_mat(ty, mm_rows, mm_k, n_tok));
+    }
+    if tuning::coopmat_int8(dev.caps()) {
+        for &ty in quant::COOPMAT_INT8_TYPES {
+            v.push(mat_mat_int8(ty, mm_rows, mm_k, n_tok));
+        }
     }
     let n = if full { 4096 } else { 256 };
     v.push(float_matmul(Dtype::F32, n));

@@ -707,7 +707,16 @@ pub enum MatMatPath {
     /// [`COOPMAT2_TYPES`]. On the H100 (driver 580.159.04) it runs at 35–62 TFLOP/s against
     /// 74–90 for [`MatMatPath::CoopMat`], so [`MatMatPath::best`] does not pick it.
     CoopMat2,
+    /// `mul_mat_cm_i8.comp`: int8 cooperative matrices (16x16x32, int32 accumulation) on
+    /// `x` quantized to Q8_1 ([`quantize_q8_1`]), each 32-block's scales applied to its
+    /// exact int32 product (ggml's `vec_dot_q4_0_q8_1` / `vec_dot_q8_0_q8_1` per pair),
+    /// 128 x 128 tiles. Needs [`tuning::coopmat_int8`], `k % 32 == 0` and a type in
+    /// [`COOPMAT_INT8_TYPES`]. Results carry the Q8_1 rounding of `x`.
+    CoopMatInt8,
 }
+
+/// The types [`MatMatPath::CoopMatInt8`] runs (`mul_mat_cm_i8.comp`'s variants).
+pub const COOPMAT_INT8_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q8_0];
 
 /// The types [`MatMatPath::CoopMat2`] has a decode for (`mul_mat_cm2.comp`'s variants).
 pub const COOPMAT2_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K];
@@ -781,8 +790,24 @@ pub fn mat_mat_with(
     check_io("mat_mat", m, x, n_tok, y)?;
     let (tile, name, options) = match opts.path {
         MatMatPath::Scalar => (MAT_MAT_TILE, "mul_mat_q", PipelineOptions::default()),
-        MatMatPath::CoopMat | MatMatPath::CoopMat2 => {
+        MatMatPath::CoopMat | MatMatPath::CoopMat2 | MatMatPath::CoopMatInt8 => {
             let cm2 = opts.path == MatMatPath::CoopMat2;
+            let int8 = opts.path == MatMatPath::CoopMatInt8;
+            if int8 && !tuning::coopmat_int8(dev.caps()) {
+                return Err(OpsError::Shape {
+                    op: "mat_mat",
+                    reason: "the int8 cooperative-matrix path needs VK_KHR_cooperative_matrix with 16x16x32 s8 x s8 + s32 and 16x16x16 f16 x f16 + f32 subgroup shapes, int8 arithmetic and subgroups of 32; this device lacks them".into(),
+                });
+            }
+            if int8 && (!m.k.is_multiple_of(32) || !COOPMAT_INT8_TYPES.contains(&m.ty)) {
+                return Err(OpsError::Shape {
+                    op: "mat_mat",
+                    reason: format!(
+                        "the int8 cooperative-matrix path needs k % 32 == 0 and one of {COOPMAT_INT8_TYPES:?}; got {:?} with k = {}",
+                        m.ty, m.k
+                    ),
+                });
+            }
             if cm2 && !tuning::coopmat2(dev.caps()) {
                 return Err(OpsError::Shape {
                     op: "mat_mat",
@@ -820,7 +845,12 @@ pub fn mat_mat_with(
                 required_subgroup_size: require.then_some(sg),
                 full_subgroups: dev.caps().subgroup.full_subgroups,
             };
-            (MAT_MAT_CM_TILE, if cm2 { "mul_mat_cm2" } else { "mul_mat_cm" }, options)
+            let name = match opts.path {
+                MatMatPath::CoopMat2 => "mul_mat_cm2",
+                MatMatPath::CoopMatInt8 => "mul_mat_cm_i8",
+                _ => "mul_mat_cm",
+            };
+            (MAT_MAT_CM_TILE, name, options)
         }
     };
     if opts.split_k == Some(0) {
@@ -852,13 +882,20 @@ pub fn mat_mat_with(
     if splits > u64::from(lim[2]) {
         return Err(OpsError::Shape { op: "mat_mat", reason: format!("split-K {splits} exceeds the device's grid") });
     }
-    // The tensor-core kernel reads x as f16: converted once here, it is half the bytes each
-    // of the rows / 128 workgroup columns re-reads from L2.
-    let n4 = (n_tok * m.k / 4) as u64;
-    let x16 = dev.alloc(8 * n4, MemoryKind::DeviceLocal)?;
-    let cvt = pipeline(&dev, "convert_f16", ELEMENTWISE_WORKGROUP)?;
-    let groups = grid(&dev, "mat_mat", n4.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
-    s.dispatch(&cvt, &[x.into(), (&x16).into()], &push_words(&[n4 as u32]), groups)?;
+    // The tensor-core kernels read x as f16 or Q8_1: converted once here, it is half the
+    // bytes (or less) each of the rows / 128 workgroup columns re-reads from L2.
+    let x16 = if opts.path == MatMatPath::CoopMatInt8 {
+        let xq = dev.alloc(36 * (n_tok * m.k / 32) as u64, MemoryKind::DeviceLocal)?;
+        quantize_q8_1(s, x, n_tok * m.k / 32, &xq)?;
+        xq
+    } else {
+        let n4 = (n_tok * m.k / 4) as u64;
+        let x16 = dev.alloc(8 * n4, MemoryKind::DeviceLocal)?;
+        let cvt = pipeline(&dev, "convert_f16", ELEMENTWISE_WORKGROUP)?;
+        let groups = grid(&dev, "mat_mat", n4.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
+        s.dispatch(&cvt, &[x.into(), (&x16).into()], &push_words(&[n4 as u32]), groups)?;
+        x16
+    };
     let out_len = (n_tok * m.rows) as u64;
     let part = if splits > 1 { Some(dev.alloc(4 * splits * out_len, MemoryKind::DeviceLocal)?) } else { None };
     let accumulate = opts.accumulate && part.is_none();

@@ -137,6 +137,23 @@ pub fn mat_mat_row_raster(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool
     }
 }
 
+/// Whether the int8 cooperative-matrix mat-mat (`mul_mat_cm_i8.comp`,
+/// [`crate::quant::MatMatPath::CoopMatInt8`]) runs here: a 16x16x32 s8 x s8 + s32
+/// subgroup shape (not saturating), `shaderInt8`, and everything
+/// [`coopmat_subgroup_size`] needs (the 16x16x16 f16 shape carries the block scales).
+pub fn coopmat_int8(caps: &Capabilities) -> bool {
+    let shape = caps.cooperative_matrix.iter().any(|s| {
+        (s.m, s.n, s.k) == (16, 16, 32)
+            && s.a == "s8"
+            && s.b == "s8"
+            && s.c == "s32"
+            && s.result == "s32"
+            && !s.saturating
+            && s.scope == "subgroup"
+    });
+    shape && caps.types.int8 && coopmat_subgroup_size(caps).is_some()
+}
+
 /// Whether the workgroup-scope cooperative-matrix mat-mat (`mul_mat_cm2.comp`,
 /// [`crate::quant::MatMatPath::CoopMat2`]) runs here: `VK_NV_cooperative_matrix2` with
 /// workgroup scope (for 256 invocations), flexible dimensions, tensor addressing and block

@@ -326,7 +326,8 @@ fn mat_mat_matches_cpu() {
                 let y = yb.to_vec::<f32>().unwrap();
                 let tol = match path {
                     MatMatPath::Scalar => 1e-5,
-                    MatMatPath::CoopMat | MatMatPath::CoopMat2 => {
+                    // (CoopMatInt8 has its own test: its x is Q8_1, not f16.)
+                    MatMatPath::CoopMat | MatMatPath::CoopMat2 | MatMatPath::CoopMatInt8 => {
                         for v in w.iter_mut().chain(x.iter_mut()) {
                             *v = half::f16::from_f32(*v).to_f32();
                         }
@@ -352,6 +353,78 @@ fn mat_mat_matches_cpu() {
             }
         }
     }
+    assert_clean(&dev);
+}
+
+/// The int8 cooperative-matrix mat-mat (`mul_mat_cm_i8.comp`) against ggml's integer dot
+/// (`vec_dot_q8_1`: per 32-block `sumi * d_w * d_x`) of each weight row with the very Q8_1
+/// blocks `quantize_q8_1` makes of `x` (the op quantizes with the same kernel, which is
+/// deterministic): rows and tokens short of a tile and ragged past one, k from the
+/// smallest legal 32, the residual add, split-K. Runs where `tuning::coopmat_int8` holds
+/// (the H100 through the device tool; lavapipe has no cooperative matrices). Bound: f32
+/// rounding of the per-block products and their sum, 1e-5 of the sum of |products|.
+#[test]
+fn int8_coopmat_mat_mat_matches_cpu_dot() {
+    let dev = device();
+    if !vkml_ops::tuning::coopmat_int8(dev.caps()) {
+        eprintln!("skipped: no int8 cooperative-matrix path on {}", dev.caps().name);
+        return;
+    }
+    for &ty in quant::COOPMAT_INT8_TYPES {
+        for (rows, k, n_tok, accumulate, split_k) in [
+            (37, 32, 9, false, None),
+            (200, 288, 130, true, None),
+            (300, 1024, 150, true, Some(2)),
+            (256, 2048, 128, false, None),
+        ] {
+            let bytes = encode(ty, &weights(rows, k, 5 + rows as u64));
+            let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+            let x = weights(n_tok, k, 31 + n_tok as u64);
+            let xb = dev.upload(&x).unwrap();
+            let xq = dev.alloc(36 * (n_tok * k / 32) as u64, MemoryKind::DeviceLocal).unwrap();
+            let y0 = weights(n_tok, rows, 77);
+            let yb = if accumulate {
+                dev.upload(&y0).unwrap()
+            } else {
+                dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap()
+            };
+            let mut s = Stream::new(&dev).unwrap();
+            quant::quantize_q8_1(&mut s, &xb, n_tok * k / 32, &xq).unwrap();
+            let opts = MatMatOptions { path: MatMatPath::CoopMatInt8, accumulate, split_k };
+            quant::mat_mat_with(&mut s, &m, &xb, n_tok, &yb, opts).unwrap();
+            s.finish_and_wait().unwrap();
+            let y = yb.to_vec::<f32>().unwrap();
+            let xq: Vec<vkml_quant::blocks::BlockQ8_1> = xq.to_vec().unwrap();
+            let row_bytes = m.row_bytes() as usize;
+            for n in 0..n_tok {
+                let xblocks = &xq[n * k / 32..(n + 1) * k / 32];
+                for r in 0..rows {
+                    let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
+                    let wd = vkml_quant::dequantize_to_vec(ty, row).unwrap();
+                    let base = if accumulate { f64::from(y0[n * rows + r]) } else { 0.0 };
+                    let mag: f64 = base.abs()
+                        + (0..k)
+                            .map(|c| {
+                                let xv = xblocks[c / 32].d.to_f32() * f32::from(xblocks[c / 32].qs[c % 32]);
+                                f64::from((wd[c] * xv).abs())
+                            })
+                            .sum::<f64>();
+                    let want = base + f64::from(vkml_quant::vec_dot_q8_1(ty, row, xblocks).unwrap());
+                    let got = f64::from(y[n * rows + r]);
+                    assert!(
+                        (got - want).abs() <= 1e-5 * mag + 1e-6,
+                        "{ty:?} {rows}x{k} x {n_tok} token {n} row {r}: gpu {got} cpu {want}"
+                    );
+                }
+            }
+        }
+    }
+    // Other types and k are refused by name, not run.
+    let q4k = QMatrix::upload(&dev, GgmlType::Q4_K, 16, 256, &encode(GgmlType::Q4_K, &weights(16, 256, 3))).unwrap();
+    let (xb, yb) = (dev.upload(&weights(16, 256, 4)).unwrap(), dev.alloc(4 * 256, MemoryKind::DeviceLocal).unwrap());
+    let mut s = Stream::new(&dev).unwrap();
+    let e = quant::mat_mat_with(&mut s, &q4k, &xb, 16, &yb, MatMatOptions::new(MatMatPath::CoopMatInt8)).unwrap_err();
+    assert!(e.to_string().contains("Q4_0"), "{e}");
     assert_clean(&dev);
 }
 
@@ -526,6 +599,27 @@ fn tuning_table_per_architecture() {
         caps.limits.max_shared_memory = 48 * 1024;
         caps.subgroup.size_control = false;
         assert_eq!(vkml_ops::tuning::coopmat_subgroup_size(&caps), (sg == 32).then_some((32, false)), "{arch:?}");
+        // The int8 path needs a non-saturating 16x16x32 s8 shape and int8 arithmetic on top.
+        let s8 = vkml_hal::caps::CoopMatShape {
+            m: 16,
+            n: 16,
+            k: 32,
+            a: "s8",
+            b: "s8",
+            c: "s32",
+            result: "s32",
+            saturating: false,
+            scope: "subgroup",
+        };
+        caps.cooperative_matrix.retain(|s| s.a != "s8");
+        caps.types.int8 = true;
+        assert!(!vkml_ops::tuning::coopmat_int8(&caps), "{arch:?}");
+        caps.cooperative_matrix.push(vkml_hal::caps::CoopMatShape { saturating: true, ..s8.clone() });
+        assert!(!vkml_ops::tuning::coopmat_int8(&caps), "{arch:?}");
+        caps.cooperative_matrix.push(s8);
+        assert_eq!(vkml_ops::tuning::coopmat_int8(&caps), sg == 32, "{arch:?}");
+        caps.types.int8 = false;
+        assert!(!vkml_ops::tuning::coopmat_int8(&caps), "{arch:?}");
         // The workgroup-scope path needs all of VK_NV_cooperative_matrix2's loading features,
         // buffer device addresses and 16-bit storage on top. (`caps` starts from the real
         // adapter's, which on the H100 has the extension: clear it first.)
