@@ -35,6 +35,27 @@ pub struct DeviceOptions {
     /// Bytes of freed buffers kept for reuse; default a quarter of the device-local
     /// budget, at most 2 GiB.
     pub buffer_cache_bytes: Option<u64>,
+    /// Have the driver keep each compute pipeline's compiler statistics (registers,
+    /// shared memory, instruction counts: whatever it reports) for
+    /// [`Device::pipeline_statistics`], through VK_KHR_pipeline_executable_properties.
+    /// Off by default (capturing may cost compile time); where the driver lacks the
+    /// extension the device opens without it.
+    pub pipeline_statistics: bool,
+}
+
+/// One compiler statistic of a pipeline executable (`VkPipelineExecutableStatisticKHR`),
+/// as the driver names and describes it; the value formatted from its declared type
+/// (bool, integer or float). Which statistics exist, and their units, are the driver's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineStatistic {
+    /// The executable (shader stage) it belongs to, by the driver's name.
+    pub executable: String,
+    /// Short name, e.g. a register count.
+    pub name: String,
+    /// The driver's description.
+    pub description: String,
+    /// The value.
+    pub value: String,
 }
 
 /// A logical device. Cheap to clone (reference counted). Buffers, kernels, pipelines and
@@ -75,6 +96,9 @@ pub(crate) struct DeviceInner {
     pub(crate) compute: Queue,
     pub(crate) transfer: Option<Queue>,
     pub(crate) push_descriptor: Option<ash::khr::push_descriptor::Device>,
+    /// Set where [`DeviceOptions::pipeline_statistics`] asked for statistics and the
+    /// driver has VK_KHR_pipeline_executable_properties with `pipelineExecutableInfo`.
+    pub(crate) pipeline_exec: Option<ash::khr::pipeline_executable_properties::Device>,
     pub(crate) memory: ManuallyDrop<Memory>,
     pub(crate) sharing_families: Vec<u32>,
     pub(crate) host_visible_device_local: bool,
@@ -160,6 +184,17 @@ impl Device {
                 ext_names.push(name.as_ptr());
             }
         }
+        let mut f_exec = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
+        let use_exec = options.pipeline_statistics && has(ash::khr::pipeline_executable_properties::NAME) && {
+            let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f_exec);
+            // SAFETY: pd belongs to the live instance (Vulkan >= 1.2 was checked by the
+            // probe, so vkGetPhysicalDeviceFeatures2 exists); f2 chains one valid struct.
+            unsafe { raw_inst.get_physical_device_features2(pd, &mut f2) };
+            f_exec.pipeline_executable_info == vk::TRUE
+        };
+        if use_exec {
+            ext_names.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
+        }
         let enabled = |n: &CStr| {
             ext_names.iter().any(|&p| {
                 // SAFETY: every pointer in ext_names comes from a 'static CStr.
@@ -226,6 +261,9 @@ impl Device {
         }
         if enabled(KHR_BF16_EXT) {
             features2 = features2.push_next(&mut f_bf16);
+        }
+        if use_exec {
+            features2 = features2.push_next(&mut f_exec);
         }
 
         let compute_family = caps.queues.compute_family;
@@ -355,6 +393,7 @@ impl Device {
             }
         };
         let push_descriptor = use_push.then(|| ash::khr::push_descriptor::Device::new(raw_inst, &raw));
+        let pipeline_exec = use_exec.then(|| ash::khr::pipeline_executable_properties::Device::new(raw_inst, &raw));
         let wait_timeout_ns = std::env::var("VKML_WAIT_TIMEOUT_S")
             .ok()
             .and_then(|s| s.parse::<u64>().ok())
@@ -368,6 +407,7 @@ impl Device {
             compute,
             transfer,
             push_descriptor,
+            pipeline_exec,
             memory: ManuallyDrop::new(memory),
             sharing_families,
             host_visible_device_local,
@@ -388,6 +428,65 @@ impl Device {
     /// The device's capabilities.
     pub fn caps(&self) -> &Capabilities {
         &self.inner.caps
+    }
+
+    /// The driver's compiler statistics of `pipeline` (VK_KHR_pipeline_executable_properties:
+    /// for each executable, `vkGetPipelineExecutableStatisticsKHR`), e.g. registers per
+    /// invocation, to see what bounds a kernel's occupancy.
+    ///
+    /// # Errors
+    /// [`Error::MissingFeature`] where the device was opened without
+    /// [`DeviceOptions::pipeline_statistics`] or the driver lacks the extension;
+    /// [`Error::InvalidDispatch`] for a pipeline of another device; Vulkan errors.
+    pub fn pipeline_statistics(&self, pipeline: &crate::Pipeline) -> Result<Vec<PipelineStatistic>> {
+        let Some(exec) = &self.inner.pipeline_exec else {
+            return Err(Error::MissingFeature {
+                feature: "VK_KHR_pipeline_executable_properties, enabled by DeviceOptions::pipeline_statistics".into(),
+                needed_by: "Device::pipeline_statistics".into(),
+                device: self.inner.caps.name.clone(),
+            });
+        };
+        if pipeline.device_id != Arc::as_ptr(&self.inner) as usize {
+            return Err(Error::InvalidDispatch {
+                kernel: pipeline.kernel().name().to_string(),
+                reason: "the pipeline was created on another device".into(),
+            });
+        }
+        let text = |c: &[std::ffi::c_char]| {
+            // SAFETY: the driver writes NUL-terminated strings into these fixed arrays.
+            unsafe { CStr::from_ptr(c.as_ptr()) }.to_string_lossy().into_owned()
+        };
+        let info = vk::PipelineInfoKHR::default().pipeline(pipeline.raw);
+        // SAFETY: the pipeline is alive (borrowed) and was created on this device with
+        // CAPTURE_STATISTICS (set at creation whenever pipeline_exec exists).
+        let execs = unsafe { exec.get_pipeline_executable_properties(&info) }
+            .map_err(Error::vk("vkGetPipelineExecutablePropertiesKHR"))?;
+        let mut out = Vec::new();
+        for (i, e) in execs.iter().enumerate() {
+            let info = vk::PipelineExecutableInfoKHR::default().pipeline(pipeline.raw).executable_index(i as u32);
+            // SAFETY: as above; the index is below the executable count just read.
+            let stats = unsafe { exec.get_pipeline_executable_statistics(&info) }
+                .map_err(Error::vk("vkGetPipelineExecutableStatisticsKHR"))?;
+            for st in stats {
+                // SAFETY: the union member read is the one `format` declares.
+                let value = unsafe {
+                    match st.format {
+                        vk::PipelineExecutableStatisticFormatKHR::BOOL32 => (st.value.b32 != 0).to_string(),
+                        vk::PipelineExecutableStatisticFormatKHR::INT64 => st.value.i64.to_string(),
+                        vk::PipelineExecutableStatisticFormatKHR::UINT64 => st.value.u64.to_string(),
+                        vk::PipelineExecutableStatisticFormatKHR::FLOAT64 => st.value.f64.to_string(),
+                        _ => "?".into(),
+                    }
+                };
+                out.push(PipelineStatistic {
+                    executable: text(&e.name),
+                    name: text(&st.name),
+                    description: text(&st.description),
+                    value,
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// Enumeration index of the device.

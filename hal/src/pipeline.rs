@@ -270,7 +270,10 @@ impl Pipeline {
         if key.options.required_subgroup_size.is_some() {
             stage = stage.push_next(&mut sg);
         }
-        let info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout);
+        let mut info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout);
+        if dev.pipeline_exec.is_some() {
+            info = info.flags(vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR);
+        }
         // SAFETY: see above; the cache is the device's, used under the driver's own
         // internal synchronisation (pipeline caches are externally synchronised only
         // for merge and destroy).

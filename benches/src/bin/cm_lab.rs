@@ -6,6 +6,9 @@
 //! `mul_mat_cm2.<type>` and run on [`MatMatPath::CoopMat2`] instead (the reference stays the
 //! built-in `mul_mat_cm`). For trying kernel variants in one device session.
 //!
+//! Prints the driver's compiler statistics of each kernel (registers, shared memory,
+//! where the driver reports them through VK_KHR_pipeline_executable_properties).
+//!
 //! Usage: `cm_lab FILE.comp...` (device per `VKML_DEVICE`).
 
 use std::time::Instant;
@@ -28,7 +31,9 @@ fn main() {
     let enc: Vec<Vec<u8>> = types.iter().map(|(ty, _, _)| vkml_quant::quantize(*ty, &w).unwrap()).collect();
     let mut reference: Vec<Vec<f32>> = Vec::new();
     for (fi, file) in std::iter::once("built-in".to_string()).chain(files).enumerate() {
-        let dev = Device::from_env().expect("a Vulkan device");
+        let inst = vkml_hal::Instance::new(&vkml_hal::InstanceOptions::from_env()).expect("a Vulkan instance");
+        let opts = vkml_hal::DeviceOptions { pipeline_statistics: true, ..Default::default() };
+        let dev = inst.create_device(&vkml_hal::DeviceSelector::from_env(), opts).expect("a Vulkan device");
         for (ti, (ty, name, id)) in types.iter().enumerate() {
             if fi > 0 {
                 let src = std::fs::read(&file).unwrap();
@@ -51,6 +56,9 @@ fn main() {
                     continue;
                 }
                 s.finish_and_wait().unwrap();
+                if si == 0 {
+                    print_statistics(&dev, &format!("{kernel}.{name}"), *ty, &file);
+                }
                 let out = y.to_vec::<f32>().unwrap();
                 let slot = ti * 2 + si;
                 let diff = if fi == 0 {
@@ -78,5 +86,29 @@ fn main() {
                 );
             }
         }
+    }
+}
+
+/// The driver's compiler statistics (registers, shared memory, ...) of the pipeline the op
+/// created for `kernel`: the same options as `quant::mat_mat_with`, so the same cached
+/// pipeline. One line per executable.
+fn print_statistics(dev: &Device, kernel: &str, ty: GgmlType, file: &str) {
+    let options = vkml_hal::PipelineOptions {
+        spec_constants: if kernel.starts_with("mul_mat_cm2") {
+            Vec::new()
+        } else {
+            vec![(0, u32::from(vkml_ops::tuning::mat_mat_row_raster(dev.caps(), ty)))]
+        },
+        required_subgroup_size: vkml_ops::tuning::coopmat_subgroup_size(dev.caps())
+            .and_then(|(sg, require)| require.then_some(sg)),
+        full_subgroups: dev.caps().subgroup.full_subgroups,
+    };
+    let stats = dev.kernel(kernel).and_then(|k| dev.pipeline(&k, &options)).and_then(|p| dev.pipeline_statistics(&p));
+    match stats {
+        Ok(stats) => {
+            let line: Vec<String> = stats.iter().map(|s| format!("{}={}", s.name, s.value)).collect();
+            println!("{file} {ty:?} statistics: {}", line.join(", "));
+        }
+        Err(e) => println!("{file} {ty:?} statistics: {e}"),
     }
 }
