@@ -9,6 +9,11 @@
 //! Prints the driver's compiler statistics of each kernel (registers, shared memory,
 //! where the driver reports them through VK_KHR_pipeline_executable_properties).
 //!
+//! With `VKML_LAB_TILE=RxT` the files run as their own kernel on a grid of R-row x T-token
+//! tiles that cm_lab dispatches itself (same bindings and push constants as
+//! `mul_mat_cm`, x converted to f16 on the host, no split-K), for tile shapes the op does
+//! not launch.
+//!
 //! Usage: `cm_lab FILE.comp...` (device per `VKML_DEVICE`).
 
 use std::time::Instant;
@@ -28,6 +33,10 @@ fn main() {
     let cm2 = std::env::var("VKML_LAB_PATH").is_ok_and(|v| v == "cm2");
     let (kernel, lab_path) =
         if cm2 { ("mul_mat_cm2", MatMatPath::CoopMat2) } else { ("mul_mat_cm", MatMatPath::CoopMat) };
+    let lab_tile: Option<(usize, usize)> = std::env::var("VKML_LAB_TILE").ok().and_then(|v| {
+        let (a, b) = v.split_once('x')?;
+        Some((a.parse().ok()?, b.parse().ok()?))
+    });
     let enc: Vec<Vec<u8>> = types.iter().map(|(ty, _, _)| vkml_quant::quantize(*ty, &w).unwrap()).collect();
     let mut reference: Vec<Vec<f32>> = Vec::new();
     for (fi, file) in std::iter::once("built-in".to_string()).chain(files).enumerate() {
@@ -38,7 +47,8 @@ fn main() {
             if fi > 0 {
                 let src = std::fs::read(&file).unwrap();
                 let fe = Glsl::new().define("QTYPE", id).target(TargetEnv::Vulkan1_3);
-                if let Err(e) = dev.register_kernel(&format!("{kernel}.{name}"), &fe, &src) {
+                let as_name = if lab_tile.is_some() { format!("lab.{name}") } else { format!("{kernel}.{name}") };
+                if let Err(e) = dev.register_kernel(&as_name, &fe, &src) {
                     println!("{file}: {e}");
                     break;
                 }
@@ -50,14 +60,39 @@ fn main() {
                 let y = dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap();
                 let mut s = Stream::new(&dev).unwrap();
                 let path = if fi == 0 { MatMatPath::CoopMat } else { lab_path };
-                let run = |s: &mut Stream| quant::mat_mat_with(s, &m, &xb, n_tok, &y, mat_mat_options(path));
+                // VKML_LAB_TILE=RxT: the lab file runs as its own kernel on an R x T tile
+                // grid, dispatched here (f16 x made on the host, no split-K).
+                let direct = match (fi, lab_tile) {
+                    (1.., Some((tr, tt))) => {
+                        let x16: Vec<half::f16> = x[..n_tok * k].iter().map(|&v| half::f16::from_f32(v)).collect();
+                        let x16 = dev.upload(&x16).unwrap();
+                        let p = dev
+                            .pipeline(&dev.kernel(&format!("lab.{name}")).unwrap(), &lab_options(&dev, *ty))
+                            .unwrap();
+                        Some((p, x16, [rows.div_ceil(tr) as u32, n_tok.div_ceil(tt) as u32, 1]))
+                    }
+                    _ => None,
+                };
+                let run = |s: &mut Stream| match &direct {
+                    Some((p, x16, grid)) => {
+                        let pc: Vec<u8> = [0, m.row_bytes() as u32, k as u32, rows as u32, n_tok as u32, 0, k as u32]
+                            .iter()
+                            .flat_map(|v| v.to_ne_bytes())
+                            .collect();
+                        s.dispatch(p, &[m.buffer().into(), x16.into(), (&y).into()], &pc, *grid)
+                            .map_err(vkml_ops::OpsError::from)
+                    }
+                    None => quant::mat_mat_with(s, &m, &xb, n_tok, &y, mat_mat_options(path)),
+                };
                 if let Err(e) = run(&mut s) {
                     println!("{file}: {e}");
                     continue;
                 }
                 s.finish_and_wait().unwrap();
                 if si == 0 {
-                    print_statistics(&dev, &format!("{kernel}.{name}"), *ty, &file);
+                    let kname =
+                        if fi > 0 && lab_tile.is_some() { format!("lab.{name}") } else { format!("{kernel}.{name}") };
+                    print_statistics(&dev, &kname, *ty, &file);
                 }
                 let out = y.to_vec::<f32>().unwrap();
                 let slot = ti * 2 + si;
@@ -86,6 +121,16 @@ fn main() {
                 );
             }
         }
+    }
+}
+
+/// The pipeline options `quant::mat_mat_with` gives `mul_mat_cm` for `ty`.
+fn lab_options(dev: &Device, ty: GgmlType) -> vkml_hal::PipelineOptions {
+    vkml_hal::PipelineOptions {
+        spec_constants: vec![(0, u32::from(vkml_ops::tuning::mat_mat_row_raster(dev.caps(), ty)))],
+        required_subgroup_size: vkml_ops::tuning::coopmat_subgroup_size(dev.caps())
+            .and_then(|(sg, require)| require.then_some(sg)),
+        full_subgroups: dev.caps().subgroup.full_subgroups,
     }
 }
 
