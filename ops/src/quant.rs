@@ -791,39 +791,41 @@ pub fn mat_mat_with(
     let (tile, name, options) = match opts.path {
         MatMatPath::Scalar => (MAT_MAT_TILE, "mul_mat_q", PipelineOptions::default()),
         MatMatPath::CoopMat | MatMatPath::CoopMat2 | MatMatPath::CoopMatInt8 => {
-            let cm2 = opts.path == MatMatPath::CoopMat2;
-            let int8 = opts.path == MatMatPath::CoopMatInt8;
-            if int8 && !tuning::coopmat_int8(dev.caps()) {
-                return Err(OpsError::Shape {
-                    op: "mat_mat",
-                    reason: "the int8 cooperative-matrix path needs VK_KHR_cooperative_matrix with 16x16x32 s8 x s8 + s32 and 16x16x16 f16 x f16 + f32 subgroup shapes, int8 arithmetic and subgroups of 32; this device lacks them".into(),
-                });
+            // The special paths' own needs first: (path, what it is, device check, what
+            // the device needs, the types it has).
+            let special = match opts.path {
+                MatMatPath::CoopMat2 => Some((
+                    "workgroup-scope",
+                    tuning::coopmat2(dev.caps()),
+                    "VK_NV_cooperative_matrix2 (workgroup scope, flexible dimensions, tensor addressing, block loads) and bufferDeviceAddress",
+                    COOPMAT2_TYPES,
+                )),
+                MatMatPath::CoopMatInt8 => Some((
+                    "int8",
+                    tuning::coopmat_int8(dev.caps()),
+                    "VK_KHR_cooperative_matrix with 16x16x32 s8 x s8 + s32 and 16x16x16 f16 x f16 + f32 subgroup shapes, int8 arithmetic and subgroups of 32",
+                    COOPMAT_INT8_TYPES,
+                )),
+                _ => None,
+            };
+            if let Some((what, offered, needs, types)) = special {
+                if !offered {
+                    return Err(OpsError::Shape {
+                        op: "mat_mat",
+                        reason: format!("the {what} cooperative-matrix path needs {needs}; this device lacks them"),
+                    });
+                }
+                if !m.k.is_multiple_of(32) || !types.contains(&m.ty) {
+                    return Err(OpsError::Shape {
+                        op: "mat_mat",
+                        reason: format!(
+                            "the {what} cooperative-matrix path needs k % 32 == 0 and one of {types:?}; got {:?} with k = {}",
+                            m.ty, m.k
+                        ),
+                    });
+                }
             }
-            if int8 && (!m.k.is_multiple_of(32) || !COOPMAT_INT8_TYPES.contains(&m.ty)) {
-                return Err(OpsError::Shape {
-                    op: "mat_mat",
-                    reason: format!(
-                        "the int8 cooperative-matrix path needs k % 32 == 0 and one of {COOPMAT_INT8_TYPES:?}; got {:?} with k = {}",
-                        m.ty, m.k
-                    ),
-                });
-            }
-            if cm2 && !tuning::coopmat2(dev.caps()) {
-                return Err(OpsError::Shape {
-                    op: "mat_mat",
-                    reason: "the workgroup-scope cooperative-matrix path needs VK_NV_cooperative_matrix2 (workgroup scope, flexible dimensions, tensor addressing, block loads) and bufferDeviceAddress; this device lacks them".into(),
-                });
-            }
-            if cm2 && (!m.k.is_multiple_of(32) || !COOPMAT2_TYPES.contains(&m.ty)) {
-                return Err(OpsError::Shape {
-                    op: "mat_mat",
-                    reason: format!(
-                        "the workgroup-scope cooperative-matrix path needs k % 32 == 0 and one of {COOPMAT2_TYPES:?}; got {:?} with k = {}",
-                        m.ty, m.k
-                    ),
-                });
-            }
-            // Both kernels tile 8 subgroups of 32 (tuning::coopmat2 implies this holds).
+            // Every kernel tiles 8 subgroups of 32 (tuning::coopmat2 and coopmat_int8 imply it).
             let Some((sg, require)) = tuning::coopmat_subgroup_size(dev.caps()) else {
                 return Err(OpsError::Shape {
                     op: "mat_mat",
@@ -837,7 +839,7 @@ pub fn mat_mat_with(
                 });
             }
             let options = PipelineOptions {
-                spec_constants: if cm2 {
+                spec_constants: if opts.path == MatMatPath::CoopMat2 {
                     Vec::new()
                 } else {
                     vec![(0, u32::from(tuning::mat_mat_row_raster(dev.caps(), m.ty)))]

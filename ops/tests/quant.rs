@@ -289,6 +289,32 @@ fn block_kernels_exist_for_block_types() {
 /// of every partial sum); the workgroup-scope path (`CoopMat2`) rounds the same way.
 /// Shapes cover edge tiles on both axes, split-K (k ≥ 1024) and,
 /// with `accumulate`, the folded residual add.
+/// The operands of one mat-mat case: a random `rows x k` weight of `ty` (its blocks and on
+/// the device), a random `x: f32[n_tok, k]` (on the host and the device), `y0` and the
+/// output buffer, which holds `y0` where the product accumulates.
+struct MatMatCase {
+    bytes: Vec<u8>,
+    m: QMatrix,
+    x: Vec<f32>,
+    xb: vkml_hal::Buffer,
+    y0: Vec<f32>,
+    yb: vkml_hal::Buffer,
+}
+
+fn mat_mat_case(dev: &Device, ty: GgmlType, rows: usize, k: usize, n_tok: usize, accumulate: bool) -> MatMatCase {
+    let bytes = encode(ty, &weights(rows, k, 5 + rows as u64));
+    let m = QMatrix::upload(dev, ty, rows, k, &bytes).unwrap();
+    let x = weights(n_tok, k, 31 + n_tok as u64);
+    let xb = dev.upload(&x).unwrap();
+    let y0 = weights(n_tok, rows, 77);
+    let yb = if accumulate {
+        dev.upload(&y0).unwrap()
+    } else {
+        dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap()
+    };
+    MatMatCase { bytes, m, x, xb, y0, yb }
+}
+
 #[test]
 fn mat_mat_matches_cpu() {
     let dev = device();
@@ -308,17 +334,8 @@ fn mat_mat_matches_cpu() {
                 shapes.push((256, 1024.max(4 * bs), 128, false));
             }
             for (rows, k, n_tok, accumulate) in shapes {
-                let bytes = encode(ty, &weights(rows, k, 5 + rows as u64));
+                let MatMatCase { bytes, m, mut x, xb, y0, yb } = mat_mat_case(&dev, ty, rows, k, n_tok, accumulate);
                 let mut w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
-                let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
-                let mut x = weights(n_tok, k, 31 + n_tok as u64);
-                let xb = dev.upload(&x).unwrap();
-                let y0 = weights(n_tok, rows, 77);
-                let yb = if accumulate {
-                    dev.upload(&y0).unwrap()
-                } else {
-                    dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap()
-                };
                 let mut s = Stream::new(&dev).unwrap();
                 let opts = MatMatOptions { path, accumulate, split_k: (k >= 1024).then_some(2) };
                 quant::mat_mat_with(&mut s, &m, &xb, n_tok, &yb, opts).unwrap();
@@ -377,17 +394,8 @@ fn int8_coopmat_mat_mat_matches_cpu_dot() {
             (300, 1024, 150, true, Some(2)),
             (256, 2048, 128, false, None),
         ] {
-            let bytes = encode(ty, &weights(rows, k, 5 + rows as u64));
-            let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
-            let x = weights(n_tok, k, 31 + n_tok as u64);
-            let xb = dev.upload(&x).unwrap();
+            let MatMatCase { bytes, m, xb, y0, yb, .. } = mat_mat_case(&dev, ty, rows, k, n_tok, accumulate);
             let xq = dev.alloc(36 * (n_tok * k / 32) as u64, MemoryKind::DeviceLocal).unwrap();
-            let y0 = weights(n_tok, rows, 77);
-            let yb = if accumulate {
-                dev.upload(&y0).unwrap()
-            } else {
-                dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap()
-            };
             let mut s = Stream::new(&dev).unwrap();
             quant::quantize_q8_1(&mut s, &xb, n_tok * k / 32, &xq).unwrap();
             let opts = MatMatOptions { path: MatMatPath::CoopMatInt8, accumulate, split_k };
