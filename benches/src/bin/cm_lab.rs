@@ -14,7 +14,8 @@
 //! `mul_mat_cm`, x converted to f16 on the host, no split-K), for tile shapes the op does
 //! not launch.
 //!
-//! Usage: `cm_lab FILE.comp...` (device per `VKML_DEVICE`).
+//! Usage: `cm_lab FILE.comp[@RxT]...` (device per `VKML_DEVICE`; `@RxT` gives that file its
+//! own tile grid; `VKML_LAB_TYPES=f16,q4_0,q8_0,q4_k` picks the weight types).
 
 use std::time::Instant;
 
@@ -29,17 +30,31 @@ fn main() {
     let n_tok = 512usize;
     let w = random(4096 * 14336, 7);
     let x = random(n_tok * 14336, 11);
-    let types = [(GgmlType::Q4_0, "q4_0", "2"), (GgmlType::Q8_0, "q8_0", "8"), (GgmlType::Q4_K, "q4_k", "12")];
+    // VKML_LAB_TYPES=f16,q4_0,... picks the types (default Q4_0, Q8_0, Q4_K).
+    let all = [
+        (GgmlType::F16, "f16", "1"),
+        (GgmlType::Q4_0, "q4_0", "2"),
+        (GgmlType::Q8_0, "q8_0", "8"),
+        (GgmlType::Q4_K, "q4_k", "12"),
+    ];
+    let wanted = std::env::var("VKML_LAB_TYPES").unwrap_or_else(|_| "q4_0,q8_0,q4_k".into());
+    let types: Vec<_> = all.iter().copied().filter(|(_, n, _)| wanted.split(',').any(|w| w == *n)).collect();
     let cm2 = std::env::var("VKML_LAB_PATH").is_ok_and(|v| v == "cm2");
     let (kernel, lab_path) =
         if cm2 { ("mul_mat_cm2", MatMatPath::CoopMat2) } else { ("mul_mat_cm", MatMatPath::CoopMat) };
-    let lab_tile: Option<(usize, usize)> = std::env::var("VKML_LAB_TILE").ok().and_then(|v| {
+    let parse_tile = |v: &str| -> Option<(usize, usize)> {
         let (a, b) = v.split_once('x')?;
         Some((a.parse().ok()?, b.parse().ok()?))
-    });
+    };
+    let env_tile: Option<(usize, usize)> = std::env::var("VKML_LAB_TILE").ok().and_then(|v| parse_tile(&v));
     let enc: Vec<Vec<u8>> = types.iter().map(|(ty, _, _)| vkml_quant::quantize(*ty, &w).unwrap()).collect();
     let mut reference: Vec<Vec<f32>> = Vec::new();
-    for (fi, file) in std::iter::once("built-in".to_string()).chain(files).enumerate() {
+    for (fi, arg) in std::iter::once("built-in".to_string()).chain(files).enumerate() {
+        // FILE@RxT: this file runs on its own R x T tile grid (as VKML_LAB_TILE does).
+        let (file, lab_tile) = match arg.split_once('@') {
+            Some((f, t)) => (f.to_string(), parse_tile(t)),
+            None => (arg.clone(), env_tile),
+        };
         let inst = vkml_hal::Instance::new(&vkml_hal::InstanceOptions::from_env()).expect("a Vulkan instance");
         let opts = vkml_hal::DeviceOptions { pipeline_statistics: true, ..Default::default() };
         let dev = inst.create_device(&vkml_hal::DeviceSelector::from_env(), opts).expect("a Vulkan device");
