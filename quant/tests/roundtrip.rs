@@ -36,6 +36,13 @@ fn check_bound(ty: GgmlType, x: &[f32]) -> Result<(), TestCaseError> {
     for (g, (xs, ys)) in x.chunks(group).zip(y.chunks(group)).enumerate() {
         let a = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
         for (i, (u, v)) in xs.iter().zip(ys).enumerate() {
+            // ggml's Q2_K fit (ggml-quants.c quantize_row_q2_K_ref) weights each element by
+            // |x|: an exact zero has no weight and may land anywhere in its sub-block's
+            // range (e.g. 14 zeros beside -15.8 and -19.2 decode to -10.1), so no bound
+            // holds for it.
+            if ty == GgmlType::Q2_K && *u == 0.0 {
+                continue;
+            }
             let err = (u - v).abs();
             prop_assert!(
                 err <= factor * a + floor,
