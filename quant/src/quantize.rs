@@ -1109,8 +1109,11 @@ pub fn quantize_q8_k(x: &[f32]) -> Result<Vec<BlockQ8K>, QuantError> {
 /// floor`, provided the inputs are finite with `|x| <= 1e3` (so that f16 / UE4M3 / E8M0 scales
 /// neither overflow nor, for NVFP4, underflow below the floor). The factors are the format's
 /// half-step (or clamp) error plus the f16 rounding of the scales, with margin; measured
-/// worst cases on random data are a few percent below them. `None` for types without a
-/// quantizer. Checked by the proptests in `quant/tests/roundtrip.rs`.
+/// worst cases on random data are a few percent below them. One exception: under Q2_K an
+/// exact zero is unbounded within its 16-element sub-block's range, because ggml's Q2_K fit
+/// (ggml-quants.c `quantize_row_q2_K_ref`, reproduced here) weights each element by `|x|`.
+/// `None` for types without a quantizer. Checked by the proptests in
+/// `quant/tests/roundtrip.rs`.
 pub fn error_bound(ty: GgmlType) -> Option<(usize, f32, f32)> {
     use GgmlType as T;
     let b = ty.block_size();
