@@ -705,7 +705,8 @@ pub enum MatMatPath {
     /// on 128 x 128 tiles, weights decoded inside the tensor loads; the same rounding as
     /// [`MatMatPath::CoopMat`]. Needs [`tuning::coopmat2`], `k % 32 == 0` and a type in
     /// [`COOPMAT2_TYPES`]. On the H100 (driver 580.159.04) it runs at 35–62 TFLOP/s against
-    /// 74–90 for [`MatMatPath::CoopMat`], so [`MatMatPath::best`] does not pick it.
+    /// 99–161 for [`MatMatPath::CoopMat`] (benches/RESULTS.md), so [`MatMatPath::best`]
+    /// does not pick it.
     CoopMat2,
     /// `mul_mat_cm_i8.comp`: int8 cooperative matrices (16x16x32, int32 accumulation) on
     /// `x` quantized to Q8_1 ([`quantize_q8_1`]), each 32-block's scales applied to its
@@ -825,7 +826,7 @@ pub fn mat_mat_with(
                     });
                 }
             }
-            // Every kernel tiles 8 subgroups of 32 (tuning::coopmat2 and coopmat_int8 imply it).
+            // Every kernel tiles subgroups of 32 (tuning::coopmat2 and coopmat_int8 imply it).
             let Some((sg, require)) = tuning::coopmat_subgroup_size(dev.caps()) else {
                 return Err(OpsError::Shape {
                     op: "mat_mat",

@@ -116,7 +116,7 @@ pub fn attn_splits(t_q: usize, kv_len: usize) -> usize {
 /// The subgroup size the cooperative-matrix mat-mat (`mul_mat_cm.comp`) runs with, and
 /// whether the pipeline must require it; `None` where the device lacks what that kernel
 /// needs: a 16x16x16 f16 x f16 + f32 → f32 subgroup-scope shape (`VK_KHR_cooperative_matrix`)
-/// and subgroups of exactly 32 (the kernel tiles 8 subgroups of 32 over 256 invocations),
+/// and subgroups of exactly 32 (the kernel tiles 4 subgroups of 32 over 128 invocations),
 /// plus f16 arithmetic (`shaderFloat16`) and 48 KiB of shared memory: the requirements of
 /// the F16 float matmul's cooperative-matrix kernels ([`float_coopmat_subgroup`]).
 pub fn coopmat_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
@@ -128,7 +128,8 @@ pub fn coopmat_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
 /// tile then run side by side and read that weight tile from memory once, the rest from
 /// L2. On the H100 at 14336x4096 / 4096x14336 by 512 tokens (benches/RESULTS.md) that
 /// took Q4_0 from 79 / 89 to 99-101 / 100-102 TFLOP/s and Q4_K from 74 / 83 to 84-85 /
-/// 89, but Q8_0 from 79 / 90 to 76 / 82, so Q8_0 keeps the grid order there. Elsewhere
+/// 89, but Q8_0 from 79 / 90 to 76 / 82, so Q8_0 keeps the grid order there (measured on
+/// the 8-subgroup kernel that preceded today's; not yet re-measured on it). Elsewhere
 /// (not measured) the grid order stays.
 pub fn mat_mat_row_raster(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool {
     match caps.arch {

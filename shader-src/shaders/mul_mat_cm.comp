@@ -7,14 +7,28 @@
 // (row r at w_offset + r * row_bytes); C f32 [n_tok, rows]. k must be a multiple of 32
 // (and of the block size).
 //
-// One workgroup of 256 invocations = 8 subgroups of 32 computes a BM x BN = 128 rows x 128
-// tokens tile. Per BK = 32 step the weight tile is decoded from its blocks into shared
-// memory as f16 (each invocation decodes 16 elements of one row: Q4_0 and Q8_0 in packed
-// f16 arithmetic, two elements per instruction, Q4_K in f32, every other type element by
-// element through dq()), the X tile is copied beside it, and each subgroup multiplies its
-// 32 x 64 part with 2 x 4 accumulators. Shared memory is double-buffered (one barrier per
-// step) and the blocks of the next two steps are in flight in registers during a step's
-// multiplies, so global latency and decoding overlap tensor-core work.
+// One workgroup of 128 invocations = 4 subgroups of 32 computes a BM x BN = 128 rows x 128
+// tokens tile; each subgroup multiplies a 64 x 64 part with 4 x 4 accumulators. Per BK = 32
+// step, invocation t decodes weight row t of the tile into shared memory as f16 and copies
+// a quarter of four X rows beside it (16-byte stores; shared memory is uvec4 throughout).
+// On the H100 the L1 / shared-memory pipe, not the tensor cores, bounds this kernel, so
+// the design counts its wavefronts (one per cache line an instruction touches):
+//   - Q4_0, Q8_0 and Q4_K weights are read coalesced: a subgroup reads its 32 rows' step
+//     bytes (RW words per row) with consecutive invocations on consecutive words (an
+//     instruction touches ~32 / RW rows instead of 32), passes them through a
+//     per-subgroup scratch in shared memory (odd row stride RWP: no bank conflicts), and
+//     each invocation reads its own row's words back; F16 weights are read as words, 16
+//     invocations per row, and X as 16-byte vectors, 4 invocations per row;
+//   - 64 x 64 per subgroup needs 8 fragment loads per 16 multiplies (32 x 64 needed 6 per 8).
+// Against the 8-subgroup kernel this replaced (each invocation loading its own 16
+// weights: 16 rows per instruction) that took Q4_0 from 100 to 141-160 TFLOP/s and Q8_0
+// from 77-88 to 134-147 on the H100 (benches/RESULTS.md).
+// Shared memory is double-buffered (one barrier per step). The loop body is one basic
+// block: the loads of step s + 2 are clamped to the last step (a repeated load is
+// harmless), rows and tokens past the matrix are clamped to the last one (their products
+// land in outputs that are never stored), and Q4_K's scale selection is branch-free, so
+// the compiler can interleave the decode and stores of step s + 1 with the multiplies of
+// step s. Every other type decodes element by element through dq().
 // Each weight is the f16 rounding of its exact value (as f16(dq()) would give: the packed
 // Q4_0/Q8_0 products (q - 8) * d and q * d are exact before their one rounding); results
 // equal sum(f16(w) * x) accumulated in f32.
@@ -22,14 +36,13 @@
 // Split-K: workgroup z sums k in [z * k_chunk, min(k, (z + 1) * k_chunk)) and writes its
 // partial product to C + z * n_tok * rows (k_chunk a multiple of 256); the op adds the
 // partials afterwards (`reduce_partials.comp`). Without a split (one z), C is the output.
-// Bindings: 0 = W, 1 = X (uvec4: 8 halves), 2 = C. Push constants: w_offset, row_bytes, k, rows,
-// n_tok, accumulate (1: add to C, folding a residual add into the product), k_chunk.
-// Grid: x = ceil(rows / 128), y = ceil(n_tok / 128), z = ceil(k / k_chunk). Requires
-// subgroup size 32. Specialization constant 0, ROW_RASTER: when true, workgroup (x, y)
-// takes the tile of linear index x + y * gx in row-tile-major order (the token tiles of
-// one row tile are consecutive), so those workgroups run together and read that weight
-// tile from memory once, the others from L2 (on the H100: Q4_0 +25 %, Q4_K +14 %, Q8_0
-// -4 to -8 %; benches/RESULTS.md).
+// Bindings: 0 = W, 1 = X (uvec4: 8 halves), 2 = C. Push constants: w_offset, row_bytes, k,
+// rows, n_tok, accumulate (1: add to C, folding a residual add into the product), k_chunk.
+// w_offset must be a multiple of 4 and row_bytes even (every block size here is). Grid: x = ceil(rows / 128), y = ceil(n_tok / 128), z = ceil(k / k_chunk).
+// Requires subgroup size 32. Specialization constant 0, ROW_RASTER: when true, workgroup
+// (x, y) takes the tile of linear index x + y * gx in row-tile-major order (the token tiles
+// of one row tile are consecutive), so those workgroups run together and read that weight
+// tile from memory once, the others from L2.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_cooperative_matrix : require
@@ -37,7 +50,7 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
-layout(local_size_x = 256) in;
+layout(local_size_x = 128) in;
 layout(constant_id = 0) const bool ROW_RASTER = false;
 #include "quant.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { uvec4 x8[]; };
@@ -47,12 +60,25 @@ layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint ro
 #define BM 128u
 #define BN 128u
 #define BK 32u
-// f16vec4 per shared row: BK / 4 = 8 plus 2 of padding (80-byte rows spread the banks).
-#define LDS 10u
-// Two buffers each (48 KiB in all with the staging tiles: the portable maximum).
-shared f16vec4 sa[2u * BM * LDS];
-shared f16vec4 sb[2u * BN * LDS];
-shared float stage[8u * 256u]; // one 16 x 16 f32 tile per subgroup, for edge stores
+#define LDSV 5u // uvec4 per shared row: 4 of data (32 halves) + 1 of padding
+#define SA 0u
+#define SB (2u * BM * LDSV)
+#define SCR (SB + 2u * BN * LDSV)
+#if QTYPE == 2
+#define RWN 5
+#define RWP 5u
+#elif QTYPE == 8
+#define RWN 9
+#define RWP 9u
+#elif QTYPE == 12
+#define RWN 12
+#define RWP 13u
+#else
+#define RWN 0
+#define RWP 0u
+#endif
+#define RW uint(RWN)
+shared uvec4 sm[SCR + 32u * RWP];
 
 #define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
@@ -60,145 +86,101 @@ shared float stage[8u * 256u]; // one 16 x 16 f32 tile per subgroup, for edge st
 
 vec4 nib_lo(uint u) { uint v = u & 0x0F0F0F0Fu; return vec4(v & 0xFFu, (v >> 8) & 0xFFu, (v >> 16) & 0xFFu, v >> 24); }
 
-// Two bytes (0/2 and 1/3 of u, each masked to its low `mask` bits) as f16 pairs in
-// element order: 1024 + byte via the exponent trick (0x6400 = 1024.0), so that
-// (pair - 1024 - offset) is the exact small integer.
 f16vec4 bytes4(uint u, uint mask, float16_t offset) {
-    uint e02 = (u & mask) | 0x64006400u;        // bytes 0 and 2
-    uint e13 = ((u >> 8) & mask) | 0x64006400u; // bytes 1 and 3
+    uint e02 = (u & mask) | 0x64006400u;
+    uint e13 = ((u >> 8) & mask) | 0x64006400u;
     f16vec2 a = unpackFloat2x16((e02 & 0xFFFFu) | (e13 << 16));
     f16vec2 b = unpackFloat2x16((e02 >> 16) | (e13 & 0xFFFF0000u));
     precise f16vec4 q = f16vec4(a, b) - offset;
     return q;
 }
 
-// Raw data of this invocation's 16 weights for one step, loaded ahead of use.
-#if QTYPE == 2
-#define NWORDS 2u
-#elif QTYPE == 8 || QTYPE == 12
-#define NWORDS 4u
-#elif QTYPE == 1
-#define NWORDS 8u
-#else
-#define NWORDS 0u
-#endif
-struct WRaw {
-    uint q[NWORDS > 0u ? NWORDS : 1u];
-    vec2 s; // scales: Q4_0/Q8_0 d; Q4_K d * sc, dmin * m
-};
+uvec4 pack8(f16vec4 a, f16vec4 b) {
+    return uvec4(packFloat2x16(a.xy), packFloat2x16(a.zw), packFloat2x16(b.xy), packFloat2x16(b.zw));
+}
 
-// Invocation t decodes weights of tile row t / 2, elements 16 (t % 2) .. + 16 of the step
-// (Q4_0: low nibbles 8h..8h+7 and high nibbles 16+8h..16+8h+7 of its block).
-WRaw load_w(uint r, uint h, uint k0) {
-    WRaw w;
-    w.s = vec2(0.0);
-    [[unroll]] for (uint i = 0; i < max(NWORDS, 1u); i++) w.q[i] = 0u;
-    if (r >= p.rows) return w;
+uint nwords;
+
+// Word w of row r's bytes for the step at column k0.
+uint raw_word(uint r, uint w, uint k0) {
     uint row = p.w_offset + r * p.row_bytes;
-#if QTYPE == 1
-    // Rows of 2k bytes stay word-aligned (k % 32 == 0, w_offset % 4 == 0).
-    uint at = (row + 2u * (k0 + 16u * h)) >> 2;
-    [[unroll]] for (uint i = 0; i < 8u; i++) w.q[i] = qw[at + i];
-#elif QTYPE == 2
-    uint blk = row + (k0 >> 5) * QBYTES;
-    w.s.x = q_f16(blk);
-    LOAD_WORDS(w.q, 2u, blk + 2u + 8u * h);
-#elif QTYPE == 8
-    uint blk = row + (k0 >> 5) * QBYTES;
-    w.s.x = q_f16(blk);
-    LOAD_WORDS(w.q, 4u, blk + 2u + 16u * h);
+#if QTYPE == 2 || QTYPE == 8
+    uint a = ((row + (k0 >> 5) * QBYTES) >> 2) + w;
 #elif QTYPE == 12
     uint blk = row + (k0 >> 8) * QBYTES;
-    uint t = (k0 >> 5) & 7u;
-    uint sc, m;
-    if (t < 4u) {
-        sc = q_u8(blk + 4u + t) & 63u;
-        m = q_u8(blk + 8u + t) & 63u;
-    } else {
-        sc = (q_u8(blk + 8u + t) & 0xFu) | ((q_u8(blk + t) >> 6) << 4);
-        m = (q_u8(blk + 8u + t) >> 4) | ((q_u8(blk + 4u + t) >> 6) << 4);
-    }
-    precise float d1 = q_f16(blk) * float(sc);
-    precise float m1 = q_f16(blk + 2u) * float(m);
-    w.s = vec2(d1, m1);
-    // 144-byte blocks keep qs word-aligned (w_offset is a multiple of 4).
-    uint at = (blk + 16u + (t >> 1) * 32u + 16u * h) >> 2;
-    [[unroll]] for (uint i = 0; i < 4u; i++) w.q[i] = (qw[at + i] >> ((t & 1u) * 4u)) & 0x0F0F0F0Fu;
+    uint a = w < 4u ? (blk >> 2) + w : ((blk + 16u + ((k0 >> 6) & 3u) * 32u) >> 2) + (w - 4u);
+#else
+    uint a = 0u;
 #endif
-    return w;
+    return qw[min(a, nwords)];
 }
 
-void store_w(uint o, uint r, uint h, uint k0, WRaw w) {
-#if QTYPE == 1
-    [[unroll]] for (uint i = 0; i < 4u; i++) sa[o + 4u * h + i] = f16vec4(unpackFloat2x16(w.q[2u * i]), unpackFloat2x16(w.q[2u * i + 1u]));
-#elif QTYPE == 2
-    float16_t d = float16_t(w.s.x); // exact: d is an f16
-    [[unroll]] for (uint i = 0; i < 2u; i++) {
-        precise f16vec4 lo = bytes4(w.q[i], 0x000F000Fu, 1032.0hf) * d;
-        precise f16vec4 hi = bytes4(w.q[i] >> 4, 0x000F000Fu, 1032.0hf) * d;
-        sa[o + 2u * h + i] = lo;
-        sa[o + 4u + 2u * h + i] = hi;
-    }
+// Decodes this invocation's row (words q, block at byte blk) into shared row o.
+void decode_row(uint o, uint q[RW > 0u ? RW : 1u], uint blk, uint k0) {
+#if QTYPE == 2
+    bool odd = (blk & 2u) != 0u;
+    float16_t d = float16_t(unpackHalf2x16(odd ? q[0] >> 16 : q[0]).x);
+    uint qs[4];
+    [[unroll]] for (uint j = 0; j < 4u; j++) qs[j] = odd ? q[j + 1u] : ((q[j] >> 16) | (q[j + 1u] << 16));
+    precise f16vec4 l0 = bytes4(qs[0], 0x000F000Fu, 1032.0hf) * d;
+    precise f16vec4 l1 = bytes4(qs[1], 0x000F000Fu, 1032.0hf) * d;
+    precise f16vec4 l2 = bytes4(qs[2], 0x000F000Fu, 1032.0hf) * d;
+    precise f16vec4 l3 = bytes4(qs[3], 0x000F000Fu, 1032.0hf) * d;
+    precise f16vec4 h0 = bytes4(qs[0] >> 4, 0x000F000Fu, 1032.0hf) * d;
+    precise f16vec4 h1 = bytes4(qs[1] >> 4, 0x000F000Fu, 1032.0hf) * d;
+    precise f16vec4 h2 = bytes4(qs[2] >> 4, 0x000F000Fu, 1032.0hf) * d;
+    precise f16vec4 h3 = bytes4(qs[3] >> 4, 0x000F000Fu, 1032.0hf) * d;
+    sm[o] = pack8(l0, l1);
+    sm[o + 1u] = pack8(l2, l3);
+    sm[o + 2u] = pack8(h0, h1);
+    sm[o + 3u] = pack8(h2, h3);
 #elif QTYPE == 8
-    float16_t d = float16_t(w.s.x);
-    // q + 128 as an unsigned byte: 1024 + 128 + q - 1152 = q.
-    [[unroll]] for (uint i = 0; i < 4u; i++) {
-        precise f16vec4 v = bytes4(w.q[i] ^ 0x80808080u, 0x00FF00FFu, 1152.0hf) * d;
-        sa[o + 4u * h + i] = v;
+    bool odd = (blk & 2u) != 0u;
+    float16_t d = float16_t(unpackHalf2x16(odd ? q[0] >> 16 : q[0]).x);
+    [[unroll]] for (uint c2 = 0; c2 < 4u; c2++) {
+        uint qa = odd ? q[2u * c2 + 1u] : ((q[2u * c2] >> 16) | (q[2u * c2 + 1u] << 16));
+        uint qb = odd ? q[2u * c2 + 2u] : ((q[2u * c2 + 1u] >> 16) | (q[2u * c2 + 2u] << 16));
+        precise f16vec4 va = bytes4(qa ^ 0x80808080u, 0x00FF00FFu, 1152.0hf) * d;
+        precise f16vec4 vb = bytes4(qb ^ 0x80808080u, 0x00FF00FFu, 1152.0hf) * d;
+        sm[o + c2] = pack8(va, vb);
     }
 #elif QTYPE == 12
-    [[unroll]] for (uint i = 0; i < 4u; i++) {
-        precise vec4 v = w.s.x * nib_lo(w.q[i]) - w.s.y;
-        sa[o + 4u * h + i] = f16vec4(v);
-    }
-#else
-    // Any other type: element by element through the shared decoder.
-    if (r >= p.rows) {
-        [[unroll]] for (uint i = 0; i < 4u; i++) sa[o + 4u * h + i] = f16vec4(0.0);
-        return;
-    }
-    uint row = p.w_offset + r * p.row_bytes;
-    [[unroll]] for (uint i = 0; i < 4u; i++) {
-        vec4 v;
-        [[unroll]] for (uint e = 0; e < 4u; e++) {
-            uint col = k0 + 16u * h + 4u * i + e;
-            v[e] = dq(row + (col / QK) * QBYTES, col % QK);
-        }
-        sa[o + 4u * h + i] = f16vec4(v);
+    uint t = (k0 >> 5) & 7u; // uniform over the workgroup
+    uint tl = t & 3u;
+    uint s_t = (q[1] >> (8u * tl)) & 0xFFu;
+    uint s_t4 = (q[2] >> (8u * tl)) & 0xFFu;
+    uint s_t8 = (q[3] >> (8u * tl)) & 0xFFu;
+    uint sc = t < 4u ? (s_t & 63u) : ((s_t8 & 0xFu) | ((s_t >> 6) << 4));
+    uint m = t < 4u ? (s_t4 & 63u) : ((s_t8 >> 4) | ((s_t4 >> 6) << 4));
+    vec2 dm = unpackHalf2x16(q[0]);
+    precise float d1 = dm.x * float(sc);
+    precise float m1 = dm.y * float(m);
+    uint sh = (t & 1u) * 4u;
+    [[unroll]] for (uint c2 = 0; c2 < 4u; c2++) {
+        precise vec4 va = d1 * nib_lo(q[4u + 2u * c2] >> sh) - m1;
+        precise vec4 vb = d1 * nib_lo(q[5u + 2u * c2] >> sh) - m1;
+        sm[o + c2] = pack8(f16vec4(va), f16vec4(vb));
     }
 #endif
 }
 
-struct XRaw { uvec4 v[2]; };
-
-XRaw load_x(uint n, uint h, uint k0) {
-    XRaw x;
-    [[unroll]] for (uint i = 0; i < 2u; i++) x.v[i] = n < p.n_tok ? x8[n * (p.k >> 3) + (k0 >> 3) + 2u * h + i] : uvec4(0u);
-    return x;
-}
-
-void store_x(uint o, XRaw x) {
-    [[unroll]] for (uint i = 0; i < 2u; i++) {
-        sb[o + 2u * i] = f16vec4(unpackFloat2x16(x.v[i].x), unpackFloat2x16(x.v[i].y));
-        sb[o + 2u * i + 1u] = f16vec4(unpackFloat2x16(x.v[i].z), unpackFloat2x16(x.v[i].w));
+#if RWN == 0 && QTYPE != 1
+// Any other type: element by element through the shared decoder.
+void decode_generic(uint o, uint r, uint k0) {
+    uint row = p.w_offset + r * p.row_bytes;
+    [[unroll]] for (uint c2 = 0; c2 < 4u; c2++) {
+        vec4 v[2];
+        [[unroll]] for (uint e = 0; e < 8u; e++) {
+            uint col = k0 + 8u * c2 + e;
+            v[e >> 2][e & 3u] = dq(row + (col / QK) * QBYTES, col % QK);
+        }
+        sm[o + c2] = pack8(f16vec4(v[0]), f16vec4(v[1]));
     }
 }
-
-// The multiplies of one step from shared buffer BUF into acc.
-#define MMA_STEP(BUF) { \
-    uint abase_ = (BUF) * BM * LDS, bbase_ = (BUF) * BN * LDS; \
-    [[unroll]] for (uint kk = 0; kk < BK / 4u; kk += 4u) { \
-        MAT_A a[2]; \
-        MAT_B b[4]; \
-        [[unroll]] for (uint i = 0; i < 2u; i++) \
-            coopMatLoad(a[i], sa, abase_ + (wr * 32u + 16u * i) * LDS + kk, LDS, gl_CooperativeMatrixLayoutRowMajor); \
-        [[unroll]] for (uint j = 0; j < 4u; j++) \
-            coopMatLoad(b[j], sb, bbase_ + (wn * 64u + 16u * j) * LDS + kk, LDS, gl_CooperativeMatrixLayoutColumnMajor); \
-        [[unroll]] for (uint i = 0; i < 2u; i++) \
-            [[unroll]] for (uint j = 0; j < 4u; j++) acc[i][j] = coopMatMulAdd(a[i], b[j], acc[i][j]); \
-    } }
+#endif
 
 void main() {
+    nwords = qw.length() - 1u;
     uint r0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
     if (ROW_RASTER) {
         uint lin = gl_WorkGroupID.x + gl_NumWorkGroups.x * gl_WorkGroupID.y;
@@ -206,69 +188,123 @@ void main() {
         n0 = (lin % gl_NumWorkGroups.y) * BN;
     }
     uint t = gl_LocalInvocationID.x;
-    uint sg = gl_SubgroupID;
-    uint wr = sg & 3u, wn = sg >> 2; // this subgroup: rows 32 wr .. +32, tokens 64 wn .. +64
-    uint lr = t >> 1, h = t & 1u;    // this invocation's tile row / token and half-step
-    uint r = r0 + lr, n = n0 + lr;
+    uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+    uint wr = sg & 1u, wn = sg >> 1;
+    uint r = min(r0 + t, p.rows - 1u); // this invocation's row (t = 32 sg + lane)
+    uint rowb = p.w_offset + r * p.row_bytes;
+    // x: invocation t reads 16-byte chunk t % 4 of tokens t / 4 + 32 i.
+    uint xc = t & 3u, xt = t >> 2;
+    uint xrow[4];
+    [[unroll]] for (uint i = 0; i < 4u; i++) xrow[i] = min(n0 + xt + 32u * i, p.n_tok - 1u) * (p.k >> 3) + xc;
+#if RWN > 0
+    // Coalesced raw loads: slot s of lane L holds word (32 s + L) % RW of row
+    // r0 + 32 sg + (32 s + L) / RW.
+    uint srow[RW], sw[RW];
+    [[unroll]] for (uint s = 0; s < RW; s++) {
+        uint f = 32u * s + lane;
+        srow[s] = min(r0 + 32u * sg + f / RW, p.rows - 1u);
+        sw[s] = f % RW;
+    }
+    uint scr = SCR * 4u + sg * 32u * RWP; // this subgroup's scratch, in words
+#endif
 
-    MAT_C acc[2][4];
-    [[unroll]] for (uint i = 0; i < 2u; i++) [[unroll]] for (uint j = 0; j < 4u; j++) acc[i][j] = MAT_C(0.0);
+    MAT_C acc[4][4];
+    [[unroll]] for (uint i = 0; i < 4u; i++) [[unroll]] for (uint j = 0; j < 4u; j++) acc[i][j] = MAT_C(0.0);
 
     uint kb = gl_WorkGroupID.z * p.k_chunk, ke = min(p.k, kb + p.k_chunk);
-    // Two register sets keep the loads of two steps in flight: set 0 holds even steps,
-    // set 1 odd steps; shared buffer b holds the step being multiplied.
-    WRaw w0 = load_w(r, h, kb);
-    XRaw x0 = load_x(n, h, kb);
-    WRaw w1 = w0;
-    XRaw x1 = x0;
-    if (kb + BK < ke) {
-        w1 = load_w(r, h, kb + BK);
-        x1 = load_x(n, h, kb + BK);
-    }
-    store_w(lr * LDS, r, h, kb, w0);
-    store_x(lr * LDS + 4u * h, x0);
+    uint nsteps = (ke - kb) / BK;
+    uint klast = ke - BK;
+
+#if RWN > 0
+    uint raw[RW];
+#endif
+    uvec4 xr[4];
+    // Loads of step k0 into raw / xr.
+#if RWN > 0
+#define LOAD_STEP(k0_) { [[unroll]] for (uint s = 0; s < RW; s++) raw[s] = raw_word(srow[s], sw[s], (k0_)); \
+    [[unroll]] for (uint i = 0; i < 4u; i++) xr[i] = x8[xrow[i] + ((k0_) >> 3)]; }
+    // raw / xr (of step k0) into shared buffer b.
+#define STORE_STEP(b_, k0_) { \
+    [[unroll]] for (uint s = 0; s < RW; s++) { uint f = scr + (32u * s + lane) / RW * RWP + (32u * s + lane) % RW; sm[f >> 2][f & 3u] = raw[s]; } \
+    subgroupMemoryBarrierShared(); subgroupBarrier(); \
+    uint q_[RW]; \
+    [[unroll]] for (uint w = 0; w < RW; w++) { uint f = scr + lane * RWP + w; q_[w] = sm[f >> 2][f & 3u]; } \
+    decode_row(SA + (b_) * BM * LDSV + t * LDSV, q_, rowb + ((k0_) >> 5) * QBYTES, (k0_)); \
+    [[unroll]] for (uint i = 0; i < 4u; i++) sm[SB + (b_) * BN * LDSV + (xt + 32u * i) * LDSV + xc] = xr[i]; }
+#elif QTYPE == 1
+    // F16: a subgroup reads its 32 rows' 64-byte steps, 16 invocations per row, word
+    // lane % 16 of rows 32 sg + lane / 16 + 2 i.
+    uint wl = lane & 15u;
+    uint wrow[16];
+    [[unroll]] for (uint i = 0; i < 16u; i++) wrow[i] = ((p.w_offset + min(r0 + 32u * sg + (lane >> 4) + 2u * i, p.rows - 1u) * p.row_bytes) >> 2) + wl;
+    uint wf[16];
+#define LOAD_STEP(k0_) { [[unroll]] for (uint i = 0; i < 16u; i++) wf[i] = qw[wrow[i] + ((k0_) >> 1)]; \
+    [[unroll]] for (uint i = 0; i < 4u; i++) xr[i] = x8[xrow[i] + ((k0_) >> 3)]; }
+#define STORE_STEP(b_, k0_) { [[unroll]] for (uint i = 0; i < 16u; i++) \
+    sm[SA + (b_) * BM * LDSV + (32u * sg + (lane >> 4) + 2u * i) * LDSV + (wl >> 2)][wl & 3u] = wf[i]; \
+    [[unroll]] for (uint i = 0; i < 4u; i++) sm[SB + (b_) * BN * LDSV + (xt + 32u * i) * LDSV + xc] = xr[i]; }
+#else
+#define LOAD_STEP(k0_) { [[unroll]] for (uint i = 0; i < 4u; i++) xr[i] = x8[xrow[i] + ((k0_) >> 3)]; }
+#define STORE_STEP(b_, k0_) { decode_generic(SA + (b_) * BM * LDSV + t * LDSV, r, (k0_)); \
+    [[unroll]] for (uint i = 0; i < 4u; i++) sm[SB + (b_) * BN * LDSV + (xt + 32u * i) * LDSV + xc] = xr[i]; }
+#endif
+
+    LOAD_STEP(kb)
+    STORE_STEP(0u, kb)
+    uint k1 = min(kb + BK, klast);
+    LOAD_STEP(k1)
     barrier();
-    for (uint k0 = kb; ; k0 += 2u * BK) { // exits are uniform
-        // Even step k0: buffer 0 holds it, set 1 holds k0 + BK.
-        if (k0 + 2u * BK < ke) {
-            w0 = load_w(r, h, k0 + 2u * BK);
-            x0 = load_x(n, h, k0 + 2u * BK);
+
+    for (uint s = 0; s < nsteps; s++) {
+        uint cur = s & 1u, nxt = cur ^ 1u;
+        uint kn = min(kb + (s + 1u) * BK, klast); // step s + 1, held in raw / xr
+        uint k2 = min(kb + (s + 2u) * BK, klast);
+#if RWN > 0
+        [[unroll]] for (uint s2 = 0; s2 < RW; s2++) { uint f = scr + (32u * s2 + lane) / RW * RWP + (32u * s2 + lane) % RW; sm[f >> 2][f & 3u] = raw[s2]; }
+        uvec4 xs[4] = xr;
+        LOAD_STEP(k2)
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        {
+            uint q_[RW];
+            [[unroll]] for (uint w = 0; w < RW; w++) { uint f = scr + lane * RWP + w; q_[w] = sm[f >> 2][f & 3u]; }
+            decode_row(SA + nxt * BM * LDSV + t * LDSV, q_, rowb + (kn >> 5) * QBYTES, kn);
         }
-        MMA_STEP(0u)
-        if (k0 + BK >= ke) break;
-        // Buffer 1 was last read before the previous barrier.
-        store_w(BM * LDS + lr * LDS, r, h, k0 + BK, w1);
-        store_x(BN * LDS + lr * LDS + 4u * h, x1);
-        barrier();
-        // Odd step k0 + BK: buffer 1 holds it, set 0 holds k0 + 2 BK.
-        if (k0 + 3u * BK < ke) {
-            w1 = load_w(r, h, k0 + 3u * BK);
-            x1 = load_x(n, h, k0 + 3u * BK);
+        [[unroll]] for (uint i = 0; i < 4u; i++) sm[SB + nxt * BN * LDSV + (xt + 32u * i) * LDSV + xc] = xs[i];
+#else
+        STORE_STEP(nxt, kn)
+        LOAD_STEP(k2)
+#endif
+        uint abase = SA + cur * BM * LDSV, bbase = SB + cur * BN * LDSV;
+        [[unroll]] for (uint kk = 0; kk < 2u; kk++) {
+            MAT_B b[4];
+            [[unroll]] for (uint j = 0; j < 4u; j++)
+                coopMatLoad(b[j], sm, bbase + (wn * 64u + 16u * j) * LDSV + 2u * kk, LDSV, gl_CooperativeMatrixLayoutColumnMajor);
+            [[unroll]] for (uint i = 0; i < 4u; i++) {
+                MAT_A a;
+                coopMatLoad(a, sm, abase + (wr * 64u + 16u * i) * LDSV + 2u * kk, LDSV, gl_CooperativeMatrixLayoutRowMajor);
+                [[unroll]] for (uint j = 0; j < 4u; j++) acc[i][j] = coopMatMulAdd(a, b[j], acc[i][j]);
+            }
         }
-        MMA_STEP(1u)
-        if (k0 + 2u * BK >= ke) break;
-        store_w(lr * LDS, r, h, k0 + 2u * BK, w0);
-        store_x(lr * LDS + 4u * h, x0);
         barrier();
     }
 
-    uint lane = gl_SubgroupInvocationID;
+    // The A buffers become the staging area (64 uvec4 = 256 floats per subgroup).
     uint cbase = gl_WorkGroupID.z * p.n_tok * p.rows;
-    [[unroll]] for (uint i = 0; i < 2u; i++) {
+    [[unroll]] for (uint i = 0; i < 4u; i++) {
         [[unroll]] for (uint j = 0; j < 4u; j++) {
-            uint tr = r0 + wr * 32u + 16u * i, tn = n0 + wn * 64u + 16u * j;
-            if (tr >= p.rows || tn >= p.n_tok) continue; // uniform across the subgroup
+            uint tr = r0 + wr * 64u + 16u * i, tn = n0 + wn * 64u + 16u * j;
+            if (tr >= p.rows || tn >= p.n_tok) continue;
             if (p.accumulate == 0u && tr + 16u <= p.rows && tn + 16u <= p.n_tok) {
                 coopMatStore(acc[i][j], c, cbase + tn * p.rows + tr, p.rows, gl_CooperativeMatrixLayoutColumnMajor);
             } else {
-                // Element (row e % 16, token e / 16) at stage[sg * 256 + e].
-                coopMatStore(acc[i][j], stage, sg * 256u, 16u, gl_CooperativeMatrixLayoutColumnMajor);
+                coopMatStore(acc[i][j], sm, sg * 64u, 4u, gl_CooperativeMatrixLayoutColumnMajor);
                 subgroupMemoryBarrierShared();
                 subgroupBarrier();
                 for (uint e = lane; e < 256u; e += gl_SubgroupSize) {
                     uint er = tr + (e & 15u), en = tn + (e >> 4);
                     if (er < p.rows && en < p.n_tok) {
-                        float v = stage[sg * 256u + e];
+                        float v = uintBitsToFloat(sm[sg * 64u + (e >> 2)][e & 3u]);
                         uint at = cbase + en * p.rows + er;
                         c[at] = p.accumulate != 0u ? c[at] + v : v;
                     }
