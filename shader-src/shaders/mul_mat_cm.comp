@@ -21,8 +21,8 @@
 //     invocations per row, and X as 16-byte vectors, 4 invocations per row;
 //   - 64 x 64 per subgroup needs 8 fragment loads per 16 multiplies (32 x 64 needed 6 per 8).
 // Against the 8-subgroup kernel this replaced (each invocation loading its own 16
-// weights: 16 rows per instruction) that took Q4_0 from 100 to 141-160 TFLOP/s and Q8_0
-// from 77-88 to 134-147 on the H100 (benches/RESULTS.md).
+// weights: 16 rows per instruction) that took Q4_0 from 100 to 141-161 TFLOP/s and Q8_0
+// from 77-88 to 134-149 on the H100 (benches/RESULTS.md).
 // Shared memory is double-buffered (one barrier per step). The loop body is one basic
 // block: the loads of step s + 2 are clamped to the last step (a repeated load is
 // harmless), rows and tokens past the matrix are clamped to the last one (their products
@@ -38,7 +38,8 @@
 // partials afterwards (`reduce_partials.comp`). Without a split (one z), C is the output.
 // Bindings: 0 = W, 1 = X (uvec4: 8 halves), 2 = C. Push constants: w_offset, row_bytes, k,
 // rows, n_tok, accumulate (1: add to C, folding a residual add into the product), k_chunk.
-// w_offset must be a multiple of 4 and row_bytes even (every block size here is). Grid: x = ceil(rows / 128), y = ceil(n_tok / 128), z = ceil(k / k_chunk).
+// w_offset must be a multiple of 4 and row_bytes even (every block size here is).
+// Grid: x = ceil(rows / 128), y = ceil(n_tok / 128), z = ceil(k / k_chunk).
 // Requires subgroup size 32. Specialization constant 0, ROW_RASTER: when true, workgroup
 // (x, y) takes the tile of linear index x + y * gx in row-tile-major order (the token tiles
 // of one row tile are consecutive), so those workgroups run together and read that weight
@@ -219,18 +220,24 @@ void main() {
     uint raw[RW];
 #endif
     uvec4 xr[4];
-    // Loads of step k0 into raw / xr.
+    // LOAD_STEP(k0): the global loads of step k0 into registers (raw or wf, and xr);
+    // STORE_STEP(b, k0): those registers decoded into shared buffer b.
+#define LOAD_X(k0_) [[unroll]] for (uint i = 0; i < 4u; i++) xr[i] = x8[xrow[i] + ((k0_) >> 3)];
+#define STORE_X(b_, xv_) [[unroll]] for (uint i = 0; i < 4u; i++) sm[SB + (b_) * BN * LDSV + (xt + 32u * i) * LDSV + xc] = xv_[i];
 #if RWN > 0
-#define LOAD_STEP(k0_) { [[unroll]] for (uint s = 0; s < RW; s++) raw[s] = raw_word(srow[s], sw[s], (k0_)); \
-    [[unroll]] for (uint i = 0; i < 4u; i++) xr[i] = x8[xrow[i] + ((k0_) >> 3)]; }
-    // raw / xr (of step k0) into shared buffer b.
-#define STORE_STEP(b_, k0_) { \
-    [[unroll]] for (uint s = 0; s < RW; s++) { uint f = scr + (32u * s + lane) / RW * RWP + (32u * s + lane) % RW; sm[f >> 2][f & 3u] = raw[s]; } \
-    subgroupMemoryBarrierShared(); subgroupBarrier(); \
+#define LOAD_STEP(k0_) { [[unroll]] for (uint s_ = 0; s_ < RW; s_++) raw[s_] = raw_word(srow[s_], sw[s_], (k0_)); LOAD_X(k0_) }
+    // raw into this subgroup's scratch: slot s of lane L is word (32 s + L) % RW of scratch
+    // row (32 s + L) / RW.
+#define STAGE_RAW() [[unroll]] for (uint s_ = 0; s_ < RW; s_++) { \
+    uint f = scr + (32u * s_ + lane) / RW * RWP + (32u * s_ + lane) % RW; sm[f >> 2][f & 3u] = raw[s_]; }
+    // Once the scratch holds step k0: this invocation's row from it, decoded into buffer b,
+    // and x values xv beside it.
+#define FINISH_STEP(b_, k0_, xv_) { subgroupMemoryBarrierShared(); subgroupBarrier(); \
     uint q_[RW]; \
     [[unroll]] for (uint w = 0; w < RW; w++) { uint f = scr + lane * RWP + w; q_[w] = sm[f >> 2][f & 3u]; } \
     decode_row(SA + (b_) * BM * LDSV + t * LDSV, q_, rowb + ((k0_) >> 5) * QBYTES, (k0_)); \
-    [[unroll]] for (uint i = 0; i < 4u; i++) sm[SB + (b_) * BN * LDSV + (xt + 32u * i) * LDSV + xc] = xr[i]; }
+    STORE_X(b_, xv_) }
+#define STORE_STEP(b_, k0_) { STAGE_RAW() FINISH_STEP(b_, k0_, xr) }
 #elif QTYPE == 1
     // F16: a subgroup reads its 32 rows' 64-byte steps, 16 invocations per row, word
     // lane % 16 of rows 32 sg + lane / 16 + 2 i.
@@ -238,15 +245,13 @@ void main() {
     uint wrow[16];
     [[unroll]] for (uint i = 0; i < 16u; i++) wrow[i] = ((p.w_offset + min(r0 + 32u * sg + (lane >> 4) + 2u * i, p.rows - 1u) * p.row_bytes) >> 2) + wl;
     uint wf[16];
-#define LOAD_STEP(k0_) { [[unroll]] for (uint i = 0; i < 16u; i++) wf[i] = qw[wrow[i] + ((k0_) >> 1)]; \
-    [[unroll]] for (uint i = 0; i < 4u; i++) xr[i] = x8[xrow[i] + ((k0_) >> 3)]; }
+#define LOAD_STEP(k0_) { [[unroll]] for (uint i = 0; i < 16u; i++) wf[i] = qw[wrow[i] + ((k0_) >> 1)]; LOAD_X(k0_) }
 #define STORE_STEP(b_, k0_) { [[unroll]] for (uint i = 0; i < 16u; i++) \
     sm[SA + (b_) * BM * LDSV + (32u * sg + (lane >> 4) + 2u * i) * LDSV + (wl >> 2)][wl & 3u] = wf[i]; \
-    [[unroll]] for (uint i = 0; i < 4u; i++) sm[SB + (b_) * BN * LDSV + (xt + 32u * i) * LDSV + xc] = xr[i]; }
+    STORE_X(b_, xr) }
 #else
-#define LOAD_STEP(k0_) { [[unroll]] for (uint i = 0; i < 4u; i++) xr[i] = x8[xrow[i] + ((k0_) >> 3)]; }
-#define STORE_STEP(b_, k0_) { decode_generic(SA + (b_) * BM * LDSV + t * LDSV, r, (k0_)); \
-    [[unroll]] for (uint i = 0; i < 4u; i++) sm[SB + (b_) * BN * LDSV + (xt + 32u * i) * LDSV + xc] = xr[i]; }
+#define LOAD_STEP(k0_) { LOAD_X(k0_) }
+#define STORE_STEP(b_, k0_) { decode_generic(SA + (b_) * BM * LDSV + t * LDSV, r, (k0_)); STORE_X(b_, xr) }
 #endif
 
     LOAD_STEP(kb)
@@ -260,17 +265,11 @@ void main() {
         uint kn = min(kb + (s + 1u) * BK, klast); // step s + 1, held in raw / xr
         uint k2 = min(kb + (s + 2u) * BK, klast);
 #if RWN > 0
-        [[unroll]] for (uint s2 = 0; s2 < RW; s2++) { uint f = scr + (32u * s2 + lane) / RW * RWP + (32u * s2 + lane) % RW; sm[f >> 2][f & 3u] = raw[s2]; }
+        // The loads of step s + 2 issue between the scratch stores and the subgroup barrier.
+        STAGE_RAW()
         uvec4 xs[4] = xr;
         LOAD_STEP(k2)
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
-        {
-            uint q_[RW];
-            [[unroll]] for (uint w = 0; w < RW; w++) { uint f = scr + lane * RWP + w; q_[w] = sm[f >> 2][f & 3u]; }
-            decode_row(SA + nxt * BM * LDSV + t * LDSV, q_, rowb + (kn >> 5) * QBYTES, kn);
-        }
-        [[unroll]] for (uint i = 0; i < 4u; i++) sm[SB + nxt * BN * LDSV + (xt + 32u * i) * LDSV + xc] = xs[i];
+        FINISH_STEP(nxt, kn, xs)
 #else
         STORE_STEP(nxt, kn)
         LOAD_STEP(k2)
