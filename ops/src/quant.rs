@@ -840,11 +840,7 @@ pub fn mat_mat_with(
                 });
             }
             let options = PipelineOptions {
-                spec_constants: if opts.path == MatMatPath::CoopMat2 {
-                    Vec::new()
-                } else {
-                    vec![(0, u32::from(tuning::mat_mat_row_raster(dev.caps(), m.ty)))]
-                },
+                spec_constants: tuning::mat_mat_spec_constants(dev.caps(), opts.path, m.ty),
                 required_subgroup_size: require.then_some(sg),
                 full_subgroups: dev.caps().subgroup.full_subgroups,
             };

@@ -138,6 +138,55 @@ pub fn mat_mat_row_raster(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool
     }
 }
 
+/// Whether the cooperative-matrix mat-mat (`mul_mat_cm.comp`) runs warp-specialized
+/// (its specialization constants 1 = 256 invocations and 2 = true): 4 subgroups load and
+/// decode the next step into shared memory while the other 4 multiply the current one,
+/// instead of 4 subgroups doing both in turn. It pays where decoding is a large share of a
+/// step: on the H100 (benches/RESULTS.md, 2026-11-24, fourth session) Q4_0 and Q4_K gain,
+/// Q8_0 gains nothing and F16 loses 5-9 %. The types decoded through the generic
+/// per-element path (everything but F16, Q8_0, Q4_0, Q4_K) are the most decode-bound, so
+/// they take it too (not measured separately). Elsewhere (not measured) the plain order
+/// stays.
+pub fn mat_mat_warp_specialized(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool {
+    use vkml_quant::GgmlType;
+    match caps.arch {
+        ArchClass::NvidiaTensorCore => !matches!(ty, GgmlType::F16 | GgmlType::Q8_0),
+        _ => false,
+    }
+}
+
+/// Whether, warp-specialized, the multiplying subgroups also copy x into shared memory
+/// (specialization constant 3), leaving the producing ones only the weights. On the H100
+/// that took Q4_K from 125-129 to 130-152 TFLOP/s (14336x4096 / 4096x14336 by 512
+/// tokens), but cost Q4_0 more at 14336 rows than it gave at 4096, so Q4_0 keeps x with
+/// the producers; the generic-path types follow Q4_K (decode-heavy; not measured).
+pub fn mat_mat_x_by_multipliers(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool {
+    mat_mat_warp_specialized(caps, ty) && ty != vkml_quant::GgmlType::Q4_0
+}
+
+/// The specialization constants `quant::mat_mat_with` gives the kernel of `path` for
+/// weights of type `ty`: for `mul_mat_cm.comp`, 0 = [`mat_mat_row_raster`], 1 = the
+/// workgroup size (128, or 256 warp-specialized), 2 = [`mat_mat_warp_specialized`] and
+/// 3 = [`mat_mat_x_by_multipliers`]; for `mul_mat_cm_i8.comp` only 0; none for
+/// `mul_mat_cm2.comp` and the scalar kernel.
+pub fn mat_mat_spec_constants(
+    caps: &Capabilities,
+    path: crate::quant::MatMatPath,
+    ty: vkml_quant::GgmlType,
+) -> Vec<(u32, u32)> {
+    use crate::quant::MatMatPath;
+    let raster = u32::from(mat_mat_row_raster(caps, ty));
+    match path {
+        MatMatPath::CoopMat => {
+            let ws = mat_mat_warp_specialized(caps, ty);
+            let xm = mat_mat_x_by_multipliers(caps, ty);
+            vec![(0, raster), (1, if ws { 256 } else { 128 }), (2, u32::from(ws)), (3, u32::from(xm))]
+        }
+        MatMatPath::CoopMatInt8 => vec![(0, raster)],
+        _ => Vec::new(),
+    }
+}
+
 /// Whether the int8 cooperative-matrix mat-mat (`mul_mat_cm_i8.comp`,
 /// [`crate::quant::MatMatPath::CoopMatInt8`]) runs here: a 16x16x32 s8 x s8 + s32
 /// subgroup shape (not saturating), `shaderInt8`, and everything

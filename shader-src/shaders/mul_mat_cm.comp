@@ -44,6 +44,14 @@
 // (x, y) takes the tile of linear index x + y * gx in row-tile-major order (the token tiles
 // of one row tile are consecutive), so those workgroups run together and read that weight
 // tile from memory once, the others from L2.
+// Specialization constants 1 and 2, the workgroup size and WARP_SPECIALIZED: 128 and false
+// as described above, or 256 and true: subgroups 4-7 then do the loads, decode and shared
+// stores of step s + 1 (as subgroups 0-3 would) while subgroups 0-3 only multiply step s,
+// so a subgroup's decode no longer waits behind its multiplies; specialization constant 3,
+// X_BY_MULTIPLIERS, then moves the x copy to the multiplying subgroups, leaving the others
+// only the weights. Each role is one branch of one if / else (two independent ifs were
+// 15 % slower on the H100). Figures: `tuning::mat_mat_warp_specialized` and
+// benches/RESULTS.md.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_cooperative_matrix : require
@@ -51,8 +59,10 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
-layout(local_size_x = 128) in;
+layout(local_size_x_id = 1, local_size_x = 128) in;
 layout(constant_id = 0) const bool ROW_RASTER = false;
+layout(constant_id = 2) const bool WARP_SPECIALIZED = false;
+layout(constant_id = 3) const bool X_BY_MULTIPLIERS = false;
 #include "quant.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { uvec4 x8[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
@@ -188,8 +198,12 @@ void main() {
         r0 = (lin / gl_NumWorkGroups.y) * BM;
         n0 = (lin % gl_NumWorkGroups.y) * BN;
     }
-    uint t = gl_LocalInvocationID.x;
-    uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+    uint lane = gl_SubgroupInvocationID;
+    // produce: load and decode steps into shared memory; multiply: the 64 x 64 products.
+    bool produce = !WARP_SPECIALIZED || gl_SubgroupID >= 4u;
+    bool multiply = !WARP_SPECIALIZED || gl_SubgroupID < 4u;
+    uint sg = gl_SubgroupID & 3u; // the role's subgroup index
+    uint t = 32u * sg + lane;
     uint wr = sg & 1u, wn = sg >> 1;
     uint r = min(r0 + t, p.rows - 1u); // this invocation's row (t = 32 sg + lane)
     uint rowb = p.w_offset + r * p.row_bytes;
@@ -220,24 +234,31 @@ void main() {
     uint raw[RW];
 #endif
     uvec4 xr[4];
-    // LOAD_STEP(k0): the global loads of step k0 into registers (raw or wf, and xr);
-    // STORE_STEP(b, k0): those registers decoded into shared buffer b.
+    // LOAD_W(k0): the weight loads of step k0 into registers (raw or wf); STORE_W(b, k0):
+    // those registers decoded into shared buffer b; LOAD_X / STORE_X: the same for x;
+    // LOAD_STEP / STORE_STEP: both. In the loop, PRODUCE_STEP stores step s + 1 (held in
+    // registers) into buffer nxt and issues the loads of step s + 2; PRODUCE_W and
+    // PRODUCE_X do that for the weights or x alone (X_BY_MULTIPLIERS).
 #define LOAD_X(k0_) [[unroll]] for (uint i = 0; i < 4u; i++) xr[i] = x8[xrow[i] + ((k0_) >> 3)];
 #define STORE_X(b_, xv_) [[unroll]] for (uint i = 0; i < 4u; i++) sm[SB + (b_) * BN * LDSV + (xt + 32u * i) * LDSV + xc] = xv_[i];
+#define PRODUCE_X { uvec4 xs[4] = xr; LOAD_X(k2) STORE_X(nxt, xs) }
 #if RWN > 0
-#define LOAD_STEP(k0_) { [[unroll]] for (uint s_ = 0; s_ < RW; s_++) raw[s_] = raw_word(srow[s_], sw[s_], (k0_)); LOAD_X(k0_) }
+#define LOAD_W(k0_) [[unroll]] for (uint s_ = 0; s_ < RW; s_++) raw[s_] = raw_word(srow[s_], sw[s_], (k0_));
     // raw into this subgroup's scratch: slot s of lane L is word (32 s + L) % RW of scratch
     // row (32 s + L) / RW.
 #define STAGE_RAW() [[unroll]] for (uint s_ = 0; s_ < RW; s_++) { \
     uint f = scr + (32u * s_ + lane) / RW * RWP + (32u * s_ + lane) % RW; sm[f >> 2][f & 3u] = raw[s_]; }
-    // Once the scratch holds step k0: this invocation's row from it, decoded into buffer b,
-    // and x values xv beside it.
-#define FINISH_STEP(b_, k0_, xv_) { subgroupMemoryBarrierShared(); subgroupBarrier(); \
+    // Once the scratch holds step k0: this invocation's row from it, decoded into buffer b.
+#define FINISH_W(b_, k0_) { subgroupMemoryBarrierShared(); subgroupBarrier(); \
     uint q_[RW]; \
     [[unroll]] for (uint w = 0; w < RW; w++) { uint f = scr + lane * RWP + w; q_[w] = sm[f >> 2][f & 3u]; } \
-    decode_row(SA + (b_) * BM * LDSV + t * LDSV, q_, rowb + ((k0_) >> 5) * QBYTES, (k0_)); \
-    STORE_X(b_, xv_) }
-#define STORE_STEP(b_, k0_) { STAGE_RAW() FINISH_STEP(b_, k0_, xr) }
+    decode_row(SA + (b_) * BM * LDSV + t * LDSV, q_, rowb + ((k0_) >> 5) * QBYTES, (k0_)); }
+#define STORE_W(b_, k0_) { STAGE_RAW() FINISH_W(b_, k0_) }
+#define LOAD_STEP(k0_) { LOAD_W(k0_) LOAD_X(k0_) }
+#define STORE_STEP(b_, k0_) { STAGE_RAW() FINISH_W(b_, k0_) STORE_X(b_, xr) }
+    // The loads of step s + 2 issue between the scratch stores and the subgroup barrier.
+#define PRODUCE_STEP { STAGE_RAW() uvec4 xs[4] = xr; LOAD_STEP(k2) FINISH_W(nxt, kn) STORE_X(nxt, xs) }
+#define PRODUCE_W { STAGE_RAW() LOAD_W(k2) FINISH_W(nxt, kn) }
 #elif QTYPE == 1
     // F16: a subgroup reads its 32 rows' 64-byte steps, 16 invocations per row, word
     // lane % 16 of rows 32 sg + lane / 16 + 2 i.
@@ -245,52 +266,72 @@ void main() {
     uint wrow[16];
     [[unroll]] for (uint i = 0; i < 16u; i++) wrow[i] = ((p.w_offset + min(r0 + 32u * sg + (lane >> 4) + 2u * i, p.rows - 1u) * p.row_bytes) >> 2) + wl;
     uint wf[16];
-#define LOAD_STEP(k0_) { [[unroll]] for (uint i = 0; i < 16u; i++) wf[i] = qw[wrow[i] + ((k0_) >> 1)]; LOAD_X(k0_) }
-#define STORE_STEP(b_, k0_) { [[unroll]] for (uint i = 0; i < 16u; i++) \
-    sm[SA + (b_) * BM * LDSV + (32u * sg + (lane >> 4) + 2u * i) * LDSV + (wl >> 2)][wl & 3u] = wf[i]; \
-    STORE_X(b_, xr) }
+#define LOAD_W(k0_) [[unroll]] for (uint i = 0; i < 16u; i++) wf[i] = qw[wrow[i] + ((k0_) >> 1)];
+#define STORE_W(b_, k0_) [[unroll]] for (uint i = 0; i < 16u; i++) \
+    sm[SA + (b_) * BM * LDSV + (32u * sg + (lane >> 4) + 2u * i) * LDSV + (wl >> 2)][wl & 3u] = wf[i];
+#define LOAD_STEP(k0_) { LOAD_W(k0_) LOAD_X(k0_) }
+#define STORE_STEP(b_, k0_) { STORE_W(b_, k0_) STORE_X(b_, xr) }
+#define PRODUCE_STEP { STORE_STEP(nxt, kn) LOAD_STEP(k2) }
+#define PRODUCE_W { STORE_W(nxt, kn) LOAD_W(k2) }
 #else
+#define LOAD_W(k0_)
+#define STORE_W(b_, k0_) decode_generic(SA + (b_) * BM * LDSV + t * LDSV, r, (k0_));
 #define LOAD_STEP(k0_) { LOAD_X(k0_) }
-#define STORE_STEP(b_, k0_) { decode_generic(SA + (b_) * BM * LDSV + t * LDSV, r, (k0_)); STORE_X(b_, xr) }
+#define STORE_STEP(b_, k0_) { STORE_W(b_, k0_) STORE_X(b_, xr) }
+#define PRODUCE_STEP { STORE_STEP(nxt, kn) LOAD_STEP(k2) }
+#define PRODUCE_W { STORE_W(nxt, kn) }
 #endif
 
-    LOAD_STEP(kb)
-    STORE_STEP(0u, kb)
-    uint k1 = min(kb + BK, klast);
-    LOAD_STEP(k1)
+    // Who copies x: the producing subgroups, or (warp-specialized with X_BY_MULTIPLIERS)
+    // the multiplying ones.
+    bool x_by_mul = WARP_SPECIALIZED && X_BY_MULTIPLIERS;
+    if (produce) {
+        if (x_by_mul) {
+            LOAD_W(kb)
+            STORE_W(0u, kb)
+            LOAD_W(min(kb + BK, klast))
+        } else {
+            LOAD_STEP(kb)
+            STORE_STEP(0u, kb)
+            LOAD_STEP(min(kb + BK, klast))
+        }
+    } else if (x_by_mul) {
+        LOAD_X(kb)
+        STORE_X(0u, xr)
+        LOAD_X(min(kb + BK, klast))
+    }
     barrier();
 
     for (uint s = 0; s < nsteps; s++) {
         uint cur = s & 1u, nxt = cur ^ 1u;
-        uint kn = min(kb + (s + 1u) * BK, klast); // step s + 1, held in raw / xr
+        uint kn = min(kb + (s + 1u) * BK, klast); // step s + 1, held in raw / wf / xr
         uint k2 = min(kb + (s + 2u) * BK, klast);
-#if RWN > 0
-        // The loads of step s + 2 issue between the scratch stores and the subgroup barrier.
-        STAGE_RAW()
-        uvec4 xs[4] = xr;
-        LOAD_STEP(k2)
-        FINISH_STEP(nxt, kn, xs)
-#else
-        STORE_STEP(nxt, kn)
-        LOAD_STEP(k2)
-#endif
-        uint abase = SA + cur * BM * LDSV, bbase = SB + cur * BN * LDSV;
-        [[unroll]] for (uint kk = 0; kk < 2u; kk++) {
-            MAT_B b[4];
-            [[unroll]] for (uint j = 0; j < 4u; j++)
-                coopMatLoad(b[j], sm, bbase + (wn * 64u + 16u * j) * LDSV + 2u * kk, LDSV, gl_CooperativeMatrixLayoutColumnMajor);
-            [[unroll]] for (uint i = 0; i < 4u; i++) {
-                MAT_A a;
-                coopMatLoad(a, sm, abase + (wr * 64u + 16u * i) * LDSV + 2u * kk, LDSV, gl_CooperativeMatrixLayoutRowMajor);
-                [[unroll]] for (uint j = 0; j < 4u; j++) acc[i][j] = coopMatMulAdd(a, b[j], acc[i][j]);
-            }
+#define MULTIPLY_STEP { uint abase = SA + cur * BM * LDSV, bbase = SB + cur * BN * LDSV; \
+    [[unroll]] for (uint kk = 0; kk < 2u; kk++) { \
+        MAT_B b[4]; \
+        [[unroll]] for (uint j = 0; j < 4u; j++) \
+            coopMatLoad(b[j], sm, bbase + (wn * 64u + 16u * j) * LDSV + 2u * kk, LDSV, gl_CooperativeMatrixLayoutColumnMajor); \
+        [[unroll]] for (uint i = 0; i < 4u; i++) { \
+            MAT_A a; \
+            coopMatLoad(a, sm, abase + (wr * 64u + 16u * i) * LDSV + 2u * kk, LDSV, gl_CooperativeMatrixLayoutRowMajor); \
+            [[unroll]] for (uint j = 0; j < 4u; j++) acc[i][j] = coopMatMulAdd(a, b[j], acc[i][j]); \
+        } } }
+        // One if / else per role (two independent ifs measured 15 % slower on the H100).
+        if (!WARP_SPECIALIZED) {
+            PRODUCE_STEP
+            MULTIPLY_STEP
+        } else if (produce) {
+            if (X_BY_MULTIPLIERS) PRODUCE_W else PRODUCE_STEP
+        } else {
+            if (X_BY_MULTIPLIERS) PRODUCE_X
+            MULTIPLY_STEP
         }
         barrier();
     }
 
     // The A buffers become the staging area (64 uvec4 = 256 floats per subgroup).
     uint cbase = gl_WorkGroupID.z * p.n_tok * p.rows;
-    [[unroll]] for (uint i = 0; i < 4u; i++) {
+    if (multiply) [[unroll]] for (uint i = 0; i < 4u; i++) {
         [[unroll]] for (uint j = 0; j < 4u; j++) {
             uint tr = r0 + wr * 64u + 16u * i, tn = n0 + wn * 64u + 16u * j;
             if (tr >= p.rows || tn >= p.n_tok) continue;

@@ -14,6 +14,10 @@
 //! `mul_mat_cm`, x converted to f16 on the host, no split-K), for tile shapes the op does
 //! not launch.
 //!
+//! A file that replaces the built-in kernel gets the op's specialization constants
+//! (`tuning::mat_mat_spec_constants`: 0 row raster, 1 workgroup size, 2 warp-specialized)
+//! and must declare them; a file on its own grid (`@RxT`) gets only constant 0.
+//!
 //! Usage: `cm_lab FILE.comp[@RxT]...` (device per `VKML_DEVICE`; `@RxT` gives that file its
 //! own tile grid; `VKML_LAB_TYPES=f16,q4_0,q8_0,q4_k` picks the weight types).
 
@@ -142,6 +146,7 @@ fn main() {
 /// The pipeline options `quant::mat_mat_with` gives `mul_mat_cm` for `ty`.
 fn lab_options(dev: &Device, ty: GgmlType) -> vkml_hal::PipelineOptions {
     vkml_hal::PipelineOptions {
+        // Only the row order: a lab kernel on its own grid sets its workgroup size itself.
         spec_constants: vec![(0, u32::from(vkml_ops::tuning::mat_mat_row_raster(dev.caps(), ty)))],
         required_subgroup_size: vkml_ops::tuning::coopmat_subgroup_size(dev.caps())
             .and_then(|(sg, require)| require.then_some(sg)),
@@ -154,11 +159,11 @@ fn lab_options(dev: &Device, ty: GgmlType) -> vkml_hal::PipelineOptions {
 /// pipeline. One line per executable.
 fn print_statistics(dev: &Device, kernel: &str, ty: GgmlType, file: &str) {
     let options = vkml_hal::PipelineOptions {
-        spec_constants: if kernel.starts_with("mul_mat_cm2") {
-            Vec::new()
-        } else {
-            vec![(0, u32::from(vkml_ops::tuning::mat_mat_row_raster(dev.caps(), ty)))]
-        },
+        spec_constants: vkml_ops::tuning::mat_mat_spec_constants(
+            dev.caps(),
+            if kernel.starts_with("mul_mat_cm2") { MatMatPath::CoopMat2 } else { MatMatPath::CoopMat },
+            ty,
+        ),
         required_subgroup_size: vkml_ops::tuning::coopmat_subgroup_size(dev.caps())
             .and_then(|(sg, require)| require.then_some(sg)),
         full_subgroups: dev.caps().subgroup.full_subgroups,
