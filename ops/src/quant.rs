@@ -688,8 +688,39 @@ pub fn quantize_q8_1(s: &mut Stream, x: &vkml_hal::Buffer, n_blocks: usize, out:
 /// Rows and tokens per tile of the scalar quantized mat-mat (`mul_mat_q.comp`).
 pub const MAT_MAT_TILE: usize = 64;
 
-/// Rows and tokens per tile of the cooperative-matrix mat-mat (`mul_mat_cm.comp`).
+/// Tokens per tile of the cooperative-matrix mat-mats, and rows per tile of
+/// `mul_mat_cm.comp` (`mul_mat_cm256.comp`'s tiles have 256 rows; [`mat_mat_kernel`]).
 pub const MAT_MAT_CM_TILE: usize = 128;
+
+/// Workgroups the cooperative-matrix mat-mats aim to launch: a grid of fewer tiles is
+/// split over k (split-K) up to this many.
+const MAT_MAT_TARGET_GROUPS: u64 = 128;
+
+/// The kernel `mat_mat_with` runs on `path` for a `rows x k` matrix of type `ty` times
+/// `n_tok` tokens on a device with `caps`, and its rows per tile (every cooperative-matrix
+/// kernel tiles [`MAT_MAT_CM_TILE`] tokens): [`MatMatPath::CoopMat`] runs `mul_mat_cm256`
+/// (256 rows) where [`tuning::mat_mat_tall_tile`] says so and its grid alone has at least
+/// 128 tiles, else `mul_mat_cm` (128 rows). A smaller grid would need split-K, whose
+/// partial products cost more in a model's prompt than the taller tile saves (llama-8b
+/// Q4_0 pp512 on the H100: 3 460 t/s against 4 670; benches/RESULTS.md).
+pub fn mat_mat_kernel(
+    caps: &vkml_hal::Capabilities,
+    path: MatMatPath,
+    ty: GgmlType,
+    rows: usize,
+    n_tok: usize,
+) -> (&'static str, usize) {
+    let tall_tiles = rows.div_ceil(256) as u64 * n_tok.div_ceil(MAT_MAT_CM_TILE) as u64;
+    match path {
+        MatMatPath::Scalar => ("mul_mat_q", MAT_MAT_TILE),
+        MatMatPath::CoopMat2 => ("mul_mat_cm2", MAT_MAT_CM_TILE),
+        MatMatPath::CoopMatInt8 => ("mul_mat_cm_i8", MAT_MAT_CM_TILE),
+        MatMatPath::CoopMat if tuning::mat_mat_tall_tile(caps, ty) && tall_tiles >= MAT_MAT_TARGET_GROUPS => {
+            ("mul_mat_cm256", 256)
+        }
+        MatMatPath::CoopMat => ("mul_mat_cm", MAT_MAT_CM_TILE),
+    }
+}
 
 /// Which quantized mat-mat kernel to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -698,7 +729,9 @@ pub enum MatMatPath {
     /// the f32 dot products of the dequantized weights (up to summation order).
     Scalar,
     /// `mul_mat_cm.comp`: f16 cooperative matrices (tensor cores) with f32 accumulation
-    /// on 128 x 128 tiles; needs [`tuning::coopmat_subgroup_size`] and `k % 32 == 0`.
+    /// on 128 x 128 tiles (`mul_mat_cm256.comp`'s 256 x 128 for Q8_0 on big grids where
+    /// [`tuning::mat_mat_tall_tile`] says so: [`mat_mat_kernel`]); needs
+    /// [`tuning::coopmat_subgroup_size`] and `k % 32 == 0`.
     /// Weights and activations are rounded to f16 before the products.
     CoopMat,
     /// `mul_mat_cm2.comp`: workgroup-scope cooperative matrices (`VK_NV_cooperative_matrix2`)
@@ -789,8 +822,10 @@ pub fn mat_mat_with(
 ) -> Result<()> {
     let dev = s.device().clone();
     check_io("mat_mat", m, x, n_tok, y)?;
-    let (tile, name, options) = match opts.path {
-        MatMatPath::Scalar => (MAT_MAT_TILE, "mul_mat_q", PipelineOptions::default()),
+    let (name, tile_rows) = mat_mat_kernel(dev.caps(), opts.path, m.ty, m.rows, n_tok);
+    let tile_tokens = if opts.path == MatMatPath::Scalar { MAT_MAT_TILE } else { MAT_MAT_CM_TILE };
+    let options = match opts.path {
+        MatMatPath::Scalar => PipelineOptions::default(),
         MatMatPath::CoopMat | MatMatPath::CoopMat2 | MatMatPath::CoopMatInt8 => {
             // The special paths' own needs first: (path, what it is, device check, what
             // the device needs, the types it has).
@@ -840,16 +875,11 @@ pub fn mat_mat_with(
                 });
             }
             let options = PipelineOptions {
-                spec_constants: tuning::mat_mat_spec_constants(dev.caps(), opts.path, m.ty),
+                spec_constants: tuning::mat_mat_spec_constants(dev.caps(), name, m.ty),
                 required_subgroup_size: require.then_some(sg),
                 full_subgroups: dev.caps().subgroup.full_subgroups,
             };
-            let name = match opts.path {
-                MatMatPath::CoopMat2 => "mul_mat_cm2",
-                MatMatPath::CoopMatInt8 => "mul_mat_cm_i8",
-                _ => "mul_mat_cm",
-            };
-            (MAT_MAT_CM_TILE, name, options)
+            options
         }
     };
     if opts.split_k == Some(0) {
@@ -858,8 +888,8 @@ pub fn mat_mat_with(
     if n_tok == 0 || m.rows == 0 {
         return Ok(());
     }
-    let gx = m.rows.div_ceil(tile) as u64;
-    let gy = n_tok.div_ceil(tile) as u64;
+    let gx = m.rows.div_ceil(tile_rows) as u64;
+    let gy = n_tok.div_ceil(tile_tokens) as u64;
     let lim = dev.caps().limits.max_workgroup_count;
     if gx > u64::from(lim[0]) || gy > u64::from(lim[1]) {
         return Err(OpsError::Shape { op: "mat_mat", reason: format!("{gx} x {gy} tiles exceed the device's grid") });
@@ -875,7 +905,7 @@ pub fn mat_mat_with(
     // multiple of 256, so no block straddles two), so that a grid of few tiles still
     // keeps every multiprocessor's memory pipeline busy.
     let max_splits = (m.k / 1024).max(1) as u64;
-    let want = opts.split_k.map_or_else(|| 128u64.div_ceil(gx * gy).min(max_splits), u64::from).max(1);
+    let want = opts.split_k.map_or_else(|| MAT_MAT_TARGET_GROUPS.div_ceil(gx * gy).min(max_splits), u64::from).max(1);
     let k_chunk = (m.k as u64).div_ceil(want).next_multiple_of(256);
     let splits = (m.k as u64).div_ceil(k_chunk);
     if splits > u64::from(lim[2]) {

@@ -123,27 +123,37 @@ pub fn coopmat_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
     float_coopmat_subgroup(caps, Dtype::F16)
 }
 
-/// Whether the cooperative-matrix mat-mat (`mul_mat_cm.comp`) walks its 128 x 128 tiles
-/// in row-tile-major order (its specialization constant 0): the token tiles of one row
-/// tile then run side by side and read that weight tile from memory once, the rest from
-/// L2. On the H100 at 14336x4096 / 4096x14336 by 512 tokens (benches/RESULTS.md) that
-/// took Q4_0 from 79 / 89 to 99-101 / 100-102 TFLOP/s and Q4_K from 74 / 83 to 84-85 /
-/// 89, but Q8_0 from 79 / 90 to 76 / 82, so Q8_0 keeps the grid order there (measured on
-/// the 8-subgroup kernel that preceded today's; not yet re-measured on it). Elsewhere
-/// (not measured) the grid order stays.
-pub fn mat_mat_row_raster(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool {
-    match caps.arch {
-        ArchClass::NvidiaTensorCore => ty != vkml_quant::GgmlType::Q8_0,
-        _ => false,
-    }
+/// Whether the cooperative-matrix mat-mat (`mul_mat_cm.comp`, `mul_mat_cm256.comp`) walks
+/// its tiles in row-tile-major order (specialization constant 0): the token tiles of one
+/// row tile then run side by side and read that weight tile from memory once, the rest
+/// from L2. On the H100 at 14336x4096 / 4096x14336 by 512 tokens (benches/RESULTS.md) that
+/// took Q4_0 from 79 / 89 to 99-101 / 100-102 TFLOP/s and Q4_K from 74 / 83 to 84-85 / 89
+/// on the first 128-row kernel, and Q8_0 on the 256-row kernel from 156 / 178 to 160 / 181
+/// (2026-11-24, fourth session; Q8_0 had been the exception on the 128-row kernel). The
+/// int8 kernel takes the same order. Elsewhere (not measured) the grid order stays.
+pub fn mat_mat_row_raster(caps: &Capabilities, _ty: vkml_quant::GgmlType) -> bool {
+    caps.arch == ArchClass::NvidiaTensorCore
+}
+
+/// Whether the cooperative-matrix mat-mat may run `mul_mat_cm256.comp` (256-row x
+/// 128-token tiles, 8 subgroups, BK = 16 steps; Q4_0 and Q8_0 kernels) instead of
+/// `mul_mat_cm.comp` (128 x 128), halving the activation traffic from L2 per product;
+/// [`crate::quant::mat_mat_kernel`] takes it only for grids of 128 tall tiles or more.
+/// On the H100 (benches/RESULTS.md, 2026-11-24, fourth session), at 14336x4096x512 it ran
+/// Q8_0 at 158-160 TFLOP/s against 131-133 on 128-row tiles, but Q4_0 at 158-161 against
+/// 158-159 (no gain) and Q4_K (each step's words staged apart) at 86 against 131, so only
+/// Q8_0 takes it. Elsewhere (not measured) the 128-row kernel stays.
+pub fn mat_mat_tall_tile(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool {
+    caps.arch == ArchClass::NvidiaTensorCore && ty == vkml_quant::GgmlType::Q8_0
 }
 
 /// Whether the cooperative-matrix mat-mat (`mul_mat_cm.comp`) runs warp-specialized
 /// (its specialization constants 1 = 256 invocations and 2 = true): 4 subgroups load and
 /// decode the next step into shared memory while the other 4 multiply the current one,
 /// instead of 4 subgroups doing both in turn. It pays where decoding is a large share of a
-/// step: on the H100 (benches/RESULTS.md, 2026-11-24, fourth session) Q4_0 and Q4_K gain,
-/// Q8_0 gains nothing and F16 loses 5-9 %. The types decoded through the generic
+/// step: on the H100 (benches/RESULTS.md, 2026-11-24, fourth session) Q4_K and Q4_0 gain,
+/// Q8_0 gains nothing (it takes `mul_mat_cm256.comp` on big grids: [`mat_mat_tall_tile`])
+/// and F16 loses 5-9 %. The types decoded through the generic
 /// per-element path (everything but F16, Q8_0, Q4_0, Q4_K) are the most decode-bound, so
 /// they take it too (not measured separately). Elsewhere (not measured) the plain order
 /// stays.
@@ -164,25 +174,21 @@ pub fn mat_mat_x_by_multipliers(caps: &Capabilities, ty: vkml_quant::GgmlType) -
     mat_mat_warp_specialized(caps, ty) && ty != vkml_quant::GgmlType::Q4_0
 }
 
-/// The specialization constants `quant::mat_mat_with` gives the kernel of `path` for
-/// weights of type `ty`: for `mul_mat_cm.comp`, 0 = [`mat_mat_row_raster`], 1 = the
-/// workgroup size (128, or 256 warp-specialized), 2 = [`mat_mat_warp_specialized`] and
-/// 3 = [`mat_mat_x_by_multipliers`]; for `mul_mat_cm_i8.comp` only 0; none for
-/// `mul_mat_cm2.comp` and the scalar kernel.
-pub fn mat_mat_spec_constants(
-    caps: &Capabilities,
-    path: crate::quant::MatMatPath,
-    ty: vkml_quant::GgmlType,
-) -> Vec<(u32, u32)> {
-    use crate::quant::MatMatPath;
+/// The specialization constants `quant::mat_mat_with` gives the mat-mat `kernel` (the
+/// name [`crate::quant::mat_mat_kernel`] returns) for weights of type `ty`: for
+/// `mul_mat_cm`, 0 = [`mat_mat_row_raster`], 1 = the workgroup size (128, or 256
+/// warp-specialized), 2 = [`mat_mat_warp_specialized`] and 3 =
+/// [`mat_mat_x_by_multipliers`]; for `mul_mat_cm256` and `mul_mat_cm_i8` only 0; none for
+/// the others.
+pub fn mat_mat_spec_constants(caps: &Capabilities, kernel: &str, ty: vkml_quant::GgmlType) -> Vec<(u32, u32)> {
     let raster = u32::from(mat_mat_row_raster(caps, ty));
-    match path {
-        MatMatPath::CoopMat => {
+    match kernel {
+        "mul_mat_cm" => {
             let ws = mat_mat_warp_specialized(caps, ty);
             let xm = mat_mat_x_by_multipliers(caps, ty);
             vec![(0, raster), (1, if ws { 256 } else { 128 }), (2, u32::from(ws)), (3, u32::from(xm))]
         }
-        MatMatPath::CoopMatInt8 => vec![(0, raster)],
+        "mul_mat_cm256" | "mul_mat_cm_i8" => vec![(0, raster)],
         _ => Vec::new(),
     }
 }

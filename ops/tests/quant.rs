@@ -333,6 +333,13 @@ fn mat_mat_matches_cpu() {
                 // Whole tiles only, k past the 256-element unrolled steps, split-K.
                 shapes.push((256, 1024.max(4 * bs), 128, false));
             }
+            // Where the op takes 256-row tiles for big grids (mul_mat_cm256: 128 tiles or
+            // more), a grid of 33 x 4 tiles with a ragged last row and token tile and the
+            // residual add, and one of 65 x 2 with split-K.
+            if quant::mat_mat_kernel(dev.caps(), path, ty, 8229, 500).0 == "mul_mat_cm256" {
+                shapes.push((8229, 2 * bs, 500, true));
+                shapes.push((16421, 1024, 129, false));
+            }
             for (rows, k, n_tok, accumulate) in shapes {
                 let MatMatCase { bytes, m, mut x, xb, y0, yb } = mat_mat_case(&dev, ty, rows, k, n_tok, accumulate);
                 let mut w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
@@ -607,6 +614,25 @@ fn tuning_table_per_architecture() {
         caps.limits.max_shared_memory = 48 * 1024;
         caps.subgroup.size_control = false;
         assert_eq!(vkml_ops::tuning::coopmat_subgroup_size(&caps), (sg == 32).then_some((32, false)), "{arch:?}");
+        // Mat-mat kernel per type and grid: 256-row tiles for Q8_0 where they alone
+        // make 128 tiles, the warp-specialized 128-row kernel (x copied by the multipliers for
+        // Q4_K) on NVIDIA tensor cores only; the specialization constants follow the kernel.
+        let nv = arch == ArchClass::NvidiaTensorCore;
+        let cm = MatMatPath::CoopMat;
+        let want = if nv { ("mul_mat_cm256", 256) } else { ("mul_mat_cm", 128) };
+        assert_eq!(quant::mat_mat_kernel(&caps, cm, GgmlType::Q8_0, 14336, 512), want, "{arch:?}");
+        // 16 x 4 tall tiles would need split-K: 128-row tiles instead.
+        assert_eq!(quant::mat_mat_kernel(&caps, cm, GgmlType::Q8_0, 4096, 512), ("mul_mat_cm", 128), "{arch:?}");
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_K] {
+            assert_eq!(quant::mat_mat_kernel(&caps, cm, ty, 14336, 512), ("mul_mat_cm", 128), "{arch:?} {ty:?}");
+        }
+        let consts = vkml_ops::tuning::mat_mat_spec_constants(&caps, "mul_mat_cm", GgmlType::Q4_K);
+        let want = if nv { vec![(0, 1), (1, 256), (2, 1), (3, 1)] } else { vec![(0, 0), (1, 128), (2, 0), (3, 0)] };
+        assert_eq!(consts, want, "{arch:?}");
+        let consts = vkml_ops::tuning::mat_mat_spec_constants(&caps, "mul_mat_cm", GgmlType::F16);
+        assert_eq!(consts, vec![(0, u32::from(nv)), (1, 128), (2, 0), (3, 0)], "{arch:?}");
+        let consts = vkml_ops::tuning::mat_mat_spec_constants(&caps, "mul_mat_cm256", GgmlType::Q8_0);
+        assert_eq!(consts, vec![(0, u32::from(nv))], "{arch:?}");
         // The int8 path needs a non-saturating 16x16x32 s8 shape and int8 arithmetic on top.
         let s8 = vkml_hal::caps::CoopMatShape {
             m: 16,

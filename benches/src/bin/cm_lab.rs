@@ -1,5 +1,6 @@
 //! Kernel lab for the cooperative-matrix mat-mat: compiles each GLSL file named on the
-//! command line at run time as `mul_mat_cm.<type>` (overriding the built-in kernel), on a
+//! command line at run time as the kernel the op runs for each type
+//! (`quant::mat_mat_kernel`), on a
 //! fresh device each, and times `quant::mat_mat_with(.., MatMatPath::CoopMat, ..)` at
 //! 14336x4096 and 4096x14336 by 512 tokens for Q4_0, Q8_0 and Q4_K, checking every output
 //! against the built-in kernel's. With `VKML_LAB_PATH=cm2` the files replace
@@ -14,11 +15,15 @@
 //! `mul_mat_cm`, x converted to f16 on the host, no split-K), for tile shapes the op does
 //! not launch.
 //!
-//! A file that replaces the built-in kernel gets the op's specialization constants
-//! (`tuning::mat_mat_spec_constants`: 0 row raster, 1 workgroup size, 2 warp-specialized)
-//! and must declare them; a file on its own grid (`@RxT`) gets only constant 0.
+//! A file replaces `mul_mat_cm` (or the kernel `VKML_LAB_KERNEL` names, e.g.
+//! `mul_mat_cm256`; each line names the kernel the op ran), gets the op's specialization
+//! constants (`tuning::mat_mat_spec_constants`) and must declare them; a file on its own
+//! grid (`@RxT`) gets only constant 0. `VKML_LAB_SHAPES=RxK,...` picks the weight shapes.
 //!
-//! Usage: `cm_lab FILE.comp[@RxT]...` (device per `VKML_DEVICE`; `@RxT` gives that file its
+//! `@RxTxZ` also splits k over Z workgroups (chunks a multiple of 32), the partial
+//! products summed by the op's `reduce_partials` kernel.
+//!
+//! Usage: `cm_lab FILE.comp[@RxT[xZ]]...` (device per `VKML_DEVICE`; `@RxT` gives that file its
 //! own tile grid; `VKML_LAB_TYPES=f16,q4_0,q8_0,q4_k` picks the weight types).
 
 use std::time::Instant;
@@ -44,13 +49,30 @@ fn main() {
     let wanted = std::env::var("VKML_LAB_TYPES").unwrap_or_else(|_| "q4_0,q8_0,q4_k".into());
     let types: Vec<_> = all.iter().copied().filter(|(_, n, _)| wanted.split(',').any(|w| w == *n)).collect();
     let cm2 = std::env::var("VKML_LAB_PATH").is_ok_and(|v| v == "cm2");
-    let (kernel, lab_path) =
-        if cm2 { ("mul_mat_cm2", MatMatPath::CoopMat2) } else { ("mul_mat_cm", MatMatPath::CoopMat) };
-    let parse_tile = |v: &str| -> Option<(usize, usize)> {
-        let (a, b) = v.split_once('x')?;
-        Some((a.parse().ok()?, b.parse().ok()?))
+    let lab_path = if cm2 { MatMatPath::CoopMat2 } else { MatMatPath::CoopMat };
+    // The built-in kernel a lab file replaces (VKML_LAB_KERNEL, e.g. mul_mat_cm256); shapes
+    // on which the op runs another kernel run that one (each line names it).
+    let lab_kernel =
+        std::env::var("VKML_LAB_KERNEL")
+            .unwrap_or_else(|_| if cm2 { "mul_mat_cm2".into() } else { "mul_mat_cm".into() });
+    // RxT or RxTxZ (Z: split-K factor of a direct run).
+    let parse_tile = |v: &str| -> Option<(usize, usize, usize)> {
+        let mut it = v.split('x').map(str::parse::<usize>);
+        let (r, t) = (it.next()?.ok()?, it.next()?.ok()?);
+        let z = it.next().map_or(Some(1), Result::ok)?;
+        (it.next().is_none() && z > 0).then_some((r, t, z))
     };
-    let env_tile: Option<(usize, usize)> = std::env::var("VKML_LAB_TILE").ok().and_then(|v| parse_tile(&v));
+    let env_tile: Option<(usize, usize, usize)> = std::env::var("VKML_LAB_TILE").ok().and_then(|v| parse_tile(&v));
+    // VKML_LAB_SHAPES=RxK,...: weight shapes (rows x k, at most 14336 x 14336 elements in
+    // all), default 14336x4096 and 4096x14336.
+    let shapes: Vec<(usize, usize)> = std::env::var("VKML_LAB_SHAPES")
+        .ok()
+        .map(|v| {
+            v.split(',')
+                .filter_map(|p| p.split_once('x').and_then(|(r, k)| Some((r.parse().ok()?, k.parse().ok()?))))
+                .collect()
+        })
+        .unwrap_or_else(|| vec![(14336, 4096), (4096, 14336)]);
     let enc: Vec<Vec<u8>> = types.iter().map(|(ty, _, _)| vkml_quant::quantize(*ty, &w).unwrap()).collect();
     let mut reference: Vec<Vec<f32>> = Vec::new();
     for (fi, arg) in std::iter::once("built-in".to_string()).chain(files).enumerate() {
@@ -66,40 +88,60 @@ fn main() {
             if fi > 0 {
                 let src = std::fs::read(&file).unwrap();
                 let fe = Glsl::new().define("QTYPE", id).target(TargetEnv::Vulkan1_3);
-                let as_name = if lab_tile.is_some() { format!("lab.{name}") } else { format!("{kernel}.{name}") };
+                let as_name = if lab_tile.is_some() { format!("lab.{name}") } else { format!("{lab_kernel}.{name}") };
                 if let Err(e) = dev.register_kernel(&as_name, &fe, &src) {
                     println!("{file}: {e}");
                     break;
                 }
             }
-            for (si, &(rows, k)) in [(14336usize, 4096usize), (4096, 14336)].iter().enumerate() {
+            for (si, &(rows, k)) in shapes.iter().enumerate() {
+                // The kernel the op runs here (`mul_mat_cm`, `mul_mat_cm256`, ...).
+                let kernel = quant::mat_mat_kernel(dev.caps(), lab_path, *ty, rows, n_tok).0;
                 let m = QMatrix::upload(&dev, *ty, rows, k, &enc[ti][..rows * k / ty.block_size() * ty.type_size()])
                     .unwrap();
                 let xb = dev.upload(&x[..n_tok * k]).unwrap();
                 let y = dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap();
                 let mut s = Stream::new(&dev).unwrap();
                 let path = if fi == 0 { MatMatPath::CoopMat } else { lab_path };
-                // VKML_LAB_TILE=RxT: the lab file runs as its own kernel on an R x T tile
-                // grid, dispatched here (f16 x made on the host, no split-K).
+                // VKML_LAB_TILE=RxT[xZ]: the lab file runs as its own kernel on an R x T tile
+                // grid, dispatched here (f16 x made on the host; split-K Z).
                 let direct = match (fi, lab_tile) {
-                    (1.., Some((tr, tt))) => {
+                    (1.., Some((tr, tt, tz))) => {
                         let x16: Vec<half::f16> = x[..n_tok * k].iter().map(|&v| half::f16::from_f32(v)).collect();
                         let x16 = dev.upload(&x16).unwrap();
                         let p = dev
                             .pipeline(&dev.kernel(&format!("lab.{name}")).unwrap(), &lab_options(&dev, *ty))
                             .unwrap();
-                        Some((p, x16, [rows.div_ceil(tr) as u32, n_tok.div_ceil(tt) as u32, 1]))
+                        // Split-K: k chunks of a multiple of 32, partials reduced by the op's
+                        // reduce_partials kernel.
+                        let chunk = k.div_ceil(tz).next_multiple_of(32);
+                        let splits = k.div_ceil(chunk);
+                        let part = (splits > 1)
+                            .then(|| dev.alloc(4 * (splits * n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap());
+                        let red = dev
+                            .pipeline(
+                                &dev.kernel("reduce_partials").unwrap(),
+                                &vkml_hal::PipelineOptions { spec_constants: vec![(0, 256)], ..Default::default() },
+                            )
+                            .unwrap();
+                        let grid = [rows.div_ceil(tr) as u32, n_tok.div_ceil(tt) as u32, splits as u32];
+                        Some((p, x16, grid, chunk, part, red))
                     }
                     _ => None,
                 };
                 let run = |s: &mut Stream| match &direct {
-                    Some((p, x16, grid)) => {
-                        let pc: Vec<u8> = [0, m.row_bytes() as u32, k as u32, rows as u32, n_tok as u32, 0, k as u32]
-                            .iter()
-                            .flat_map(|v| v.to_ne_bytes())
-                            .collect();
-                        s.dispatch(p, &[m.buffer().into(), x16.into(), (&y).into()], &pc, *grid)
-                            .map_err(vkml_ops::OpsError::from)
+                    Some((p, x16, grid, chunk, part, red)) => {
+                        let words = |v: &[u32]| -> Vec<u8> { v.iter().flat_map(|w| w.to_ne_bytes()).collect() };
+                        let pc =
+                            words(&[0, m.row_bytes() as u32, k as u32, rows as u32, n_tok as u32, 0, *chunk as u32]);
+                        let out = part.as_ref().unwrap_or(&y);
+                        s.dispatch(p, &[m.buffer().into(), x16.into(), out.into()], &pc, *grid)?;
+                        if let Some(part) = part {
+                            let n = (n_tok * rows) as u32;
+                            let pc = words(&[n, grid[2], 0]);
+                            s.dispatch(red, &[part.into(), (&y).into()], &pc, [n.div_ceil(256), 1, 1])?;
+                        }
+                        Ok(())
                     }
                     None => quant::mat_mat_with(s, &m, &xb, n_tok, &y, mat_mat_options(path)),
                 };
@@ -114,7 +156,7 @@ fn main() {
                     print_statistics(&dev, &kname, *ty, &file);
                 }
                 let out = y.to_vec::<f32>().unwrap();
-                let slot = ti * 2 + si;
+                let slot = ti * shapes.len() + si;
                 let diff = if fi == 0 {
                     reference.push(out);
                     0.0
@@ -134,7 +176,7 @@ fn main() {
                 s.finish_and_wait().unwrap();
                 let secs = t.elapsed().as_secs_f64() / f64::from(reps);
                 println!(
-                    "{file} {ty:?} {rows}x{k}x{n_tok}: {:.3} ms {:.1} TFLOP/s, max rel diff vs built-in {diff:.2e}",
+                    "{file} {ty:?} {rows}x{k}x{n_tok} ({kernel}): {:.3} ms {:.1} TFLOP/s, max rel diff vs built-in {diff:.2e}",
                     secs * 1e3,
                     2.0 * (rows * k * n_tok) as f64 / secs / 1e12
                 );
@@ -159,11 +201,7 @@ fn lab_options(dev: &Device, ty: GgmlType) -> vkml_hal::PipelineOptions {
 /// pipeline. One line per executable.
 fn print_statistics(dev: &Device, kernel: &str, ty: GgmlType, file: &str) {
     let options = vkml_hal::PipelineOptions {
-        spec_constants: vkml_ops::tuning::mat_mat_spec_constants(
-            dev.caps(),
-            if kernel.starts_with("mul_mat_cm2") { MatMatPath::CoopMat2 } else { MatMatPath::CoopMat },
-            ty,
-        ),
+        spec_constants: vkml_ops::tuning::mat_mat_spec_constants(dev.caps(), kernel, ty),
         required_subgroup_size: vkml_ops::tuning::coopmat_subgroup_size(dev.caps())
             .and_then(|(sg, require)| require.then_some(sg)),
         full_subgroups: dev.caps().subgroup.full_subgroups,
