@@ -91,24 +91,9 @@ layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint ro
 #define RW uint(RWN)
 shared uvec4 sm[SCR + 32u * RWP];
 
-#define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
-#define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
-#define MAT_C coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
-
 vec4 nib_lo(uint u) { uint v = u & 0x0F0F0F0Fu; return vec4(v & 0xFFu, (v >> 8) & 0xFFu, (v >> 16) & 0xFFu, v >> 24); }
 
-f16vec4 bytes4(uint u, uint mask, float16_t offset) {
-    uint e02 = (u & mask) | 0x64006400u;
-    uint e13 = ((u >> 8) & mask) | 0x64006400u;
-    f16vec2 a = unpackFloat2x16((e02 & 0xFFFFu) | (e13 << 16));
-    f16vec2 b = unpackFloat2x16((e02 >> 16) | (e13 & 0xFFFF0000u));
-    precise f16vec4 q = f16vec4(a, b) - offset;
-    return q;
-}
-
-uvec4 pack8(f16vec4 a, f16vec4 b) {
-    return uvec4(packFloat2x16(a.xy), packFloat2x16(a.zw), packFloat2x16(b.xy), packFloat2x16(b.zw));
-}
+#include "mul_mat_cm.glsl"
 
 uint nwords;
 
@@ -335,23 +320,7 @@ void main() {
         [[unroll]] for (uint j = 0; j < 4u; j++) {
             uint tr = r0 + wr * 64u + 16u * i, tn = n0 + wn * 64u + 16u * j;
             if (tr >= p.rows || tn >= p.n_tok) continue;
-            if (p.accumulate == 0u && tr + 16u <= p.rows && tn + 16u <= p.n_tok) {
-                coopMatStore(acc[i][j], c, cbase + tn * p.rows + tr, p.rows, gl_CooperativeMatrixLayoutColumnMajor);
-            } else {
-                coopMatStore(acc[i][j], sm, sg * 64u, 4u, gl_CooperativeMatrixLayoutColumnMajor);
-                subgroupMemoryBarrierShared();
-                subgroupBarrier();
-                for (uint e = lane; e < 256u; e += gl_SubgroupSize) {
-                    uint er = tr + (e & 15u), en = tn + (e >> 4);
-                    if (er < p.rows && en < p.n_tok) {
-                        float v = uintBitsToFloat(sm[sg * 64u + (e >> 2)][e & 3u]);
-                        uint at = cbase + en * p.rows + er;
-                        c[at] = p.accumulate != 0u ? c[at] + v : v;
-                    }
-                }
-                subgroupMemoryBarrierShared();
-                subgroupBarrier();
-            }
+            STORE_TILE(acc[i][j], tr, tn)
         }
     }
 }
