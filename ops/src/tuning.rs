@@ -153,10 +153,9 @@ pub fn mat_mat_tall_tile(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool 
 /// instead of 4 subgroups doing both in turn. It pays where decoding is a large share of a
 /// step: on the H100 (benches/RESULTS.md, 2026-11-24, fourth session) Q4_K and Q4_0 gain,
 /// Q8_0 gains nothing (it takes `mul_mat_cm256.comp` on big grids: [`mat_mat_tall_tile`])
-/// and F16 loses 5-9 %. The types decoded through the generic
-/// per-element path (everything but F16, Q8_0, Q4_0, Q4_K) are the most decode-bound, so
-/// they take it too (not measured separately). Elsewhere (not measured) the plain order
-/// stays.
+/// and F16 loses 5-9 %. Q4_1, Q5_0 and Q5_1 gain or stay even (Q4_1 139 / 159 -> 161 /
+/// 161); the types decoded element by element (Q2_K, Q3_K, Q5_K, Q6_K, IQ*, ...) run
+/// within 5 % either way. Elsewhere (not measured) the plain order stays.
 pub fn mat_mat_warp_specialized(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool {
     use vkml_quant::GgmlType;
     match caps.arch {
@@ -168,10 +167,13 @@ pub fn mat_mat_warp_specialized(caps: &Capabilities, ty: vkml_quant::GgmlType) -
 /// Whether, warp-specialized, the multiplying subgroups also copy x into shared memory
 /// (specialization constant 3), leaving the producing ones only the weights. On the H100
 /// that took Q4_K from 125-129 to 130-152 TFLOP/s (14336x4096 / 4096x14336 by 512
-/// tokens), but cost Q4_0 more at 14336 rows than it gave at 4096, so Q4_0 keeps x with
-/// the producers; the generic-path types follow Q4_K (decode-heavy; not measured).
+/// tokens), but cost Q4_0, Q4_1, Q5_0 and Q5_1 more at 14336 rows than it gave at 4096,
+/// so those keep x with the producers; the other types follow Q4_K (their generic
+/// per-element decode measured within 5 % either way).
 pub fn mat_mat_x_by_multipliers(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool {
-    mat_mat_warp_specialized(caps, ty) && ty != vkml_quant::GgmlType::Q4_0
+    use vkml_quant::GgmlType;
+    mat_mat_warp_specialized(caps, ty)
+        && !matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1)
 }
 
 /// The specialization constants `quant::mat_mat_with` gives the mat-mat `kernel` (the

@@ -629,6 +629,9 @@ fn tuning_table_per_architecture() {
         let consts = vkml_ops::tuning::mat_mat_spec_constants(&caps, "mul_mat_cm", GgmlType::Q4_K);
         let want = if nv { vec![(0, 1), (1, 256), (2, 1), (3, 1)] } else { vec![(0, 0), (1, 128), (2, 0), (3, 0)] };
         assert_eq!(consts, want, "{arch:?}");
+        let consts = vkml_ops::tuning::mat_mat_spec_constants(&caps, "mul_mat_cm", GgmlType::Q4_1);
+        let want = if nv { vec![(0, 1), (1, 256), (2, 1), (3, 0)] } else { vec![(0, 0), (1, 128), (2, 0), (3, 0)] };
+        assert_eq!(consts, want, "{arch:?}");
         let consts = vkml_ops::tuning::mat_mat_spec_constants(&caps, "mul_mat_cm", GgmlType::F16);
         assert_eq!(consts, vec![(0, u32::from(nv)), (1, 128), (2, 0), (3, 0)], "{arch:?}");
         let consts = vkml_ops::tuning::mat_mat_spec_constants(&caps, "mul_mat_cm256", GgmlType::Q8_0);

@@ -13,7 +13,7 @@
 // a quarter of four X rows beside it (16-byte stores; shared memory is uvec4 throughout).
 // On the H100 the L1 / shared-memory pipe, not the tensor cores, bounds this kernel, so
 // the design counts its wavefronts (one per cache line an instruction touches):
-//   - Q4_0, Q8_0 and Q4_K weights are read coalesced: a subgroup reads its 32 rows' step
+//   - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K weights are read coalesced: a subgroup reads its 32 rows' step
 //     bytes (RW words per row) with consecutive invocations on consecutive words (an
 //     instruction touches ~32 / RW rows instead of 32), passes them through a
 //     per-subgroup scratch in shared memory (odd row stride RWP: no bank conflicts), and
@@ -84,6 +84,12 @@ layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint ro
 #elif QTYPE == 12
 #define RWN 12
 #define RWP 13u
+#elif QTYPE == 3
+#define RWN 5
+#define RWP 5u
+#elif QTYPE == 6 || QTYPE == 7
+#define RWN 6
+#define RWP 7u
 #else
 #define RWN 0
 #define RWP 0u
@@ -100,7 +106,7 @@ uint nwords;
 // Word w of row r's bytes for the step at column k0.
 uint raw_word(uint r, uint w, uint k0) {
     uint row = p.w_offset + r * p.row_bytes;
-#if QTYPE == 2 || QTYPE == 8
+#if QTYPE == 2 || QTYPE == 8 || QTYPE == 3 || QTYPE == 6 || QTYPE == 7
     uint a = ((row + (k0 >> 5) * QBYTES) >> 2) + w;
 #elif QTYPE == 12
     uint blk = row + (k0 >> 8) * QBYTES;
@@ -112,6 +118,10 @@ uint raw_word(uint r, uint w, uint k0) {
 }
 
 // Decodes this invocation's row (words q, block at byte blk) into shared row o.
+// Bit i (i < 4) of h moved to bit 4 of byte i: Q5's fifth bits beside four nibbles.
+uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25); }
+vec4 bytes_f32(uint b) { return vec4(b & 0xFFu, (b >> 8) & 0xFFu, (b >> 16) & 0xFFu, b >> 24); }
+
 void decode_row(uint o, uint q[RW > 0u ? RW : 1u], uint blk, uint k0) {
 #if QTYPE == 2
     bool odd = (blk & 2u) != 0u;
@@ -139,6 +149,46 @@ void decode_row(uint o, uint q[RW > 0u ? RW : 1u], uint blk, uint k0) {
         precise f16vec4 va = bytes4(qa ^ 0x80808080u, 0x00FF00FFu, 1152.0hf) * d;
         precise f16vec4 vb = bytes4(qb ^ 0x80808080u, 0x00FF00FFu, 1152.0hf) * d;
         sm[o + c2] = pack8(va, vb);
+    }
+#elif QTYPE == 3
+    // Q4_1 { f16 d, m; u8 qs[16] } (20 bytes, word-aligned): x = q * d + m in f32 as
+    // dq() (no fused multiply-add), rounded once to f16.
+    vec2 dm = unpackHalf2x16(q[0]);
+    [[unroll]] for (uint c2 = 0; c2 < 4u; c2++) {
+        uint sh = (c2 >> 1) * 4u;
+        precise vec4 va = bytes_f32((q[1u + 2u * (c2 & 1u)] >> sh) & 0x0F0F0F0Fu) * dm.x + dm.y;
+        precise vec4 vb = bytes_f32((q[2u + 2u * (c2 & 1u)] >> sh) & 0x0F0F0F0Fu) * dm.x + dm.y;
+        sm[o + c2] = pack8(f16vec4(va), f16vec4(vb));
+    }
+#elif QTYPE == 6 || QTYPE == 7
+    // Q5_0 { f16 d; u8 qh[4]; u8 qs[16] } (22 bytes: a block starts at either half of a
+    // word) and Q5_1 { f16 d, m; u8 qh[4]; u8 qs[16] } (24 bytes): the 5-bit q of weight e
+    // is nibble e % 16 (low for e < 16) of qs plus bit e of qh as bit 4. Q5_0: (q - 16) * d
+    // in packed f16, exact before its one rounding; Q5_1: q * d + m in f32 as dq().
+#if QTYPE == 6
+    bool odd = (blk & 2u) != 0u;
+    float16_t d = float16_t(unpackHalf2x16(odd ? q[0] >> 16 : q[0]).x);
+    uint w[5]; // w[0] = qh, w[1..4] = qs, whichever half-word the block starts at
+    [[unroll]] for (uint j = 0; j < 5u; j++) w[j] = odd ? q[j + 1u] : ((q[j] >> 16) | (q[j + 1u] << 16));
+#else
+    vec2 dm = unpackHalf2x16(q[0]);
+    uint w[5];
+    [[unroll]] for (uint j = 0; j < 5u; j++) w[j] = q[j + 1u];
+#endif
+    [[unroll]] for (uint c2 = 0; c2 < 4u; c2++) {
+        uint sh = (c2 >> 1) * 4u;
+        // Weights 8 c2 .. 8 c2 + 7: qs words 2 (c2 % 2) + 1 and + 2, bits 8 c2 .. of qh.
+        uint ba = ((w[1u + 2u * (c2 & 1u)] >> sh) & 0x0F0F0F0Fu) | spread4((w[0] >> (8u * c2)) & 0xFu);
+        uint bb = ((w[2u + 2u * (c2 & 1u)] >> sh) & 0x0F0F0F0Fu) | spread4((w[0] >> (8u * c2 + 4u)) & 0xFu);
+#if QTYPE == 6
+        precise f16vec4 va = bytes4(ba, 0x00FF00FFu, 1040.0hf) * d;
+        precise f16vec4 vb = bytes4(bb, 0x00FF00FFu, 1040.0hf) * d;
+        sm[o + c2] = pack8(va, vb);
+#else
+        precise vec4 va = bytes_f32(ba) * dm.x + dm.y;
+        precise vec4 vb = bytes_f32(bb) * dm.x + dm.y;
+        sm[o + c2] = pack8(f16vec4(va), f16vec4(vb));
+#endif
     }
 #elif QTYPE == 12
     uint t = (k0 >> 5) & 7u; // uniform over the workgroup

@@ -24,7 +24,8 @@
 //! products summed by the op's `reduce_partials` kernel.
 //!
 //! Usage: `cm_lab FILE.comp[@RxT[xZ]]...` (device per `VKML_DEVICE`; `@RxT` gives that file its
-//! own tile grid; `VKML_LAB_TYPES=f16,q4_0,q8_0,q4_k` picks the weight types).
+//! own tile grid; `VKML_LAB_TYPES=f16,q4_0,q8_0,q4_k,q6_k,...` picks the weight types:
+//! F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K, IQ4_NL, IQ4_XS).
 
 use std::time::Instant;
 
@@ -45,6 +46,15 @@ fn main() {
         (GgmlType::Q4_0, "q4_0", "2"),
         (GgmlType::Q8_0, "q8_0", "8"),
         (GgmlType::Q4_K, "q4_k", "12"),
+        (GgmlType::Q4_1, "q4_1", "3"),
+        (GgmlType::Q5_0, "q5_0", "6"),
+        (GgmlType::Q5_1, "q5_1", "7"),
+        (GgmlType::Q2_K, "q2_k", "10"),
+        (GgmlType::Q3_K, "q3_k", "11"),
+        (GgmlType::Q5_K, "q5_k", "13"),
+        (GgmlType::Q6_K, "q6_k", "14"),
+        (GgmlType::IQ4_NL, "iq4_nl", "20"),
+        (GgmlType::IQ4_XS, "iq4_xs", "23"),
     ];
     let wanted = std::env::var("VKML_LAB_TYPES").unwrap_or_else(|_| "q4_0,q8_0,q4_k".into());
     let types: Vec<_> = all.iter().copied().filter(|(_, n, _)| wanted.split(',').any(|w| w == *n)).collect();
