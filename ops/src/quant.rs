@@ -701,8 +701,9 @@ const MAT_MAT_TARGET_GROUPS: u64 = 128;
 /// kernel tiles [`MAT_MAT_CM_TILE`] tokens): [`MatMatPath::CoopMat`] runs `mul_mat_cm256`
 /// (256 rows) where [`tuning::mat_mat_tall_tile`] says so and its grid alone has at least
 /// 128 tiles, else `mul_mat_cm` (128 rows). A smaller grid would need split-K, whose
-/// partial products cost more in a model's prompt than the taller tile saves (llama-8b
-/// Q4_0 pp512 on the H100: 3 460 t/s against 4 670; benches/RESULTS.md).
+/// partial products cost more in a model's prompt than the taller tile saves (measured
+/// with Q4_0 on tall tiles: llama-8b pp512 on the H100 at 3 460 t/s against 4 670 on
+/// 128-row tiles; benches/RESULTS.md).
 pub fn mat_mat_kernel(
     caps: &vkml_hal::Capabilities,
     path: MatMatPath,
