@@ -13,8 +13,9 @@
 // a quarter of four X rows beside it (16-byte stores; shared memory is uvec4 throughout).
 // On the H100 the L1 / shared-memory pipe, not the tensor cores, bounds this kernel, so
 // the design counts its wavefronts (one per cache line an instruction touches):
-//   - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K weights are read coalesced: a subgroup reads its 32 rows' step
-//     bytes (RW words per row) with consecutive invocations on consecutive words (an
+//   - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K weights are read coalesced: a subgroup reads
+//     its 32 rows' step bytes (RW words per row) with consecutive invocations on consecutive
+//     words (an
 //     instruction touches ~32 / RW rows instead of 32), passes them through a
 //     per-subgroup scratch in shared memory (odd row stride RWP: no bank conflicts), and
 //     each invocation reads its own row's words back; F16 weights are read as words, 16
@@ -28,10 +29,12 @@
 // harmless), rows and tokens past the matrix are clamped to the last one (their products
 // land in outputs that are never stored), and Q4_K's scale selection is branch-free, so
 // the compiler can interleave the decode and stores of step s + 1 with the multiplies of
-// step s. Every other type decodes element by element through dq().
-// Each weight is the f16 rounding of its exact value (as f16(dq()) would give: the packed
-// Q4_0/Q8_0 products (q - 8) * d and q * d are exact before their one rounding); results
-// equal sum(f16(w) * x) accumulated in f32.
+// step s. Every other type decodes element by element through dq() (on the H100 about
+// ten times slower: benches/RESULTS.md).
+// Each weight is f16(dq()): Q4_1, Q5_1 and Q4_K repeat dq()'s f32 arithmetic before one
+// rounding, and the packed f16 products of Q4_0, Q5_0 and Q8_0 ((q - 8) * d, (q - 16) * d,
+// q * d) are exact before their one rounding; results equal sum(f16(w) * x) accumulated
+// in f32.
 //
 // Split-K: workgroup z sums k in [z * k_chunk, min(k, (z + 1) * k_chunk)) and writes its
 // partial product to C + z * n_tok * rows (k_chunk a multiple of 256); the op adds the
