@@ -136,13 +136,13 @@ pub fn mat_mat_row_raster(caps: &Capabilities, _ty: vkml_quant::GgmlType) -> boo
 }
 
 /// Whether the cooperative-matrix mat-mat may run `mul_mat_cm256.comp` (256-row x
-/// 128-token tiles, 8 subgroups, BK = 16 steps; Q4_0 and Q8_0 kernels) instead of
+/// 128-token tiles, 8 subgroups, BK = 16 steps; built for Q8_0) instead of
 /// `mul_mat_cm.comp` (128 x 128), halving the activation traffic from L2 per product;
 /// [`crate::quant::mat_mat_kernel`] takes it only for grids of 128 tall tiles or more.
 /// On the H100 (benches/RESULTS.md, 2026-11-24, fourth session), at 14336x4096x512 it ran
-/// Q8_0 at 158-160 TFLOP/s against 131-133 on 128-row tiles, but Q4_0 at 158-161 against
-/// 158-159 (no gain) and Q4_K (each step's words staged apart) at 86 against 131, so only
-/// Q8_0 takes it. Elsewhere (not measured) the 128-row kernel stays.
+/// Q8_0 at 158-160 TFLOP/s against 131-133 on 128-row tiles, but a Q4_0 variant at
+/// 158-161 against 158-159 (no gain) and a Q4_K one (each step's words staged apart) at 86
+/// against 131 (`benches/lab/mm_t256.comp`), so only Q8_0 takes it. Elsewhere (not measured) the 128-row kernel stays.
 pub fn mat_mat_tall_tile(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool {
     caps.arch == ArchClass::NvidiaTensorCore && ty == vkml_quant::GgmlType::Q8_0
 }
