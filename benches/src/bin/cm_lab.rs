@@ -40,24 +40,36 @@ fn main() {
     let n_tok = 512usize;
     let w = random(4096 * 14336, 7);
     let x = random(n_tok * 14336, 11);
-    // VKML_LAB_TYPES=f16,q4_0,... picks the types (default Q4_0, Q8_0, Q4_K).
+    // VKML_LAB_TYPES=f16,q4_0,... picks the types (default Q4_0, Q8_0, Q4_K). A type's name
+    // is its kernel variant's (`dequant.<name>`), whose QTYPE define a lab file is built with.
     let all = [
-        (GgmlType::F16, "f16", "1"),
-        (GgmlType::Q4_0, "q4_0", "2"),
-        (GgmlType::Q8_0, "q8_0", "8"),
-        (GgmlType::Q4_K, "q4_k", "12"),
-        (GgmlType::Q4_1, "q4_1", "3"),
-        (GgmlType::Q5_0, "q5_0", "6"),
-        (GgmlType::Q5_1, "q5_1", "7"),
-        (GgmlType::Q2_K, "q2_k", "10"),
-        (GgmlType::Q3_K, "q3_k", "11"),
-        (GgmlType::Q5_K, "q5_k", "13"),
-        (GgmlType::Q6_K, "q6_k", "14"),
-        (GgmlType::IQ4_NL, "iq4_nl", "20"),
-        (GgmlType::IQ4_XS, "iq4_xs", "23"),
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
     ];
     let wanted = std::env::var("VKML_LAB_TYPES").unwrap_or_else(|_| "q4_0,q8_0,q4_k".into());
-    let types: Vec<_> = all.iter().copied().filter(|(_, n, _)| wanted.split(',').any(|w| w == *n)).collect();
+    let types: Vec<(GgmlType, String, &'static str)> = all
+        .iter()
+        .map(|&ty| {
+            let name = format!("{ty:?}").to_lowercase();
+            let qtype = vkml_shaders::get(&format!("dequant.{name}"))
+                .and_then(|info| info.defines.iter().find(|(k, _)| *k == "QTYPE"))
+                .map(|(_, v)| *v)
+                .expect("every lab type has a dequant variant with a QTYPE define");
+            (ty, name, qtype)
+        })
+        .filter(|(_, n, _)| wanted.split(',').any(|w| w == n))
+        .collect();
     let cm2 = std::env::var("VKML_LAB_PATH").is_ok_and(|v| v == "cm2");
     let lab_path = if cm2 { MatMatPath::CoopMat2 } else { MatMatPath::CoopMat };
     // The built-in kernel a lab file replaces (VKML_LAB_KERNEL, e.g. mul_mat_cm256); shapes
@@ -119,9 +131,7 @@ fn main() {
                     (1.., Some((tr, tt, tz))) => {
                         let x16: Vec<half::f16> = x[..n_tok * k].iter().map(|&v| half::f16::from_f32(v)).collect();
                         let x16 = dev.upload(&x16).unwrap();
-                        let p = dev
-                            .pipeline(&dev.kernel(&format!("lab.{name}")).unwrap(), &lab_options(&dev, *ty))
-                            .unwrap();
+                        let p = dev.pipeline(&dev.kernel(&format!("lab.{name}")).unwrap(), &lab_options(&dev)).unwrap();
                         // Split-K: k chunks of a multiple of 32, partials reduced by the op's
                         // reduce_partials kernel.
                         let chunk = k.div_ceil(tz).next_multiple_of(32);
@@ -161,9 +171,13 @@ fn main() {
                 }
                 s.finish_and_wait().unwrap();
                 if si == 0 {
-                    let kname =
-                        if fi > 0 && lab_tile.is_some() { format!("lab.{name}") } else { format!("{kernel}.{name}") };
-                    print_statistics(&dev, &kname, *ty, &file);
+                    let (kname, opts) = if fi > 0 && lab_tile.is_some() {
+                        (format!("lab.{name}"), lab_options(&dev))
+                    } else {
+                        let spec = vkml_ops::tuning::mat_mat_spec_constants(dev.caps(), kernel, *ty);
+                        (format!("{kernel}.{name}"), options(&dev, spec))
+                    };
+                    print_statistics(&dev, &kname, &opts, *ty, &file);
                 }
                 let out = y.to_vec::<f32>().unwrap();
                 let slot = ti * shapes.len() + si;
@@ -195,28 +209,27 @@ fn main() {
     }
 }
 
-/// The pipeline options `quant::mat_mat_with` gives `mul_mat_cm` for `ty`.
-fn lab_options(dev: &Device, ty: GgmlType) -> vkml_hal::PipelineOptions {
+/// Pipeline options with the subgroup requirements `quant::mat_mat_with` gives the
+/// cooperative-matrix kernels, and `spec_constants`.
+fn options(dev: &Device, spec_constants: Vec<(u32, u32)>) -> vkml_hal::PipelineOptions {
     vkml_hal::PipelineOptions {
-        // Only the row order: a lab kernel on its own grid sets its workgroup size itself.
-        spec_constants: vec![(0, u32::from(vkml_ops::tuning::mat_mat_row_raster(dev.caps(), ty)))],
+        spec_constants,
         required_subgroup_size: vkml_ops::tuning::coopmat_subgroup_size(dev.caps())
             .and_then(|(sg, require)| require.then_some(sg)),
         full_subgroups: dev.caps().subgroup.full_subgroups,
     }
 }
 
-/// The driver's compiler statistics (registers, shared memory, ...) of the pipeline the op
-/// created for `kernel`: the same options as `quant::mat_mat_with`, so the same cached
-/// pipeline. One line per executable.
-fn print_statistics(dev: &Device, kernel: &str, ty: GgmlType, file: &str) {
-    let options = vkml_hal::PipelineOptions {
-        spec_constants: vkml_ops::tuning::mat_mat_spec_constants(dev.caps(), kernel, ty),
-        required_subgroup_size: vkml_ops::tuning::coopmat_subgroup_size(dev.caps())
-            .and_then(|(sg, require)| require.then_some(sg)),
-        full_subgroups: dev.caps().subgroup.full_subgroups,
-    };
-    let stats = dev.kernel(kernel).and_then(|k| dev.pipeline(&k, &options)).and_then(|p| dev.pipeline_statistics(&p));
+/// The options of a lab kernel on its own grid: only the row order (it sets its workgroup
+/// size itself).
+fn lab_options(dev: &Device) -> vkml_hal::PipelineOptions {
+    options(dev, vec![(0, u32::from(vkml_ops::tuning::mat_mat_row_raster(dev.caps())))])
+}
+
+/// The driver's compiler statistics (registers, shared memory, ...) of `kernel` with
+/// `options` (those it ran with, so the same cached pipeline). One line per executable.
+fn print_statistics(dev: &Device, kernel: &str, options: &vkml_hal::PipelineOptions, ty: GgmlType, file: &str) {
+    let stats = dev.kernel(kernel).and_then(|k| dev.pipeline(&k, options)).and_then(|p| dev.pipeline_statistics(&p));
     match stats {
         Ok(stats) => {
             let line: Vec<String> = stats.iter().map(|s| format!("{}={}", s.name, s.value)).collect();
