@@ -697,8 +697,9 @@ pub const MAT_MAT_CM_TILE: usize = 128;
 const MAT_MAT_TARGET_GROUPS: u64 = 128;
 
 /// The kernel `mat_mat_with` runs on `path` for a `rows x k` matrix of type `ty` times
-/// `n_tok` tokens on a device with `caps`, and its rows per tile (every cooperative-matrix
-/// kernel tiles [`MAT_MAT_CM_TILE`] tokens): [`MatMatPath::CoopMat`] runs `mul_mat_cm256`
+/// `n_tok` tokens on a device with `caps`, and its tile: (name, rows, tokens) per
+/// workgroup ([`MAT_MAT_TILE`] square for the scalar kernel, [`MAT_MAT_CM_TILE`] tokens for
+/// every cooperative-matrix one). [`MatMatPath::CoopMat`] runs `mul_mat_cm256`
 /// (256 rows) where [`tuning::mat_mat_tall_tile`] says so and its grid alone has at least
 /// 128 tiles, else `mul_mat_cm` (128 rows). A smaller grid would need split-K, whose
 /// partial products cost more in a model's prompt than the taller tile saves (measured
@@ -710,16 +711,16 @@ pub fn mat_mat_kernel(
     ty: GgmlType,
     rows: usize,
     n_tok: usize,
-) -> (&'static str, usize) {
+) -> (&'static str, usize, usize) {
     let tall_tiles = rows.div_ceil(256) as u64 * n_tok.div_ceil(MAT_MAT_CM_TILE) as u64;
     match path {
-        MatMatPath::Scalar => ("mul_mat_q", MAT_MAT_TILE),
-        MatMatPath::CoopMat2 => ("mul_mat_cm2", MAT_MAT_CM_TILE),
-        MatMatPath::CoopMatInt8 => ("mul_mat_cm_i8", MAT_MAT_CM_TILE),
+        MatMatPath::Scalar => ("mul_mat_q", MAT_MAT_TILE, MAT_MAT_TILE),
+        MatMatPath::CoopMat2 => ("mul_mat_cm2", MAT_MAT_CM_TILE, MAT_MAT_CM_TILE),
+        MatMatPath::CoopMatInt8 => ("mul_mat_cm_i8", MAT_MAT_CM_TILE, MAT_MAT_CM_TILE),
         MatMatPath::CoopMat if tuning::mat_mat_tall_tile(caps, ty) && tall_tiles >= MAT_MAT_TARGET_GROUPS => {
-            ("mul_mat_cm256", 256)
+            ("mul_mat_cm256", 256, MAT_MAT_CM_TILE)
         }
-        MatMatPath::CoopMat => ("mul_mat_cm", MAT_MAT_CM_TILE),
+        MatMatPath::CoopMat => ("mul_mat_cm", MAT_MAT_CM_TILE, MAT_MAT_CM_TILE),
     }
 }
 
@@ -823,8 +824,7 @@ pub fn mat_mat_with(
 ) -> Result<()> {
     let dev = s.device().clone();
     check_io("mat_mat", m, x, n_tok, y)?;
-    let (name, tile_rows) = mat_mat_kernel(dev.caps(), opts.path, m.ty, m.rows, n_tok);
-    let tile_tokens = if opts.path == MatMatPath::Scalar { MAT_MAT_TILE } else { MAT_MAT_CM_TILE };
+    let (name, tile_rows, tile_tokens) = mat_mat_kernel(dev.caps(), opts.path, m.ty, m.rows, n_tok);
     let options = match opts.path {
         MatMatPath::Scalar => PipelineOptions::default(),
         MatMatPath::CoopMat | MatMatPath::CoopMat2 | MatMatPath::CoopMatInt8 => {

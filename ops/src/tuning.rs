@@ -131,7 +131,7 @@ pub fn coopmat_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
 /// on the first 128-row kernel, and Q8_0 on the 256-row kernel from 156 / 178 to 160 / 181
 /// (2026-11-24, fourth session; Q8_0 had been the exception on the 128-row kernel). The
 /// int8 kernel takes the same order. Elsewhere (not measured) the grid order stays.
-pub fn mat_mat_row_raster(caps: &Capabilities, _ty: vkml_quant::GgmlType) -> bool {
+pub fn mat_mat_row_raster(caps: &Capabilities) -> bool {
     caps.arch == ArchClass::NvidiaTensorCore
 }
 
@@ -183,7 +183,7 @@ pub fn mat_mat_x_by_multipliers(caps: &Capabilities, ty: vkml_quant::GgmlType) -
 /// [`mat_mat_x_by_multipliers`]; for `mul_mat_cm256` and `mul_mat_cm_i8` only 0; none for
 /// the others.
 pub fn mat_mat_spec_constants(caps: &Capabilities, kernel: &str, ty: vkml_quant::GgmlType) -> Vec<(u32, u32)> {
-    let raster = u32::from(mat_mat_row_raster(caps, ty));
+    let raster = u32::from(mat_mat_row_raster(caps));
     match kernel {
         "mul_mat_cm" => {
             let ws = mat_mat_warp_specialized(caps, ty);

@@ -619,12 +619,12 @@ fn tuning_table_per_architecture() {
         // Q4_K) on NVIDIA tensor cores only; the specialization constants follow the kernel.
         let nv = arch == ArchClass::NvidiaTensorCore;
         let cm = MatMatPath::CoopMat;
-        let want = if nv { ("mul_mat_cm256", 256) } else { ("mul_mat_cm", 128) };
+        let want = if nv { ("mul_mat_cm256", 256, 128) } else { ("mul_mat_cm", 128, 128) };
         assert_eq!(quant::mat_mat_kernel(&caps, cm, GgmlType::Q8_0, 14336, 512), want, "{arch:?}");
         // 16 x 4 tall tiles would need split-K: 128-row tiles instead.
-        assert_eq!(quant::mat_mat_kernel(&caps, cm, GgmlType::Q8_0, 4096, 512), ("mul_mat_cm", 128), "{arch:?}");
+        assert_eq!(quant::mat_mat_kernel(&caps, cm, GgmlType::Q8_0, 4096, 512), ("mul_mat_cm", 128, 128), "{arch:?}");
         for ty in [GgmlType::Q4_0, GgmlType::Q4_K] {
-            assert_eq!(quant::mat_mat_kernel(&caps, cm, ty, 14336, 512), ("mul_mat_cm", 128), "{arch:?} {ty:?}");
+            assert_eq!(quant::mat_mat_kernel(&caps, cm, ty, 14336, 512), ("mul_mat_cm", 128, 128), "{arch:?} {ty:?}");
         }
         let consts = vkml_ops::tuning::mat_mat_spec_constants(&caps, "mul_mat_cm", GgmlType::Q4_K);
         let want = if nv { vec![(0, 1), (1, 256), (2, 1), (3, 1)] } else { vec![(0, 0), (1, 128), (2, 0), (3, 0)] };
