@@ -13,11 +13,12 @@
 // a quarter of four X rows beside it (16-byte stores; shared memory is uvec4 throughout).
 // On the H100 the L1 / shared-memory pipe, not the tensor cores, bounds this kernel, so
 // the design counts its wavefronts (one per cache line an instruction touches):
-//   - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K weights are read coalesced: a subgroup reads
-//     its 32 rows' step bytes (RW words per row) with consecutive invocations on consecutive
-//     words (an
-//     instruction touches ~32 / RW rows instead of 32), passes them through a
-//     per-subgroup scratch in shared memory (odd row stride RWP: no bank conflicts), and
+//   - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights are read coalesced: a
+//     subgroup reads its 32 rows' step bytes (RW words per row) with consecutive
+//     invocations on consecutive words (an instruction touches ~32 / RW rows instead of
+//     32), passes them through a per-subgroup scratch in shared memory (odd row stride
+//     RWP: no bank conflicts; Q5_K and Q6_K, 20 words per row, stage in place in their own
+//     rows of the A buffer being filled, as a separate scratch would pass 48 KiB), and
 //     each invocation reads its own row's words back; F16 weights are read as words, 16
 //     invocations per row, and X as 16-byte vectors, 4 invocations per row;
 //   - 64 x 64 per subgroup needs 8 fragment loads per 16 multiplies (32 x 64 needed 6 per 8).
@@ -29,10 +30,10 @@
 // harmless), rows and tokens past the matrix are clamped to the last one (their products
 // land in outputs that are never stored), and Q4_K's scale selection is branch-free, so
 // the compiler can interleave the decode and stores of step s + 1 with the multiplies of
-// step s. Every other type decodes element by element through dq() (on the H100 about
-// ten times slower: benches/RESULTS.md).
-// Each weight is f16(dq()): Q4_1, Q5_1 and Q4_K repeat dq()'s f32 arithmetic before one
-// rounding, and the packed f16 products of Q4_0, Q5_0 and Q8_0 ((q - 8) * d, (q - 16) * d,
+// step s. Every other type (Q2_K, Q3_K, the IQ types) decodes element by element through
+// dq() (on the H100 about ten times slower: benches/RESULTS.md).
+// Each weight is f16(dq()): Q4_1, Q5_1, Q4_K, Q5_K and Q6_K repeat dq()'s f32 arithmetic
+// before one rounding, and the packed f16 products of Q4_0, Q5_0 and Q8_0 ((q - 8) * d, (q - 16) * d,
 // q * d) are exact before their one rounding; results equal sum(f16(w) * x) accumulated
 // in f32.
 //
@@ -93,12 +94,23 @@ layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint ro
 #elif QTYPE == 6 || QTYPE == 7
 #define RWN 6
 #define RWP 7u
+#elif QTYPE == 13 || QTYPE == 14
+// Q5_K / Q6_K: 20 words per row and step, staged in place (IN_PLACE): in the subgroup's
+// own 32 rows of the A buffer being filled (32 x 20 words, its rows' exact size), each
+// invocation reading its row back before overwriting it with the decoded weights.
+#define RWN 20
+#define RWP 20u
+#define IN_PLACE 1
 #else
 #define RWN 0
 #define RWP 0u
 #endif
 #define RW uint(RWN)
+#ifdef IN_PLACE
+shared uvec4 sm[SCR]; // 40 KiB: no scratch beside the tiles (with it, 50 KiB: past the 48 KiB limit)
+#else
 shared uvec4 sm[SCR + 32u * RWP];
+#endif
 
 vec4 nib_lo(uint u) { uint v = u & 0x0F0F0F0Fu; return vec4(v & 0xFFu, (v >> 8) & 0xFFu, (v >> 16) & 0xFFu, v >> 24); }
 
@@ -114,6 +126,21 @@ uint raw_word(uint r, uint w, uint k0) {
 #elif QTYPE == 12
     uint blk = row + (k0 >> 8) * QBYTES;
     uint a = w < 4u ? (blk >> 2) + w : ((blk + 16u + ((k0 >> 6) & 3u) * 32u) >> 2) + (w - 4u);
+#elif QTYPE == 13
+    // Words 0-3: d, dmin and scales; 4-11: the 32 qs bytes of sub-block t (nibble t % 2);
+    // 12-19: qh (bit t). The block is word-aligned (176 bytes).
+    uint blk = row + (k0 >> 8) * QBYTES;
+    uint a = (blk >> 2) + (w < 4u ? w : (w < 12u ? 8u + 8u * ((k0 >> 6) & 3u) + w : w - 8u));
+#elif QTYPE == 14
+    // Step g = (k0 / 32) % 4 of half n = (k0 / 128) % 2: words 0-8: the 32 ql bytes
+    // (64 n + 32 (g % 2), nibble g / 2), 9-17: the 32 qh bytes (128 + 32 n, bits 2g, 2g + 1),
+    // whichever half-word the block (210 bytes) starts at; 18: the word holding scales
+    // 8 n + 2 g and + 1; 19: the word holding d.
+    uint blk = row + (k0 >> 8) * QBYTES;
+    uint n = (k0 >> 7) & 1u, g = (k0 >> 5) & 3u;
+    uint a = w < 9u ? ((blk + 64u * n + 32u * (g & 1u)) >> 2) + w
+        : w < 18u ? ((blk + 128u + 32u * n) >> 2) + (w - 9u)
+        : w == 18u ? (blk + 192u + 8u * n + 2u * g) >> 2 : (blk + 208u) >> 2;
 #else
     uint a = 0u;
 #endif
@@ -193,6 +220,50 @@ void decode_row(uint o, uint q[RW > 0u ? RW : 1u], uint blk, uint k0) {
         sm[o + c2] = pack8(f16vec4(va), f16vec4(vb));
 #endif
     }
+#elif QTYPE == 13
+    // Q5_K: as Q4_K with bit t of each qh byte as the quant's bit 4:
+    // x = (d * sc) * q - dmin * m in f32 as dq() (no fused multiply-add), rounded once.
+    uint t = (k0 >> 5) & 7u; // uniform over the workgroup
+    uint tl = t & 3u;
+    uint s_t = (q[1] >> (8u * tl)) & 0xFFu;
+    uint s_t4 = (q[2] >> (8u * tl)) & 0xFFu;
+    uint s_t8 = (q[3] >> (8u * tl)) & 0xFFu;
+    uint sc = t < 4u ? (s_t & 63u) : ((s_t8 & 0xFu) | ((s_t >> 6) << 4));
+    uint m = t < 4u ? (s_t4 & 63u) : ((s_t8 >> 4) | ((s_t4 >> 6) << 4));
+    vec2 dm = unpackHalf2x16(q[0]);
+    precise float d1 = dm.x * float(sc);
+    precise float m1 = dm.y * float(m);
+    uint sh = (t & 1u) * 4u;
+    [[unroll]] for (uint c2 = 0; c2 < 4u; c2++) {
+        uint ba = ((q[4u + 2u * c2] >> sh) & 0x0F0F0F0Fu) | (((q[12u + 2u * c2] >> t) & 0x01010101u) << 4);
+        uint bb = ((q[5u + 2u * c2] >> sh) & 0x0F0F0F0Fu) | (((q[13u + 2u * c2] >> t) & 0x01010101u) << 4);
+        precise vec4 va = d1 * bytes_f32(ba) - m1;
+        precise vec4 vb = d1 * bytes_f32(bb) - m1;
+        sm[o + c2] = pack8(f16vec4(va), f16vec4(vb));
+    }
+#elif QTYPE == 14
+    // Q6_K: q = ql nibble | qh 2 bits << 4, x = (d * sc) * (q - 32) in f32 as dq(),
+    // rounded once; weights 0-15 of the step take scale 8 n + 2 g, 16-31 the next.
+    bool odd = (blk & 2u) != 0u;
+    uint g = (k0 >> 5) & 3u;
+    uint scw = q[18] >> (((blk + 2u * g) & 3u) * 8u);
+    float d = unpackHalf2x16(odd ? q[19] >> 16 : q[19]).x;
+    precise float ds0 = d * float(int(scw << 24) >> 24);
+    precise float ds1 = d * float(int(scw << 16) >> 24);
+    uint nsh = 4u * (g >> 1), hsh = 2u * g;
+    [[unroll]] for (uint c2 = 0; c2 < 4u; c2++) {
+        uint b[2];
+        [[unroll]] for (uint h = 0; h < 2u; h++) {
+            uint i = 2u * c2 + h;
+            uint lw = odd ? ((q[i] >> 16) | (q[i + 1u] << 16)) : q[i];
+            uint hw = odd ? ((q[9u + i] >> 16) | (q[10u + i] << 16)) : q[9u + i];
+            b[h] = ((lw >> nsh) & 0x0F0F0F0Fu) | (((hw >> hsh) & 0x03030303u) << 4);
+        }
+        float ds = c2 < 2u ? ds0 : ds1;
+        precise vec4 va = ds * (bytes_f32(b[0]) - 32.0);
+        precise vec4 vb = ds * (bytes_f32(b[1]) - 32.0);
+        sm[o + c2] = pack8(f16vec4(va), f16vec4(vb));
+    }
 #elif QTYPE == 12
     uint t = (k0 >> 5) & 7u; // uniform over the workgroup
     uint tl = t & 3u;
@@ -252,13 +323,29 @@ void main() {
 #if RWN > 0
     // Coalesced raw loads: slot s of lane L holds word (32 s + L) % RW of row
     // r0 + 32 sg + (32 s + L) / RW.
+#ifdef IN_PLACE
+    // (recomputed at each load: 20 slots would hold 40 registers)
+#define SROW(s_) min(r0 + 32u * sg + (32u * (s_) + lane) / RW, p.rows - 1u)
+#define SW(s_) ((32u * (s_) + lane) % RW)
+    // The scratch of buffer b: this subgroup's 32 rows of A there, in words.
+#define SCR_AT(b_) ((SA + (b_) * BM * LDSV + 32u * sg * LDSV) * 4u)
+#else
     uint srow[RW], sw[RW];
     [[unroll]] for (uint s = 0; s < RW; s++) {
         uint f = 32u * s + lane;
         srow[s] = min(r0 + 32u * sg + f / RW, p.rows - 1u);
         sw[s] = f % RW;
     }
+#define SROW(s_) srow[s_]
+#define SW(s_) sw[s_]
     uint scr = SCR * 4u + sg * 32u * RWP; // this subgroup's scratch, in words
+#define SCR_AT(b_) scr
+#endif
+#if QTYPE == 13 || QTYPE == 14
+#define BLK_AT(k0_) (rowb + ((k0_) >> 8) * QBYTES)
+#else
+#define BLK_AT(k0_) (rowb + ((k0_) >> 5) * QBYTES)
+#endif
 #endif
 
     MAT_C acc[4][4];
@@ -281,22 +368,22 @@ void main() {
 #define STORE_X(b_, xv_) [[unroll]] for (uint i = 0; i < 4u; i++) sm[SB + (b_) * BN * LDSV + (xt + 32u * i) * LDSV + xc] = xv_[i];
 #define PRODUCE_X { uvec4 xs[4] = xr; LOAD_X(k2) STORE_X(nxt, xs) }
 #if RWN > 0
-#define LOAD_W(k0_) [[unroll]] for (uint s_ = 0; s_ < RW; s_++) raw[s_] = raw_word(srow[s_], sw[s_], (k0_));
-    // raw into this subgroup's scratch: slot s of lane L is word (32 s + L) % RW of scratch
-    // row (32 s + L) / RW.
-#define STAGE_RAW() [[unroll]] for (uint s_ = 0; s_ < RW; s_++) { \
-    uint f = scr + (32u * s_ + lane) / RW * RWP + (32u * s_ + lane) % RW; sm[f >> 2][f & 3u] = raw[s_]; }
+#define LOAD_W(k0_) [[unroll]] for (uint s_ = 0; s_ < RW; s_++) raw[s_] = raw_word(SROW(s_), SW(s_), (k0_));
+    // raw into this subgroup's scratch for buffer b: slot s of lane L is word (32 s + L) % RW
+    // of scratch row (32 s + L) / RW.
+#define STAGE_RAW(b_) [[unroll]] for (uint s_ = 0; s_ < RW; s_++) { \
+    uint f = SCR_AT(b_) + (32u * s_ + lane) / RW * RWP + (32u * s_ + lane) % RW; sm[f >> 2][f & 3u] = raw[s_]; }
     // Once the scratch holds step k0: this invocation's row from it, decoded into buffer b.
 #define FINISH_W(b_, k0_) { subgroupMemoryBarrierShared(); subgroupBarrier(); \
     uint q_[RW]; \
-    [[unroll]] for (uint w = 0; w < RW; w++) { uint f = scr + lane * RWP + w; q_[w] = sm[f >> 2][f & 3u]; } \
-    decode_row(SA + (b_) * BM * LDSV + t * LDSV, q_, rowb + ((k0_) >> 5) * QBYTES, (k0_)); }
-#define STORE_W(b_, k0_) { STAGE_RAW() FINISH_W(b_, k0_) }
+    [[unroll]] for (uint w = 0; w < RW; w++) { uint f = SCR_AT(b_) + lane * RWP + w; q_[w] = sm[f >> 2][f & 3u]; } \
+    decode_row(SA + (b_) * BM * LDSV + t * LDSV, q_, BLK_AT(k0_), (k0_)); }
+#define STORE_W(b_, k0_) { STAGE_RAW(b_) FINISH_W(b_, k0_) }
 #define LOAD_STEP(k0_) { LOAD_W(k0_) LOAD_X(k0_) }
-#define STORE_STEP(b_, k0_) { STAGE_RAW() FINISH_W(b_, k0_) STORE_X(b_, xr) }
+#define STORE_STEP(b_, k0_) { STAGE_RAW(b_) FINISH_W(b_, k0_) STORE_X(b_, xr) }
     // The loads of step s + 2 issue between the scratch stores and the subgroup barrier.
-#define PRODUCE_STEP { STAGE_RAW() uvec4 xs[4] = xr; LOAD_STEP(k2) FINISH_W(nxt, kn) STORE_X(nxt, xs) }
-#define PRODUCE_W { STAGE_RAW() LOAD_W(k2) FINISH_W(nxt, kn) }
+#define PRODUCE_STEP { STAGE_RAW(nxt) uvec4 xs[4] = xr; LOAD_STEP(k2) FINISH_W(nxt, kn) STORE_X(nxt, xs) }
+#define PRODUCE_W { STAGE_RAW(nxt) LOAD_W(k2) FINISH_W(nxt, kn) }
 #elif QTYPE == 1
     // F16: a subgroup reads its 32 rows' 64-byte steps, 16 invocations per row, word
     // lane % 16 of rows 32 sg + lane / 16 + 2 i.
