@@ -744,10 +744,13 @@ pub enum MatMatPath {
     /// does not pick it.
     CoopMat2,
     /// `mul_mat_cm_i8.comp`: int8 cooperative matrices (16x16x32, int32 accumulation) on
-    /// `x` quantized to Q8_1 ([`quantize_q8_1`]), each 32-block's scales applied to its
-    /// exact int32 product (ggml's `vec_dot_q4_0_q8_1` / `vec_dot_q8_0_q8_1` per pair),
-    /// 128 x 128 tiles. Needs [`tuning::coopmat_int8`], `k % 32 == 0` and a type in
-    /// [`COOPMAT_INT8_TYPES`]. Results carry the Q8_1 rounding of `x`.
+    /// `x` quantized to Q8_1 (as [`quantize_q8_1`], in a tiled layout of
+    /// `quantize_q8_1_tiles.comp`), each 32-block's scales applied to its exact int32
+    /// product (ggml's `vec_dot_q4_0_q8_1` / `vec_dot_q8_0_q8_1` per pair), 128 x 128
+    /// tiles, warp-specialized. Needs [`tuning::coopmat_int8`], `k % 32 == 0` and a type
+    /// in [`COOPMAT_INT8_TYPES`]. Results carry the Q8_1 rounding of `x`. On the H100 it
+    /// runs at 114-124 TFLOP/s against 148-159 for [`MatMatPath::CoopMat`]
+    /// (benches/RESULTS.md), so [`MatMatPath::best`] does not pick it.
     CoopMatInt8,
 }
 
@@ -915,8 +918,17 @@ pub fn mat_mat_with(
     // The tensor-core kernels read x as f16 or Q8_1: converted once here, it is half the
     // bytes (or less) each of the rows / 128 workgroup columns re-reads from L2.
     let x16 = if opts.path == MatMatPath::CoopMatInt8 {
-        let xq = dev.alloc(36 * (n_tok * m.k / 32) as u64, MemoryKind::DeviceLocal)?;
-        quantize_q8_1(s, x, n_tok * m.k / 32, &xq)?;
+        // Q8_1 in the kernel's tiled layout (quantize_q8_1_tiles.comp): per 128-token tile
+        // and k-block, 4 KiB of quants; then the f16 scales, 256 bytes per tile and block.
+        let n_pad = (gy as usize) * tile_tokens;
+        let xq = dev.alloc((n_pad * m.k + n_pad * m.k / 16) as u64, MemoryKind::DeviceLocal)?;
+        let qp = dev.pipeline(
+            &dev.kernel("quantize_q8_1_tiles")?,
+            &PipelineOptions { spec_constants: vec![(0, 64)], ..Default::default() },
+        )?;
+        let pairs = (n_pad / 2 * m.k / 32) as u64;
+        let groups = grid(&dev, "mat_mat", pairs.div_ceil(64))?;
+        s.dispatch(&qp, &[x.into(), (&xq).into()], &push_words(&[n_tok as u32, m.k as u32, n_pad as u32]), groups)?;
         xq
     } else {
         let n4 = (n_tok * m.k / 4) as u64;

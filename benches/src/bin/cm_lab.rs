@@ -4,8 +4,9 @@
 //! fresh device each, and times `quant::mat_mat_with(.., MatMatPath::CoopMat, ..)` at
 //! 14336x4096 and 4096x14336 by 512 tokens for Q4_0, Q8_0 and Q4_K, checking every output
 //! against the built-in kernel's. With `VKML_LAB_PATH=cm2` the files replace
-//! `mul_mat_cm2.<type>` and run on [`MatMatPath::CoopMat2`] instead (the reference stays the
-//! built-in `mul_mat_cm`). For trying kernel variants in one device session.
+//! `mul_mat_cm2.<type>` and run on [`MatMatPath::CoopMat2`] instead, with `VKML_LAB_PATH=i8`
+//! `mul_mat_cm_i8.<type>` on [`MatMatPath::CoopMatInt8`] (Q4_0 and Q8_0 only; x quantized
+//! to Q8_1 in each call); the reference stays the built-in `mul_mat_cm`. For trying kernel variants in one device session.
 //!
 //! Prints the driver's compiler statistics of each kernel (registers, shared memory,
 //! where the driver reports them through VK_KHR_pipeline_executable_properties).
@@ -70,13 +71,16 @@ fn main() {
         })
         .filter(|(_, n, _)| wanted.split(',').any(|w| w == n))
         .collect();
-    let cm2 = std::env::var("VKML_LAB_PATH").is_ok_and(|v| v == "cm2");
-    let lab_path = if cm2 { MatMatPath::CoopMat2 } else { MatMatPath::CoopMat };
+    let (lab_path, default_kernel) = match std::env::var("VKML_LAB_PATH").as_deref() {
+        Ok("cm2") => (MatMatPath::CoopMat2, "mul_mat_cm2"),
+        Ok("i8") => (MatMatPath::CoopMatInt8, "mul_mat_cm_i8"),
+        _ => (MatMatPath::CoopMat, "mul_mat_cm"),
+    };
     // The built-in kernel a lab file replaces (VKML_LAB_KERNEL, e.g. mul_mat_cm256); shapes
     // on which the op runs another kernel run that one (each line names it).
     let lab_kernel =
         std::env::var("VKML_LAB_KERNEL")
-            .unwrap_or_else(|_| if cm2 { "mul_mat_cm2".into() } else { "mul_mat_cm".into() });
+            .unwrap_or_else(|_| default_kernel.into());
     // RxT or RxTxZ (Z: split-K factor of a direct run).
     let parse_tile = |v: &str| -> Option<(usize, usize, usize)> {
         let mut it = v.split('x').map(str::parse::<usize>);
