@@ -13,7 +13,7 @@
 // a quarter of four X rows beside it (16-byte stores; shared memory is uvec4 throughout).
 // On the H100 the L1 / shared-memory pipe, not the tensor cores, bounds this kernel, so
 // the design counts its wavefronts (one per cache line an instruction touches):
-//   - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights are read coalesced: a
+//   - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K and Q6_K weights are read coalesced: a
 //     subgroup reads its 32 rows' step bytes (RW words per row) with consecutive
 //     invocations on consecutive words (an instruction touches ~32 / RW rows instead of
 //     32), passes them through a per-subgroup scratch in shared memory (odd row stride
@@ -30,9 +30,9 @@
 // harmless), rows and tokens past the matrix are clamped to the last one (their products
 // land in outputs that are never stored), and Q4_K's scale selection is branch-free, so
 // the compiler can interleave the decode and stores of step s + 1 with the multiplies of
-// step s. Every other type (Q2_K, Q3_K, the IQ types) decodes element by element through
+// step s. Every other type (Q3_K, the IQ types) decodes element by element through
 // dq() (on the H100 about ten times slower: benches/RESULTS.md).
-// Each weight is f16(dq()): Q4_1, Q5_1, Q4_K, Q5_K and Q6_K repeat dq()'s f32 arithmetic
+// Each weight is f16(dq()): Q4_1, Q5_1, Q2_K, Q4_K, Q5_K and Q6_K repeat dq()'s f32 arithmetic
 // before one rounding, and the packed f16 products of Q4_0, Q5_0 and Q8_0 ((q - 8) * d, (q - 16) * d,
 // q * d) are exact before their one rounding; results equal sum(f16(w) * x) accumulated
 // in f32.
@@ -94,6 +94,9 @@ layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint ro
 #elif QTYPE == 6 || QTYPE == 7
 #define RWN 6
 #define RWP 7u
+#elif QTYPE == 10
+#define RWN 10
+#define RWP 11u
 #elif QTYPE == 13 || QTYPE == 14
 // Q5_K / Q6_K: 20 words per row and step, staged in place (IN_PLACE): in the subgroup's
 // own 32 rows of the A buffer being filled (32 x 20 words, its rows' exact size), each
@@ -126,6 +129,13 @@ uint raw_word(uint r, uint w, uint k0) {
 #elif QTYPE == 12
     uint blk = row + (k0 >> 8) * QBYTES;
     uint a = w < 4u ? (blk >> 2) + w : ((blk + 16u + ((k0 >> 6) & 3u) * 32u) >> 2) + (w - 4u);
+#elif QTYPE == 10
+    // Q2_K, sub-block t = (k0 / 32) % 8 of half n = t / 4: words 0-7: the 32 qs bytes
+    // (16 + 32 n, 2-bit field t % 4), 8: the word holding scales 8 n + 2 (t % 4) and + 1,
+    // 9: d and dmin. The block is word-aligned (84 bytes).
+    uint blk = row + (k0 >> 8) * QBYTES;
+    uint t = (k0 >> 5) & 7u;
+    uint a = (blk >> 2) + (w < 8u ? 4u + 8u * (t >> 2) + w : (w == 8u ? 2u * (t >> 2) + ((t & 3u) >> 1) : 20u));
 #elif QTYPE == 13
     // Words 0-3: d, dmin and scales; 4-11: the 32 qs bytes of sub-block t (nibble t % 2);
     // 12-19: qh (bit t). The block is word-aligned (176 bytes).
@@ -219,6 +229,23 @@ void decode_row(uint o, uint q[RW > 0u ? RW : 1u], uint blk, uint k0) {
         precise vec4 vb = bytes_f32(bb) * dm.x + dm.y;
         sm[o + c2] = pack8(f16vec4(va), f16vec4(vb));
 #endif
+    }
+#elif QTYPE == 10
+    // Q2_K: x = (d * sc) * q - dmin * m in f32 as dq() (no fused multiply-add), rounded
+    // once; weights 0-15 of the step take scale byte 8 n + 2 (t % 4), 16-31 the next.
+    uint t = (k0 >> 5) & 7u; // uniform over the workgroup
+    uint scw = q[8] >> (16u * (t & 1u));
+    vec2 dm = unpackHalf2x16(q[9]);
+    precise float dl0 = dm.x * float(scw & 0xFu);
+    precise float ml0 = dm.y * float((scw >> 4) & 0xFu);
+    precise float dl1 = dm.x * float((scw >> 8) & 0xFu);
+    precise float ml1 = dm.y * float((scw >> 12) & 0xFu);
+    uint sh = 2u * (t & 3u);
+    [[unroll]] for (uint c2 = 0; c2 < 4u; c2++) {
+        float dl = c2 < 2u ? dl0 : dl1, ml = c2 < 2u ? ml0 : ml1;
+        precise vec4 va = dl * bytes_f32((q[2u * c2] >> sh) & 0x03030303u) - ml;
+        precise vec4 vb = dl * bytes_f32((q[2u * c2 + 1u] >> sh) & 0x03030303u) - ml;
+        sm[o + c2] = pack8(f16vec4(va), f16vec4(vb));
     }
 #elif QTYPE == 13
     // Q5_K: as Q4_K with bit t of each qh byte as the quant's bit 4:
@@ -341,7 +368,7 @@ void main() {
     uint scr = SCR * 4u + sg * 32u * RWP; // this subgroup's scratch, in words
 #define SCR_AT(b_) scr
 #endif
-#if QTYPE == 13 || QTYPE == 14
+#if QTYPE == 10 || QTYPE == 13 || QTYPE == 14
 #define BLK_AT(k0_) (rowb + ((k0_) >> 8) * QBYTES)
 #else
 #define BLK_AT(k0_) (rowb + ((k0_) >> 5) * QBYTES)
