@@ -154,10 +154,11 @@ pub fn mat_mat_tall_tile(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool 
 /// step: on the H100 (benches/RESULTS.md, 2026-11-24, fourth session) Q4_K and Q4_0 gain,
 /// Q8_0 gains nothing (it takes `mul_mat_cm256.comp` on big grids: [`mat_mat_tall_tile`])
 /// and F16 loses 5-9 %. Q4_1, Q5_0 and Q5_1 gain or stay even (Q4_1 139 / 159 -> 161 /
-/// 161); Q5_K and Q6_K (coalesced since the fifth session) gain 30 % and 13 % (plain:
-/// 48 / 52 and 36 / 40 TFLOP/s, warp-specialized 61 / 68 and 40 / 46); the types decoded
-/// element by element (Q2_K, Q3_K, IQ*, ...) run within 5 % either way. Elsewhere (not
-/// measured) the plain order stays.
+/// 161); Q5_K and Q6_K (coalesced since the fifth session) gain about 30 % and 12 %
+/// (plain: 48 / 52 and 36 / 40 TFLOP/s, warp-specialized 61 / 68 and 40 / 46; Q2_K,
+/// coalesced too, runs 134 / 157 warp-specialized); the types decoded element by element
+/// (Q3_K, IQ*, ...) run within 5 % either way. Elsewhere (not measured) the plain order
+/// stays.
 pub fn mat_mat_warp_specialized(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool {
     use vkml_quant::GgmlType;
     match caps.arch {
@@ -171,7 +172,7 @@ pub fn mat_mat_warp_specialized(caps: &Capabilities, ty: vkml_quant::GgmlType) -
 /// that took Q4_K from 125-129 to 130-152 TFLOP/s (14336x4096 / 4096x14336 by 512
 /// tokens), but cost Q4_0, Q4_1, Q5_0 and Q5_1 more at 14336 rows than it gave at 4096,
 /// so those keep x with the producers; the other types follow Q4_K (Q5_K and Q6_K
-/// measured 3-8 % faster with it than with x by the producers; the generic per-element
+/// measured 3-7 % faster with it than with x by the producers; the generic per-element
 /// decode within 5 % either way).
 pub fn mat_mat_x_by_multipliers(caps: &Capabilities, ty: vkml_quant::GgmlType) -> bool {
     use vkml_quant::GgmlType;
