@@ -108,7 +108,7 @@ fn main() {
                 let defines: Vec<String> = job.variant.defines.iter().map(|(k, v)| format!("({k:?}, {v:?})")).collect();
                 writeln!(
                     entries,
-                    "    ShaderInfo {{ name: {:?}, file: {:?}, defines: &[{}], spirv: &SPV_{i}.0, bindings: &[{}], push_constant_size: {}, spec_ids: &{:?}, local_size: {:?} }},",
+                    "    ShaderInfo {{ name: {:?}, file: {:?}, defines: &[{}], spirv: &SPV_{i}.0, bindings: &[{}], push_constant_size: {}, spec_ids: &{:?}, local_size: {:?}, shared_memory_size: {:?} }},",
                     job.variant.key,
                     file_name(&job.file),
                     defines.join(", "),
@@ -116,6 +116,7 @@ fn main() {
                     iface.push_constant_size,
                     iface.spec_ids,
                     iface.local_size,
+                    iface.shared_memory_size,
                 )
                 .unwrap();
             }

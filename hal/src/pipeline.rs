@@ -148,6 +148,16 @@ impl Pipeline {
                 iface.push_constant_size, caps.limits.max_push_constants_size
             )));
         }
+        // Past the limit a driver may build the pipeline anyway and the kernel fault on the
+        // GPU (NVIDIA: Xid 13), so refuse it here.
+        if let Some(bytes) = iface.shared_memory_size {
+            if bytes > caps.limits.max_shared_memory {
+                return Err(bad(format!(
+                    "declares {bytes} bytes of shared memory; the device allows {}",
+                    caps.limits.max_shared_memory
+                )));
+            }
+        }
         if let Some([x, y, z]) = iface.local_size {
             let l = &caps.limits;
             if x > l.max_workgroup_size[0]

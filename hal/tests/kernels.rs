@@ -170,6 +170,31 @@ fn shader_syntax_error_is_a_clear_error() {
 }
 
 #[test]
+fn shared_memory_past_the_device_limit_is_refused() {
+    let dev = common::device();
+    let limit = dev.caps().limits.max_shared_memory;
+    // `words` uvec4 of shared memory (plus a 3-float struct), one invocation using them.
+    let src = |words: u32| {
+        format!(
+            "#version 450\nlayout(local_size_x = 64) in;\nlayout(std430, binding = 0) buffer B {{ uint b[]; }};\n\
+             struct S {{ float a, c, d; }};\nshared uvec4 sm[{words}];\nshared S st;\n\
+             void main() {{ sm[gl_LocalInvocationID.x] = uvec4(1u); st.a = 2.0; barrier();\n\
+             b[gl_LocalInvocationID.x] = sm[63u - gl_LocalInvocationID.x].x + uint(st.a); }}\n"
+        )
+    };
+    let fits = limit / 16 - 1;
+    let k = dev.register_kernel("user.shared_fits", &Glsl::new(), src(fits).as_bytes()).unwrap();
+    assert_eq!(k.interface().shared_memory_size, Some(16 * fits + 12));
+    dev.pipeline(&k, &PipelineOptions::default()).unwrap();
+    let big = dev.register_kernel("user.shared_big", &Glsl::new(), src(limit / 16 + 1).as_bytes()).unwrap();
+    let err = dev.pipeline(&big, &PipelineOptions::default()).unwrap_err().to_string();
+    assert!(
+        err.contains("user.shared_big") && err.contains("shared memory") && err.contains(&limit.to_string()),
+        "{err}"
+    );
+}
+
+#[test]
 fn dispatch_arguments_are_checked() {
     let dev = common::device();
     let k = dev.kernel("affine.f32").unwrap();

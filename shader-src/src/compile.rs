@@ -145,6 +145,10 @@ pub struct Interface {
     /// `WorkgroupSize` built-in made of specialization constants (GLSL
     /// `local_size_x_id`) replaces it when the pipeline is specialized.
     pub local_size: Option<[u32; 3]>,
+    /// Bytes of shared (`Workgroup`) memory the module declares, counted without padding
+    /// (a lower bound of what the driver allocates); `None` where a size depends on a
+    /// specialization constant.
+    pub shared_memory_size: Option<u32>,
 }
 
 /// Compiles one compute shader to SPIR-V words.
@@ -314,6 +318,7 @@ pub fn reflect(name: &str, words: &[u32]) -> Result<Interface, CompileError> {
 
     let mut bindings = BTreeMap::new();
     let mut push_constant_size = 0;
+    let mut shared_memory_size = Some(0u32);
     for var in m.types_global_values.iter().filter(|i| i.class.opcode == Op::Variable) {
         let (Some(id), Some(ptr_ty)) = (var.result_id, var.result_type) else { continue };
         let Some(Operand::StorageClass(class)) = var.operands.first() else { continue };
@@ -359,6 +364,11 @@ pub fn reflect(name: &str, words: &[u32]) -> Result<Interface, CompileError> {
                 push_constant_size = type_size(&defs, &member_decorations, &decorations, pointee)
                     .ok_or_else(|| bad("the push-constant block has a type whose size vkml cannot compute".into()))?;
             }
+            StorageClass::Workgroup => {
+                shared_memory_size = shared_memory_size
+                    .zip(packed_size(&defs, pointee))
+                    .and_then(|(total, size)| total.checked_add(size));
+            }
             StorageClass::UniformConstant => {
                 return Err(bad(format!(
                     "variable %{id} is an image, sampler or uniform constant; vkml kernels take storage buffers only"
@@ -385,7 +395,7 @@ pub fn reflect(name: &str, words: &[u32]) -> Result<Interface, CompileError> {
         }
         _ => None,
     });
-    Ok(Interface { bindings: out, push_constant_size, spec_ids, local_size })
+    Ok(Interface { bindings: out, push_constant_size, spec_ids, local_size, shared_memory_size })
 }
 
 /// The module-level instructions reflection needs, sorted by section. rspirv's `dr`
@@ -469,6 +479,33 @@ type MemberDecorations = HashMap<(u32, u32), Vec<(Decoration, Option<u32>)>>;
 
 /// Size in bytes of a type with explicit layout (the push-constant block): a struct is
 /// as large as its furthest member (`Offset` + member size).
+/// The size of `ty` with its members packed without padding (shared-memory variables carry
+/// no layout decorations); `None` for an array whose length is not a plain constant (a
+/// specialization constant) or a type this does not know.
+fn packed_size(defs: &HashMap<u32, &Instruction>, ty: u32) -> Option<u32> {
+    let ins = defs.get(&ty)?;
+    let id_at = |k: usize| match ins.operands.get(k) {
+        Some(Operand::IdRef(t)) => Some(*t),
+        _ => None,
+    };
+    match ins.class.opcode {
+        Op::TypeInt | Op::TypeFloat => literal(ins.operands.first()).map(|bits| bits / 8),
+        Op::TypeBool => Some(4),
+        Op::TypeVector | Op::TypeMatrix => literal(ins.operands.get(1))?.checked_mul(packed_size(defs, id_at(0)?)?),
+        Op::TypeArray => {
+            let len = defs
+                .get(&id_at(1)?)
+                .filter(|c| c.class.opcode == Op::Constant)
+                .and_then(|c| literal(c.operands.first()))?;
+            len.checked_mul(packed_size(defs, id_at(0)?)?)
+        }
+        Op::TypeStruct => {
+            (0..ins.operands.len()).try_fold(0u32, |acc, k| acc.checked_add(packed_size(defs, id_at(k)?)?))
+        }
+        _ => None,
+    }
+}
+
 fn type_size(
     defs: &HashMap<u32, &Instruction>,
     members: &MemberDecorations,

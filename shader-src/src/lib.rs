@@ -32,6 +32,8 @@ pub struct ShaderInfo {
     pub spec_ids: &'static [u32],
     /// Literal workgroup size, when not set by specialization constants.
     pub local_size: Option<[u32; 3]>,
+    /// Bytes of shared memory declared (unpadded), where no specialization constant sets it.
+    pub shared_memory_size: Option<u32>,
 }
 
 impl ShaderInfo {
@@ -49,6 +51,7 @@ impl ShaderInfo {
             push_constant_size: self.push_constant_size,
             spec_ids: self.spec_ids.to_vec(),
             local_size: self.local_size,
+            shared_memory_size: self.shared_memory_size,
         }
     }
 }
@@ -86,6 +89,25 @@ mod tests {
         assert!(get("affine.f16").is_some());
         assert!(get("no-such-shader").is_none());
         assert!(header("common.glsl").is_some_and(|t| t.contains("vkml_global_index_1d")));
+    }
+
+    #[test]
+    fn shared_memory_is_reflected_and_within_48_kib() {
+        // mul_mat_cm.q4_0: two 128-row A and two 128-token B buffers of 5 uvec4 per row,
+        // plus the 4 subgroups' 32 x 5-word scratch rows (include/mul_mat_cm.glsl's layout).
+        let cm = get("mul_mat_cm.q4_0").expect("mul_mat_cm.q4_0 is registered");
+        assert_eq!(cm.shared_memory_size, Some(16 * (4 * 128 * 5) + 4 * (4 * 32 * 5)));
+        assert_eq!(get("affine.f32").unwrap().shared_memory_size, Some(0));
+        // Every kernel whose size is known fits the 48 KiB the tensor-core paths require
+        // (NVIDIA's Vulkan limit); past it a pipeline is refused (vkml-hal).
+        for s in SHADERS {
+            assert!(
+                s.shared_memory_size.is_none_or(|b| b <= 48 * 1024),
+                "{}: {:?} bytes",
+                s.name,
+                s.shared_memory_size
+            );
+        }
     }
 
     #[test]

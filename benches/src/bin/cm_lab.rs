@@ -78,9 +78,7 @@ fn main() {
     };
     // The built-in kernel a lab file replaces (VKML_LAB_KERNEL, e.g. mul_mat_cm256); shapes
     // on which the op runs another kernel run that one (each line names it).
-    let lab_kernel =
-        std::env::var("VKML_LAB_KERNEL")
-            .unwrap_or_else(|_| default_kernel.into());
+    let lab_kernel = std::env::var("VKML_LAB_KERNEL").unwrap_or_else(|_| default_kernel.into());
     // RxT or RxTxZ (Z: split-K factor of a direct run).
     let parse_tile = |v: &str| -> Option<(usize, usize, usize)> {
         let mut it = v.split('x').map(str::parse::<usize>);
