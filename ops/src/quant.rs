@@ -659,6 +659,10 @@ fn mat_vec_core(
     Ok(())
 }
 
+/// Invocations per workgroup of the Q8_1 quantizers (`quantize_q8_1.comp`,
+/// `quantize_q8_1_tiles.comp`).
+const Q8_1_WORKGROUP: u32 = 64;
+
 /// Records the quantization of `n_blocks * 32` f32 values of `x` to Q8_1 blocks in `out`
 /// (36 bytes each: f16 d, f16 s = d * sum(q), 32 x i8), as ggml's `quantize_row_q8_1_ref`
 /// up to GPU division rounding (a quant may differ by one step at a rounding boundary).
@@ -676,11 +680,8 @@ pub fn quantize_q8_1(s: &mut Stream, x: &vkml_hal::Buffer, n_blocks: usize, out:
         return Ok(());
     }
     let dev = s.device().clone();
-    let p = dev.pipeline(
-        &dev.kernel("quantize_q8_1")?,
-        &PipelineOptions { spec_constants: vec![(0, 64)], ..Default::default() },
-    )?;
-    let groups = grid(&dev, "quantize_q8_1", (n_blocks as u64).div_ceil(64))?;
+    let p = pipeline(&dev, "quantize_q8_1", Q8_1_WORKGROUP)?;
+    let groups = grid(&dev, "quantize_q8_1", (n_blocks as u64).div_ceil(u64::from(Q8_1_WORKGROUP)))?;
     s.dispatch(&p, &[x.into(), out.into()], &push_words(&[n_blocks as u32]), groups)?;
     Ok(())
 }
@@ -922,12 +923,9 @@ pub fn mat_mat_with(
         // and k-block, 4 KiB of quants; then the f16 scales, 256 bytes per tile and block.
         let n_pad = (gy as usize) * tile_tokens;
         let xq = dev.alloc((n_pad * m.k + n_pad * m.k / 16) as u64, MemoryKind::DeviceLocal)?;
-        let qp = dev.pipeline(
-            &dev.kernel("quantize_q8_1_tiles")?,
-            &PipelineOptions { spec_constants: vec![(0, 64)], ..Default::default() },
-        )?;
+        let qp = pipeline(&dev, "quantize_q8_1_tiles", Q8_1_WORKGROUP)?;
         let pairs = (n_pad / 2 * m.k / 32) as u64;
-        let groups = grid(&dev, "mat_mat", pairs.div_ceil(64))?;
+        let groups = grid(&dev, "mat_mat", pairs.div_ceil(u64::from(Q8_1_WORKGROUP)))?;
         s.dispatch(&qp, &[x.into(), (&xq).into()], &push_words(&[n_tok as u32, m.k as u32, n_pad as u32]), groups)?;
         xq
     } else {

@@ -361,12 +361,12 @@ pub fn reflect(name: &str, words: &[u32]) -> Result<Interface, CompileError> {
                 }
             }
             StorageClass::PushConstant => {
-                push_constant_size = type_size(&defs, &member_decorations, &decorations, pointee)
+                push_constant_size = type_size(&defs, Layout::Explicit(&member_decorations, &decorations), pointee)
                     .ok_or_else(|| bad("the push-constant block has a type whose size vkml cannot compute".into()))?;
             }
             StorageClass::Workgroup => {
                 shared_memory_size = shared_memory_size
-                    .zip(packed_size(&defs, pointee))
+                    .zip(type_size(&defs, Layout::Packed, pointee))
                     .and_then(|(total, size)| total.checked_add(size));
             }
             StorageClass::UniformConstant => {
@@ -477,81 +477,70 @@ fn struct_member_count(defs: &HashMap<u32, &Instruction>, ty: u32) -> u32 {
 type Decorations = HashMap<u32, Vec<(Decoration, Option<u32>)>>;
 type MemberDecorations = HashMap<(u32, u32), Vec<(Decoration, Option<u32>)>>;
 
-/// Size in bytes of a type with explicit layout (the push-constant block): a struct is
-/// as large as its furthest member (`Offset` + member size).
-/// The size of `ty` with its members packed without padding (shared-memory variables carry
-/// no layout decorations); `None` for an array whose length is not a plain constant (a
-/// specialization constant) or a type this does not know.
-fn packed_size(defs: &HashMap<u32, &Instruction>, ty: u32) -> Option<u32> {
+/// How [`type_size`] lays a type out.
+#[derive(Clone, Copy)]
+enum Layout<'a> {
+    /// By its `Offset`, `ArrayStride` and `MatrixStride` decorations (the push-constant
+    /// block): a struct is as large as its furthest member (`Offset` + member size).
+    Explicit(&'a MemberDecorations, &'a Decorations),
+    /// Packed without padding (shared-memory variables carry no layout decorations): a
+    /// lower bound of what the driver allocates.
+    Packed,
+}
+
+/// Size in bytes of `ty` laid out by `layout`; `None` for an array whose length is not a
+/// plain constant (a specialization constant), a missing layout decoration, or a type
+/// this does not know.
+fn type_size(defs: &HashMap<u32, &Instruction>, layout: Layout<'_>, ty: u32) -> Option<u32> {
     let ins = defs.get(&ty)?;
     let id_at = |k: usize| match ins.operands.get(k) {
         Some(Operand::IdRef(t)) => Some(*t),
         _ => None,
     };
+    let size_of = |t: u32| type_size(defs, layout, t);
     match ins.class.opcode {
         Op::TypeInt | Op::TypeFloat => literal(ins.operands.first()).map(|bits| bits / 8),
         Op::TypeBool => Some(4),
-        Op::TypeVector | Op::TypeMatrix => literal(ins.operands.get(1))?.checked_mul(packed_size(defs, id_at(0)?)?),
+        Op::TypeVector => literal(ins.operands.get(1))?.checked_mul(size_of(id_at(0)?)?),
+        // With an explicit layout a matrix's size comes from its member's MatrixStride.
+        Op::TypeMatrix if matches!(layout, Layout::Packed) => {
+            literal(ins.operands.get(1))?.checked_mul(size_of(id_at(0)?)?)
+        }
         Op::TypeArray => {
             let len = defs
                 .get(&id_at(1)?)
                 .filter(|c| c.class.opcode == Op::Constant)
                 .and_then(|c| literal(c.operands.first()))?;
-            len.checked_mul(packed_size(defs, id_at(0)?)?)
-        }
-        Op::TypeStruct => {
-            (0..ins.operands.len()).try_fold(0u32, |acc, k| acc.checked_add(packed_size(defs, id_at(k)?)?))
-        }
-        _ => None,
-    }
-}
-
-fn type_size(
-    defs: &HashMap<u32, &Instruction>,
-    members: &MemberDecorations,
-    decorations: &Decorations,
-    ty: u32,
-) -> Option<u32> {
-    let ins = defs.get(&ty)?;
-    let id_at = |k: usize| match ins.operands.get(k) {
-        Some(Operand::IdRef(t)) => Some(*t),
-        _ => None,
-    };
-    match ins.class.opcode {
-        Op::TypeInt | Op::TypeFloat => literal(ins.operands.first()).map(|bits| bits / 8),
-        Op::TypeBool => Some(4),
-        Op::TypeVector => {
-            let n = literal(ins.operands.get(1))?;
-            Some(n * type_size(defs, members, decorations, id_at(0)?)?)
-        }
-        Op::TypeArray => {
-            let len_id = id_at(1)?;
-            let len = defs
-                .get(&len_id)
-                .filter(|c| c.class.opcode == Op::Constant)
-                .and_then(|c| literal(c.operands.first()))?;
-            let stride = decorations.get(&ty)?.iter().find(|(d, _)| *d == Decoration::ArrayStride)?.1?;
+            let stride = match layout {
+                Layout::Explicit(_, decorations) => {
+                    decorations.get(&ty)?.iter().find(|(d, _)| *d == Decoration::ArrayStride)?.1?
+                }
+                Layout::Packed => size_of(id_at(0)?)?,
+            };
             len.checked_mul(stride)
         }
-        Op::TypeStruct => {
-            let mut end = 0u32;
-            for k in 0..ins.operands.len() {
-                let member_ty = id_at(k)?;
-                let decs = members.get(&(ty, k as u32));
-                let offset =
-                    decs.and_then(|v| v.iter().find(|(d, _)| *d == Decoration::Offset)).and_then(|(_, v)| *v)?;
-                let size = match defs.get(&member_ty).map(|i| i.class.opcode) {
-                    Some(Op::TypeMatrix) => {
-                        let cols = literal(defs[&member_ty].operands.get(1))?;
-                        let stride = decs?.iter().find(|(d, _)| *d == Decoration::MatrixStride)?.1?;
-                        cols.checked_mul(stride)?
-                    }
-                    _ => type_size(defs, members, decorations, member_ty)?,
-                };
-                end = end.max(offset.checked_add(size)?);
+        Op::TypeStruct => match layout {
+            Layout::Packed => (0..ins.operands.len()).try_fold(0u32, |acc, k| acc.checked_add(size_of(id_at(k)?)?)),
+            Layout::Explicit(members, _) => {
+                let mut end = 0u32;
+                for k in 0..ins.operands.len() {
+                    let member_ty = id_at(k)?;
+                    let decs = members.get(&(ty, k as u32));
+                    let offset =
+                        decs.and_then(|v| v.iter().find(|(d, _)| *d == Decoration::Offset)).and_then(|(_, v)| *v)?;
+                    let size = match defs.get(&member_ty).map(|i| i.class.opcode) {
+                        Some(Op::TypeMatrix) => {
+                            let cols = literal(defs[&member_ty].operands.get(1))?;
+                            let stride = decs?.iter().find(|(d, _)| *d == Decoration::MatrixStride)?.1?;
+                            cols.checked_mul(stride)?
+                        }
+                        _ => size_of(member_ty)?,
+                    };
+                    end = end.max(offset.checked_add(size)?);
+                }
+                Some(end)
             }
-            Some(end)
-        }
+        },
         _ => None,
     }
 }

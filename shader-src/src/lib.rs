@@ -94,7 +94,7 @@ mod tests {
     #[test]
     fn shared_memory_is_reflected_and_within_48_kib() {
         // mul_mat_cm.q4_0: two 128-row A and two 128-token B buffers of 5 uvec4 per row,
-        // plus the 4 subgroups' 32 x 5-word scratch rows (include/mul_mat_cm.glsl's layout).
+        // plus the 4 subgroups' 32 x 5-word scratch rows (mul_mat_cm.comp's `sm`).
         let cm = get("mul_mat_cm.q4_0").expect("mul_mat_cm.q4_0 is registered");
         assert_eq!(cm.shared_memory_size, Some(16 * (4 * 128 * 5) + 4 * (4 * 32 * 5)));
         assert_eq!(get("affine.f32").unwrap().shared_memory_size, Some(0));
