@@ -247,8 +247,8 @@ void decode_row(uint o, uint q[RW > 0u ? RW : 1u], uint blk, uint k0) {
         precise vec4 vb = dl * bytes_f32((q[2u * c2 + 1u] >> sh) & 0x03030303u) - ml;
         sm[o + c2] = pack8(f16vec4(va), f16vec4(vb));
     }
-#elif QTYPE == 13
-    // Q5_K: as Q4_K with bit t of each qh byte as the quant's bit 4:
+#elif QTYPE == 12 || QTYPE == 13
+    // Q4_K, and Q5_K with bit t of each qh byte as the quant's bit 4:
     // x = (d * sc) * q - dmin * m in f32 as dq() (no fused multiply-add), rounded once.
     uint t = (k0 >> 5) & 7u; // uniform over the workgroup
     uint tl = t & 3u;
@@ -262,10 +262,15 @@ void decode_row(uint o, uint q[RW > 0u ? RW : 1u], uint blk, uint k0) {
     precise float m1 = dm.y * float(m);
     uint sh = (t & 1u) * 4u;
     [[unroll]] for (uint c2 = 0; c2 < 4u; c2++) {
+#if QTYPE == 12
+        precise vec4 va = d1 * nib_lo(q[4u + 2u * c2] >> sh) - m1;
+        precise vec4 vb = d1 * nib_lo(q[5u + 2u * c2] >> sh) - m1;
+#else
         uint ba = ((q[4u + 2u * c2] >> sh) & 0x0F0F0F0Fu) | (((q[12u + 2u * c2] >> t) & 0x01010101u) << 4);
         uint bb = ((q[5u + 2u * c2] >> sh) & 0x0F0F0F0Fu) | (((q[13u + 2u * c2] >> t) & 0x01010101u) << 4);
         precise vec4 va = d1 * bytes_f32(ba) - m1;
         precise vec4 vb = d1 * bytes_f32(bb) - m1;
+#endif
         sm[o + c2] = pack8(f16vec4(va), f16vec4(vb));
     }
 #elif QTYPE == 14
@@ -289,23 +294,6 @@ void decode_row(uint o, uint q[RW > 0u ? RW : 1u], uint blk, uint k0) {
         float ds = c2 < 2u ? ds0 : ds1;
         precise vec4 va = ds * (bytes_f32(b[0]) - 32.0);
         precise vec4 vb = ds * (bytes_f32(b[1]) - 32.0);
-        sm[o + c2] = pack8(f16vec4(va), f16vec4(vb));
-    }
-#elif QTYPE == 12
-    uint t = (k0 >> 5) & 7u; // uniform over the workgroup
-    uint tl = t & 3u;
-    uint s_t = (q[1] >> (8u * tl)) & 0xFFu;
-    uint s_t4 = (q[2] >> (8u * tl)) & 0xFFu;
-    uint s_t8 = (q[3] >> (8u * tl)) & 0xFFu;
-    uint sc = t < 4u ? (s_t & 63u) : ((s_t8 & 0xFu) | ((s_t >> 6) << 4));
-    uint m = t < 4u ? (s_t4 & 63u) : ((s_t8 >> 4) | ((s_t4 >> 6) << 4));
-    vec2 dm = unpackHalf2x16(q[0]);
-    precise float d1 = dm.x * float(sc);
-    precise float m1 = dm.y * float(m);
-    uint sh = (t & 1u) * 4u;
-    [[unroll]] for (uint c2 = 0; c2 < 4u; c2++) {
-        precise vec4 va = d1 * nib_lo(q[4u + 2u * c2] >> sh) - m1;
-        precise vec4 vb = d1 * nib_lo(q[5u + 2u * c2] >> sh) - m1;
         sm[o + c2] = pack8(f16vec4(va), f16vec4(vb));
     }
 #endif
