@@ -15,6 +15,8 @@
 use vkml_hal::{BufferArg, Device, MemoryKind, PipelineOptions, Stream};
 use vkml_quant::GgmlType;
 
+use crate::dtype::Dtype;
+use crate::elementwise::{self, BinaryOp, UnaryOp, View};
 use crate::error::{OpsError, Result};
 use crate::launch::{grid, pipeline, push_words};
 use crate::nn::GluActivation;
@@ -180,25 +182,90 @@ fn variant(op: &'static str, ty: GgmlType) -> Result<&'static str> {
 }
 
 /// A quantized (or f32/f16/bf16) weight matrix in device-local memory.
+///
+/// A matrix larger than one storage-buffer binding (`maxStorageBufferRange`: 128 MiB on
+/// lavapipe and many phone GPUs, 4 GiB on desktop ones) is held as several parts of whole
+/// rows, each in its own buffer ([`QMatrix::parts`]); every op here runs one dispatch per
+/// part and writes the part's rows of its output in place.
 #[derive(Debug, Clone)]
 pub struct QMatrix {
-    buffer: vkml_hal::Buffer,
+    parts: Vec<QPart>,
     ty: GgmlType,
     rows: usize,
     k: usize,
     row_bytes: u64,
 }
 
+/// Rows `row0 .. row0 + rows` of a [`QMatrix`] in one buffer (raw blocks, row `i` of the
+/// part at byte `i * row_bytes`).
+#[derive(Debug, Clone)]
+pub struct QPart {
+    buffer: vkml_hal::Buffer,
+    row0: usize,
+    rows: usize,
+}
+
+impl QPart {
+    /// The buffer holding the part's blocks (padded to whole 32-bit words).
+    pub fn buffer(&self) -> &vkml_hal::Buffer {
+        &self.buffer
+    }
+    /// The matrix row the part starts at.
+    pub fn row0(&self) -> usize {
+        self.row0
+    }
+    /// Rows in the part.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+}
+
+/// Rows per part of a matrix of `row_bytes`-byte rows on `dev`, parts holding at most
+/// `max_part_bytes` (and at most one storage-buffer binding): a multiple of the rows whose
+/// f32 outputs span `minStorageBufferOffsetAlignment` bytes, so that each part's outputs
+/// can be bound where they start.
+fn rows_per_part(dev: &Device, op: &'static str, row_bytes: u64, max_part_bytes: u64) -> Result<usize> {
+    let limits = &dev.caps().limits;
+    let bytes = max_part_bytes.min(limits.max_storage_buffer_range).min(u64::from(u32::MAX)) & !3;
+    let align_rows = (limits.min_storage_buffer_offset_alignment / 4).max(1);
+    let rows = bytes / row_bytes.max(1) / align_rows * align_rows;
+    if rows == 0 {
+        return Err(OpsError::Shape {
+            op,
+            reason: format!(
+                "{align_rows} rows of {row_bytes} bytes (the fewest a part can hold) exceed a storage binding of {bytes} bytes"
+            ),
+        });
+    }
+    Ok(usize::try_from(rows).unwrap_or(usize::MAX))
+}
+
 impl QMatrix {
     /// Uploads `rows x k` elements of type `ty` given as raw GGML block bytes
     /// (`rows * k / block_size * type_size` bytes, the layout of a GGUF tensor with
-    /// `dims = [k, rows]`).
+    /// `dims = [k, rows]`), in parts of at most one storage-buffer binding each.
     ///
     /// # Errors
-    /// [`OpsError::Shape`] when `k` is not a multiple of the block size or `bytes` has the
-    /// wrong length; [`OpsError::UnsupportedType`] for types without GPU kernels;
-    /// HAL errors from allocation and upload.
+    /// [`OpsError::Shape`] when `k` is not a multiple of the block size, `bytes` has the
+    /// wrong length, or one row is too long for a binding; [`OpsError::UnsupportedType`]
+    /// for types without GPU kernels; HAL errors from allocation and upload.
     pub fn upload(dev: &Device, ty: GgmlType, rows: usize, k: usize, bytes: &[u8]) -> Result<QMatrix> {
+        Self::upload_in_parts(dev, ty, rows, k, bytes, u64::MAX)
+    }
+
+    /// [`QMatrix::upload`] with parts of at most `max_part_bytes` each (capped at the
+    /// device's storage-buffer binding; tests use it to split small matrices).
+    ///
+    /// # Errors
+    /// As [`QMatrix::upload`].
+    pub fn upload_in_parts(
+        dev: &Device,
+        ty: GgmlType,
+        rows: usize,
+        k: usize,
+        bytes: &[u8],
+        max_part_bytes: u64,
+    ) -> Result<QMatrix> {
         variant("QMatrix::upload", ty)?;
         let bs = ty.block_size();
         if k == 0 || !k.is_multiple_of(bs) {
@@ -215,16 +282,22 @@ impl QMatrix {
                 reason: format!("{rows} rows of {k} {ty:?} elements are {want:?} bytes, got {}", bytes.len()),
             });
         }
-        if bytes.len() as u64 > u64::from(u32::MAX) {
-            return Err(OpsError::Shape {
-                op: "QMatrix::upload",
-                reason: format!("{} bytes exceed the 4 GiB byte addressing of the kernels", bytes.len()),
-            });
+        let per_part = rows_per_part(dev, "QMatrix::upload", row_bytes, max_part_bytes)?;
+        let mut parts = Vec::with_capacity(rows.div_ceil(per_part).max(1));
+        let mut row0 = 0;
+        loop {
+            let n = (rows - row0).min(per_part);
+            let part = &bytes[(row0 as u64 * row_bytes) as usize..((row0 + n) as u64 * row_bytes) as usize];
+            // Padded to whole 32-bit words: the kernels read the bytes as `uint[]`.
+            let buffer = dev.alloc((part.len() as u64).div_ceil(4).max(1) * 4, MemoryKind::DeviceLocal)?;
+            buffer.write(0, part)?;
+            parts.push(QPart { buffer, row0, rows: n });
+            row0 += n;
+            if row0 >= rows {
+                break;
+            }
         }
-        // Pad to whole 32-bit words: the kernels read the bytes as `uint[]`.
-        let buffer = dev.alloc((bytes.len() as u64).div_ceil(4) * 4, MemoryKind::DeviceLocal)?;
-        buffer.write(0, bytes)?;
-        Ok(QMatrix { buffer, ty, rows, k, row_bytes })
+        Ok(QMatrix { parts, ty, rows, k, row_bytes })
     }
 
     /// Uploads a 2-D GGUF tensor (`dims = [k, rows]`; 1-D tensors are one row).
@@ -262,9 +335,10 @@ impl QMatrix {
     pub fn row_bytes(&self) -> u64 {
         self.row_bytes
     }
-    /// The device buffer holding the blocks.
-    pub fn buffer(&self) -> &vkml_hal::Buffer {
-        &self.buffer
+    /// The parts holding the rows, in order (one unless the matrix is larger than a
+    /// storage-buffer binding).
+    pub fn parts(&self) -> &[QPart] {
+        &self.parts
     }
 
     /// The rows of `parts`, in order, as one matrix (a copy recorded on `s`): Q, K and V
@@ -289,17 +363,33 @@ impl QMatrix {
             });
         }
         let rows: usize = parts.iter().map(|p| p.rows).sum();
-        let total: u64 = parts.iter().map(|p| p.rows as u64 * p.row_bytes).sum();
-        let buf = s.device().alloc(total.max(4), MemoryKind::DeviceLocal)?;
-        let mut at = 0;
-        for p in parts {
-            let len = p.rows as u64 * p.row_bytes;
-            if len > 0 {
-                s.copy(p.buffer(), 0, &buf, at, len)?;
+        let rb = first.row_bytes;
+        let dev = s.device().clone();
+        let per_part = rows_per_part(&dev, "concat_rows", rb, u64::MAX)?;
+        let mut out = Vec::with_capacity(rows.div_ceil(per_part).max(1));
+        let mut row0 = 0;
+        loop {
+            let n = (rows - row0).min(per_part);
+            let buffer = dev.alloc((n as u64 * rb).div_ceil(4).max(1) * 4, MemoryKind::DeviceLocal)?;
+            out.push(QPart { buffer, row0, rows: n });
+            row0 += n;
+            if row0 >= rows {
+                break;
             }
-            at += len;
         }
-        Ok(QMatrix { ty: first.ty, rows, k: first.k, row_bytes: first.row_bytes, buffer: buf })
+        // Every source part's rows, in order, into the destination parts they fall in.
+        let mut at = 0; // destination row
+        for src in parts.iter().flat_map(|p| &p.parts) {
+            let mut done = 0;
+            while done < src.rows {
+                let dst = &out[at / per_part];
+                let n = (src.rows - done).min(dst.rows - (at - dst.row0));
+                s.copy(&src.buffer, done as u64 * rb, &dst.buffer, (at - dst.row0) as u64 * rb, n as u64 * rb)?;
+                done += n;
+                at += n;
+            }
+        }
+        Ok(QMatrix { ty: first.ty, rows, k: first.k, row_bytes: rb, parts: out })
     }
 }
 
@@ -348,9 +438,19 @@ pub fn dequantize(s: &mut Stream, m: &QMatrix, out: &vkml_hal::Buffer) -> Result
         });
     }
     let p = pipeline(&dev, &format!("dequant.{}", variant("dequantize", m.ty)?), ELEMENTWISE_WORKGROUP)?;
-    let n_blocks = n / m.ty.block_size() as u64;
-    let groups = grid(&dev, "dequantize", n.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
-    s.dispatch(&p, &[m.buffer().into(), out.into()], &push_words(&[0, n_blocks as u32, 0]), groups)?;
+    // Per part, in chunks whose f32 output fits one binding too (it is larger than the blocks).
+    let chunk = rows_per_part(&dev, "dequantize", 4 * m.k as u64, u64::MAX)?;
+    for part in &m.parts {
+        for r in (0..part.rows).step_by(chunk) {
+            let rows = (part.rows - r).min(chunk);
+            let n = (rows * m.k) as u64;
+            let n_blocks = n / m.ty.block_size() as u64;
+            let groups = grid(&dev, "dequantize", n.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
+            let pc = push_words(&[(r as u64 * m.row_bytes) as u32, n_blocks as u32, 0]);
+            let y = BufferArg::range(out, 4 * ((part.row0 + r) * m.k) as u64, 4 * n);
+            s.dispatch(&p, &[(&part.buffer).into(), y], &pc, groups)?;
+        }
+    }
     Ok(())
 }
 
@@ -384,8 +484,14 @@ pub fn get_rows(
     if gz > u64::from(dev.caps().limits.max_workgroup_count[2]) {
         return Err(OpsError::Shape { op: "get_rows", reason: format!("{n_ids} ids exceed the device's grid") });
     }
-    let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, n_ids as u32, m.rows as u32]);
-    s.dispatch(&p, &[m.buffer().into(), ids.into(), out.into()], &pc, [gx as u32, gy as u32, gz as u32])?;
+    // One dispatch per part, each writing the ids it holds (the last one also NaN for ids
+    // past the table).
+    for (i, part) in m.parts.iter().enumerate() {
+        let last = u32::from(i + 1 == m.parts.len());
+        let pc =
+            push_words(&[0, m.row_bytes as u32, m.k as u32, n_ids as u32, part.rows as u32, part.row0 as u32, last]);
+        s.dispatch(&p, &[(&part.buffer).into(), ids.into(), out.into()], &pc, [gx as u32, gy as u32, gz as u32])?;
+    }
     Ok(())
 }
 
@@ -555,6 +661,24 @@ fn mat_vec_core(
     if batch == 0 || m.rows == 0 {
         return Ok(());
     }
+    if glu && m.parts.len() > 1 {
+        // The gate and up rows of a split matrix lie in different parts: both halves into
+        // a scratch [batch, 2 out_rows], then act(gate) * up on its strided halves.
+        let both = dev.alloc(4 * (batch * m.rows) as u64, MemoryKind::DeviceLocal)?;
+        mat_vec_core(s, m, x, pre_quantized, batch, &both, cfg, MatVecEpilogue::Store)?;
+        let MatVecEpilogue::Glu(act) = epilogue else { unreachable!("glu is a Glu epilogue") };
+        let op = match act {
+            GluActivation::Silu => UnaryOp::Silu,
+            GluActivation::Gelu => UnaryOp::Gelu,
+            GluActivation::GeluErf => UnaryOp::GeluErf,
+        };
+        let (strides, packed) = ([m.rows, 1], [out_rows, 1]);
+        let gated = dev.alloc(4 * (batch * out_rows) as u64, MemoryKind::DeviceLocal)?;
+        let half = |offset| View { buffer: &both, offset, strides: &strides };
+        elementwise::unary(s, op, Dtype::F32, &[batch, out_rows], half(0), &gated)?;
+        let gated_view = View { buffer: &gated, offset: 0, strides: &packed };
+        return elementwise::binary(s, BinaryOp::Mul, Dtype::F32, &[batch, out_rows], gated_view, half(out_rows), y);
+    }
     let caps = dev.caps();
     let block = block_kernel(m.ty);
     let row_sg = tuning::row_subgroup_size(caps).filter(|_| cfg.subgroup_rows && block.is_some());
@@ -581,9 +705,9 @@ fn mat_vec_core(
         None
     };
     let nr = if use_dot { cfg.dot_rows_per_subgroup } else { cfg.rows_per_subgroup };
-    let groups = match row_sg {
-        Some((sg, _)) => grid(&dev, "mat_vec", (out_rows as u64).div_ceil(u64::from(cfg.workgroup.max(sg) / sg * nr)))?,
-        None => grid(&dev, "mat_vec", out_rows as u64)?,
+    let groups = |rows: usize| match row_sg {
+        Some((sg, _)) => grid(&dev, "mat_vec", (rows as u64).div_ceil(u64::from(cfg.workgroup.max(sg) / sg * nr))),
+        None => grid(&dev, "mat_vec", rows as u64),
     };
     let pipeline_for = |nb: usize| -> Result<std::sync::Arc<vkml_hal::Pipeline>> {
         let (name, options) = match row_sg {
@@ -619,7 +743,6 @@ fn mat_vec_core(
     };
     for b0 in (0..batch).step_by(MAX_MAT_VEC_BATCH) {
         let nb = (batch - b0).min(MAX_MAT_VEC_BATCH);
-        let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, out_rows as u32, nb as u32]);
         // Later batch chunks bind sub-ranges of x and y, which must meet the device's
         // storage-buffer offset alignment.
         let x_off = (4 * b0 * m.k) as u64;
@@ -649,12 +772,15 @@ fn mat_vec_core(
             }
             None => BufferArg::range(x, x_off, (4 * nb * m.k) as u64),
         };
-        s.dispatch(
-            &p,
-            &[m.buffer().into(), x_arg, BufferArg::range(y, y_off, (4 * nb * out_rows) as u64)],
-            &pc,
-            groups,
-        )?;
+        // One dispatch per part: its rows of each batch column, y bound from the part's
+        // first output (an aligned offset: QPart rows start at multiples of the alignment)
+        // with the matrix's row stride. A gated product has one part (handled above).
+        for part in &m.parts {
+            let rows = if glu { out_rows } else { part.rows };
+            let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, nb as u32, out_rows as u32]);
+            let y_arg = BufferArg::range(y, y_off + 4 * part.row0 as u64, (4 * ((nb - 1) * out_rows + rows)) as u64);
+            s.dispatch(&p, &[(&part.buffer).into(), x_arg, y_arg], &pc, groups(rows)?)?;
+        }
     }
     Ok(())
 }
@@ -787,6 +913,8 @@ pub struct MatMatOptions {
     /// `k` range (their partial products are added by a second kernel). `None` splits
     /// only grids of fewer than 128 tiles, up to about 128 workgroups with chunks of at
     /// least 1024 `k` (on the H100 a split of a 128-tile grid is slower, benches/RESULTS.md).
+    /// A matrix held in several [`QPart`]s runs without a split (its outputs are written
+    /// in place per part).
     pub split_k: Option<u32>,
 }
 
@@ -899,18 +1027,38 @@ pub fn mat_mat_with(
     if gx > u64::from(lim[0]) || gy > u64::from(lim[1]) {
         return Err(OpsError::Shape { op: "mat_mat", reason: format!("{gx} x {gy} tiles exceed the device's grid") });
     }
-    let p = dev.pipeline(&dev.kernel(&format!("{name}.{}", variant("mat_mat", m.ty)?))?, &options)?;
+    // y from row `row0` on, with the matrix's row stride: a part's outputs (QPart rows
+    // start at offsets meeting the storage-buffer alignment).
+    let y_from =
+        |row0: usize, rows: usize| BufferArg::range(y, 4 * row0 as u64, (4 * ((n_tok - 1) * m.rows + rows)) as u64);
     if opts.path == MatMatPath::Scalar {
-        let pc =
-            push_words(&[0, m.row_bytes as u32, m.k as u32, m.rows as u32, n_tok as u32, u32::from(opts.accumulate)]);
-        s.dispatch(&p, &[m.buffer().into(), x.into(), y.into()], &pc, [gx as u32, gy as u32, 1])?;
+        let p = dev.pipeline(&dev.kernel(&format!("{name}.{}", variant("mat_mat", m.ty)?))?, &options)?;
+        for part in &m.parts {
+            let pc = push_words(&[
+                0,
+                m.row_bytes as u32,
+                m.k as u32,
+                part.rows as u32,
+                n_tok as u32,
+                u32::from(opts.accumulate),
+                m.rows as u32,
+            ]);
+            let groups = [part.rows.div_ceil(tile_rows) as u32, gy as u32, 1];
+            s.dispatch(&p, &[(&part.buffer).into(), x.into(), y_from(part.row0, part.rows)], &pc, groups)?;
+        }
         return Ok(());
     }
     // Split-K: each output tile's k range is shared by `splits` workgroups (chunks a
     // multiple of 256, so no block straddles two), so that a grid of few tiles still
     // keeps every multiprocessor's memory pipeline busy.
     let max_splits = (m.k / 1024).max(1) as u64;
-    let want = opts.split_k.map_or_else(|| MAT_MAT_TARGET_GROUPS.div_ceil(gx * gy).min(max_splits), u64::from).max(1);
+    // (A matrix in several parts is large: it runs without a split, each part's outputs
+    // written in place.)
+    let want = if m.parts.len() > 1 {
+        1
+    } else {
+        opts.split_k.map_or_else(|| MAT_MAT_TARGET_GROUPS.div_ceil(gx * gy).min(max_splits), u64::from).max(1)
+    };
     let k_chunk = (m.k as u64).div_ceil(want).next_multiple_of(256);
     let splits = (m.k as u64).div_ceil(k_chunk);
     if splits > u64::from(lim[2]) {
@@ -936,6 +1084,31 @@ pub fn mat_mat_with(
         s.dispatch(&cvt, &[x.into(), (&x16).into()], &push_words(&[n4 as u32]), groups)?;
         x16
     };
+    if m.parts.len() > 1 {
+        for part in &m.parts {
+            // Each part its own kernel choice and grid (the same kernel but for a short last part).
+            let (name, tile_rows, _) = mat_mat_kernel(dev.caps(), opts.path, m.ty, part.rows, n_tok);
+            let options = PipelineOptions {
+                spec_constants: tuning::mat_mat_spec_constants(dev.caps(), name, m.ty),
+                ..options.clone()
+            };
+            let p = dev.pipeline(&dev.kernel(&format!("{name}.{}", variant("mat_mat", m.ty)?))?, &options)?;
+            let pc = push_words(&[
+                0,
+                m.row_bytes as u32,
+                m.k as u32,
+                part.rows as u32,
+                n_tok as u32,
+                u32::from(opts.accumulate),
+                k_chunk as u32,
+                m.rows as u32,
+            ]);
+            let groups = [part.rows.div_ceil(tile_rows) as u32, gy as u32, 1];
+            s.dispatch(&p, &[(&part.buffer).into(), (&x16).into(), y_from(part.row0, part.rows)], &pc, groups)?;
+        }
+        return Ok(());
+    }
+    let p = dev.pipeline(&dev.kernel(&format!("{name}.{}", variant("mat_mat", m.ty)?))?, &options)?;
     let out_len = (n_tok * m.rows) as u64;
     let part = if splits > 1 { Some(dev.alloc(4 * splits * out_len, MemoryKind::DeviceLocal)?) } else { None };
     let accumulate = opts.accumulate && part.is_none();
@@ -947,9 +1120,10 @@ pub fn mat_mat_with(
         n_tok as u32,
         u32::from(accumulate),
         k_chunk as u32,
+        m.rows as u32,
     ]);
     let c_arg = part.as_ref().map_or(y.into(), Into::into);
-    s.dispatch(&p, &[m.buffer().into(), (&x16).into(), c_arg], &pc, [gx as u32, gy as u32, splits as u32])?;
+    s.dispatch(&p, &[(&m.parts[0].buffer).into(), (&x16).into(), c_arg], &pc, [gx as u32, gy as u32, splits as u32])?;
     if let Some(part) = &part {
         let red = pipeline(&dev, "reduce_partials", ELEMENTWISE_WORKGROUP)?;
         let groups = grid(&dev, "mat_mat", out_len.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;

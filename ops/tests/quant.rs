@@ -899,3 +899,227 @@ fn fused_mat_vec_epilogues_match_cpu() {
     }
     assert_clean(&dev);
 }
+
+/// A matrix held in several parts (`QMatrix::upload_in_parts`, as a matrix past one
+/// storage-buffer binding is): dequantize, get_rows, every mat-vec epilogue (the gated
+/// product across parts), concat_rows of split matrices and every mat-mat path against the
+/// CPU reference, and the mat-vec and mat-mat outputs bit-identical to the same matrix in
+/// one part. 300 rows in parts of at most 70 rows (5 parts, a short last one). Mat-vecs on
+/// the device's default launch (integer dot on Q8_1 activations where it has them: checked
+/// against one part only, its rounding is `integer_dot_mat_vec_matches_cpu_dot`'s) and on
+/// the per-element kernel (f32 activations: against the CPU).
+#[test]
+fn split_matrices_match_cpu() {
+    let dev = device();
+    let cfg = vkml_ops::tuning::mat_vec_config(dev.caps());
+    let configs = [cfg, mat_vec_configs(&dev)[0]];
+    for ty in [GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_NL] {
+        let bs = ty.block_size().max(32);
+        let (rows, k) = (300, 2 * bs);
+        let bytes = encode(ty, &weights(rows, k, 21));
+        let w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
+        let row_bytes = (bytes.len() / rows) as u64;
+        let whole = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+        let m = QMatrix::upload_in_parts(&dev, ty, rows, k, &bytes, 70 * row_bytes).unwrap();
+        let parts = m.parts();
+        assert!(parts.len() >= 5, "{ty:?}: {} parts", parts.len());
+        assert!(parts.windows(2).all(|p| p[0].row0() + p[0].rows() == p[1].row0() && p[0].rows() <= 70));
+        assert_eq!(parts.last().map(|p| p.row0() + p.rows()), Some(rows));
+
+        // Dequantize and get_rows, bit for bit.
+        let out = dev.alloc(4 * (rows * k) as u64, MemoryKind::DeviceLocal).unwrap();
+        let ids: Vec<u32> = vec![0, 299, 67, 68, 150, 1000, 5, 64, 63];
+        let idb = dev.upload(&ids).unwrap();
+        let rows_out = dev.alloc(4 * (ids.len() * k) as u64, MemoryKind::DeviceLocal).unwrap();
+        let mut s = Stream::new(&dev).unwrap();
+        quant::dequantize(&mut s, &m, &out).unwrap();
+        quant::get_rows(&mut s, &m, &idb, ids.len(), &rows_out).unwrap();
+        s.finish_and_wait().unwrap();
+        let got = out.to_vec::<f32>().unwrap();
+        assert!(got.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty:?} dequantize");
+        let got = rows_out.to_vec::<f32>().unwrap();
+        for (i, &id) in ids.iter().enumerate() {
+            let row = &got[i * k..(i + 1) * k];
+            if (id as usize) < rows {
+                let want = &w[id as usize * k..(id as usize + 1) * k];
+                assert!(row.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty:?} get_rows id {id}");
+            } else {
+                assert!(row.iter().all(|v| v.is_nan()), "{ty:?} get_rows id {id} past the table");
+            }
+        }
+
+        // Mat-vec: store and residual add, against the CPU and against one part.
+        for cfg in configs {
+            for batch in [1usize, 3] {
+                let x = weights(batch, k, 40 + batch as u64);
+                let xb = dev.upload(&x).unwrap();
+                let y0 = weights(batch, rows, 8);
+                let (ya, yb, yw) = (dev.upload(&y0).unwrap(), dev.upload(&y0).unwrap(), dev.upload(&y0).unwrap());
+                let mut s = Stream::new(&dev).unwrap();
+                quant::mat_vec_with(&mut s, &m, &xb, batch, &ya, cfg).unwrap();
+                quant::mat_vec_fused(&mut s, &m, &xb, batch, &yb, cfg, MatVecEpilogue::Add).unwrap();
+                quant::mat_vec_with(&mut s, &whole, &xb, batch, &yw, cfg).unwrap();
+                s.finish_and_wait().unwrap();
+                let (ya, yb, yw) =
+                    (ya.to_vec::<f32>().unwrap(), yb.to_vec::<f32>().unwrap(), yw.to_vec::<f32>().unwrap());
+                assert_eq!(ya, yw, "{ty:?} {cfg:?} batch {batch}: parts against one part");
+                if cfg.integer_dot && quant::DOT_TYPES.contains(&ty) {
+                    continue;
+                }
+                for b in 0..batch {
+                    for r in 0..rows {
+                        let (d, mag) = dot_ref(&w, &x, k, r, b);
+                        let got = f64::from(ya[b * rows + r]);
+                        assert!((got - d).abs() <= 1e-5 * mag + 1e-30, "{ty:?} {cfg:?} b {b} r {r}: gpu {got} cpu {d}");
+                        let want = f64::from(y0[b * rows + r]) + d;
+                        let got = f64::from(yb[b * rows + r]);
+                        assert!(
+                            (got - want).abs() <= 1e-5 * (mag + want.abs()) + 1e-30,
+                            "add {ty:?} {cfg:?} b {b} r {r}: gpu {got} cpu {want}"
+                        );
+                    }
+                }
+            }
+        }
+
+        // concat_rows of split matrices (gate = m, up = its reverse rows' matrix) and the
+        // gated product over the result, whose gate and up rows lie in different parts.
+        let rev: Vec<u8> = bytes.chunks(row_bytes as usize).rev().flatten().copied().collect();
+        let up = QMatrix::upload_in_parts(&dev, ty, rows, k, &rev, 70 * row_bytes).unwrap();
+        let ud = vkml_quant::dequantize_to_vec(ty, &rev).unwrap();
+        let mut s = Stream::new(&dev).unwrap();
+        let gu = QMatrix::concat_rows(&mut s, &[&m, &up]).unwrap();
+        s.finish_and_wait().unwrap();
+        assert_eq!(gu.rows(), 2 * rows);
+        let out = dev.alloc(4 * (2 * rows * k) as u64, MemoryKind::DeviceLocal).unwrap();
+        let mut s = Stream::new(&dev).unwrap();
+        quant::dequantize(&mut s, &gu, &out).unwrap();
+        s.finish_and_wait().unwrap();
+        let got = out.to_vec::<f32>().unwrap();
+        assert!(got.iter().zip(w.iter().chain(&ud)).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty:?} concat_rows");
+        let batch = 2;
+        let x = weights(batch, k, 61);
+        let xb = dev.upload(&x).unwrap();
+        let yg = dev.alloc(4 * (batch * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+        let mut s = Stream::new(&dev).unwrap();
+        let glu = MatVecEpilogue::Glu(GluActivation::Silu);
+        quant::mat_vec_fused(&mut s, &gu, &xb, batch, &yg, configs[1], glu).unwrap();
+        s.finish_and_wait().unwrap();
+        let y = yg.to_vec::<f32>().unwrap();
+        for b in 0..batch {
+            for r in 0..rows {
+                let ((g, mg), (u, mu)) = (dot_ref(&w, &x, k, r, b), dot_ref(&ud, &x, k, r, b));
+                let want = act(GluActivation::Silu, g) * u;
+                let tol =
+                    1.13 * 1e-5 * mg * u.abs() + act(GluActivation::Silu, g).abs() * 1e-5 * mu + 1e-6 * want.abs();
+                let got = f64::from(y[b * rows + r]);
+                assert!((got - want).abs() <= tol + 1e-30, "glu {ty:?} b {b} r {r}: gpu {got} cpu {want}");
+            }
+        }
+
+        // Mat-mat on every path, with the residual add.
+        for path in mat_mat_paths(&dev) {
+            if (path == MatMatPath::CoopMat2 && !quant::COOPMAT2_TYPES.contains(&ty))
+                || (path != MatMatPath::Scalar && !k.is_multiple_of(32))
+            {
+                continue;
+            }
+            let n_tok = if path == MatMatPath::Scalar { 9 } else { 150 };
+            let mut x = weights(n_tok, k, 33);
+            let xb = dev.upload(&x).unwrap();
+            let y0 = weights(n_tok, rows, 12);
+            let (ys, yw) = (dev.upload(&y0).unwrap(), dev.upload(&y0).unwrap());
+            let opts = MatMatOptions { path, accumulate: true, split_k: None };
+            let mut s = Stream::new(&dev).unwrap();
+            quant::mat_mat_with(&mut s, &m, &xb, n_tok, &ys, opts).unwrap();
+            quant::mat_mat_with(&mut s, &whole, &xb, n_tok, &yw, opts).unwrap();
+            s.finish_and_wait().unwrap();
+            let (y, yw) = (ys.to_vec::<f32>().unwrap(), yw.to_vec::<f32>().unwrap());
+            assert_eq!(y, yw, "{path:?} {ty:?}: parts against one part");
+            let mut wr = w.clone();
+            let tol = if path == MatMatPath::Scalar {
+                1e-5
+            } else {
+                for v in wr.iter_mut().chain(x.iter_mut()) {
+                    *v = half::f16::from_f32(*v).to_f32();
+                }
+                1e-4
+            };
+            for n in 0..n_tok {
+                for r in 0..rows {
+                    let (d, mag) = dot_ref(&wr, &x, k, r, n);
+                    let want = f64::from(y0[n * rows + r]) + d;
+                    let got = f64::from(y[n * rows + r]);
+                    assert!(
+                        (got - want).abs() <= tol * (mag + want.abs()) + 1e-30,
+                        "{path:?} {ty:?} token {n} row {r}: gpu {got} cpu {want}"
+                    );
+                }
+            }
+        }
+    }
+    // One row past a binding is refused by name.
+    let e = QMatrix::upload_in_parts(&dev, GgmlType::Q8_0, 8, 64, &vec![0u8; 8 * 68], 100).unwrap_err();
+    assert!(e.to_string().contains("exceed a storage binding"), "{e}");
+    assert_clean(&dev);
+}
+
+/// A matrix past the device's own storage-buffer binding (lavapipe: 128 MiB), as an 8B
+/// model's token embedding is on such devices: uploaded in parts, then mat-vec and get_rows
+/// against the CPU reference. Runs where `maxStorageBufferRange` is at most 256 MiB.
+#[test]
+fn matrix_past_one_binding_runs_in_parts() {
+    let dev = device();
+    let limit = dev.caps().limits.max_storage_buffer_range;
+    if limit > 256 << 20 {
+        eprintln!("maxStorageBufferRange is {limit} bytes: no matrix of this test passes it");
+        return;
+    }
+    let (ty, k) = (GgmlType::Q8_0, 4096);
+    let row_bytes = (k / 32 * 34) as u64;
+    let rows = (limit / row_bytes) as usize + 300;
+    // Random Q8_0 blocks: f16 scales of 2^-10 .. 2^-7, random quants.
+    let mut st = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        st ^= st << 13;
+        st ^= st >> 7;
+        st ^= st << 17;
+        st
+    };
+    let mut bytes = vec![0u8; rows * row_bytes as usize];
+    for blk in bytes.chunks_mut(34) {
+        let r = next();
+        let d = half::f16::from_f32(f32::from(1u16 << (r % 4)) / 1024.0);
+        blk[..2].copy_from_slice(&d.to_le_bytes());
+        for (i, q) in blk[2..].iter_mut().enumerate() {
+            *q = (r >> (i % 8 * 8)) as u8 ^ (i as u8).wrapping_mul(37);
+        }
+    }
+    assert!(bytes.len() as u64 > limit);
+    let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+    assert!(m.parts().len() >= 2, "{} bytes in {} parts", bytes.len(), m.parts().len());
+    let x = weights(1, k, 5);
+    let xb = dev.upload(&x).unwrap();
+    let y = dev.alloc(4 * rows as u64, MemoryKind::DeviceLocal).unwrap();
+    let ids: Vec<u32> = vec![0, (rows - 1) as u32, m.parts()[1].row0() as u32, 17];
+    let idb = dev.upload(&ids).unwrap();
+    let got_rows = dev.alloc(4 * (ids.len() * k) as u64, MemoryKind::DeviceLocal).unwrap();
+    let mut s = Stream::new(&dev).unwrap();
+    quant::mat_vec(&mut s, &m, &xb, 1, &y).unwrap();
+    quant::get_rows(&mut s, &m, &idb, ids.len(), &got_rows).unwrap();
+    s.finish_and_wait().unwrap();
+    let y = y.to_vec::<f32>().unwrap();
+    for (r, row) in bytes.chunks(row_bytes as usize).enumerate() {
+        let w = vkml_quant::dequantize_to_vec(ty, row).unwrap();
+        let (d, mag) = dot_ref(&w, &x, k, 0, 0);
+        let got = f64::from(y[r]);
+        assert!((got - d).abs() <= 1e-5 * mag + 1e-30, "row {r}: gpu {got} cpu {d}");
+    }
+    let got = got_rows.to_vec::<f32>().unwrap();
+    for (i, &id) in ids.iter().enumerate() {
+        let start = id as usize * row_bytes as usize;
+        let want = vkml_quant::dequantize_to_vec(ty, &bytes[start..start + row_bytes as usize]).unwrap();
+        assert!(got[i * k..(i + 1) * k].iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "get_rows id {id}");
+    }
+    assert_clean(&dev);
+}

@@ -38,10 +38,12 @@
 // in f32.
 //
 // Split-K: workgroup z sums k in [z * k_chunk, min(k, (z + 1) * k_chunk)) and writes its
-// partial product to C + z * n_tok * rows (k_chunk a multiple of 256); the op adds the
+// partial product to C + z * n_tok * ldc (k_chunk a multiple of 256); the op adds the
 // partials afterwards (`reduce_partials.comp`). Without a split (one z), C is the output.
 // Bindings: 0 = W, 1 = X (uvec4: 8 halves), 2 = C. Push constants: w_offset, row_bytes, k,
-// rows, n_tok, accumulate (1: add to C, folding a residual add into the product), k_chunk.
+// rows, n_tok, accumulate (1: add to C, folding a residual add into the product), k_chunk,
+// ldc (C's row stride: rows, or the whole matrix's where the op runs one part of a matrix
+// split over several bindings).
 // w_offset must be a multiple of 4 and row_bytes even (every block size here is).
 // Grid: x = ceil(rows / 128), y = ceil(n_tok / 128), z = ceil(k / k_chunk).
 // Requires subgroup size 32. Specialization constant 0, ROW_RASTER: when true, workgroup
@@ -70,7 +72,7 @@ layout(constant_id = 3) const bool X_BY_MULTIPLIERS = false;
 #include "quant.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { uvec4 x8[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; } p;
 
 #define BM 128u
 #define BN 128u
@@ -470,7 +472,7 @@ void main() {
     }
 
     // The A buffers become the staging area (64 uvec4 = 256 floats per subgroup).
-    uint cbase = gl_WorkGroupID.z * p.n_tok * p.rows;
+    uint cbase = gl_WorkGroupID.z * p.n_tok * p.ldc;
     if (multiply) [[unroll]] for (uint i = 0; i < 4u; i++) {
         [[unroll]] for (uint j = 0; j < 4u; j++) {
             uint tr = r0 + wr * 64u + 16u * i, tn = n0 + wn * 64u + 16u * j;

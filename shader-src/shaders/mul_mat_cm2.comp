@@ -25,9 +25,9 @@
 // rounds once. Results equal sum(f16(w) * x) accumulated in f32 (summation order aside).
 //
 // Split-K: workgroup z sums k in [z * k_chunk, min(k, (z + 1) * k_chunk)) and writes its
-// partial product to C + z * n_tok * rows (k_chunk a multiple of 256); the op adds the
+// partial product to C + z * n_tok * ldc (k_chunk a multiple of 256); the op adds the
 // partials. Push constants: w_offset, row_bytes, k, rows, n_tok, accumulate (1: add to C),
-// k_chunk. Grid: x = ceil(rows / 128), y = ceil(n_tok / 128), z = ceil(k / k_chunk).
+// k_chunk, ldc (C's row stride, as mul_mat_cm.comp). Grid: x = ceil(rows / 128), y = ceil(n_tok / 128), z = ceil(k / k_chunk).
 // Block layouts: ggml-common.h (block_q4_0, block_q8_0, block_q4_K).
 #version 450
 #extension GL_EXT_control_flow_attributes : require
@@ -62,7 +62,7 @@ struct Block { f16vec2 dm; uint scales[3]; uint qs[32]; };
 layout(std430, set = 0, binding = 0) readonly buffer W { Block wb[]; };
 layout(std430, set = 0, binding = 1) readonly buffer X { float16_t xh[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; } p;
 
 layout(buffer_reference, std430, buffer_reference_align = BLOCK_ALIGN) buffer BlockRef { Block b; };
 
@@ -125,12 +125,12 @@ void main() {
     uint kb = gl_WorkGroupID.z * p.k_chunk, ke = min(p.k, kb + p.k_chunk);
     uint pos_a = p.w_offset / QBYTES;
     uint stride_a = p.row_bytes / QBYTES; // blocks per row
-    uint pos_c = gl_WorkGroupID.z * p.n_tok * p.rows;
+    uint pos_c = gl_WorkGroupID.z * p.n_tok * p.ldc;
 
     tensorViewNV<2, false, 1, 0> view_t = createTensorViewNV(2, false, 1, 0);
     tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
     lc = setTensorLayoutDimensionNV(lc, p.n_tok, p.rows);
-    lc = setTensorLayoutStrideNV(lc, p.rows, 1);
+    lc = setTensorLayoutStrideNV(lc, p.ldc, 1);
 
     MAT_C acc = MAT_C(0.0);
     if (p.accumulate != 0u) coopMatLoadTensorNV(acc, c, pos_c, sliceTensorLayoutNV(lc, n0, BN, r0, BM), view_t);

@@ -4,8 +4,8 @@
 //   C[n, r] (+)= sum_c X[n, c] * W[r, c]   for n < n_tok, r < rows,
 // the interface of mul_mat_cm.comp (bindings 0 = W raw GGUF blocks, 1 = X f16 [n_tok, k]
 // as uvec4, 2 = C f32 [n_tok, rows]; push constants w_offset, row_bytes, k, rows, n_tok,
-// accumulate, k_chunk; specialization constant 0 = ROW_RASTER; split-K partials at
-// C + z n_tok rows) with the tile 256 rows x 128 tokens: every x byte read from L2
+// accumulate, k_chunk, ldc; specialization constant 0 = ROW_RASTER; split-K partials at
+// C + z n_tok ldc) with the tile 256 rows x 128 tokens: every x byte read from L2
 // serves twice the rows of mul_mat_cm.comp's 128-row tile, and on the H100 x was the bulk
 // of the L2 traffic that bounded that kernel (benches/RESULTS.md).
 //
@@ -43,7 +43,7 @@ layout(constant_id = 0) const bool ROW_RASTER = false;
 #include "quant.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { uvec4 x8[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; } p;
 
 #define BM 256u
 #define BN 128u
@@ -173,7 +173,7 @@ void main() {
         }
     }
 
-    uint cbase = gl_WorkGroupID.z * p.n_tok * p.rows;
+    uint cbase = gl_WorkGroupID.z * p.n_tok * p.ldc;
     [[unroll]] for (uint i = 0; i < 4u; i++) {
         [[unroll]] for (uint j = 0; j < 4u; j++) {
             uint tr = r0 + wr * 64u + 16u * i, tn = n0 + wn * 64u + 16u * j;

@@ -29,8 +29,8 @@
 // is acc / 16 (exact).
 //
 // Split-K as mul_mat_cm.comp: workgroup z sums k in [z k_chunk, min(k, (z + 1) k_chunk))
-// into C + z n_tok rows. Bindings: 0 = W, 1 = XQ (uvec4), 2 = C. Push constants:
-// w_offset, row_bytes, k, rows, n_tok, accumulate, k_chunk. Specialization constant 0
+// into C + z n_tok ldc. Bindings: 0 = W, 1 = XQ (uvec4), 2 = C. Push constants:
+// w_offset, row_bytes, k, rows, n_tok, accumulate, k_chunk, ldc. Specialization constant 0
 // (ROW_RASTER) as mul_mat_cm.comp. Grid: x = ceil(rows / 128), y = ceil(n_tok / 128),
 // z = ceil(k / k_chunk). Subgroups of 32.
 #version 450
@@ -48,7 +48,7 @@ layout(constant_id = 0) const bool ROW_RASTER = false;
 #include "quant.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer XQ { uvec4 xq[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; } p;
 
 #define BM 128u
 #define BN 128u
@@ -216,7 +216,7 @@ void main() {
     }
 
     // The first buffer's W quants become the staging area (64 uvec4 per subgroup).
-    uint cbase = gl_WorkGroupID.z * p.n_tok * p.rows;
+    uint cbase = gl_WorkGroupID.z * p.n_tok * p.ldc;
     if (multiply) [[unroll]] for (uint i = 0; i < 4u; i++) {
         [[unroll]] for (uint j = 0; j < 4u; j++) {
             MAT_C v16 = acc[i][j] * 0.0625; // exact: the scales carried 16 d_w d_x

@@ -63,7 +63,7 @@
 // Bindings: 0 = W (raw blocks, row r at w_offset + r * row_bytes), 1 = x (f32[batch * k]),
 //           2 = y (f32[batch * rows]); epilogues (residual add, gated products) per
 //           include/mat_vec_out.glsl.
-// Push constants: w_offset (bytes), row_bytes, k, rows, batch.
+// Push constants: w_offset (bytes), row_bytes, k, rows, batch, y_stride (include/mat_vec_out.glsl).
 // One workgroup per row; its invocations stride over the row's elements, each
 // accumulating every batch column (up to MAX_BATCH = 8), then reduce: through subgroup
 // adds (SUBGROUP variants, needs subgroup arithmetic) or shared memory.
@@ -76,7 +76,7 @@
 layout(local_size_x_id = 0, local_size_x = 128) in;
 #include "quant.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; uint y_stride; } p;
 #include "mat_vec_out.glsl"
 
 #define MAX_BATCH 8

@@ -9,7 +9,7 @@
 // Bindings: 0 = W (raw blocks), 1 = xq (Q8_1 words, 9 per block, [NB, k/32]), 2 = y f32 [NB, rows]
 // (epilogue per include/mat_vec_out.glsl: with the gated products each subgroup also
 // computes the NR up rows, at r + rows, beside its gate rows; x is loaded once for both).
-// Push: w_offset, row_bytes, k, rows (output rows), batch.
+// Push: w_offset, row_bytes, k, rows (output rows), batch, y_stride (include/mat_vec_out.glsl).
 // Specialization: 0 = workgroup, 1 = NB, 2 = NR, 10 = epilogue.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -22,7 +22,7 @@ layout(constant_id = 1) const uint NB = 1;
 layout(constant_id = 2) const uint NR = 1;
 #include "quant.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer XQ { uint xq[]; };
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; uint y_stride; } p;
 #include "mat_vec_out.glsl"
 
 // The exact integer dot of one weight block (at byte blk) with the Q8_1 quants xv; for

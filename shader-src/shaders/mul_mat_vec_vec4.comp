@@ -19,7 +19,8 @@
 // so a subgroup of 32 reads 128 contiguous elements per step. Needs k % 4 == 0.
 // Bindings: 0 = W (raw blocks, row r at w_offset + r * row_bytes), 1 = x (vec4[batch * k / 4]),
 //           2 = y (f32[batch * rows]); epilogues (residual add, gated products) per
-//           include/mat_vec_out.glsl. Push constants: w_offset, row_bytes, k, rows, batch.
+//           include/mat_vec_out.glsl. Push constants: w_offset, row_bytes, k, rows, batch,
+//           y_stride.
 // One workgroup per row; workgroup size = specialization constant 0 (power of two ≤ 128).
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -30,7 +31,7 @@ layout(local_size_x_id = 0, local_size_x = 128) in;
 #include "quant.glsl"
 #include "quant_vec4.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; uint y_stride; } p;
 #include "mat_vec_out.glsl"
 
 #define MAX_BATCH 8

@@ -154,10 +154,18 @@ fn main() {
                 let run = |s: &mut Stream| match &direct {
                     Some((p, x16, grid, chunk, part, red)) => {
                         let words = |v: &[u32]| -> Vec<u8> { v.iter().flat_map(|w| w.to_ne_bytes()).collect() };
-                        let pc =
-                            words(&[0, m.row_bytes() as u32, k as u32, rows as u32, n_tok as u32, 0, *chunk as u32]);
+                        let pc = words(&[
+                            0,
+                            m.row_bytes() as u32,
+                            k as u32,
+                            rows as u32,
+                            n_tok as u32,
+                            0,
+                            *chunk as u32,
+                            rows as u32,
+                        ]);
                         let out = part.as_ref().unwrap_or(&y);
-                        s.dispatch(p, &[m.buffer().into(), x16.into(), out.into()], &pc, *grid)?;
+                        s.dispatch(p, &[m.parts()[0].buffer().into(), x16.into(), out.into()], &pc, *grid)?;
                         if let Some(part) = part {
                             let n = (n_tok * rows) as u32;
                             let pc = words(&[n, grid[2], 0]);

@@ -5,7 +5,9 @@
 //   2  y[b, r] = silu(gate) * up          gated products: the weight holds the gate rows
 //   3  y[b, r] = gelu(gate) * up          [0, rows) then the up rows [rows, 2 rows)
 //   4  y[b, r] = gelu_erf(gate) * up      (QMatrix::concat_rows), x read once for both
-// `rows` is the output row count (push constant p.rows); include after the push
+// `rows` is the output row count (push constant p.rows) and y_stride the distance between
+// the batch columns' rows in y (p.y_stride: rows, or the whole matrix's output rows where
+// the op runs one part of a matrix split over several bindings); include after the push
 // constants are declared.
 #ifndef VKML_MAT_VEC_OUT_GLSL
 #define VKML_MAT_VEC_OUT_GLSL
@@ -15,12 +17,12 @@ const bool MV_GLU = EPILOGUE >= 2u;
 layout(std430, set = 0, binding = 2) buffer Y { float y[]; };
 
 void mv_store(uint b, uint r, float t) {
-    uint at = b * p.rows + r;
+    uint at = b * p.y_stride + r;
     y[at] = EPILOGUE == 1u ? y[at] + t : t;
 }
 
 void mv_store_glu(uint b, uint r, float g, float u) {
     float a = EPILOGUE == 2u ? act_silu(g) : (EPILOGUE == 3u ? act_gelu(g) : act_gelu_erf(g));
-    y[b * p.rows + r] = a * u;
+    y[b * p.y_stride + r] = a * u;
 }
 #endif

@@ -24,12 +24,13 @@ uvec4 pack8(f16vec4 a, f16vec4 b) {
 }
 
 // STORE_TILE(t, tr, tn): accumulator tile t (rows tr.., tokens tn..) into C at cbase (C
-// is [n_tok, rows]: column-major tiles); a whole tile without the residual add stores
+// is [n_tok, ldc]: column-major tiles; ldc = rows unless the op runs one part of a matrix
+// split over several bindings); a whole tile without the residual add stores
 // directly, an edge tile or an add goes through this subgroup's 64 uvec4 of sm at
 // sg * 64 (free once the main loop's last barrier has passed). Uses cbase, sg, lane.
 #define STORE_TILE(t_, tr_, tn_) { \
     if (p.accumulate == 0u && (tr_) + 16u <= p.rows && (tn_) + 16u <= p.n_tok) { \
-        coopMatStore(t_, c, cbase + (tn_) * p.rows + (tr_), p.rows, gl_CooperativeMatrixLayoutColumnMajor); \
+        coopMatStore(t_, c, cbase + (tn_) * p.ldc + (tr_), p.ldc, gl_CooperativeMatrixLayoutColumnMajor); \
     } else { \
         coopMatStore(t_, sm, sg * 64u, 4u, gl_CooperativeMatrixLayoutColumnMajor); \
         subgroupMemoryBarrierShared(); \
@@ -38,7 +39,7 @@ uvec4 pack8(f16vec4 a, f16vec4 b) {
             uint er = (tr_) + (e & 15u), en = (tn_) + (e >> 4); \
             if (er < p.rows && en < p.n_tok) { \
                 float v = uintBitsToFloat(sm[sg * 64u + (e >> 2)][e & 3u]); \
-                uint at = cbase + en * p.rows + er; \
+                uint at = cbase + en * p.ldc + er; \
                 c[at] = p.accumulate != 0u ? c[at] + v : v; \
             } \
         } \

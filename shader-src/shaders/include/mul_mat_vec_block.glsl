@@ -5,7 +5,8 @@
 // Bindings: 0 = W (raw blocks, row r at w_offset + r * row_bytes), 1 = x (vec4[NB * k / 4]),
 //           2 = y (f32[NB * rows]; epilogue per include/mat_vec_out.glsl: with the gated
 //           products each subgroup also computes the NR up rows beside its gate rows).
-// Push constants: w_offset, row_bytes, k, rows (output rows), batch (unused: NB).
+// Push constants: w_offset, row_bytes, k, rows (output rows), batch (unused: NB), y_stride
+// (include/mat_vec_out.glsl).
 // Specialization: 0 = workgroup size (a multiple of the subgroup size; subgroups must be
 // full), 1 = NB, the batch count (1..8), 2 = NR, rows per subgroup: each x vec4 loaded once
 // serves NR rows.
@@ -27,7 +28,7 @@
 #define VKML_MUL_MAT_VEC_BLOCK_GLSL
 
 layout(std430, set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; uint y_stride; } p;
 #include "mat_vec_out.glsl"
 
 // N words from the 4-byte-aligned byte offset `at`.
