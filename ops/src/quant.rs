@@ -956,7 +956,7 @@ pub fn mat_mat_with(
 ) -> Result<()> {
     let dev = s.device().clone();
     check_io("mat_mat", m, x, n_tok, y)?;
-    let (name, tile_rows, tile_tokens) = mat_mat_kernel(dev.caps(), opts.path, m.ty, m.rows, n_tok);
+    let (_, tile_rows, tile_tokens) = mat_mat_kernel(dev.caps(), opts.path, m.ty, m.rows, n_tok);
     let options = match opts.path {
         MatMatPath::Scalar => PipelineOptions::default(),
         MatMatPath::CoopMat | MatMatPath::CoopMat2 | MatMatPath::CoopMatInt8 => {
@@ -1007,12 +1007,12 @@ pub fn mat_mat_with(
                     reason: format!("the cooperative-matrix path needs k % 32 == 0, k = {}", m.k),
                 });
             }
-            let options = PipelineOptions {
-                spec_constants: tuning::mat_mat_spec_constants(dev.caps(), name, m.ty),
+            // (Specialization constants per part's kernel, below.)
+            PipelineOptions {
+                spec_constants: Vec::new(),
                 required_subgroup_size: require.then_some(sg),
                 full_subgroups: dev.caps().subgroup.full_subgroups,
-            };
-            options
+            }
         }
     };
     if opts.split_k == Some(0) {
@@ -1031,30 +1031,13 @@ pub fn mat_mat_with(
     // start at offsets meeting the storage-buffer alignment).
     let y_from =
         |row0: usize, rows: usize| BufferArg::range(y, 4 * row0 as u64, (4 * ((n_tok - 1) * m.rows + rows)) as u64);
-    if opts.path == MatMatPath::Scalar {
-        let p = dev.pipeline(&dev.kernel(&format!("{name}.{}", variant("mat_mat", m.ty)?))?, &options)?;
-        for part in &m.parts {
-            let pc = push_words(&[
-                0,
-                m.row_bytes as u32,
-                m.k as u32,
-                part.rows as u32,
-                n_tok as u32,
-                u32::from(opts.accumulate),
-                m.rows as u32,
-            ]);
-            let groups = [part.rows.div_ceil(tile_rows) as u32, gy as u32, 1];
-            s.dispatch(&p, &[(&part.buffer).into(), x.into(), y_from(part.row0, part.rows)], &pc, groups)?;
-        }
-        return Ok(());
-    }
     // Split-K: each output tile's k range is shared by `splits` workgroups (chunks a
     // multiple of 256, so no block straddles two), so that a grid of few tiles still
     // keeps every multiprocessor's memory pipeline busy.
     let max_splits = (m.k / 1024).max(1) as u64;
-    // (A matrix in several parts is large: it runs without a split, each part's outputs
-    // written in place.)
-    let want = if m.parts.len() > 1 {
+    // (The scalar kernel has none; a matrix in several parts is large and runs without
+    // one, each part's outputs written in place.)
+    let want = if m.parts.len() > 1 || opts.path == MatMatPath::Scalar {
         1
     } else {
         opts.split_k.map_or_else(|| MAT_MAT_TARGET_GROUPS.div_ceil(gx * gy).min(max_splits), u64::from).max(1)
@@ -1066,7 +1049,9 @@ pub fn mat_mat_with(
     }
     // The tensor-core kernels read x as f16 or Q8_1: converted once here, it is half the
     // bytes (or less) each of the rows / 128 workgroup columns re-reads from L2.
-    let x16 = if opts.path == MatMatPath::CoopMatInt8 {
+    let x16 = if opts.path == MatMatPath::Scalar {
+        None
+    } else if opts.path == MatMatPath::CoopMatInt8 {
         // Q8_1 in the kernel's tiled layout (quantize_q8_1_tiles.comp): per 128-token tile
         // and k-block, 4 KiB of quants; then the f16 scales, 256 bytes per tile and block.
         let n_pad = (gy as usize) * tile_tokens;
@@ -1075,56 +1060,46 @@ pub fn mat_mat_with(
         let pairs = (n_pad / 2 * m.k / 32) as u64;
         let groups = grid(&dev, "mat_mat", pairs.div_ceil(u64::from(Q8_1_WORKGROUP)))?;
         s.dispatch(&qp, &[x.into(), (&xq).into()], &push_words(&[n_tok as u32, m.k as u32, n_pad as u32]), groups)?;
-        xq
+        Some(xq)
     } else {
         let n4 = (n_tok * m.k / 4) as u64;
         let x16 = dev.alloc(8 * n4, MemoryKind::DeviceLocal)?;
         let cvt = pipeline(&dev, "convert_f16", ELEMENTWISE_WORKGROUP)?;
         let groups = grid(&dev, "mat_mat", n4.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
         s.dispatch(&cvt, &[x.into(), (&x16).into()], &push_words(&[n4 as u32]), groups)?;
-        x16
+        Some(x16)
     };
-    if m.parts.len() > 1 {
-        for part in &m.parts {
-            // Each part its own kernel choice and grid (the same kernel but for a short last part).
-            let (name, tile_rows, _) = mat_mat_kernel(dev.caps(), opts.path, m.ty, part.rows, n_tok);
-            let options = PipelineOptions {
+    let x_arg = x16.as_ref().unwrap_or(x);
+    let out_len = (n_tok * m.rows) as u64;
+    let partials = if splits > 1 { Some(dev.alloc(4 * splits * out_len, MemoryKind::DeviceLocal)?) } else { None };
+    let accumulate = opts.accumulate && partials.is_none();
+    for part in &m.parts {
+        // Each part its own kernel choice and grid (one kernel but for a short last part).
+        let (name, tile_rows, _) = mat_mat_kernel(dev.caps(), opts.path, m.ty, part.rows, n_tok);
+        let options = if opts.path == MatMatPath::Scalar {
+            options.clone()
+        } else {
+            PipelineOptions {
                 spec_constants: tuning::mat_mat_spec_constants(dev.caps(), name, m.ty),
                 ..options.clone()
-            };
-            let p = dev.pipeline(&dev.kernel(&format!("{name}.{}", variant("mat_mat", m.ty)?))?, &options)?;
-            let pc = push_words(&[
-                0,
-                m.row_bytes as u32,
-                m.k as u32,
-                part.rows as u32,
-                n_tok as u32,
-                u32::from(opts.accumulate),
-                k_chunk as u32,
-                m.rows as u32,
-            ]);
-            let groups = [part.rows.div_ceil(tile_rows) as u32, gy as u32, 1];
-            s.dispatch(&p, &[(&part.buffer).into(), (&x16).into(), y_from(part.row0, part.rows)], &pc, groups)?;
-        }
-        return Ok(());
+            }
+        };
+        let p = dev.pipeline(&dev.kernel(&format!("{name}.{}", variant("mat_mat", m.ty)?))?, &options)?;
+        let pc = push_words(&[
+            0,
+            m.row_bytes as u32,
+            m.k as u32,
+            part.rows as u32,
+            n_tok as u32,
+            u32::from(accumulate),
+            k_chunk as u32,
+            m.rows as u32,
+        ]);
+        let c_arg = partials.as_ref().map_or_else(|| y_from(part.row0, part.rows), Into::into);
+        let groups = [part.rows.div_ceil(tile_rows) as u32, gy as u32, splits as u32];
+        s.dispatch(&p, &[(&part.buffer).into(), x_arg.into(), c_arg], &pc, groups)?;
     }
-    let p = dev.pipeline(&dev.kernel(&format!("{name}.{}", variant("mat_mat", m.ty)?))?, &options)?;
-    let out_len = (n_tok * m.rows) as u64;
-    let part = if splits > 1 { Some(dev.alloc(4 * splits * out_len, MemoryKind::DeviceLocal)?) } else { None };
-    let accumulate = opts.accumulate && part.is_none();
-    let pc = push_words(&[
-        0,
-        m.row_bytes as u32,
-        m.k as u32,
-        m.rows as u32,
-        n_tok as u32,
-        u32::from(accumulate),
-        k_chunk as u32,
-        m.rows as u32,
-    ]);
-    let c_arg = part.as_ref().map_or(y.into(), Into::into);
-    s.dispatch(&p, &[(&m.parts[0].buffer).into(), (&x16).into(), c_arg], &pc, [gx as u32, gy as u32, splits as u32])?;
-    if let Some(part) = &part {
+    if let Some(part) = &partials {
         let red = pipeline(&dev, "reduce_partials", ELEMENTWISE_WORKGROUP)?;
         let groups = grid(&dev, "mat_mat", out_len.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
         let pc = push_words(&[out_len as u32, splits as u32, u32::from(opts.accumulate)]);

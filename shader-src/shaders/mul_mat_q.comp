@@ -5,8 +5,10 @@
 // into shared memory once per step (dq() of quant.glsl, any supported type) and reused
 // by all 64 tokens; 256 invocations each accumulate 4 x 4 outputs in f32.
 // Bindings: 0 = W, 1 = X, 2 = C. Push constants: w_offset, row_bytes, k, rows, n_tok,
-// accumulate (1: add to C, folding a residual add into the product), ldc (C's row stride:
-// rows, or the whole matrix's where the op runs one part of a split matrix).
+// accumulate (1: add to C, folding a residual add into the product), k_chunk (unused: the
+// cooperative-matrix kernels' split-K; one push-constant layout for every mat-mat), ldc
+// (C's row stride: rows, or the whole matrix's where the op runs one part of a split
+// matrix).
 // Grid: x = ceil(rows / 64), y = ceil(n_tok / 64).
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -14,7 +16,7 @@ layout(local_size_x = 256) in;
 #include "quant.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint ldc; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; } p;
 
 #define BM 64
 #define BN 64
