@@ -341,14 +341,15 @@ impl QMatrix {
         &self.parts
     }
 
-    /// The rows of `parts`, in order, as one matrix (a copy recorded on `s`): Q, K and V
-    /// projections become one mat-vec ([`mat_vec`] writes `[q | k | v]` per batch column),
-    /// gate and up one gated product ([`MatVecEpilogue::Glu`]). The parts can be dropped
-    /// once the copy is recorded.
+    /// The rows of the matrices `parts`, in order, as one matrix (a copy recorded on `s`,
+    /// itself in [`QPart`]s where it passes one binding): Q, K and V projections become one
+    /// mat-vec ([`mat_vec`] writes `[q | k | v]` per batch column), gate and up one gated
+    /// product ([`MatVecEpilogue::Glu`]). The source matrices can be dropped once the copy
+    /// is recorded.
     ///
     /// # Errors
-    /// [`OpsError::Shape`] for no parts, or parts of different types or row lengths; HAL
-    /// errors (allocation).
+    /// [`OpsError::Shape`] for no matrices, or matrices of different types or row lengths;
+    /// HAL errors (allocation).
     pub fn concat_rows(s: &mut Stream, parts: &[&QMatrix]) -> Result<QMatrix> {
         let Some(first) = parts.first() else {
             return Err(OpsError::Shape { op: "concat_rows", reason: "no matrices to concatenate".into() });
