@@ -1274,23 +1274,8 @@ impl crate::front::ModelStorage for VulkanStorage {
         }
         let both = dev.alloc(t * 2 * n, DType::F32)?;
         self.linear(l, w, &both, MatVecEpilogue::Store)?;
-        let gated = dev.alloc(t * n, DType::F32)?;
-        let op = match act {
-            GluActivation::Silu => UnaryOp::Silu,
-            GluActivation::Gelu => UnaryOp::Gelu,
-            GluActivation::GeluErf => UnaryOp::GeluErf,
-        };
-        let strides = [2 * n, 1];
-        let half = |offset| View { buffer: &both, offset, strides: &strides };
-        let packed_strides = [n, 1];
-        let gated_view = View { buffer: &gated, offset: 0, strides: &packed_strides };
-        dev.with_stream(|s| {
-            elementwise::unary(s, op, Dtype::F32, &[t, n], half(0), &gated)
-                .and_then(|()| elementwise::binary(s, BinaryOp::Mul, Dtype::F32, &[t, n], gated_view, half(n), &y))
-                .map_err(cerr)
-        })?;
+        dev.with_stream(|s| vkml_ops::nn::glu_halves(s, act, &both, t, n, &y).map_err(cerr))?;
         dev.recycle(both);
-        dev.recycle(gated);
         Ok(dev.storage(y, DType::F32, t * n))
     }
 

@@ -12,9 +12,10 @@
 //! `ops::softmax_last_dim`, `rotary_emb::rope` / `rope_i`, `ops::silu`, `Tensor::gelu`,
 //! `Tensor::gelu_erf`), which the tests compare against.
 
-use vkml_hal::{Buffer, BufferArg, Stream};
+use vkml_hal::{Buffer, BufferArg, MemoryKind, Stream};
 
 use crate::dtype::Dtype;
+use crate::elementwise::{self, BinaryOp, UnaryOp, View};
 use crate::error::{OpsError, Result};
 use crate::launch::{grid, pipeline, push_words, variant};
 
@@ -307,6 +308,28 @@ pub enum GluActivation {
     Gelu,
     /// GELU with erf (candle's `gelu_erf`); erf to 1.2e-7.
     GeluErf,
+}
+
+/// Records the gated product of the two halves of each row of `both` (`f32[t, 2n]`,
+/// row-major: gate columns `0 .. n`, up columns `n .. 2n`, as a product with a
+/// `concat_rows(gate, up)` matrix writes them): `y[i, j] = act(both[i, j]) * both[i, n + j]`
+/// into `y` (`f32[t, n]`), as the element-wise `act` into a scratch and a product on the
+/// strided halves (candle-nn's `silu(gate) * up` and the GELU variants).
+///
+/// # Errors
+/// [`OpsError::Shape`] for buffers too small; HAL errors (allocation, dispatch).
+pub fn glu_halves(s: &mut Stream, act: GluActivation, both: &Buffer, t: usize, n: usize, y: &Buffer) -> Result<()> {
+    let op = match act {
+        GluActivation::Silu => UnaryOp::Silu,
+        GluActivation::Gelu => UnaryOp::Gelu,
+        GluActivation::GeluErf => UnaryOp::GeluErf,
+    };
+    let gated = s.device().alloc((4 * t * n).max(4) as u64, MemoryKind::DeviceLocal)?;
+    let (strides, packed) = ([2 * n, 1], [n, 1]);
+    let half = |offset| View { buffer: both, offset, strides: &strides };
+    elementwise::unary(s, op, Dtype::F32, &[t, n], half(0), &gated)?;
+    let gated_view = View { buffer: &gated, offset: 0, strides: &packed };
+    elementwise::binary(s, BinaryOp::Mul, Dtype::F32, &[t, n], gated_view, half(n), y)
 }
 
 /// Records `y = act(gate) * up` over `n` elements (`gate`, `up`, `y`: `dt[n]`; candle-nn

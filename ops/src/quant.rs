@@ -15,8 +15,6 @@
 use vkml_hal::{BufferArg, Device, MemoryKind, PipelineOptions, Stream};
 use vkml_quant::GgmlType;
 
-use crate::dtype::Dtype;
-use crate::elementwise::{self, BinaryOp, UnaryOp, View};
 use crate::error::{OpsError, Result};
 use crate::launch::{grid, pipeline, push_words};
 use crate::nn::GluActivation;
@@ -240,6 +238,22 @@ fn rows_per_part(dev: &Device, op: &'static str, row_bytes: u64, max_part_bytes:
     Ok(usize::try_from(rows).unwrap_or(usize::MAX))
 }
 
+/// Device buffers for `rows` rows of `row_bytes` bytes in parts of at most `per_part` rows
+/// (at least one part, each padded to whole 32-bit words: the kernels read `uint[]`).
+fn alloc_parts(dev: &Device, rows: usize, row_bytes: u64, per_part: usize) -> Result<Vec<QPart>> {
+    let mut parts = Vec::with_capacity(rows.div_ceil(per_part).max(1));
+    let mut row0 = 0;
+    loop {
+        let n = (rows - row0).min(per_part);
+        let buffer = dev.alloc((n as u64 * row_bytes).div_ceil(4).max(1) * 4, MemoryKind::DeviceLocal)?;
+        parts.push(QPart { buffer, row0, rows: n });
+        row0 += n;
+        if row0 >= rows {
+            return Ok(parts);
+        }
+    }
+}
+
 impl QMatrix {
     /// Uploads `rows x k` elements of type `ty` given as raw GGML block bytes
     /// (`rows * k / block_size * type_size` bytes, the layout of a GGUF tensor with
@@ -283,19 +297,10 @@ impl QMatrix {
             });
         }
         let per_part = rows_per_part(dev, "QMatrix::upload", row_bytes, max_part_bytes)?;
-        let mut parts = Vec::with_capacity(rows.div_ceil(per_part).max(1));
-        let mut row0 = 0;
-        loop {
-            let n = (rows - row0).min(per_part);
-            let part = &bytes[(row0 as u64 * row_bytes) as usize..((row0 + n) as u64 * row_bytes) as usize];
-            // Padded to whole 32-bit words: the kernels read the bytes as `uint[]`.
-            let buffer = dev.alloc((part.len() as u64).div_ceil(4).max(1) * 4, MemoryKind::DeviceLocal)?;
-            buffer.write(0, part)?;
-            parts.push(QPart { buffer, row0, rows: n });
-            row0 += n;
-            if row0 >= rows {
-                break;
-            }
+        let parts = alloc_parts(dev, rows, row_bytes, per_part)?;
+        for part in &parts {
+            let at = (part.row0 as u64 * row_bytes) as usize;
+            part.buffer.write(0, &bytes[at..at + (part.rows as u64 * row_bytes) as usize])?;
         }
         Ok(QMatrix { parts, ty, rows, k, row_bytes })
     }
@@ -367,17 +372,7 @@ impl QMatrix {
         let rb = first.row_bytes;
         let dev = s.device().clone();
         let per_part = rows_per_part(&dev, "concat_rows", rb, u64::MAX)?;
-        let mut out = Vec::with_capacity(rows.div_ceil(per_part).max(1));
-        let mut row0 = 0;
-        loop {
-            let n = (rows - row0).min(per_part);
-            let buffer = dev.alloc((n as u64 * rb).div_ceil(4).max(1) * 4, MemoryKind::DeviceLocal)?;
-            out.push(QPart { buffer, row0, rows: n });
-            row0 += n;
-            if row0 >= rows {
-                break;
-            }
-        }
+        let out = alloc_parts(&dev, rows, rb, per_part)?;
         // Every source part's rows, in order, into the destination parts they fall in.
         let mut at = 0; // destination row
         for src in parts.iter().flat_map(|p| &p.parts) {
@@ -668,17 +663,7 @@ fn mat_vec_core(
         let both = dev.alloc(4 * (batch * m.rows) as u64, MemoryKind::DeviceLocal)?;
         mat_vec_core(s, m, x, pre_quantized, batch, &both, cfg, MatVecEpilogue::Store)?;
         let MatVecEpilogue::Glu(act) = epilogue else { unreachable!("glu is a Glu epilogue") };
-        let op = match act {
-            GluActivation::Silu => UnaryOp::Silu,
-            GluActivation::Gelu => UnaryOp::Gelu,
-            GluActivation::GeluErf => UnaryOp::GeluErf,
-        };
-        let (strides, packed) = ([m.rows, 1], [out_rows, 1]);
-        let gated = dev.alloc(4 * (batch * out_rows) as u64, MemoryKind::DeviceLocal)?;
-        let half = |offset| View { buffer: &both, offset, strides: &strides };
-        elementwise::unary(s, op, Dtype::F32, &[batch, out_rows], half(0), &gated)?;
-        let gated_view = View { buffer: &gated, offset: 0, strides: &packed };
-        return elementwise::binary(s, BinaryOp::Mul, Dtype::F32, &[batch, out_rows], gated_view, half(out_rows), y);
+        return crate::nn::glu_halves(s, act, &both, batch, out_rows, y);
     }
     let caps = dev.caps();
     let block = block_kernel(m.ty);

@@ -126,18 +126,24 @@ fn get_rows_equals_cpu_reference() {
         let mut s = Stream::new(&dev).unwrap();
         quant::get_rows(&mut s, &m, &idb, ids.len(), &out).unwrap();
         s.finish_and_wait().unwrap();
-        let got = out.to_vec::<f32>().unwrap();
-        for (i, &id) in ids.iter().enumerate() {
-            let row = &got[i * k..(i + 1) * k];
-            if (id as usize) < rows {
-                let want = &table[id as usize * k..(id as usize + 1) * k];
-                assert!(row.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty:?} id {id}");
-            } else {
-                assert!(row.iter().all(|v| v.is_nan()), "{ty:?}: out-of-range id {id} must give NaN");
-            }
-        }
+        assert_rows_match(ty, &out.to_vec::<f32>().unwrap(), &ids, &table, k);
     }
     assert_clean(&dev);
+}
+
+/// get_rows' output `got` (one row of `k` per id) equals the rows of the CPU-dequantized
+/// `table` bit for bit, and ids past the table gave rows of NaN.
+fn assert_rows_match(ty: GgmlType, got: &[f32], ids: &[u32], table: &[f32], k: usize) {
+    let rows = table.len() / k;
+    for (i, &id) in ids.iter().enumerate() {
+        let row = &got[i * k..(i + 1) * k];
+        if (id as usize) < rows {
+            let want = &table[id as usize * k..(id as usize + 1) * k];
+            assert!(row.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty:?} get_rows id {id}");
+        } else {
+            assert!(row.iter().all(|v| v.is_nan()), "{ty:?}: get_rows id {id} past the table must give NaN");
+        }
+    }
 }
 
 /// The mat-vec launches the tests run: per-element and vec4 kernels with shared-memory
@@ -937,16 +943,7 @@ fn split_matrices_match_cpu() {
         s.finish_and_wait().unwrap();
         let got = out.to_vec::<f32>().unwrap();
         assert!(got.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty:?} dequantize");
-        let got = rows_out.to_vec::<f32>().unwrap();
-        for (i, &id) in ids.iter().enumerate() {
-            let row = &got[i * k..(i + 1) * k];
-            if (id as usize) < rows {
-                let want = &w[id as usize * k..(id as usize + 1) * k];
-                assert!(row.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty:?} get_rows id {id}");
-            } else {
-                assert!(row.iter().all(|v| v.is_nan()), "{ty:?} get_rows id {id} past the table");
-            }
-        }
+        assert_rows_match(ty, &rows_out.to_vec::<f32>().unwrap(), &ids, &w, k);
 
         // Mat-vec: store and residual add, against the CPU and against one part.
         for cfg in configs {
