@@ -73,6 +73,11 @@ struct ModelArgs {
     /// Seed of the synthetic weights.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Time every command on the GPU (Vulkan timestamps) and print, per test, where the
+    /// GPU time goes by kernel (also in the JSON output as `gpu_profile`). The
+    /// timestamps can serialize commands, so the t/s of a profiled run are lower.
+    #[arg(long)]
+    profile: bool,
 }
 
 /// Arguments of `vkml bench ops`.
@@ -185,6 +190,9 @@ fn models(a: ModelArgs) -> Result<(), String> {
     let dev = open_device(a.device.as_deref())?;
     let head = header(&dev);
     let vdev = VulkanDevice::from_device(&dev, 0).map_err(|e| e.to_string())?;
+    if a.profile {
+        dev.set_profiling(true).map_err(|e| e.to_string())?;
+    }
     let max_p = a.n_prompt.iter().copied().max().unwrap_or(0);
     let max_n = a.n_gen.iter().copied().max().unwrap_or(0);
     let mut rows = Vec::new();
@@ -231,6 +239,9 @@ fn models(a: ModelArgs) -> Result<(), String> {
             let mut samples = Vec::with_capacity(reps);
             let mut prof = vkml_candle::llama::StepProfile::default();
             let stats0 = vdev.stream_stats();
+            if a.profile {
+                vdev.hal().take_profile(); // what loading and earlier tests ran
+            }
             for r in 0..=reps {
                 model.reset();
                 let t = Instant::now();
@@ -288,6 +299,31 @@ fn models(a: ModelArgs) -> Result<(), String> {
                 );
             } else {
                 eprintln!("{label} {test}: per run: {counts} (the first decode step, recorded ahead, included)");
+            }
+            if a.profile {
+                let prof = vdev.hal().take_profile();
+                let total: f64 = prof.iter().map(|k| k.seconds).sum();
+                eprintln!(
+                    "{label} {test}: GPU time per {} (all runs, warm-up included): {:.3} ms",
+                    if n_gen > 0 { "token" } else { "run" },
+                    total / runs / n_gen.max(1) as f64 * 1e3
+                );
+                for k in prof.iter().take(30) {
+                    eprintln!(
+                        "  {:>9.3} ms {:>5.1} % {:>8.1} calls  {}",
+                        k.seconds / runs / n_gen.max(1) as f64 * 1e3,
+                        100.0 * k.seconds / total.max(f64::MIN_POSITIVE),
+                        per(k.calls),
+                        k.name
+                    );
+                }
+                if let Some(o) = step.as_object_mut() {
+                    let list: Vec<serde_json::Value> = prof
+                        .iter()
+                        .map(|k| json!({"kernel": k.name, "calls": per(k.calls), "gpu_ms": k.seconds / runs / n_gen.max(1) as f64 * 1e3}))
+                        .collect();
+                    o.insert("gpu_profile".into(), json!(list));
+                }
             }
             if a.output == Format::Md {
                 println!(

@@ -308,6 +308,9 @@ pub struct QueueCaps {
     pub transfer_family: Option<u32>,
     /// All families as `index: FLAGS xCOUNT`.
     pub families: Vec<String>,
+    /// `timestampValidBits` of the compute family: 0 where it cannot write timestamps
+    /// (then [`crate::Device::set_profiling`] is refused), else 36 to 64.
+    pub compute_timestamp_bits: u32,
 }
 
 /// Everything kernel choice needs to know about one device.

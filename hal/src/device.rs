@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::mem::ManuallyDrop;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ash::vk;
@@ -110,7 +110,52 @@ pub(crate) struct DeviceInner {
     pub(crate) pipeline_cache_loaded: usize,
     transfer_pool: Mutex<vk::CommandPool>,
     pub(crate) wait_timeout_ns: u64,
+    pub(crate) profiler: Profiler,
 }
+
+/// GPU time of one kernel (or of `copy` / `fill` commands) over the commands profiled
+/// since profiling was switched on or last read ([`Device::set_profiling`],
+/// [`Device::take_profile`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelTime {
+    /// The kernel's name and its dispatch's workgroup counts, e.g.
+    /// `mul_mat_cm.q4_0 [32x4x1]` (so one kernel at two shapes is two entries); `copy`
+    /// and `fill` for transfers.
+    pub name: String,
+    /// Commands recorded with it.
+    pub calls: u64,
+    /// Summed GPU time, seconds: for each command, the time between the timestamp
+    /// written after the command before it and the one written after it (Vulkan
+    /// timestamps at `BOTTOM_OF_PIPE`, `timestampPeriod` nanoseconds per tick). Commands
+    /// that the driver runs overlapped share their time unevenly, so one kernel's figure
+    /// is only exact where a barrier separates it from its neighbours; the sum over all
+    /// kernels is the command buffers' GPU time.
+    pub seconds: f64,
+}
+
+/// The timestamp queries of one profiled command buffer: query 0 is written after the
+/// opening barrier, query i + 1 after the command labelled `labels[i]`.
+pub(crate) struct BatchProfile {
+    pub(crate) pool: vk::QueryPool,
+    pub(crate) labels: Vec<Arc<str>>,
+}
+
+/// Profiling state shared by the device's streams.
+#[derive(Default)]
+pub(crate) struct Profiler {
+    pub(crate) on: AtomicBool,
+    /// Per label: (commands, GPU nanoseconds).
+    totals: Mutex<HashMap<Arc<str>, (u64, f64)>>,
+    /// Submitted profiled command buffers, by compute-timeline value, not yet read.
+    pending: Mutex<Vec<(u64, BatchProfile)>>,
+    /// Query pools not in use by any command buffer.
+    free_pools: Mutex<Vec<vk::QueryPool>>,
+}
+
+/// Timestamps per profiled command buffer; commands past it are counted, not timed.
+pub(crate) const PROFILE_QUERIES: u32 = 8192;
+/// The label of commands past a command buffer's [`PROFILE_QUERIES`].
+const UNTIMED: &str = "(untimed: past the command buffer's timestamp queries)";
 
 /// Process-wide count of devices torn down with live allocations (a leak detector that
 /// tests read; stays 0 in a correct program).
@@ -419,10 +464,51 @@ impl Device {
             pipeline_cache_loaded: initial.len(),
             transfer_pool: Mutex::new(transfer_pool),
             wait_timeout_ns,
+            profiler: Profiler::default(),
             caps,
         };
         tracing::info!(device = %inner.caps.name, ordinal = inner.ordinal, "vkml device opened");
         Ok(Device { inner: Arc::new(inner) })
+    }
+
+    /// Switches GPU profiling on or off for this device's streams. While it is on, each
+    /// command buffer a [`crate::Stream`] begins gets a timestamp query pool and writes a
+    /// timestamp after every dispatch, copy and fill; when its submission completes the
+    /// times are summed per kernel name for [`Device::take_profile`]. The timestamps may
+    /// serialize commands the driver would otherwise overlap, so profiled runs are
+    /// slower; use them to see where time goes, not for throughput figures.
+    ///
+    /// # Errors
+    /// [`Error::MissingFeature`] where the compute queue family has no
+    /// `timestampValidBits` or the device reports a `timestampPeriod` of 0.
+    pub fn set_profiling(&self, on: bool) -> Result<()> {
+        let caps = &self.inner.caps;
+        if on && (caps.queues.compute_timestamp_bits == 0 || caps.limits.timestamp_period_ps == 0) {
+            return Err(Error::MissingFeature {
+                feature: "timestamps on the compute queue (timestampValidBits > 0)".into(),
+                needed_by: "Device::set_profiling".into(),
+                device: caps.name.clone(),
+            });
+        }
+        self.inner.profiler.on.store(on, Ordering::Release);
+        Ok(())
+    }
+
+    /// The GPU time per kernel summed since profiling was switched on or this was last
+    /// called (which resets the sums), slowest first. Only completed submissions count:
+    /// wait for the work (e.g. [`crate::Stream::finish_and_wait`]) before reading.
+    pub fn take_profile(&self) -> Vec<KernelTime> {
+        // A read error leaves those command buffers' times out; the sums stay usable.
+        if let Err(e) = self.inner.profile_collect() {
+            tracing::warn!("profile: {e}");
+        }
+        let totals = std::mem::take(&mut *self.inner.profiler.totals.lock());
+        let mut v: Vec<KernelTime> = totals
+            .into_iter()
+            .map(|(name, (calls, ns))| KernelTime { name: name.to_string(), calls, seconds: ns * 1e-9 })
+            .collect();
+        v.sort_by(|a, b| b.seconds.total_cmp(&a.seconds).then_with(|| a.name.cmp(&b.name)));
+        v
     }
 
     /// The device's capabilities.
@@ -656,6 +742,82 @@ impl DeviceInner {
         Ok(value)
     }
 
+    /// A timestamp query pool of [`PROFILE_QUERIES`] queries not in use by any command
+    /// buffer (to be reset by the command buffer that uses it).
+    pub(crate) fn profile_pool(&self) -> Result<vk::QueryPool> {
+        if let Some(p) = self.profiler.free_pools.lock().pop() {
+            return Ok(p);
+        }
+        let info = vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(PROFILE_QUERIES);
+        // SAFETY: the device is live.
+        unsafe { self.raw.create_query_pool(&info, None) }.map_err(Error::vk("vkCreateQueryPool"))
+    }
+
+    /// Returns a pool whose command buffer was never submitted (or has completed and
+    /// been read) to the free list.
+    pub(crate) fn profile_release(&self, pool: vk::QueryPool) {
+        self.profiler.free_pools.lock().push(pool);
+    }
+
+    /// Counts a command recorded past its command buffer's queries.
+    pub(crate) fn profile_untimed(&self) {
+        self.profiler.totals.lock().entry(Arc::from(UNTIMED)).or_default().0 += 1;
+    }
+
+    /// Takes the queries of a command buffer submitted at compute-timeline `value`.
+    pub(crate) fn profile_submitted(&self, value: u64, p: BatchProfile) {
+        self.profiler.pending.lock().push((value, p));
+    }
+
+    /// Adds the timestamps of every completed profiled command buffer to the sums and
+    /// frees their pools.
+    pub(crate) fn profile_collect(&self) -> Result<()> {
+        let done = {
+            let mut pending = self.profiler.pending.lock();
+            if pending.is_empty() {
+                return Ok(());
+            }
+            let completed = self.completed(&self.compute)?;
+            let (done, wait): (Vec<_>, Vec<_>) = pending.drain(..).partition(|(v, _)| *v <= completed);
+            *pending = wait;
+            done
+        };
+        let bits = self.caps.queues.compute_timestamp_bits;
+        let mask = if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        let ns_per_tick = self.caps.limits.timestamp_period_ps as f64 / 1000.0;
+        let mut first_err = None;
+        for (_, p) in done {
+            let mut ts = vec![0u64; p.labels.len() + 1];
+            // SAFETY: queries 0..=labels.len() were reset and written by a command buffer
+            // whose submission has completed (its timeline value is reached), so WAIT
+            // returns at once; the pool is owned by the profiler.
+            let read = unsafe {
+                self.raw.get_query_pool_results(
+                    p.pool,
+                    0,
+                    &mut ts,
+                    vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+                )
+            };
+            match read {
+                Ok(()) => {
+                    let mut totals = self.profiler.totals.lock();
+                    for (i, label) in p.labels.iter().enumerate() {
+                        let ticks = ts[i + 1].wrapping_sub(ts[i]) & mask;
+                        let e = totals.entry(label.clone()).or_default();
+                        e.0 += 1;
+                        e.1 += ticks as f64 * ns_per_tick;
+                    }
+                }
+                Err(e) => {
+                    first_err.get_or_insert(Error::vk("vkGetQueryPoolResults")(e));
+                }
+            }
+            self.profile_release(p.pool);
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
     pub(crate) fn completed(&self, queue: &Queue) -> Result<u64> {
         // SAFETY: the semaphore is a live timeline semaphore of this device.
         unsafe { self.raw.get_semaphore_counter_value(queue.timeline) }.map_err(Error::vk("vkGetSemaphoreCounterValue"))
@@ -776,6 +938,10 @@ impl Drop for DeviceInner {
             }
             self.raw.destroy_pipeline_cache(self.pipeline_cache, None);
             self.raw.destroy_command_pool(*self.transfer_pool.lock(), None);
+            let pending = self.profiler.pending.lock().drain(..).map(|(_, p)| p.pool).collect::<Vec<_>>();
+            for q in self.profiler.free_pools.lock().drain(..).chain(pending) {
+                self.raw.destroy_query_pool(q, None);
+            }
             self.memory.release_cached();
             let stats = self.memory.stats();
             if stats.live_allocations != 0 {

@@ -622,7 +622,8 @@ fn probe_queues(raw: &ash::Instance, pd: vk::PhysicalDevice) -> QueueCaps {
             format!("{i}: {} x{}", names.join("|"), f.queue_count)
         })
         .collect();
-    QueueCaps { compute_family, transfer_family, families }
+    let compute_timestamp_bits = fams.get(compute_family as usize).map_or(0, |f| f.timestamp_valid_bits);
+    QueueCaps { compute_family, transfer_family, families, compute_timestamp_bits }
 }
 
 fn probe_memory(raw: &ash::Instance, pd: vk::PhysicalDevice, budget_ext: bool, device_type: DeviceType) -> MemoryCaps {

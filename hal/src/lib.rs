@@ -24,7 +24,7 @@ pub mod shader;
 pub mod stream;
 
 pub use caps::Capabilities;
-pub use device::{Device, DeviceOptions, PipelineStatistic, QueueKind, LEAKED_DEVICES};
+pub use device::{Device, DeviceOptions, KernelTime, PipelineStatistic, QueueKind, LEAKED_DEVICES};
 pub use error::{Error, Result};
 pub use instance::{Adapter, DeviceSelector, Instance, InstanceOptions};
 pub use memory::{Buffer, MemoryKind, MemoryStats};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use ash::vk;
 use vkml_shaders::Access;
 
-use crate::device::{Device, QueueKind};
+use crate::device::{BatchProfile, Device, QueueKind, PROFILE_QUERIES};
 use crate::error::{Error, Result};
 use crate::memory::Buffer;
 use crate::pipeline::Pipeline;
@@ -93,6 +93,8 @@ struct Batch {
     pipelines: Vec<Arc<Pipeline>>,
     desc_pools: Vec<vk::DescriptorPool>,
     value: u64,
+    /// Timestamp queries, where the device profiles ([`Device::set_profiling`]).
+    prof: Option<BatchProfile>,
 }
 
 #[derive(Default)]
@@ -219,6 +221,11 @@ impl Stream {
             self.hazards.clear();
             // Order against everything submitted earlier on this queue.
             self.command_barrier(cmd);
+            let prof = if self.device.inner.profiler.on.load(Ordering::Acquire) {
+                Some(self.begin_profile(cmd)?)
+            } else {
+                None
+            };
             self.current = Some(Batch {
                 cmd,
                 commands: 0,
@@ -226,9 +233,43 @@ impl Stream {
                 pipelines: Vec::new(),
                 desc_pools: Vec::new(),
                 value: 0,
+                prof,
             });
         }
         Ok(self.current.as_mut().expect("batch begun above"))
+    }
+
+    /// A query pool for a profiled command buffer `cmd` (recording), reset in `cmd`, with
+    /// its first timestamp written.
+    fn begin_profile(&mut self, cmd: vk::CommandBuffer) -> Result<BatchProfile> {
+        let pool = self.device.inner.profile_pool()?;
+        // SAFETY: `cmd` is recording (outside any render pass: compute only); the pool is
+        // not in use by a pending command buffer (profile_pool hands out fresh pools or
+        // ones whose command buffer completed or was never submitted); the compute family
+        // has timestampValidBits > 0 (checked by Device::set_profiling).
+        unsafe {
+            self.raw().cmd_reset_query_pool(cmd, pool, 0, PROFILE_QUERIES);
+            self.raw().cmd_write_timestamp(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, 0);
+        }
+        Ok(BatchProfile { pool, labels: Vec::new() })
+    }
+
+    /// Writes the timestamp that ends the command just recorded, labelled `label()`, where
+    /// the current command buffer is profiled.
+    fn stamp(&mut self, label: impl FnOnce() -> String) {
+        let Some(batch) = self.current.as_mut() else { return };
+        let Some(p) = batch.prof.as_mut() else { return };
+        let q = p.labels.len() as u32 + 1;
+        if q >= PROFILE_QUERIES {
+            self.device.inner.profile_untimed();
+            return;
+        }
+        // SAFETY: `cmd` is recording; the pool was reset earlier in it and query q is
+        // below its count and not written before in this command buffer.
+        unsafe {
+            self.device.inner.raw.cmd_write_timestamp(batch.cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, p.pool, q)
+        };
+        p.labels.push(Arc::from(label()));
     }
 
     /// Makes every earlier compute/transfer write visible to later compute/transfer
@@ -408,6 +449,7 @@ impl Stream {
             batch.pipelines.push(pipeline.clone());
         }
         self.stats.dispatches += 1;
+        self.stamp(|| format!("{} [{}x{}x{}]", kernel.name(), groups[0], groups[1], groups[2]));
         Ok(())
     }
 
@@ -476,6 +518,7 @@ impl Stream {
         batch.buffers.push(src.clone());
         batch.buffers.push(dst.clone());
         self.stats.transfers += 1;
+        self.stamp(|| "copy".into());
         Ok(())
     }
 
@@ -507,6 +550,7 @@ impl Stream {
         batch.commands += 1;
         batch.buffers.push(buffer.clone());
         self.stats.transfers += 1;
+        self.stamp(|| "fill".into());
         Ok(())
     }
 
@@ -540,6 +584,9 @@ impl Stream {
             b.inner.last_use.fetch_max(value, Ordering::AcqRel);
         }
         batch.value = value;
+        if let Some(p) = batch.prof.take() {
+            self.device.inner.profile_submitted(value, p);
+        }
         self.in_flight.push_back(batch);
         self.stats.submissions += 1;
         Ok(Submission { device: self.device.clone(), value })
@@ -559,10 +606,14 @@ impl Stream {
         }
     }
 
-    /// Returns a batch's command buffer and descriptor pools (reset) to the free lists.
-    /// The caller guarantees the batch is not pending: never submitted, or its submission
-    /// has completed.
+    /// Returns a batch's command buffer, descriptor pools (reset) and query pool (of a
+    /// batch never submitted; a submitted one's went to the device's profiler) to the
+    /// free lists. The caller guarantees the batch is not pending: never submitted, or its
+    /// submission has completed.
     fn recycle(&mut self, mut b: Batch) -> Result<()> {
+        if let Some(p) = b.prof.take() {
+            self.device.inner.profile_release(p.pool);
+        }
         for p in b.desc_pools.drain(..) {
             // SAFETY: the pool's sets were used only by `b.cmd`, which is not pending
             // (the caller's guarantee).
@@ -594,7 +645,7 @@ impl Stream {
             // Its submission has completed.
             self.recycle(b)?;
         }
-        Ok(())
+        self.device.inner.profile_collect()
     }
 
     /// Ends recording and returns the recorded work as a [`Recording`] that can be
@@ -653,6 +704,10 @@ impl Drop for Stream {
             if self.pool != vk::CommandPool::null() {
                 inner.raw.destroy_command_pool(self.pool, None);
             }
+            if let Some(p) = self.current.as_mut().and_then(|b| b.prof.take()) {
+                // Never submitted: free for another command buffer.
+                inner.profile_release(p.pool);
+            }
         }
     }
 }
@@ -709,6 +764,9 @@ impl Drop for Recording {
         unsafe {
             for p in self.batch.desc_pools.drain(..) {
                 inner.raw.destroy_descriptor_pool(p, None);
+            }
+            if let Some(p) = self.batch.prof.take() {
+                inner.raw.destroy_query_pool(p.pool, None);
             }
             inner.raw.destroy_command_pool(self.pool, None);
         }

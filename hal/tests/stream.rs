@@ -180,3 +180,53 @@ fn discarded_recording_never_runs() {
     s.finish_and_wait().unwrap();
     assert_eq!(b.to_vec::<f32>().unwrap(), vec![4.0f32; n]);
 }
+
+#[test]
+fn profile_counts_every_command_and_sums_its_gpu_time() {
+    let dev = common::device();
+    let n = 1 << 16;
+    let a = dev.upload(&common::random_f32(n, 3)).unwrap();
+    let b = dev.alloc(4 * n as u64, MemoryKind::DeviceLocal).unwrap();
+    let p = dev.pipeline(&dev.kernel("affine.f32").unwrap(), &PipelineOptions::default()).unwrap();
+    let push = common::affine_push(n as u32, 2.0, 1.0);
+    let groups = [(n as u32).div_ceil(64), 1, 1];
+    let mut s = Stream::new(&dev).unwrap();
+    // Recorded before profiling was switched on: not counted.
+    s.dispatch(&p, &[(&a).into(), (&b).into()], &push, groups).unwrap();
+    s.finish_and_wait().unwrap();
+    dev.set_profiling(true).unwrap();
+    for i in 0..6 {
+        let (src, dst) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        s.dispatch(&p, &[src.into(), dst.into()], &push, groups).unwrap();
+        if i == 2 {
+            s.submit().unwrap(); // two command buffers
+        }
+    }
+    s.copy(&a, 0, &b, 0, 4 * n as u64).unwrap();
+    s.fill(&a, 0, 4 * n as u64, 0).unwrap();
+    // Recorded, then dropped: never runs, never counted.
+    s.submit().unwrap();
+    s.dispatch(&p, &[(&a).into(), (&b).into()], &push, groups).unwrap();
+    s.discard().unwrap();
+    // Waited for but not retired by the stream: take_profile reads it all the same.
+    s.submit().unwrap().wait().unwrap();
+    let prof = dev.take_profile();
+    let get = |name: &str| prof.iter().find(|k| k.name == name).unwrap_or_else(|| panic!("{name} in {prof:?}"));
+    let affine = format!("affine.f32 [{}x1x1]", groups[0]);
+    assert_eq!(get(&affine).calls, 6);
+    assert_eq!(get("copy").calls, 1);
+    assert_eq!(get("fill").calls, 1);
+    assert_eq!(prof.len(), 3, "{prof:?}");
+    // Each of the six dispatches reads and writes 512 KiB: it takes time on any device.
+    assert!(get(&affine).seconds > 0.0 && get(&affine).seconds < 10.0, "{prof:?}");
+    assert!(prof.windows(2).all(|w| w[0].seconds >= w[1].seconds), "slowest first: {prof:?}");
+    // Reading resets the sums; switched off, nothing more is counted.
+    assert!(dev.take_profile().is_empty());
+    dev.set_profiling(false).unwrap();
+    s.dispatch(&p, &[(&a).into(), (&b).into()], &push, groups).unwrap();
+    s.finish_and_wait().unwrap();
+    assert!(dev.take_profile().is_empty());
+    // The work itself is unchanged by the timestamps: b = 2 a + 1 after the last dispatch.
+    let (av, bv) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+    assert!(av.iter().zip(&bv).all(|(x, y)| *y == 2.0 * x + 1.0));
+}
