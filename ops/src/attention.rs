@@ -1,7 +1,8 @@
 //! Attention over an f16 KV cache: flash attention (streaming softmax) for prefill and
 //! decode, with grouped-query heads, causal masking and, for decode, a split over the KV
 //! length merged by a second pass. Kernels: `shader-src/shaders/flash_attn.comp`,
-//! `flash_attn_combine.comp`, `kv_append.comp`. The algorithm is FlashAttention's online
+//! `flash_attn_combine.comp`, `kv_append.comp`, and for prefill on devices with f16
+//! cooperative matrices `flash_attn_cm.comp` ([`tensor_core_prefill`]). The algorithm is FlashAttention's online
 //! softmax (Dao et al., 2022) with FlashDecoding's split-KV (Dao et al., 2023).
 //!
 //! Layouts: queries and outputs `[t, n_heads, d]` (token-major, as a QKV mat-vec produces
@@ -9,11 +10,17 @@
 //! `[n_kv_heads, ctx, d]`, one [`KvCache`] for K and one for V. The softmax reductions use
 //! subgroup arithmetic where the device has it ([`crate::tuning::subgroup_reduce`]).
 
-use vkml_hal::{Buffer, BufferArg, Device, MemoryKind, Stream};
+use vkml_hal::{Buffer, BufferArg, Capabilities, Device, MemoryKind, PipelineOptions, Stream};
 
 use crate::dtype::Dtype;
 use crate::error::{OpsError, Result};
 use crate::launch::{pipeline, push_words, variant};
+use crate::tuning;
+
+/// Fewest query tokens for which [`flash_attn`] takes the tensor-core prefill kernel
+/// where [`tensor_core_prefill`] allows it (below, the per-token kernel keeps its f32
+/// operands at little cost).
+pub const TENSOR_CORE_MIN_TOKENS: usize = 16;
 
 /// Largest head dimension the kernel takes.
 pub const MAX_HEAD_DIM: usize = 256;
@@ -154,6 +161,19 @@ pub fn split_scratch_len(sh: &AttnShape, d: usize) -> (usize, usize) {
     }
 }
 
+/// Whether [`flash_attn`] runs a call of this shape (head dimension `d`) on the
+/// tensor-core prefill kernel, `flash_attn_cm.comp`: a device with the f16
+/// cooperative-matrix shape the mat-mat uses ([`tuning::coopmat_subgroup_size`]), `d` of
+/// 64 or 128, no KV split and at least [`TENSOR_CORE_MIN_TOKENS`] queries. That kernel
+/// rounds q and the softmax weights to f16 for the tensor cores (accumulating in f32), so
+/// its results differ from the per-token kernel's by about 2^-11 relative.
+pub fn tensor_core_prefill(caps: &Capabilities, d: usize, sh: &AttnShape) -> bool {
+    tuning::coopmat_subgroup_size(caps).is_some()
+        && (d == 64 || d == 128)
+        && sh.n_splits <= 1
+        && sh.t_q >= TENSOR_CORE_MIN_TOKENS
+}
+
 /// Records `out = softmax(q Kᵀ · scale + causal mask) V` per head (see the module docs for
 /// layouts; `q`, `out`: `dt[t_q, n_heads, d]`). With `n_splits > 1`, `scratch` holds f32
 /// buffers of at least [`split_scratch_len`] elements (whatever `dt` is).
@@ -199,6 +219,40 @@ pub fn flash_attn(
         return bad("heads, tokens or splits exceed the device's grid".into());
     }
     let split_len = sh.kv_len.div_ceil(splits).max(1);
+    if tensor_core_prefill(dev.caps(), d, &sh) {
+        let (sg, require) = tuning::coopmat_subgroup_size(dev.caps()).expect("checked by tensor_core_prefill");
+        let name = format!("flash_attn_cm.{}_d{d}", dt.name());
+        let opts = PipelineOptions {
+            spec_constants: vec![(0, 128)],
+            required_subgroup_size: require.then_some(sg),
+            full_subgroups: dev.caps().subgroup.full_subgroups,
+        };
+        let p = dev.pipeline(&dev.kernel(&name)?, &opts)?;
+        let blocks = sh.t_q.div_ceil(64);
+        if blocks as u64 > u64::from(lim[1]) {
+            return bad("query blocks exceed the device's grid".into());
+        }
+        let w = [
+            sh.t_q as u32,
+            sh.n_heads as u32,
+            k.n_kv_heads as u32,
+            d as u32,
+            sh.kv_len as u32,
+            sh.q_pos0 as u32,
+            k.ctx as u32,
+            sh.causal as u32,
+            1,
+            split_len as u32,
+            sh.scale.to_bits(),
+        ];
+        s.dispatch(
+            &p,
+            &[q.into(), k.buffer().into(), v.buffer().into(), out.into()],
+            &push_words(&w),
+            [sh.n_heads as u32, blocks as u32, 1],
+        )?;
+        return Ok(());
+    }
     let wg = 64u32;
     let p = pipeline(&dev, &variant(&dev, "flash_attn", "", dt, true), wg)?;
     let pc_words = |n_splits: usize| {

@@ -429,17 +429,19 @@ pub fn mat_vec_q8_1(ty: GgmlType, rows: usize, k: usize, scale: Scale) -> Spec {
 
 /// Prompt mat-mat `y[n_tok, rows] = x[n_tok, k] Wᵀ` of a weight of `ty` on the device's
 /// fastest path ([`quant::mat_mat`]). Compared with [`Limit::Matrix`] where that path is
-/// the cooperative-matrix one, else [`Limit::Fma`].
-pub fn mat_mat(ty: GgmlType, rows: usize, k: usize, n_tok: usize) -> Spec {
-    mat_mat_on("mat_mat", None, ty, rows, k, n_tok)
+/// the cooperative-matrix one, else [`Limit::Fma`]. Rotates over copies of the weights
+/// ([`Scale`]'s rotation bytes), as a model's layers do: each call then reads its
+/// weights from memory, not from a cache that still holds them from the call before.
+pub fn mat_mat(ty: GgmlType, rows: usize, k: usize, n_tok: usize, scale: Scale) -> Spec {
+    mat_mat_on("mat_mat", None, ty, rows, k, n_tok, scale)
 }
 
 /// [`mat_mat`] on [`quant::MatMatPath::CoopMatInt8`] (x quantized to Q8_1 inside each
 /// call, int8 tensor cores), group `mat_mat_int8`. Compared with [`Limit::Matrix`], the
 /// f16 cooperative-matrix peak (the int8 peak is not measured). Building it fails where
 /// the device or `ty` lacks that path.
-pub fn mat_mat_int8(ty: GgmlType, rows: usize, k: usize, n_tok: usize) -> Spec {
-    mat_mat_on("mat_mat_int8", Some(quant::MatMatPath::CoopMatInt8), ty, rows, k, n_tok)
+pub fn mat_mat_int8(ty: GgmlType, rows: usize, k: usize, n_tok: usize, scale: Scale) -> Spec {
+    mat_mat_on("mat_mat_int8", Some(quant::MatMatPath::CoopMatInt8), ty, rows, k, n_tok, scale)
 }
 
 fn mat_mat_on(
@@ -449,20 +451,24 @@ fn mat_mat_on(
     rows: usize,
     k: usize,
     n_tok: usize,
+    scale: Scale,
 ) -> Spec {
     Spec::new(group, format!("{ty:?} {rows}x{k}x{n_tok}"), move |dev| {
         let blocks = random_blocks(ty, rows, k, 9);
-        let m = QMatrix::upload(dev, ty, rows, k, &blocks)?;
+        let copies = copies_for(scale, blocks.len());
+        let mats = (0..copies).map(|_| QMatrix::upload(dev, ty, rows, k, &blocks)).collect::<Result<Vec<_>>>()?;
         let x = random_buffer(dev, Dtype::F32, n_tok * k, 5)?;
         let y = alloc(dev, 4 * n_tok * rows)?;
-        let path = path.unwrap_or_else(|| quant::MatMatPath::best(dev.caps(), &m));
+        let path = path.unwrap_or_else(|| quant::MatMatPath::best(dev.caps(), &mats[0]));
         let coop = path != quant::MatMatPath::Scalar;
         Ok(Parts {
             bytes: (blocks.len() + 4 * n_tok * (k + rows)) as f64,
             flops: 2.0 * (rows * k * n_tok) as f64,
             limit: if coop { Limit::Matrix } else { Limit::Fma },
-            copies: 1,
-            record: Box::new(move |s, _| quant::mat_mat_with(s, &m, &x, n_tok, &y, quant::MatMatOptions::new(path))),
+            copies,
+            record: Box::new(move |s, i| {
+                quant::mat_mat_with(s, &mats[i], &x, n_tok, &y, quant::MatMatOptions::new(path))
+            }),
         })
     })
 }
@@ -541,8 +547,9 @@ pub fn rms_norm(rows: usize, n: usize) -> Spec {
 
 /// Causal flash attention with f32 queries over an f16 KV cache: `t_q` queries at the end
 /// of `kv_len` positions, `n_heads` query heads sharing `n_kv_heads` KV heads of dim `d`.
-/// Prefill (`t_q > 1`) is compared with [`Limit::Fma`] (flops: 4 d per unmasked
-/// query-key pair); decode (`t_q == 1`, split over the KV length as the model does,
+/// Prefill (`t_q > 1`) is compared with [`Limit::Matrix`] where it runs on the
+/// tensor-core kernel ([`attention::tensor_core_prefill`]), else with [`Limit::Fma`]
+/// (flops: 4 d per unmasked query-key pair); decode (`t_q == 1`, split over the KV length as the model does,
 /// [`tuning::attn_splits`]) with [`Limit::Bandwidth`] (bytes: the K and V read), rotating
 /// over caches at [`Scale::Full`].
 pub fn attention(t_q: usize, kv_len: usize, n_heads: usize, n_kv_heads: usize, d: usize, scale: Scale) -> Spec {
@@ -578,7 +585,13 @@ pub fn attention(t_q: usize, kv_len: usize, n_heads: usize, n_kv_heads: usize, d
         Ok(Parts {
             bytes: (kv_bytes + 8 * t_q * n_heads * d) as f64,
             flops: 4.0 * d as f64 * pairs * n_heads as f64,
-            limit: if t_q == 1 { Limit::Bandwidth } else { Limit::Fma },
+            limit: if t_q == 1 {
+                Limit::Bandwidth
+            } else if attention::tensor_core_prefill(dev.caps(), d, &sh) {
+                Limit::Matrix
+            } else {
+                Limit::Fma
+            },
             copies,
             record: Box::new(move |s, i| {
                 let (k, v) = &caches[i];
@@ -615,13 +628,19 @@ pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
             }
         }
     }
-    let (mm_rows, mm_k, n_tok) = if full { (14336, 4096, 512) } else { (1024, 512, 64) };
-    for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K] {
-        v.push(mat_mat(ty, mm_rows, mm_k, n_tok));
+    // Both shapes of a Llama-3-8B feed-forward (gate / up, and down: the issue's
+    // 4096x14336x512).
+    let (mm_shapes, n_tok) = if full { (vec![(14336, 4096), (4096, 14336)], 512) } else { (vec![(1024, 512)], 64) };
+    for &(mm_rows, mm_k) in &mm_shapes {
+        for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K] {
+            v.push(mat_mat(ty, mm_rows, mm_k, n_tok, scale));
+        }
     }
     if tuning::coopmat_int8(dev.caps()) {
-        for &ty in quant::COOPMAT_INT8_TYPES {
-            v.push(mat_mat_int8(ty, mm_rows, mm_k, n_tok));
+        for &(mm_rows, mm_k) in &mm_shapes {
+            for &ty in quant::COOPMAT_INT8_TYPES {
+                v.push(mat_mat_int8(ty, mm_rows, mm_k, n_tok, scale));
+            }
         }
     }
     let n = if full { 4096 } else { 256 };

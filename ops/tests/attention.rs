@@ -127,6 +127,60 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    /// Prompts of 16 tokens and more at head dims 64 and 128: on a device with f16
+    /// cooperative matrices they run on the tensor-core kernel (`flash_attn_cm.comp`,
+    /// [`attention::tensor_core_prefill`]), which rounds q and the softmax weights to f16;
+    /// its reference then takes q rounded to f16, and its tolerance adds the weights'
+    /// rounding (≤ 2^-11 relative each, so ≤ 2^-11 · max|v| on the output): 1.5e-3 for f32,
+    /// 2e-3 for f16. Elsewhere the per-token kernel runs, with the tolerances above.
+    #[test]
+    fn prefill_attention_matches_candle(
+        wide in any::<bool>(), n_kv in 1usize..3, group in 1usize..4, t_q in 16usize..150,
+        q_pos0 in 0usize..40, causal in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let (h, d) = (n_kv * group, if wide { 128 } else { 64 });
+        let kv_len = q_pos0 + t_q;
+        let ctx = kv_len + 5;
+        let mut seed = seed | 1;
+        let q = rand_vec(t_q * h * d, &mut seed);
+        let k = rand_vec(kv_len * n_kv * d, &mut seed);
+        let v = rand_vec(kv_len * n_kv * d, &mut seed);
+        let sh = AttnShape { t_q, n_heads: h, kv_len, q_pos0, causal, scale: 1.0 / (d as f32).sqrt(), n_splits: 1 };
+        for dt in DTYPES {
+            for (path, dev) in reduce_devices() {
+                let tensor = attention::tensor_core_prefill(dev.caps(), d, &sh);
+                let qr = if tensor { round(Dtype::F16, &q) } else { round(dt, &q) };
+                let want = reference(&qr, &k, &v, t_q, h, n_kv, d, kv_len, q_pos0, causal, sh.scale);
+                let tol = match (tensor, dt) {
+                    (true, Dtype::F16) => 2e-3,
+                    (true, _) => 1.5e-3,
+                    (false, Dtype::F16) => 1e-3,
+                    (false, _) => 2e-5,
+                };
+                let kc = KvCache::new(dev, n_kv, ctx, d).unwrap();
+                let vc = KvCache::new(dev, n_kv, ctx, d).unwrap();
+                let (kb, vb, qb) = (upload(dev, dt, &k), upload(dev, dt, &v), upload(dev, dt, &q));
+                let out = alloc(dev, dt, t_q * h * d);
+                let mut s = Stream::new(dev).unwrap();
+                attention::kv_append(&mut s, dt, &kb, kv_len, 0, &kc).unwrap();
+                attention::kv_append(&mut s, dt, &vb, kv_len, 0, &vc).unwrap();
+                attention::flash_attn(&mut s, dt, &qb, &kc, &vc, sh, &out, None).unwrap();
+                s.finish_and_wait().unwrap();
+                let got = download(dt, &out);
+                prop_assert_eq!(got.len(), want.len());
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    prop_assert!((g - w).abs() <= tol * w.abs().max(1.0), "{:?} {} tensor {} [{}]: gpu {} cpu {} ({:?})", dt, path, tensor, i, g, w, sh);
+                }
+                let errs = dev.instance().take_validation_errors();
+                prop_assert!(errs.is_empty(), "validation errors: {:?}", errs);
+            }
+        }
+    }
+}
+
 #[test]
 fn cache_overflow_and_bad_heads_are_errors() {
     let dev = common::device();

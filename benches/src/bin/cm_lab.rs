@@ -39,8 +39,6 @@ use vkml_quant::GgmlType;
 fn main() {
     let files: Vec<String> = std::env::args().skip(1).collect();
     let n_tok = 512usize;
-    let w = random(4096 * 14336, 7);
-    let x = random(n_tok * 14336, 11);
     // VKML_LAB_TYPES=f16,q4_0,... picks the types (default Q4_0, Q8_0, Q4_K). A type's name
     // is its kernel variant's (`dequant.<name>`), whose QTYPE define a lab file is built with.
     let all = [
@@ -87,8 +85,8 @@ fn main() {
         (it.next().is_none() && z > 0).then_some((r, t, z))
     };
     let env_tile: Option<(usize, usize, usize)> = std::env::var("VKML_LAB_TILE").ok().and_then(|v| parse_tile(&v));
-    // VKML_LAB_SHAPES=RxK,...: weight shapes (rows x k, at most 14336 x 14336 elements in
-    // all), default 14336x4096 and 4096x14336.
+    // VKML_LAB_SHAPES=RxK,...: weight shapes (rows x k, k a multiple of 256), default
+    // 14336x4096 and 4096x14336.
     let shapes: Vec<(usize, usize)> = std::env::var("VKML_LAB_SHAPES")
         .ok()
         .map(|v| {
@@ -97,6 +95,9 @@ fn main() {
                 .collect()
         })
         .unwrap_or_else(|| vec![(14336, 4096), (4096, 14336)]);
+    // Random weights and x for the largest shape; smaller ones take a prefix.
+    let w = random(shapes.iter().map(|&(r, k)| r * k).max().unwrap_or(0), 7);
+    let x = random(n_tok * shapes.iter().map(|&(_, k)| k).max().unwrap_or(0), 11);
     let enc: Vec<Vec<u8>> = types.iter().map(|(ty, _, _)| vkml_quant::quantize(*ty, &w).unwrap()).collect();
     let mut reference: Vec<Vec<f32>> = Vec::new();
     for (fi, arg) in std::iter::once("built-in".to_string()).chain(files).enumerate() {
@@ -121,8 +122,17 @@ fn main() {
             for (si, &(rows, k)) in shapes.iter().enumerate() {
                 // The kernel the op runs here (`mul_mat_cm`, `mul_mat_cm256`, ...).
                 let kernel = quant::mat_mat_kernel(dev.caps(), lab_path, *ty, rows, n_tok).0;
-                let m = QMatrix::upload(&dev, *ty, rows, k, &enc[ti][..rows * k / ty.block_size() * ty.type_size()])
-                    .unwrap();
+                // VKML_LAB_COPIES=N: N copies of the weights, one per call in turn (so a
+                // call reads its weights from memory, as a model's layers do).
+                let copies: usize = std::env::var("VKML_LAB_COPIES").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+                let blocks = &enc[ti][..rows * k / ty.block_size() * ty.type_size()];
+                let ms: Vec<QMatrix> =
+                    (0..copies.max(1)).map(|_| QMatrix::upload(&dev, *ty, rows, k, blocks).unwrap()).collect();
+                let turn = std::cell::Cell::new(0usize);
+                let next = || {
+                    turn.set(turn.get() + 1);
+                    &ms[turn.get() % ms.len()]
+                };
                 let xb = dev.upload(&x[..n_tok * k]).unwrap();
                 let y = dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap();
                 let mut s = Stream::new(&dev).unwrap();
@@ -153,6 +163,7 @@ fn main() {
                 };
                 let run = |s: &mut Stream| match &direct {
                     Some((p, x16, grid, chunk, part, red)) => {
+                        let m = next();
                         let words = |v: &[u32]| -> Vec<u8> { v.iter().flat_map(|w| w.to_ne_bytes()).collect() };
                         let pc = words(&[
                             0,
@@ -173,7 +184,7 @@ fn main() {
                         }
                         Ok(())
                     }
-                    None => quant::mat_mat_with(s, &m, &xb, n_tok, &y, mat_mat_options(path)),
+                    None => quant::mat_mat_with(s, next(), &xb, n_tok, &y, mat_mat_options(path)),
                 };
                 if let Err(e) = run(&mut s) {
                     println!("{file}: {e}");
