@@ -61,9 +61,15 @@ struct ModelArgs {
     /// Generation lengths to test (comma-separated; 0 skips the generation tests).
     #[arg(long = "n-gen", short = 'n', value_delimiter = ',', default_value = "128")]
     n_gen: Vec<usize>,
-    /// Timed repetitions of each test (after one warm-up run).
+    /// Timed repetitions of each test (after the warm-up).
     #[arg(long, short = 'r', default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     repetitions: u32,
+    /// Warm-up before each test's timed runs: untimed runs until at least one has run and
+    /// this many seconds have passed. A GPU that was idle runs at low clocks for a while
+    /// (the H100 took about ten 512-token prompts, 1 s, to reach its steady speed), so
+    /// figures taken straight after an idle spell understate the steady throughput.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Format::Md)]
     output: Format,
@@ -199,8 +205,8 @@ fn models(a: ModelArgs) -> Result<(), String> {
     if a.output == Format::Md {
         print_header(&head);
         println!(
-            "settings: {} repetitions after 1 warm-up; flash attention on; KV cache f16; prompt in one batch\n",
-            reps
+            "settings: {} repetitions after >= {} s of warm-up runs; flash attention on; KV cache f16; prompt in one batch\n",
+            reps, a.warmup
         );
         println!("| model | size | params | backend | test | t/s |\n| --- | ---: | ---: | --- | --- | ---: |");
     }
@@ -238,11 +244,28 @@ fn models(a: ModelArgs) -> Result<(), String> {
         for (n_prompt, n_gen) in tests {
             let mut samples = Vec::with_capacity(reps);
             let mut prof = vkml_candle::llama::StepProfile::default();
-            let stats0 = vdev.stream_stats();
-            if a.profile {
-                vdev.hal().take_profile(); // what loading and earlier tests ran
-            }
-            for r in 0..=reps {
+            let mut stats0 = vdev.stream_stats();
+            let warm_start = Instant::now();
+            let mut warm_runs = 0usize;
+            // Warm-up runs (r < warm_runs) until a.warmup seconds have passed, then `reps`
+            // timed ones; the counts and the GPU profile cover the timed runs only.
+            let mut r = 0usize;
+            loop {
+                let warming = r == warm_runs;
+                if warming && (r == 0 || warm_start.elapsed().as_secs_f64() < a.warmup) {
+                    warm_runs += 1;
+                } else if r == warm_runs {
+                    // The first timed run.
+                    stats0 = vdev.stream_stats();
+                    prof = vkml_candle::llama::StepProfile::default();
+                    if a.profile {
+                        vdev.hal().take_profile(); // loading, earlier tests, warm-up
+                    }
+                }
+                if r >= warm_runs + reps {
+                    break;
+                }
+                r += 1;
                 model.reset();
                 let t = Instant::now();
                 if n_prompt > 0 {
@@ -259,7 +282,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
                         prof.wait_s += p.wait_s;
                     }
                 }
-                if r > 0 {
+                if r > warm_runs {
                     samples.push(t.elapsed().as_secs_f64());
                 }
             }
@@ -268,11 +291,11 @@ fn models(a: ModelArgs) -> Result<(), String> {
             let (m, sd) = ops_bench::mean_sd(&ts);
             let (mns, sdns) = ops_bench::mean_sd(&samples);
             let test = if n_prompt > 0 { format!("pp{n_prompt}") } else { format!("tg{n_gen}") };
-            // Where the time goes (all runs, warm-up included). A generation step: host
-            // times and commands per token. A prompt run: commands per run (they include
-            // the first decode step, recorded ahead after the prompt).
+            // Where the time goes (the timed runs). A generation step: host times and
+            // commands per token. A prompt run: commands per run (they include the first
+            // decode step, recorded ahead after the prompt).
             let stats = vdev.stream_stats();
-            let runs = (reps + 1) as f64;
+            let runs = reps as f64;
             let per = |v: u64| v as f64 / runs / n_gen.max(1) as f64;
             let mut step = json!({
                 "dispatches": per(stats.dispatches - stats0.dispatches),
@@ -304,7 +327,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
                 let prof = vdev.hal().take_profile();
                 let total: f64 = prof.iter().map(|k| k.seconds).sum();
                 eprintln!(
-                    "{label} {test}: GPU time per {} (all runs, warm-up included): {:.3} ms",
+                    "{label} {test}: GPU time per {} ({reps} timed runs after {warm_runs} warm-up): {:.3} ms",
                     if n_gen > 0 { "token" } else { "run" },
                     total / runs / n_gen.max(1) as f64 * 1e3
                 );
@@ -345,6 +368,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
                 "n_gen": n_gen,
                 "test": test,
                 "repetitions": reps,
+                "warmup_runs": warm_runs,
                 "flash_attn": true,
                 "type_k": "f16",
                 "type_v": "f16",

@@ -209,7 +209,9 @@ fn main() {
                     reference[slot].iter().zip(&out).map(|(a, b)| (a - b).abs() / a.abs().max(1.0)).fold(0f32, f32::max)
                 };
                 let warm = Instant::now();
-                while warm.elapsed().as_secs_f64() < 0.5 {
+                // VKML_LAB_WARMUP_S: seconds of untimed calls first (default 0.5).
+                let warm_s: f64 = std::env::var("VKML_LAB_WARMUP_S").ok().and_then(|v| v.parse().ok()).unwrap_or(0.5);
+                while warm.elapsed().as_secs_f64() < warm_s {
                     run(&mut s).unwrap();
                     s.finish_and_wait().unwrap();
                 }
