@@ -26,6 +26,29 @@ use vkml_quant::gguf::TensorInfo;
 
 type CResult<T> = candle_core::Result<T>;
 
+/// [`ModelStorage::rms_norm_linear`] as its two calls, for backends without a fused form
+/// (and for the shapes a backend does not fuse).
+///
+/// # Errors
+/// As [`ModelStorage::rms_norm`], [`ModelStorage::qmatmul`] and
+/// [`ModelStorage::qmatmul_glu`].
+pub fn rms_norm_linear_composed<S: ModelStorage>(
+    x: &S,
+    l: &Layout,
+    nw: &S,
+    nwl: &Layout,
+    eps: f32,
+    w: &S::QWeight,
+    act: Option<GluActivation>,
+) -> CResult<S> {
+    let xn = x.rms_norm(l, nw, nwl, eps)?;
+    let xl = Layout::contiguous(l.shape());
+    match act {
+        None => xn.qmatmul(&xl, w),
+        Some(a) => xn.qmatmul_glu(&xl, w, a),
+    }
+}
+
 /// The model ops candle keeps outside `BackendStorage` (in candle-nn and in
 /// `candle_core::quantized`), for the front's model code. Activations are F32; layouts
 /// are candle's (offsets and strides in elements).
@@ -90,6 +113,27 @@ pub trait ModelStorage: BackendStorage {
     /// # Errors
     /// Shape mismatches, device errors.
     fn rms_norm(&self, l: &Layout, w: &Self, wl: &Layout, eps: f32) -> CResult<Self>;
+
+    /// [`ModelStorage::rms_norm`] of `x = self: f32[t, k]` (`l`) with weight `nw: f32[k]`,
+    /// then [`ModelStorage::qmatmul`] (`act` `None`) or [`ModelStorage::qmatmul_glu`]
+    /// (`act` `Some`) of the result with `w`: one call, so that a backend can fuse the norm
+    /// with preparing x for the product. The result is the two calls' (the default runs
+    /// them: [`rms_norm_linear_composed`]).
+    ///
+    /// # Errors
+    /// As the two calls.
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_linear(
+        &self,
+        l: &Layout,
+        nw: &Self,
+        nwl: &Layout,
+        eps: f32,
+        w: &Self::QWeight,
+        act: Option<GluActivation>,
+    ) -> CResult<Self> {
+        rms_norm_linear_composed(self, l, nw, nwl, eps, w, act)
+    }
 
     /// Rotary embedding of `x: f32[t, heads, d]` (`l`) at positions `pos0..pos0 + t`:
     /// the first `rot` dims of each head rotate, paired interleaved (candle-nn's
@@ -943,6 +987,29 @@ where
             candle_core::bail!("rms_norm: weight {:?} for rows of {n}", w.dims())
         }
         Ok(self.wrap(self.storage.rms_norm(&self.layout, &w.storage, &w.layout, eps)?))
+    }
+
+    /// `rms_norm(self, nw, eps)` then [`Tensor::qmatmul`] (`act` `None`) or
+    /// [`Tensor::qmatmul_glu`] (`act` `Some`) with `w`, in one
+    /// [`ModelStorage::rms_norm_linear`] call (fused where the backend can).
+    ///
+    /// # Errors
+    /// As [`Tensor::rms_norm`], [`Tensor::qmatmul`] and [`Tensor::qmatmul_glu`].
+    pub fn rms_norm_linear(&self, nw: &Self, eps: f32, w: &S::QWeight, act: Option<GluActivation>) -> CResult<Self> {
+        let (rows, k) = S::qweight_dims(w);
+        let &[t, kk] = self.dims() else {
+            candle_core::bail!("rms_norm_linear takes [t, k] activations, got {:?}", self.dims())
+        };
+        if nw.dims() != [k] || kk != k || (act.is_some() && !rows.is_multiple_of(2)) {
+            candle_core::bail!(
+                "rms_norm_linear: activations [{t}, {kk}], norm weight {:?}, a [{rows}, {k}] weight{}",
+                nw.dims(),
+                if act.is_some() { " (stacked gate/up)" } else { "" }
+            )
+        }
+        let out = if act.is_some() { rows / 2 } else { rows };
+        let st = self.storage.rms_norm_linear(&self.layout, &nw.storage, &nw.layout, eps, w, act)?;
+        Ok(Self::from_storage(st, (t, out)))
     }
 
     /// Rotary embedding ([`ModelStorage::rope`]) of `self: f32[t, heads, d]` with tables

@@ -510,8 +510,7 @@ where
         let scale = 1.0 / (d as f32).sqrt();
         let mut x = Tensor::qembedding(ids, &self.tok_embd)?;
         for l in &mut self.layers {
-            let xn = x.rms_norm(&l.attn_norm, c.rms_eps)?;
-            let mut qkv = xn.qmatmul(&l.wqkv)?;
+            let mut qkv = x.rms_norm_linear(&l.attn_norm, c.rms_eps, &l.wqkv, None)?;
             if let Some(b) = &l.bias {
                 qkv = qkv.broadcast_add(b)?;
             }
@@ -521,7 +520,7 @@ where
             let (q, k, v) = (qk.narrow(1, 0, nh)?, qk.narrow(1, nh, nkv)?, heads.narrow(1, nh + nkv, nkv)?);
             let a = Tensor::attention(&q, &k, &v, (&mut l.k_cache, &mut l.v_cache), pos, scale)?;
             x.qmatmul_add_(&a, &l.wo)?;
-            let g = x.rms_norm(&l.ffn_norm, c.rms_eps)?.qmatmul_glu(&l.w_gate_up, GluActivation::Silu)?;
+            let g = x.rms_norm_linear(&l.ffn_norm, c.rms_eps, &l.w_gate_up, Some(GluActivation::Silu))?;
             x.qmatmul_add_(&g, &l.w_down)?;
         }
         if !want {
@@ -531,7 +530,7 @@ where
             x = x.narrow(0, t - 1, 1)?;
         }
         let out = self.output.as_ref().unwrap_or(&self.tok_embd);
-        Ok(Some(x.rms_norm(&self.output_norm, c.rms_eps)?.qmatmul(out)?))
+        Ok(Some(x.rms_norm_linear(&self.output_norm, c.rms_eps, out, None)?))
     }
 }
 

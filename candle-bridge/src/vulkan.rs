@@ -1303,6 +1303,47 @@ impl crate::front::ModelStorage for VulkanStorage {
         })
     }
 
+    /// Below [`VulkanDevice::mat_mat_min_tokens`] rows, where the mat-vec runs on the
+    /// integer-dot kernel ([`vkml_ops::quant::mat_vec_uses_q8_1`]): the norm writes x as
+    /// Q8_1 ([`vkml_ops::nn::rms_norm_q8_1`], the blocks the mat-vec would quantize) and
+    /// the mat-vec reads them, one dispatch fewer. Elsewhere the two calls.
+    fn rms_norm_linear(
+        &self,
+        l: &Layout,
+        nw: &Self,
+        nwl: &Layout,
+        eps: f32,
+        w: &Self::QWeight,
+        act: Option<GluActivation>,
+    ) -> CResult<Self> {
+        use vkml_ops::quant;
+        let (t, k) = (l.dims()[0], *l.dims().last().unwrap_or(&0));
+        let dev = &self.device;
+        let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
+        let fused = t < dev.mat_mat_min_tokens()
+            && k.is_multiple_of(32)
+            && quant::mat_vec_uses_q8_1(dev.hal().caps(), w, &cfg)
+            && self.dtype == DType::F32
+            && nw.dtype == DType::F32;
+        if !fused {
+            return crate::front::rms_norm_linear_composed(self, l, nw, nwl, eps, w, act);
+        }
+        let (x, nw) = (packed(self, l)?, packed(nw, nwl)?);
+        let (ep, out) = match act {
+            None => (MatVecEpilogue::Store, w.rows()),
+            Some(a) => (MatVecEpilogue::Glu(a), w.rows() / 2),
+        };
+        // 36 bytes (9 words) per 32 values.
+        let xq = dev.alloc(9 * t * k / 32, DType::U32)?;
+        let y = dev.alloc(t * out, DType::F32)?;
+        dev.with_stream(|s| {
+            vkml_ops::nn::rms_norm_q8_1(s, &x.buffer, Some(&nw.buffer), t, k, eps, &xq).map_err(cerr)?;
+            quant::mat_vec_q8_1_fused(s, w, &xq, t, &y, cfg, ep).map_err(cerr)
+        })?;
+        dev.recycle(xq);
+        Ok(dev.storage(y, DType::F32, t * out))
+    }
+
     fn rope(
         &self,
         l: &Layout,

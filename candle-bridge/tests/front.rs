@@ -216,6 +216,50 @@ fn front_errors_name_the_problem() {
 }
 
 /// Max |a - b| over the step relative to the largest |b|.
+/// The decode step's fused norm and product (`rms_norm_linear`), on a device whose integer
+/// dot products count as accelerated so that its mat-vecs take Q8_1 activations: the
+/// norm then writes x as Q8_1 itself. The values must be the bits of `rms_norm` followed
+/// by `qmatmul` / `qmatmul_glu` (which quantize the normalised x separately), from one
+/// dispatch fewer.
+#[test]
+fn rms_norm_linear_equals_norm_then_product() {
+    use vkml_ops::nn::GluActivation;
+    use vkml_ops::quant::QMatrix;
+    let dev = common::device_with(|c| c.integer_dot.packed_4x8_signed_accelerated = true);
+    if !dev.caps().integer_dot.supported || vkml_ops::tuning::row_subgroup_size(dev.caps()).is_none() {
+        eprintln!("skipped: no integer dot product or usable subgroup size on this device");
+        return;
+    }
+    let vd = VulkanDevice::from_device(&dev, 0).unwrap();
+    let (rows, k) = (96, 256);
+    for ty in [GgmlType::Q4_0, GgmlType::Q8_0] {
+        let bytes = vkml_quant::quantize(ty, &values(rows * k, 7)).unwrap();
+        let w = QMatrix::upload(vd.hal(), ty, rows, k, &bytes).unwrap();
+        for t in [1usize, 3] {
+            let x = VTensor::from_slice(&values(t * k, 8 + t as u64), (t, k), &vd).unwrap();
+            let nw = VTensor::from_slice(&values(k, 9), k, &vd).unwrap();
+            for act in [None, Some(GluActivation::Silu)] {
+                let d0 = vd.stream_stats().dispatches;
+                let fused = x.rms_norm_linear(&nw, 1e-5, &w, act).unwrap().to_vec::<f32>().unwrap();
+                let d1 = vd.stream_stats().dispatches;
+                let xn = x.rms_norm(&nw, 1e-5).unwrap();
+                let composed = match act {
+                    None => xn.qmatmul(&w),
+                    Some(a) => xn.qmatmul_glu(&w, a),
+                }
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+                let d2 = vd.stream_stats().dispatches;
+                assert_eq!(fused.len(), t * if act.is_some() { rows / 2 } else { rows });
+                assert!(fused.iter().any(|&v| v != 0.0), "{ty:?} t {t} {act:?}: all zeros");
+                assert_eq!(fused, composed, "{ty:?} t {t} {act:?}");
+                assert_eq!(d1 - d0 + 1, d2 - d1, "{ty:?} t {t} {act:?}: the fused form saves one dispatch");
+            }
+        }
+    }
+}
+
 fn rel_diff(a: &[f32], b: &[f32]) -> f32 {
     let scale = b.iter().fold(1f32, |m, x| m.max(x.abs()));
     max_diff(a, b) / scale
@@ -227,27 +271,38 @@ fn argmax(v: &[f32]) -> u32 {
 
 /// Greedy generation from `prompt` for `steps` tokens with the same model code on
 /// candle's CPU storage, on Vulkan, and on Vulkan with mat-mats from 2 tokens on (the
-/// prompt path on every device); returns (tokens, worst relative logit difference of
-/// either Vulkan run against the CPU).
+/// prompt path on every device), and on Vulkan with decode on Q8_1 activations (as GPUs
+/// with accelerated integer dot products run it); returns (tokens, worst relative logit
+/// difference of the first two Vulkan runs against the CPU, that of the Q8_1 run).
 ///
 /// On the way, the decode step each Vulkan model records ahead is made stale twice: by
 /// a read-back of unrelated work on the same device (which submits the step before its
 /// token id is written), and by a reset followed by the prompt again. Both must give the
 /// CPU's logits.
-fn run_all(file: &GgufFile, prompt: &[u32], steps: usize) -> (Vec<u32>, f32) {
+fn run_all(file: &GgufFile, prompt: &[u32], steps: usize) -> (Vec<u32>, f32, f32) {
     let opts = LoadOptions { ctx: Some(64), ..LoadOptions::default() };
     let mut cpu = Llama::<CpuStorage>::load(&CpuDevice, file, opts, &mut |_, _| {}).unwrap();
     let vd = vdev();
     let mut gpu = Llama::<VulkanStorage>::load(&vd, file, opts, &mut |_, _| {}).unwrap();
     let mut gpu_mm = Llama::<VulkanStorage>::load(&vulkan_device_mat_mat_from(2), file, opts, &mut |_, _| {}).unwrap();
-    let (mut tokens, mut worst) = (Vec::new(), 0f32);
+    // Decode on Q8_1 activations (integer-dot mat-vecs, the norm quantizing x) as on GPUs
+    // whose integer dot products are accelerated.
+    let q8 = VulkanDevice::from_device(&common::device_with(|c| c.integer_dot.packed_4x8_signed_accelerated = true), 0)
+        .unwrap();
+    let mut gpu_q8 = Llama::<VulkanStorage>::load(&q8, file, opts, &mut |_, _| {}).unwrap();
+    let (mut tokens, mut worst, mut worst_q8) = (Vec::new(), 0f32, 0f32);
     let mut input = prompt.to_vec();
     let mut first = Vec::new();
     for step in 0..steps {
         let want = cpu.forward(&input, false).unwrap();
-        for (what, m) in [("Vulkan", &mut gpu), ("Vulkan, mat-mat", &mut gpu_mm)] {
+        for (what, m) in [("Vulkan", &mut gpu), ("Vulkan, mat-mat", &mut gpu_mm), ("Vulkan, Q8_1 decode", &mut gpu_q8)]
+        {
             let got = m.forward(&input, false).unwrap();
-            worst = worst.max(rel_diff(&got, &want));
+            if what.ends_with("Q8_1 decode") {
+                worst_q8 = worst_q8.max(rel_diff(&got, &want));
+            } else {
+                worst = worst.max(rel_diff(&got, &want));
+            }
             assert_eq!(argmax(&got), argmax(&want), "step {step}: {what} picked another token than the CPU");
             if step == 0 && what == "Vulkan" {
                 first = got;
@@ -263,13 +318,19 @@ fn run_all(file: &GgufFile, prompt: &[u32], steps: usize) -> (Vec<u32>, f32) {
     gpu.reset();
     let again = gpu.forward(prompt, false).unwrap();
     assert_eq!(again, first, "the prompt after a reset gives other logits than the first time");
-    (tokens, worst)
+    (tokens, worst, worst_q8)
 }
 
 /// Relative logit bound, Vulkan vs CPU: f16 KV cache rounding is
 /// identical on both sides; what differs is summation order (subgroup reductions,
 /// split-K attention) and the GPU's exp, all f32.
 const REL_TOL: f32 = 1e-3;
+
+/// The same bound with decode on Q8_1 activations: every 32 values of x rounded to 8 bits
+/// (a step of up to 1/254 of the block's largest magnitude, as ggml's own backends do),
+/// which moved these models' logits by 1-2 % of the largest one on lavapipe. A wrong
+/// block or scale moves them by the whole range; the greedy tokens must agree as well.
+const Q8_REL_TOL: f32 = 3e-2;
 
 #[test]
 fn llama_on_cpu_and_vulkan_agree_synthetic() {
@@ -286,8 +347,9 @@ fn llama_on_cpu_and_vulkan_agree_synthetic() {
     for (arch, ty) in [("llama", GgmlType::Q4_0), ("qwen2", GgmlType::Q8_0)] {
         let file = synthetic_model(arch, &shape, ty, 11).unwrap();
         let prompt: Vec<u32> = (0..12u32).map(|i| (i * 37 + 5) % shape.vocab as u32).collect();
-        let (_, dg) = run_all(&file, &prompt, 8);
+        let (_, dg, dq) = run_all(&file, &prompt, 8);
         assert!(dg <= REL_TOL, "{arch}: Vulkan vs CPU {dg}");
+        assert!(dq <= Q8_REL_TOL, "{arch}: Vulkan on Q8_1 activations vs CPU {dq}");
     }
 }
 
@@ -297,9 +359,10 @@ fn llama_on_cpu_and_vulkan_agree_smollm2() {
     let file = GgufFile::open(&path).unwrap();
     // A 4-token prompt then 16 greedy steps.
     let prompt = [1u32, 504, 3458, 282];
-    let (tokens, dg) = run_all(&file, &prompt, 16);
-    eprintln!("tokens {tokens:?}; Vulkan vs CPU {dg:.2e}");
+    let (tokens, dg, dq) = run_all(&file, &prompt, 16);
+    eprintln!("tokens {tokens:?}; Vulkan vs CPU {dg:.2e}, on Q8_1 activations {dq:.2e}");
     assert!(dg <= REL_TOL, "Vulkan vs CPU {dg}");
+    assert!(dq <= Q8_REL_TOL, "Vulkan on Q8_1 activations vs CPU {dq}");
     // candle-transformers' quantized_llama (exact f32 weights) picks the same tokens wherever
     // its top-1/top-2 margin exceeds 0.1: the oracle is not circular.
     std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1");

@@ -53,6 +53,46 @@ pub fn rms_norm(
     norm(s, Norm::Rms, dt, x, w, None, rows, n, eps, y)
 }
 
+/// [`rms_norm`] of f32 rows with the result quantized to Q8_1 as it is made: `xq` gets
+/// `rows * n / 32` blocks of 36 bytes (ggml's `block_q8_1`, rows in order), equal to
+/// [`crate::quant::quantize_q8_1`] of what [`rms_norm`] writes (the same f32 row, the
+/// same quantization code, `include/q8_1.glsl`). One dispatch instead of two for the
+/// decode step's normalised inputs of [`crate::quant::mat_vec_q8_1`].
+///
+/// # Errors
+/// [`OpsError::Shape`] for `n` not a multiple of 32 or buffers too small; HAL errors.
+pub fn rms_norm_q8_1(
+    s: &mut Stream,
+    x: &Buffer,
+    w: Option<&Buffer>,
+    rows: usize,
+    n: usize,
+    eps: f32,
+    xq: &Buffer,
+) -> Result<()> {
+    let op = "rms_norm_q8_1";
+    if !n.is_multiple_of(32) {
+        return Err(OpsError::Shape { op, reason: format!("rows of {n} are not whole Q8_1 blocks of 32") });
+    }
+    need(op, "x", x, rows * n, Dtype::F32)?;
+    if let Some(w) = w {
+        need(op, "weight", w, n, Dtype::F32)?;
+    }
+    let bytes = 36 * (rows * n / 32) as u64;
+    if xq.size() < bytes {
+        return Err(OpsError::Shape { op, reason: format!("xq holds {} bytes, needs {bytes}", xq.size()) });
+    }
+    if rows == 0 || n == 0 {
+        return Ok(());
+    }
+    let dev = s.device().clone();
+    let p = pipeline(&dev, &variant(&dev, "norm", "rms_q8_1_", Dtype::F32, true), ROW_WORKGROUP)?;
+    let pc = push_words(&[n as u32, rows as u32, eps.to_bits(), w.is_some() as u32, 0]);
+    // An unused weight binding gets x (never read: has_w is 0).
+    s.dispatch(&p, &[x.into(), w.unwrap_or(x).into(), xq.into()], &pc, grid(&dev, op, rows as u64)?)?;
+    Ok(())
+}
+
 /// Records `y = (x - mean) / sqrt(var + eps) * w + b` over rows of `n` (biased variance;
 /// candle-nn `ops::layer_norm`). `x`, `y`: `dt[rows * n]`; `w`, `b`: `f32[n]` or `None`.
 ///

@@ -602,6 +602,20 @@ pub fn mat_vec_q8_1_fused(
     mat_vec_core(s, m, xq, true, batch, y, cfg, epilogue)
 }
 
+/// Whether [`mat_vec_fused`] with `cfg` runs `m` on the integer-dot kernel, quantizing x
+/// to Q8_1 first: then [`mat_vec_q8_1_fused`] on x quantized elsewhere (by
+/// [`quantize_q8_1`], or by [`crate::nn::rms_norm_q8_1`] as it normalises) gives the same
+/// result. Needs `cfg.integer_dot` and `cfg.subgroup_rows`, a type in [`DOT_TYPES`], and
+/// a device with integer dot products and a usable subgroup size.
+pub fn mat_vec_uses_q8_1(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVecConfig) -> bool {
+    cfg.subgroup_rows
+        && cfg.integer_dot
+        && block_kernel(m.ty).is_some()
+        && tuning::row_subgroup_size(caps).is_some()
+        && caps.integer_dot.supported
+        && DOT_TYPES.contains(&m.ty)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn mat_vec_core(
     s: &mut Stream,
@@ -668,7 +682,7 @@ fn mat_vec_core(
     let caps = dev.caps();
     let block = block_kernel(m.ty);
     let row_sg = tuning::row_subgroup_size(caps).filter(|_| cfg.subgroup_rows && block.is_some());
-    let use_dot = row_sg.is_some() && cfg.integer_dot && caps.integer_dot.supported && DOT_TYPES.contains(&m.ty);
+    let use_dot = mat_vec_uses_q8_1(caps, m, &cfg);
     if pre_quantized && !use_dot {
         return Err(OpsError::Shape {
             op: "mat_vec_q8_1",

@@ -479,6 +479,39 @@ fn q8_1_quantization_matches_cpu_within_one_step() {
 }
 
 #[test]
+fn rms_norm_q8_1_equals_norm_then_quantize() {
+    // The fused decode-step kernel must give the very blocks of rms_norm + quantize_q8_1
+    // (same f32 row, same quantization code): compared word for word, with and without a
+    // weight, on rows past one workgroup's blocks (n / 32 > 256 invocations).
+    let dev = device();
+    for (rows, n, weighted) in [(1usize, 4096usize, true), (3, 96, true), (2, 32 * 300, false)] {
+        let x: Vec<f32> = weights(rows, n, 40 + n as u64).iter().map(|v| 3.0 * v).collect();
+        let w = weights(1, n, 41);
+        let (xb, wb) = (dev.upload(&x).unwrap(), dev.upload(&w).unwrap());
+        let wq = weighted.then_some(&wb);
+        let y = dev.alloc(4 * (rows * n) as u64, MemoryKind::DeviceLocal).unwrap();
+        let (q1, q2) = (
+            dev.alloc(36 * (rows * n / 32) as u64, MemoryKind::DeviceLocal).unwrap(),
+            dev.alloc(36 * (rows * n / 32) as u64, MemoryKind::DeviceLocal).unwrap(),
+        );
+        let mut s = Stream::new(&dev).unwrap();
+        vkml_ops::nn::rms_norm(&mut s, vkml_ops::Dtype::F32, &xb, wq, rows, n, 1e-5, &y).unwrap();
+        quant::quantize_q8_1(&mut s, &y, rows * n / 32, &q1).unwrap();
+        vkml_ops::nn::rms_norm_q8_1(&mut s, &xb, wq, rows, n, 1e-5, &q2).unwrap();
+        s.finish_and_wait().unwrap();
+        let (a, b) = (q1.to_vec::<u32>().unwrap(), q2.to_vec::<u32>().unwrap());
+        assert!(a.iter().any(|&v| v != 0), "{rows}x{n}: the reference is all zeros");
+        assert_eq!(a, b, "{rows}x{n} weighted {weighted}");
+    }
+    // Rows that are not whole blocks are refused by name.
+    let b = dev.alloc(4 * 64, MemoryKind::DeviceLocal).unwrap();
+    let mut s = Stream::new(&dev).unwrap();
+    let e = vkml_ops::nn::rms_norm_q8_1(&mut s, &b, None, 1, 48, 1e-5, &b).unwrap_err();
+    assert!(e.to_string().contains("rows of 48"), "{e}");
+    assert_clean(&dev);
+}
+
+#[test]
 fn integer_dot_mat_vec_matches_cpu_dot() {
     let dev = device();
     if vkml_ops::tuning::row_subgroup_size(dev.caps()).is_none() || !dev.caps().integer_dot.supported {
