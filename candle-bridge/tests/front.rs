@@ -273,7 +273,9 @@ fn argmax(v: &[f32]) -> u32 {
 /// candle's CPU storage, on Vulkan, and on Vulkan with mat-mats from 2 tokens on (the
 /// prompt path on every device), and on Vulkan with decode on Q8_1 activations (as GPUs
 /// with accelerated integer dot products run it); returns (tokens, worst relative logit
-/// difference of the first two Vulkan runs against the CPU, that of the Q8_1 run).
+/// difference against the CPU of the Vulkan runs that decode on f32 activations, that of
+/// the runs that decode on Q8_1: `tuning::q8_1_activations` of their device, which on a
+/// GPU with accelerated integer dot products is all three).
 ///
 /// On the way, the decode step each Vulkan model records ahead is made stale twice: by
 /// a read-back of unrelated work on the same device (which submits the step before its
@@ -298,7 +300,8 @@ fn run_all(file: &GgufFile, prompt: &[u32], steps: usize) -> (Vec<u32>, f32, f32
         for (what, m) in [("Vulkan", &mut gpu), ("Vulkan, mat-mat", &mut gpu_mm), ("Vulkan, Q8_1 decode", &mut gpu_q8)]
         {
             let got = m.forward(&input, false).unwrap();
-            if what.ends_with("Q8_1 decode") {
+            let q8_decode = what.ends_with("Q8_1 decode") || vkml_ops::tuning::q8_1_activations(vd.hal().caps());
+            if q8_decode {
                 worst_q8 = worst_q8.max(rel_diff(&got, &want));
             } else {
                 worst = worst.max(rel_diff(&got, &want));
