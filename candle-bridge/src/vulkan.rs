@@ -1395,8 +1395,8 @@ impl crate::front::ModelStorage for VulkanStorage {
         };
         let y = dev.alloc(t * h * d, DType::F32)?;
         let record = |s: &mut Stream| -> vkml_ops::Result<()> {
-            attention::kv_append_from(s, Dtype::F32, &kr.0.buffer, kr.1, kr.2, t, pos0, k_cache)?;
-            attention::kv_append_from(s, Dtype::F32, &vr.0.buffer, vr.1, vr.2, t, pos0, v_cache)?;
+            let (kx, vx) = ((&kr.0.buffer, kr.1, kr.2), (&vr.0.buffer, vr.1, vr.2));
+            attention::kv_append_pair_from(s, Dtype::F32, kx, vx, t, pos0, k_cache, v_cache)?;
             let sc = scratch.as_ref().map(|(a, b)| (a, b));
             attention::flash_attn(s, Dtype::F32, &qp.buffer, k_cache, v_cache, sh, &y, sc)
         };

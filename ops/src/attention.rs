@@ -92,6 +92,90 @@ pub fn kv_append_from(
     pos0: usize,
     cache: &KvCache,
 ) -> Result<()> {
+    check_append(dt, x, x_off, x_stride, t_new, pos0, cache)?;
+    if t_new == 0 {
+        return Ok(());
+    }
+    let dev = s.device().clone();
+    let p = pipeline(&dev, &variant(&dev, "kv_append", "", dt, false), 64)?;
+    let pc = push_words(&[
+        t_new as u32,
+        cache.n_kv_heads as u32,
+        cache.d as u32,
+        pos0 as u32,
+        cache.ctx as u32,
+        x_off as u32,
+        x_stride as u32,
+    ]);
+    s.dispatch(&p, &[x.into(), cache.buffer().into()], &pc, append_grid(&dev, t_new, cache)?)?;
+    Ok(())
+}
+
+/// [`kv_append_from`] of keys and values in one dispatch: `k = (x, x_off, x_stride)` into
+/// `k_cache` and `v = (x, x_off, x_stride)` into `v_cache`, the two caches of one shape.
+///
+/// # Errors
+/// As [`kv_append_from`] for either side; [`OpsError::Shape`] for caches of different
+/// shapes.
+#[allow(clippy::too_many_arguments)]
+pub fn kv_append_pair_from(
+    s: &mut Stream,
+    dt: Dtype,
+    k: (&Buffer, usize, usize),
+    v: (&Buffer, usize, usize),
+    t_new: usize,
+    pos0: usize,
+    k_cache: &KvCache,
+    v_cache: &KvCache,
+) -> Result<()> {
+    if (k_cache.n_kv_heads, k_cache.ctx, k_cache.d) != (v_cache.n_kv_heads, v_cache.ctx, v_cache.d) {
+        return Err(OpsError::Shape { op: "kv_append", reason: "K and V caches differ in shape".into() });
+    }
+    check_append(dt, k.0, k.1, k.2, t_new, pos0, k_cache)?;
+    check_append(dt, v.0, v.1, v.2, t_new, pos0, v_cache)?;
+    if t_new == 0 {
+        return Ok(());
+    }
+    let dev = s.device().clone();
+    let p = pipeline(&dev, &variant(&dev, "kv_append", "pair_", dt, false), 64)?;
+    let pc = push_words(&[
+        t_new as u32,
+        k_cache.n_kv_heads as u32,
+        k_cache.d as u32,
+        pos0 as u32,
+        k_cache.ctx as u32,
+        k.1 as u32,
+        k.2 as u32,
+        v.1 as u32,
+        v.2 as u32,
+    ]);
+    let [gx, gy, _] = append_grid(&dev, t_new, k_cache)?;
+    let bindings = [k.0.into(), k_cache.buffer().into(), v.0.into(), v_cache.buffer().into()];
+    s.dispatch(&p, &bindings, &pc, [gx, gy, 2])?;
+    Ok(())
+}
+
+/// The grid of an append of `t_new` tokens into `cache`: x over pairs of a head's
+/// elements, y over tokens x heads.
+fn append_grid(dev: &Device, t_new: usize, cache: &KvCache) -> Result<[u32; 3]> {
+    let gx = (cache.d / 2).div_ceil(64) as u32;
+    let gy = (t_new * cache.n_kv_heads) as u32;
+    if gy > dev.caps().limits.max_workgroup_count[1] {
+        return Err(OpsError::Shape { op: "kv_append", reason: format!("{gy} rows exceed the device's grid") });
+    }
+    Ok([gx, gy, 1])
+}
+
+/// Checks one side of an append (see [`kv_append_from`]).
+fn check_append(
+    dt: Dtype,
+    x: &Buffer,
+    x_off: usize,
+    x_stride: usize,
+    t_new: usize,
+    pos0: usize,
+    cache: &KvCache,
+) -> Result<()> {
     let bad = |reason: String| Err(OpsError::Shape { op: "kv_append", reason });
     if pos0 + t_new > cache.ctx {
         return bad(format!(
@@ -108,26 +192,6 @@ pub fn kv_append_from(
     if x.size() < (dt.size() * n) as u64 {
         return bad(format!("x holds {} bytes, needs {n} {}", x.size(), dt.name()));
     }
-    if t_new == 0 {
-        return Ok(());
-    }
-    let dev = s.device().clone();
-    let p = pipeline(&dev, &variant(&dev, "kv_append", "", dt, false), 64)?;
-    let gx = (cache.d / 2).div_ceil(64) as u32;
-    let gy = (t_new * cache.n_kv_heads) as u32;
-    if gy > dev.caps().limits.max_workgroup_count[1] {
-        return bad(format!("{gy} rows exceed the device's grid"));
-    }
-    let pc = push_words(&[
-        t_new as u32,
-        cache.n_kv_heads as u32,
-        cache.d as u32,
-        pos0 as u32,
-        cache.ctx as u32,
-        x_off as u32,
-        x_stride as u32,
-    ]);
-    s.dispatch(&p, &[x.into(), cache.buffer().into()], &pc, [gx, gy, 1])?;
     Ok(())
 }
 

@@ -230,5 +230,25 @@ fn kv_append_from_stacked_rows_equals_contiguous_append() {
         assert!(va.iter().any(|&w| w != 0), "{dt:?}: nothing appended");
         let e = attention::kv_append_from(&mut s, dt, &xs, 0, d, t, 0, &a).unwrap_err();
         assert!(e.to_string().contains("cannot hold"), "{e}");
+        // Keys and values in one dispatch equal the two single appends: K from the stacked
+        // rows, V from its own contiguous buffer.
+        let v: Vec<f32> = (0..t * hkv * d).map(|i| 3.0 - i as f32 * 0.5).collect();
+        let xv = common::upload(dev, dt, &v);
+        let (kc, vc, vb) = (
+            KvCache::new(dev, hkv, 8, d).unwrap(),
+            KvCache::new(dev, hkv, 8, d).unwrap(),
+            KvCache::new(dev, hkv, 8, d).unwrap(),
+        );
+        let d0 = s.stats().dispatches;
+        attention::kv_append_pair_from(&mut s, dt, (&xs, hq * d, stride), (&xv, 0, hkv * d), t, 2, &kc, &vc).unwrap();
+        assert_eq!(s.stats().dispatches, d0 + 1);
+        attention::kv_append(&mut s, dt, &xv, t, 2, &vb).unwrap();
+        s.finish_and_wait().unwrap();
+        assert_eq!(kc.buffer().to_vec::<u32>().unwrap(), va, "{dt:?}: keys");
+        assert_eq!(vc.buffer().to_vec::<u32>().unwrap(), vb.buffer().to_vec::<u32>().unwrap(), "{dt:?}: values");
+        let short = KvCache::new(dev, hkv, 4, d).unwrap();
+        let e = attention::kv_append_pair_from(&mut s, dt, (&xs, hq * d, stride), (&xv, 0, hkv * d), t, 2, &kc, &short)
+            .unwrap_err();
+        assert!(e.to_string().contains("differ in shape"), "{e}");
     }
 }
