@@ -98,15 +98,7 @@ pub fn kv_append_from(
     }
     let dev = s.device().clone();
     let p = pipeline(&dev, &variant(&dev, "kv_append", "", dt, false), 64)?;
-    let pc = push_words(&[
-        t_new as u32,
-        cache.n_kv_heads as u32,
-        cache.d as u32,
-        pos0 as u32,
-        cache.ctx as u32,
-        x_off as u32,
-        x_stride as u32,
-    ]);
+    let pc = append_push(t_new, pos0, cache, &[(x_off, x_stride)]);
     s.dispatch(&p, &[x.into(), cache.buffer().into()], &pc, append_grid(&dev, t_new, cache)?)?;
     Ok(())
 }
@@ -138,21 +130,19 @@ pub fn kv_append_pair_from(
     }
     let dev = s.device().clone();
     let p = pipeline(&dev, &variant(&dev, "kv_append", "pair_", dt, false), 64)?;
-    let pc = push_words(&[
-        t_new as u32,
-        k_cache.n_kv_heads as u32,
-        k_cache.d as u32,
-        pos0 as u32,
-        k_cache.ctx as u32,
-        k.1 as u32,
-        k.2 as u32,
-        v.1 as u32,
-        v.2 as u32,
-    ]);
+    let pc = append_push(t_new, pos0, k_cache, &[(k.1, k.2), (v.1, v.2)]);
     let [gx, gy, _] = append_grid(&dev, t_new, k_cache)?;
     let bindings = [k.0.into(), k_cache.buffer().into(), v.0.into(), v_cache.buffer().into()];
     s.dispatch(&p, &bindings, &pc, [gx, gy, 2])?;
     Ok(())
+}
+
+/// kv_append.comp's push constants: t_new, n_kv_heads, d, pos0, ctx, then each side's
+/// (offset, stride) of its x rows.
+fn append_push(t_new: usize, pos0: usize, cache: &KvCache, sides: &[(usize, usize)]) -> Vec<u8> {
+    let mut w = vec![t_new as u32, cache.n_kv_heads as u32, cache.d as u32, pos0 as u32, cache.ctx as u32];
+    w.extend(sides.iter().flat_map(|&(off, stride)| [off as u32, stride as u32]));
+    push_words(&w)
 }
 
 /// The grid of an append of `t_new` tokens into `cache`: x over pairs of a head's
@@ -283,6 +273,22 @@ pub fn flash_attn(
         return bad("heads, tokens or splits exceed the device's grid".into());
     }
     let split_len = sh.kv_len.div_ceil(splits).max(1);
+    // flash_attn.comp's and flash_attn_cm.comp's push constants.
+    let pc_words = |n_splits: usize| {
+        push_words(&[
+            sh.t_q as u32,
+            sh.n_heads as u32,
+            k.n_kv_heads as u32,
+            d as u32,
+            sh.kv_len as u32,
+            sh.q_pos0 as u32,
+            k.ctx as u32,
+            sh.causal as u32,
+            n_splits as u32,
+            split_len as u32,
+            sh.scale.to_bits(),
+        ])
+    };
     if tensor_core_prefill(dev.caps(), d, &sh) {
         let (sg, require) = tuning::coopmat_subgroup_size(dev.caps()).expect("checked by tensor_core_prefill");
         let name = format!("flash_attn_cm.{}_d{d}", dt.name());
@@ -296,45 +302,16 @@ pub fn flash_attn(
         if blocks as u64 > u64::from(lim[1]) {
             return bad("query blocks exceed the device's grid".into());
         }
-        let w = [
-            sh.t_q as u32,
-            sh.n_heads as u32,
-            k.n_kv_heads as u32,
-            d as u32,
-            sh.kv_len as u32,
-            sh.q_pos0 as u32,
-            k.ctx as u32,
-            sh.causal as u32,
-            1,
-            split_len as u32,
-            sh.scale.to_bits(),
-        ];
         s.dispatch(
             &p,
             &[q.into(), k.buffer().into(), v.buffer().into(), out.into()],
-            &push_words(&w),
+            &pc_words(1),
             [sh.n_heads as u32, blocks as u32, 1],
         )?;
         return Ok(());
     }
     let wg = 64u32;
     let p = pipeline(&dev, &variant(&dev, "flash_attn", "", dt, true), wg)?;
-    let pc_words = |n_splits: usize| {
-        let mut w = vec![
-            sh.t_q as u32,
-            sh.n_heads as u32,
-            k.n_kv_heads as u32,
-            d as u32,
-            sh.kv_len as u32,
-            sh.q_pos0 as u32,
-            k.ctx as u32,
-            sh.causal as u32,
-            n_splits as u32,
-            split_len as u32,
-        ];
-        w.push(sh.scale.to_bits());
-        push_words(&w)
-    };
     let groups = [sh.n_heads as u32, sh.t_q as u32, splits as u32];
     if splits == 1 {
         // The partial-output and max/sum bindings are unused: bind `out`.
