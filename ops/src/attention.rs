@@ -14,7 +14,7 @@ use vkml_hal::{Buffer, BufferArg, Capabilities, Device, MemoryKind, PipelineOpti
 
 use crate::dtype::Dtype;
 use crate::error::{OpsError, Result};
-use crate::launch::{pipeline, push_words, variant};
+use crate::launch::{pipeline, pipeline_spec, push_words, variant};
 use crate::tuning;
 
 /// Fewest query tokens for which [`flash_attn`] takes the tensor-core prefill kernel
@@ -230,6 +230,23 @@ pub fn tensor_core_prefill(caps: &Capabilities, d: usize, sh: &AttnShape) -> boo
         && sh.t_q >= TENSOR_CORE_MIN_TOKENS
 }
 
+/// `flash_attn_gqa.comp`'s (workgroup size, pairs per lane per head) for head dim `d` and
+/// `g` query heads per KV head, where it runs: subgroup arithmetic, `g <= 8`,
+/// `g * d <= 1024` (its shared buffers), at most 4 subgroups of the smallest size per
+/// workgroup, and at most 32 f16 pairs per lane for the `g` heads' outputs (registers).
+/// Elsewhere `flash_attn.comp` runs, one workgroup per query head.
+fn gqa_kernel(caps: &Capabilities, d: usize, g: usize) -> Option<(u32, u32)> {
+    let min = caps.subgroup.min_size.max(1) as usize;
+    let wg = (4 * min).min(128);
+    let npl = (d / 2).div_ceil(min);
+    (tuning::subgroup_reduce(caps)
+        && caps.subgroup.min_size > 0
+        && (1..=8).contains(&g)
+        && g * d <= 1024
+        && g * npl <= 32)
+        .then_some((wg as u32, npl as u32))
+}
+
 /// Records `out = softmax(q Kᵀ · scale + causal mask) V` per head (see the module docs for
 /// layouts; `q`, `out`: `dt[t_q, n_heads, d]`). With `n_splits > 1`, `scratch` holds f32
 /// buffers of at least [`split_scratch_len`] elements (whatever `dt` is).
@@ -312,9 +329,18 @@ pub fn flash_attn(
         )?;
         return Ok(());
     }
-    let wg = 64u32;
-    let p = pipeline(&dev, &variant(&dev, "flash_attn", "", dt, true), wg)?;
-    let groups = [sh.n_heads as u32, sh.t_q as u32, splits as u32];
+    let (p, groups) = match gqa_kernel(dev.caps(), d, sh.n_heads / k.n_kv_heads) {
+        // The query heads of one KV head together: x over KV heads.
+        Some((wg, npl)) => {
+            let g = (sh.n_heads / k.n_kv_heads) as u32;
+            let name = format!("flash_attn_gqa.{}", dt.name());
+            (pipeline_spec(&dev, &name, wg, &[(1, g), (2, npl)])?, [k.n_kv_heads as u32, sh.t_q as u32, splits as u32])
+        }
+        None => (
+            pipeline(&dev, &variant(&dev, "flash_attn", "", dt, true), 64)?,
+            [sh.n_heads as u32, sh.t_q as u32, splits as u32],
+        ),
+    };
     if splits == 1 {
         // The partial-output and max/sum bindings are unused: bind `out`.
         s.dispatch(

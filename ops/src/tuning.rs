@@ -101,16 +101,17 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
 /// Largest KV split of a one-query attention call ([`attn_splits`]).
 pub const MAX_ATTN_SPLITS: usize = 32;
 
-/// Workgroups the KV length of one (query, head) pair is split over in
-/// [`crate::attention::flash_attn`] (FlashDecoding): one per 64 positions, at most
+/// Workgroups the KV length of one (query, KV head) pair is split over in
+/// [`crate::attention::flash_attn`] (FlashDecoding): one per 16 positions, at most
 /// [`MAX_ATTN_SPLITS`], for a single query (decode); 1 for prompts, whose many queries
-/// already fill the device. On the H100 (benches/RESULTS.md, 2026-11-25) one split per
-/// 64 positions instead of 256 took llama-8b Q4_0 decode from 199 / 161 to 215-218 /
-/// 202 t/s at 128 / 1024 tokens of context, and 32 splits instead of 16 the 4096-position
-/// decode attention from 99 to 73 µs.
+/// already fill the device. On the H100 (benches/RESULTS.md, 2026-11-25), with the
+/// grouped-query kernel (one workgroup per KV head), llama-8b Q4_0 decode ran 238 / 223
+/// t/s at 128 / 1024 tokens of context with one split per 64 positions, 249 / 243 per 32
+/// and 259 / 244 per 16; at most 32 splits kept the 4096-position decode attention at
+/// 59 µs (64 splits: 64 µs).
 pub fn attn_splits(t_q: usize, kv_len: usize) -> usize {
     if t_q == 1 {
-        kv_len.div_ceil(64).clamp(1, MAX_ATTN_SPLITS)
+        kv_len.div_ceil(16).clamp(1, MAX_ATTN_SPLITS)
     } else {
         1
     }

@@ -1,0 +1,138 @@
+//! variant f32
+//! variant f16 F16=1
+// Flash attention with the query heads of one KV head together (grouped-query attention):
+// the same function, layouts, bindings, push constants and split outputs as
+// flash_attn.comp, but one workgroup per (KV head, query token, split) takes all
+// G = n_heads / n_kv_heads query heads of that KV head, so each K and V row is read once
+// for the G heads instead of once per head; the decode step's attention.
+// Work: subgroup s takes keys start + s, start + s + (subgroups), ...; its lanes split a
+// row's d / 2 f16 pairs (consecutive lanes, consecutive words: one coalesced load per
+// pair group), each key's G dot products are subgroupAdd-reduced, and each subgroup keeps
+// an online softmax (running max m, sum l, unnormalised output) per head. At the end the
+// subgroups' states are merged through shared memory (each scaled by exp(m_s - m)), and
+// written as flash_attn.comp writes them: out = acc / l, or with n_splits > 1 the
+// unnormalised output to po and (m, l) to ml for flash_attn_combine.comp.
+// Specialization constants: 0 = workgroup size (at most MAX_SG subgroups), 1 = GQ (G, at
+// most 8), 2 = NPL (pairs per lane per head: at least ceil(d / 2 / subgroup size)).
+// G * d <= MAX_GD. Needs subgroup arithmetic.
+// Grid: x = n_kv_heads, y = query tokens, z = splits.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
+#ifdef F16
+#extension GL_EXT_shader_16bit_storage : require
+#endif
+layout(local_size_x_id = 0, local_size_x = 128) in;
+layout(constant_id = 1) const uint GQ = 4;
+layout(constant_id = 2) const uint NPL = 2;
+#include "common.glsl"
+layout(std430, set = 0, binding = 0) readonly buffer Q { ACT q[]; };
+layout(std430, set = 0, binding = 1) readonly buffer K { uint kw[]; };
+layout(std430, set = 0, binding = 2) readonly buffer V { uint vw[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer O { ACT o[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer PO { float po[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer ML { float ml[]; };
+layout(push_constant) uniform P {
+    uint t_q; uint n_heads; uint n_kv_heads; uint d; uint kv_len; uint q_pos0; uint ctx;
+    uint causal; uint n_splits; uint split_len; float scale;
+} p;
+
+#define MAX_GD 1024u
+#define MAX_SG 4u
+shared float qs[MAX_GD];
+shared float mrg[MAX_SG * MAX_GD];
+shared float mls[MAX_SG * 16u];
+
+void main() {
+    uint kvh = gl_WorkGroupID.x, t = gl_WorkGroupID.y, split = gl_WorkGroupID.z;
+    uint h0 = kvh * GQ;
+    uint tid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
+    uint sg = gl_SubgroupID, nsg = gl_NumSubgroups, lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
+    uint hw = p.d / 2u;
+    // The G heads' queries of token t are contiguous: [t, n_heads, d] rows h0 .. h0 + G.
+    uint qbase = (t * p.n_heads + h0) * p.d;
+    for (uint i = tid; i < GQ * p.d; i += wg) qs[i] = float(q[qbase + i]);
+    barrier();
+
+    uint end = p.kv_len;
+    if (p.causal != 0u) end = min(end, p.q_pos0 + t + 1u);
+    uint start = split * p.split_len;
+    end = min(end, start + p.split_len);
+
+    const float NEG_INF = uintBitsToFloat(0xFF800000u);
+    float m[GQ], l[GQ];
+    vec2 acc[GQ * NPL];
+    [[unroll]] for (uint g = 0; g < GQ; g++) {
+        m[g] = NEG_INF;
+        l[g] = 0.0;
+        [[unroll]] for (uint c = 0; c < NPL; c++) acc[g * NPL + c] = vec2(0.0);
+    }
+    uint head_words = kvh * p.ctx * hw;
+    for (uint j = start + sg; j < end; j += nsg) {
+        uint kb = head_words + j * hw;
+        float part[GQ];
+        [[unroll]] for (uint g = 0; g < GQ; g++) part[g] = 0.0;
+        vec2 vv[NPL];
+        [[unroll]] for (uint c = 0; c < NPL; c++) {
+            uint pi = lane + c * sgs;
+            vv[c] = vec2(0.0);
+            if (pi < hw) {
+                vec2 kk = unpackHalf2x16(kw[kb + pi]);
+                vv[c] = unpackHalf2x16(vw[kb + pi]);
+                [[unroll]] for (uint g = 0; g < GQ; g++)
+                    part[g] += qs[g * p.d + 2u * pi] * kk.x + qs[g * p.d + 2u * pi + 1u] * kk.y;
+            }
+        }
+        [[unroll]] for (uint g = 0; g < GQ; g++) {
+            float s = subgroupAdd(part[g]) * p.scale;
+            float mn = max(m[g], s);
+            float corr = exp(m[g] - mn); // 0 while m is -inf
+            float pj = exp(s - mn);
+            l[g] = l[g] * corr + pj;
+            m[g] = mn;
+            [[unroll]] for (uint c = 0; c < NPL; c++) acc[g * NPL + c] = acc[g * NPL + c] * corr + pj * vv[c];
+        }
+    }
+
+    // Merge the subgroups' states.
+    [[unroll]] for (uint g = 0; g < GQ; g++) {
+        if (lane == 0u) {
+            mls[sg * 16u + 2u * g] = m[g];
+            mls[sg * 16u + 2u * g + 1u] = l[g];
+        }
+        [[unroll]] for (uint c = 0; c < NPL; c++) {
+            uint pi = lane + c * sgs;
+            if (pi < hw) {
+                mrg[sg * MAX_GD + g * p.d + 2u * pi] = acc[g * NPL + c].x;
+                mrg[sg * MAX_GD + g * p.d + 2u * pi + 1u] = acc[g * NPL + c].y;
+            }
+        }
+    }
+    barrier();
+    for (uint i = tid; i < GQ * p.d; i += wg) {
+        uint g = i / p.d, dd = i % p.d;
+        float mt = NEG_INF;
+        for (uint s = 0; s < nsg; s++) mt = max(mt, mls[s * 16u + 2u * g]);
+        float lt = 0.0, at = 0.0;
+        for (uint s = 0; s < nsg; s++) {
+            float ms = mls[s * 16u + 2u * g];
+            float f = isinf(ms) ? 0.0 : exp(ms - mt); // a subgroup without keys adds nothing
+            lt += f * mls[s * 16u + 2u * g + 1u];
+            at += f * mrg[s * MAX_GD + i];
+        }
+        uint h = h0 + g;
+        if (p.n_splits == 1u) {
+            float inv = lt > 0.0 ? 1.0 / lt : 0.0; // no visible key: zeros
+            o[(t * p.n_heads + h) * p.d + dd] = ACT(at * inv);
+        } else {
+            uint pbase = (split * p.t_q + t) * p.n_heads + h;
+            po[pbase * p.d + dd] = at;
+            if (dd == 0u) {
+                ml[pbase * 2u] = mt;
+                ml[pbase * 2u + 1u] = lt;
+            }
+        }
+    }
+}
