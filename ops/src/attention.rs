@@ -232,14 +232,16 @@ pub fn tensor_core_prefill(caps: &Capabilities, d: usize, sh: &AttnShape) -> boo
 
 /// `flash_attn_gqa.comp`'s (workgroup size, pairs per lane per head) for head dim `d` and
 /// `g` query heads per KV head, where it runs: subgroup arithmetic, `g <= 8`,
-/// `g * d <= 1024` (its shared buffers), at most 4 subgroups of the smallest size per
-/// workgroup, and at most 32 f16 pairs per lane for the `g` heads' outputs (registers).
+/// `g * d <= 1024` (its shared buffers, 20.7 KiB: the device must offer them), at most 4
+/// subgroups of the smallest size per workgroup, and at most 32 f16 pairs per lane for the
+/// `g` heads' outputs (registers).
 /// Elsewhere `flash_attn.comp` runs, one workgroup per query head.
 fn gqa_kernel(caps: &Capabilities, d: usize, g: usize) -> Option<(u32, u32)> {
     let min = caps.subgroup.min_size.max(1) as usize;
     let wg = (4 * min).min(128);
     let npl = (d / 2).div_ceil(min);
     (tuning::subgroup_reduce(caps)
+        && caps.limits.max_shared_memory >= 4 * (1024 + 4 * 1024 + 64)
         && caps.subgroup.min_size > 0
         && (1..=8).contains(&g)
         && g * d <= 1024
