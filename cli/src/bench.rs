@@ -187,6 +187,34 @@ fn sources(a: &ModelArgs) -> Result<Vec<Source>, String> {
     Ok(out)
 }
 
+/// One test run from an empty cache: an `n_prompt`-token prompt, or `n_gen` greedy
+/// one-token steps (their host times added to `prof`); seconds.
+fn one_run(
+    model: &mut Llama<VulkanStorage>,
+    n_prompt: usize,
+    n_gen: usize,
+    vocab: u32,
+    prof: &mut vkml_candle::llama::StepProfile,
+) -> vkml_candle::Result<f64> {
+    model.reset();
+    let t = Instant::now();
+    if n_prompt > 0 {
+        let prompt: Vec<u32> = (0..n_prompt as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+        model.forward(&prompt, false)?;
+    } else {
+        let mut tok = 1u32 % vocab;
+        for _ in 0..n_gen {
+            let l = model.forward(&[tok], false)?;
+            tok = l.iter().enumerate().max_by(|x, y| x.1.total_cmp(y.1)).map_or(0, |m| m.0 as u32);
+            let p = model.last_step();
+            prof.record_s += p.record_s;
+            prof.ahead_s += p.ahead_s;
+            prof.wait_s += p.wait_s;
+        }
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
 fn models(a: ModelArgs) -> Result<(), String> {
     let list = sources(&a)?;
     if a.n_prompt.iter().chain(&a.n_gen).all(|&n| n == 0) {
@@ -242,50 +270,24 @@ fn models(a: ModelArgs) -> Result<(), String> {
             .map(|&p| (p, 0))
             .chain(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
         for (n_prompt, n_gen) in tests {
-            let mut samples = Vec::with_capacity(reps);
+            let run = |model: &mut Llama<VulkanStorage>, prof: &mut vkml_candle::llama::StepProfile| {
+                one_run(model, n_prompt, n_gen, vocab, prof).map_err(|e| format!("{label}: {e}"))
+            };
+            // Warm-up runs until a.warmup seconds have passed (at least one), then `reps`
+            // timed ones; the counts and the GPU profile cover the timed runs only.
             let mut prof = vkml_candle::llama::StepProfile::default();
-            let mut stats0 = vdev.stream_stats();
             let warm_start = Instant::now();
             let mut warm_runs = 0usize;
-            // Warm-up runs (r < warm_runs) until a.warmup seconds have passed, then `reps`
-            // timed ones; the counts and the GPU profile cover the timed runs only.
-            let mut r = 0usize;
-            loop {
-                let warming = r == warm_runs;
-                if warming && (r == 0 || warm_start.elapsed().as_secs_f64() < a.warmup) {
-                    warm_runs += 1;
-                } else if r == warm_runs {
-                    // The first timed run.
-                    stats0 = vdev.stream_stats();
-                    prof = vkml_candle::llama::StepProfile::default();
-                    if a.profile {
-                        vdev.hal().take_profile(); // loading, earlier tests, warm-up
-                    }
-                }
-                if r >= warm_runs + reps {
-                    break;
-                }
-                r += 1;
-                model.reset();
-                let t = Instant::now();
-                if n_prompt > 0 {
-                    let prompt: Vec<u32> = (0..n_prompt as u32).map(|i| (i * 7919 + 13) % vocab).collect();
-                    model.forward(&prompt, false).map_err(|e| format!("{label}: {e}"))?;
-                } else {
-                    let mut tok = 1u32 % vocab;
-                    for _ in 0..n_gen {
-                        let l = model.forward(&[tok], false).map_err(|e| format!("{label}: {e}"))?;
-                        tok = l.iter().enumerate().max_by(|x, y| x.1.total_cmp(y.1)).map_or(0, |m| m.0 as u32);
-                        let p = model.last_step();
-                        prof.record_s += p.record_s;
-                        prof.ahead_s += p.ahead_s;
-                        prof.wait_s += p.wait_s;
-                    }
-                }
-                if r > warm_runs {
-                    samples.push(t.elapsed().as_secs_f64());
-                }
+            while warm_runs == 0 || warm_start.elapsed().as_secs_f64() < a.warmup {
+                run(&mut model, &mut prof)?;
+                warm_runs += 1;
             }
+            prof = vkml_candle::llama::StepProfile::default();
+            let stats0 = vdev.stream_stats();
+            if a.profile {
+                vdev.hal().take_profile(); // loading, earlier tests, warm-up
+            }
+            let samples = (0..reps).map(|_| run(&mut model, &mut prof)).collect::<Result<Vec<f64>, String>>()?;
             let tokens = (n_prompt + n_gen) as f64;
             let ts: Vec<f64> = samples.iter().map(|s| tokens / s).collect();
             let (m, sd) = ops_bench::mean_sd(&ts);
@@ -297,6 +299,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
             let stats = vdev.stream_stats();
             let runs = reps as f64;
             let per = |v: u64| v as f64 / runs / n_gen.max(1) as f64;
+            let per_ms = |seconds: f64| seconds / runs / n_gen.max(1) as f64 * 1e3;
             let mut step = json!({
                 "dispatches": per(stats.dispatches - stats0.dispatches),
                 "barriers": per(stats.barriers - stats0.barriers),
@@ -329,12 +332,12 @@ fn models(a: ModelArgs) -> Result<(), String> {
                 eprintln!(
                     "{label} {test}: GPU time per {} ({reps} timed runs after {warm_runs} warm-up): {:.3} ms",
                     if n_gen > 0 { "token" } else { "run" },
-                    total / runs / n_gen.max(1) as f64 * 1e3
+                    per_ms(total)
                 );
                 for k in prof.iter().take(30) {
                     eprintln!(
                         "  {:>9.3} ms {:>5.1} % {:>8.1} calls  {}",
-                        k.seconds / runs / n_gen.max(1) as f64 * 1e3,
+                        per_ms(k.seconds),
                         100.0 * k.seconds / total.max(f64::MIN_POSITIVE),
                         per(k.calls),
                         k.name
@@ -343,7 +346,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
                 if let Some(o) = step.as_object_mut() {
                     let list: Vec<serde_json::Value> = prof
                         .iter()
-                        .map(|k| json!({"kernel": k.name, "calls": per(k.calls), "gpu_ms": k.seconds / runs / n_gen.max(1) as f64 * 1e3}))
+                        .map(|k| json!({"kernel": k.name, "calls": per(k.calls), "gpu_ms": per_ms(k.seconds)}))
                         .collect();
                     o.insert("gpu_profile".into(), json!(list));
                 }

@@ -10,7 +10,7 @@
 //! `[n_kv_heads, ctx, d]`, one [`KvCache`] for K and one for V. The softmax reductions use
 //! subgroup arithmetic where the device has it ([`crate::tuning::subgroup_reduce`]).
 
-use vkml_hal::{Buffer, BufferArg, Capabilities, Device, MemoryKind, PipelineOptions, Stream};
+use vkml_hal::{Buffer, BufferArg, Capabilities, Device, MemoryKind, Stream};
 
 use crate::dtype::Dtype;
 use crate::error::{OpsError, Result};
@@ -230,21 +230,28 @@ pub fn tensor_core_prefill(caps: &Capabilities, d: usize, sh: &AttnShape) -> boo
         && sh.t_q >= TENSOR_CORE_MIN_TOKENS
 }
 
+/// `flash_attn_gqa.comp`'s MAX_GD (query values of a group, `g * d`) and MAX_SG
+/// (subgroups per workgroup); its shared memory is `4 * (MAX_GD * (1 + MAX_SG) + 16 *
+/// MAX_SG)` bytes.
+const GQA_MAX_GD: usize = 1024;
+const GQA_MAX_SG: usize = 4;
+
 /// `flash_attn_gqa.comp`'s (workgroup size, pairs per lane per head) for head dim `d` and
 /// `g` query heads per KV head, where it runs: subgroup arithmetic, `g <= 8`,
-/// `g * d <= 1024` (its shared buffers, 20.7 KiB: the device must offer them), at most 4
-/// subgroups of the smallest size per workgroup, and at most 32 f16 pairs per lane for the
-/// `g` heads' outputs (registers).
+/// `g * d <= GQA_MAX_GD` and its shared memory (20.3 KiB) on the device, at most
+/// `GQA_MAX_SG` subgroups of the smallest size per workgroup, and at most 32 f16 pairs per
+/// lane for the `g` heads' outputs (registers).
 /// Elsewhere `flash_attn.comp` runs, one workgroup per query head.
 fn gqa_kernel(caps: &Capabilities, d: usize, g: usize) -> Option<(u32, u32)> {
     let min = caps.subgroup.min_size.max(1) as usize;
-    let wg = (4 * min).min(128);
+    let wg = (GQA_MAX_SG * min).min(128);
     let npl = (d / 2).div_ceil(min);
+    let shared = 4 * (GQA_MAX_GD * (1 + GQA_MAX_SG) + 16 * GQA_MAX_SG);
     (tuning::subgroup_reduce(caps)
-        && caps.limits.max_shared_memory >= 4 * (1024 + 4 * 1024 + 64)
+        && caps.limits.max_shared_memory as usize >= shared
         && caps.subgroup.min_size > 0
         && (1..=8).contains(&g)
-        && g * d <= 1024
+        && g * d <= GQA_MAX_GD
         && g * npl <= 32)
         .then_some((wg as u32, npl as u32))
 }
@@ -311,14 +318,9 @@ pub fn flash_attn(
         ])
     };
     if tensor_core_prefill(dev.caps(), d, &sh) {
-        let (sg, require) = tuning::coopmat_subgroup_size(dev.caps()).expect("checked by tensor_core_prefill");
-        let name = format!("flash_attn_cm.{}_d{d}", dt.name());
-        let opts = PipelineOptions {
-            spec_constants: vec![(0, 128)],
-            required_subgroup_size: require.then_some(sg),
-            full_subgroups: dev.caps().subgroup.full_subgroups,
-        };
-        let p = dev.pipeline(&dev.kernel(&name)?, &opts)?;
+        let opts =
+            tuning::coopmat_pipeline_options(dev.caps(), vec![(0, 128)]).expect("checked by tensor_core_prefill");
+        let p = dev.pipeline(&dev.kernel(&format!("flash_attn_cm.{}_d{d}", dt.name()))?, &opts)?;
         let blocks = sh.t_q.div_ceil(64);
         if blocks as u64 > u64::from(lim[1]) {
             return bad("query blocks exceed the device's grid".into());
@@ -331,12 +333,13 @@ pub fn flash_attn(
         )?;
         return Ok(());
     }
-    let (p, groups) = match gqa_kernel(dev.caps(), d, sh.n_heads / k.n_kv_heads) {
+    let g = sh.n_heads / k.n_kv_heads;
+    let (p, groups) = match gqa_kernel(dev.caps(), d, g) {
         // The query heads of one KV head together: x over KV heads.
         Some((wg, npl)) => {
-            let g = (sh.n_heads / k.n_kv_heads) as u32;
             let name = format!("flash_attn_gqa.{}", dt.name());
-            (pipeline_spec(&dev, &name, wg, &[(1, g), (2, npl)])?, [k.n_kv_heads as u32, sh.t_q as u32, splits as u32])
+            let p = pipeline_spec(&dev, &name, wg, &[(1, g as u32), (2, npl)])?;
+            (p, [k.n_kv_heads as u32, sh.t_q as u32, splits as u32])
         }
         None => (
             pipeline(&dev, &variant(&dev, "flash_attn", "", dt, true), 64)?,

@@ -994,8 +994,9 @@ pub fn mat_mat_with(
                     });
                 }
             }
-            // Every kernel tiles subgroups of 32 (tuning::coopmat2 and coopmat_int8 imply it).
-            let Some((sg, require)) = tuning::coopmat_subgroup_size(dev.caps()) else {
+            // Every kernel tiles subgroups of 32 (tuning::coopmat2 and coopmat_int8 imply it);
+            // specialization constants per part's kernel, below.
+            let Some(options) = tuning::coopmat_pipeline_options(dev.caps(), Vec::new()) else {
                 return Err(OpsError::Shape {
                     op: "mat_mat",
                     reason: "the cooperative-matrix path needs VK_KHR_cooperative_matrix with a 16x16x16 f16 x f16 + f32 shape and subgroups of 32; this device has none".into(),
@@ -1007,12 +1008,7 @@ pub fn mat_mat_with(
                     reason: format!("the cooperative-matrix path needs k % 32 == 0, k = {}", m.k),
                 });
             }
-            // (Specialization constants per part's kernel, below.)
-            PipelineOptions {
-                spec_constants: Vec::new(),
-                required_subgroup_size: require.then_some(sg),
-                full_subgroups: dev.caps().subgroup.full_subgroups,
-            }
+            options
         }
     };
     if opts.split_k == Some(0) {

@@ -3,7 +3,7 @@
 //! `Capabilities`.
 
 use vkml_hal::caps::ArchClass;
-use vkml_hal::Capabilities;
+use vkml_hal::{Capabilities, PipelineOptions};
 
 use crate::dtype::Dtype;
 
@@ -125,6 +125,19 @@ pub fn attn_splits(t_q: usize, kv_len: usize) -> usize {
 /// the F16 float matmul's cooperative-matrix kernels ([`float_coopmat_subgroup`]).
 pub fn coopmat_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
     float_coopmat_subgroup(caps, Dtype::F16)
+}
+
+/// Pipeline options for the kernels that tile subgroups of 32 over f16 cooperative
+/// matrices (`mul_mat_cm*.comp`, `flash_attn_cm.comp`) with `spec_constants`: subgroups of
+/// 32 required where the device could run another size ([`coopmat_subgroup_size`]), full
+/// subgroups where it offers them. `None` where [`coopmat_subgroup_size`] is.
+pub fn coopmat_pipeline_options(caps: &Capabilities, spec_constants: Vec<(u32, u32)>) -> Option<PipelineOptions> {
+    let (sg, require) = coopmat_subgroup_size(caps)?;
+    Some(PipelineOptions {
+        spec_constants,
+        required_subgroup_size: require.then_some(sg),
+        full_subgroups: caps.subgroup.full_subgroups,
+    })
 }
 
 /// Whether the cooperative-matrix mat-mat (`mul_mat_cm.comp`, `mul_mat_cm256.comp`) walks

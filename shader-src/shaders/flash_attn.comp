@@ -31,13 +31,7 @@ layout(local_size_x_id = 0, local_size_x = 64) in;
 layout(std430, set = 0, binding = 0) readonly buffer Q { ACT q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K { uint kw[]; };
 layout(std430, set = 0, binding = 2) readonly buffer V { uint vw[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer O { ACT o[]; };
-layout(std430, set = 0, binding = 4) writeonly buffer PO { float po[]; };
-layout(std430, set = 0, binding = 5) writeonly buffer ML { float ml[]; };
-layout(push_constant) uniform P {
-    uint t_q; uint n_heads; uint n_kv_heads; uint d; uint kv_len; uint q_pos0; uint ctx;
-    uint causal; uint n_splits; uint split_len; float scale;
-} p;
+#include "flash_attn_io.glsl"
 
 #define MAX_D 256
 #define MAX_DT 8 // output dims per invocation: MAX_D / smallest workgroup (32)
@@ -101,23 +95,9 @@ void main() {
         barrier();
     }
 
-    if (p.n_splits == 1u) {
-        float inv = l_run > 0.0 ? 1.0 / l_run : 0.0; // no visible key: zeros
-        for (uint k = 0; k < MAX_DT; k++) {
-            uint dd = tid + k * wg;
-            if (dd >= p.d) break;
-            o[qbase + dd] = ACT(acc[k] * inv);
-        }
-    } else {
-        uint pbase = ((split * p.t_q + t) * p.n_heads + h);
-        for (uint k = 0; k < MAX_DT; k++) {
-            uint dd = tid + k * wg;
-            if (dd >= p.d) break;
-            po[pbase * p.d + dd] = acc[k];
-        }
-        if (tid == 0u) {
-            ml[pbase * 2u] = m_run;
-            ml[pbase * 2u + 1u] = l_run;
-        }
+    for (uint k = 0; k < MAX_DT; k++) {
+        uint dd = tid + k * wg;
+        if (dd >= p.d) break;
+        attn_store(split, t, h, dd, acc[k], m_run, l_run, dd == 0u);
     }
 }

@@ -48,11 +48,8 @@ layout(std430, set = 0, binding = 0) readonly buffer Q { vec4 q4[]; };
 #endif
 layout(std430, set = 0, binding = 1) readonly buffer K { uvec4 kc[]; }; // 8 halves
 layout(std430, set = 0, binding = 2) readonly buffer V { uvec4 vc[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer O { ACT o[]; };
-layout(push_constant) uniform P {
-    uint t_q; uint n_heads; uint n_kv_heads; uint d; uint kv_len; uint q_pos0; uint ctx;
-    uint causal; uint n_splits; uint split_len; float scale;
-} p;
+#define ATTN_NO_SPLITS
+#include "flash_attn_io.glsl"
 
 #define BR 64u
 #define BC 32u

@@ -31,14 +31,9 @@ layout(constant_id = 2) const uint NPL = 2;
 layout(std430, set = 0, binding = 0) readonly buffer Q { ACT q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K { uint kw[]; };
 layout(std430, set = 0, binding = 2) readonly buffer V { uint vw[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer O { ACT o[]; };
-layout(std430, set = 0, binding = 4) writeonly buffer PO { float po[]; };
-layout(std430, set = 0, binding = 5) writeonly buffer ML { float ml[]; };
-layout(push_constant) uniform P {
-    uint t_q; uint n_heads; uint n_kv_heads; uint d; uint kv_len; uint q_pos0; uint ctx;
-    uint causal; uint n_splits; uint split_len; float scale;
-} p;
+#include "flash_attn_io.glsl"
 
+// (ops/src/attention.rs mirrors these two as GQA_MAX_GD and GQA_MAX_SG.)
 #define MAX_GD 1024u
 #define MAX_SG 4u
 shared float qs[MAX_GD];
@@ -122,17 +117,6 @@ void main() {
             lt += f * mls[s * 16u + 2u * g + 1u];
             at += f * mrg[s * MAX_GD + i];
         }
-        uint h = h0 + g;
-        if (p.n_splits == 1u) {
-            float inv = lt > 0.0 ? 1.0 / lt : 0.0; // no visible key: zeros
-            o[(t * p.n_heads + h) * p.d + dd] = ACT(at * inv);
-        } else {
-            uint pbase = (split * p.t_q + t) * p.n_heads + h;
-            po[pbase * p.d + dd] = at;
-            if (dd == 0u) {
-                ml[pbase * 2u] = mt;
-                ml[pbase * 2u + 1u] = lt;
-            }
-        }
+        attn_store(split, t, h0 + g, dd, at, mt, lt, dd == 0u);
     }
 }

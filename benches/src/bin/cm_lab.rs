@@ -235,12 +235,12 @@ fn main() {
 /// Pipeline options with the subgroup requirements `quant::mat_mat_with` gives the
 /// cooperative-matrix kernels, and `spec_constants`.
 fn options(dev: &Device, spec_constants: Vec<(u32, u32)>) -> vkml_hal::PipelineOptions {
-    vkml_hal::PipelineOptions {
-        spec_constants,
-        required_subgroup_size: vkml_ops::tuning::coopmat_subgroup_size(dev.caps())
-            .and_then(|(sg, require)| require.then_some(sg)),
+    let fallback = vkml_hal::PipelineOptions {
+        spec_constants: spec_constants.clone(),
         full_subgroups: dev.caps().subgroup.full_subgroups,
-    }
+        ..Default::default()
+    };
+    vkml_ops::tuning::coopmat_pipeline_options(dev.caps(), spec_constants).unwrap_or(fallback)
 }
 
 /// The options of a lab kernel on its own grid: only the row order (it sets its workgroup

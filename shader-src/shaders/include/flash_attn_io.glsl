@@ -1,0 +1,32 @@
+// The interface flash_attn.comp, flash_attn_gqa.comp and flash_attn_cm.comp share (include
+// after common.glsl and the q, K, V bindings 0-2): their push constants and output binding
+// 3 (ACT out [t_q, n_heads, d]); unless ATTN_NO_SPLITS, also the split outputs (binding 4,
+// po: f32 [n_splits, t_q, n_heads, d]; binding 5, ml: f32 [n_splits, t_q, n_heads, 2])
+// and attn_store, which writes one output element as flash_attn_combine.comp reads it.
+layout(std430, set = 0, binding = 3) writeonly buffer O { ACT o[]; };
+layout(push_constant) uniform P {
+    uint t_q; uint n_heads; uint n_kv_heads; uint d; uint kv_len; uint q_pos0; uint ctx;
+    uint causal; uint n_splits; uint split_len; float scale;
+} p;
+
+#ifndef ATTN_NO_SPLITS
+layout(std430, set = 0, binding = 4) writeonly buffer PO { float po[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer ML { float ml[]; };
+
+// Element dd of query token t, head h, from split `split`'s unnormalised sum acc over its
+// keys, running max m and sum l: out = acc / l (zeros where no key was visible) without a
+// split, else acc into po and, where write_ml, (m, l) into ml.
+void attn_store(uint split, uint t, uint h, uint dd, float acc, float m, float l, bool write_ml) {
+    if (p.n_splits == 1u) {
+        float inv = l > 0.0 ? 1.0 / l : 0.0;
+        o[(t * p.n_heads + h) * p.d + dd] = ACT(acc * inv);
+    } else {
+        uint pbase = (split * p.t_q + t) * p.n_heads + h;
+        po[pbase * p.d + dd] = acc;
+        if (write_ml) {
+            ml[pbase * 2u] = m;
+            ml[pbase * 2u + 1u] = l;
+        }
+    }
+}
+#endif
