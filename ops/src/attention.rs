@@ -1,9 +1,11 @@
 //! Attention over an f16 KV cache: flash attention (streaming softmax) for prefill and
 //! decode, with grouped-query heads, causal masking and, for decode, a split over the KV
 //! length merged by a second pass. Kernels: `shader-src/shaders/flash_attn.comp`,
-//! `flash_attn_combine.comp`, `kv_append.comp`, and for prefill on devices with f16
-//! cooperative matrices `flash_attn_cm.comp` ([`tensor_core_prefill`]). The algorithm is FlashAttention's online
-//! softmax (Dao et al., 2022) with FlashDecoding's split-KV (Dao et al., 2023).
+//! `flash_attn_combine.comp`, `kv_append.comp`; `flash_attn_gqa.comp` (the query heads of
+//! one KV head in one workgroup) where the device has subgroup arithmetic; and for prefill
+//! on devices with f16 cooperative matrices `flash_attn_cm.comp` ([`tensor_core_prefill`]).
+//! The algorithm is FlashAttention's online softmax (Dao et al., 2022; the tensor-core loop
+//! of FlashAttention-2, Dao, 2023) with FlashDecoding's split-KV (Dao et al., 2023).
 //!
 //! Layouts: queries and outputs `[t, n_heads, d]` (token-major, as a QKV mat-vec produces
 //! them) of f32 or f16 ([`Dtype`]; arithmetic in f32); the cache f16
