@@ -10,9 +10,8 @@
 //! is the conformance oracle (DESIGN.md, "candle-bridge").
 //!
 //! Ops candle keeps outside `BackendStorage` (candle-nn's `rms_norm` and rope, quantized
-//! matmul and embedding, attention over a KV cache) are the [`ModelStorage`] trait: the
-//! CPU implementation ([`crate::cpu`]) calls candle-nn and candle-core, the Vulkan one
-//! vkml-ops' kernels.
+//! matmul and embedding, attention over a KV cache) are vkml-models' `ModelStorage`
+//! trait, over [`Tensor::storage`], [`Tensor::layout`] and [`Tensor::from_storage`].
 //!
 //! Backprop is not tracked: the front is for inference.
 
@@ -21,220 +20,8 @@ use std::sync::Arc;
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::op::{BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
 use candle_core::{CpuStorage, DType, Layout, Shape, WithDType};
-use vkml_ops::nn::{GluActivation, RopeStyle};
-use vkml_quant::gguf::TensorInfo;
 
 type CResult<T> = candle_core::Result<T>;
-
-/// [`ModelStorage::rms_norm_linear`] as its two calls, for backends without a fused form
-/// (and for the shapes a backend does not fuse).
-///
-/// # Errors
-/// As [`ModelStorage::rms_norm`], [`ModelStorage::qmatmul`] and
-/// [`ModelStorage::qmatmul_glu`].
-pub fn rms_norm_linear_composed<S: ModelStorage>(
-    x: &S,
-    l: &Layout,
-    nw: &S,
-    nwl: &Layout,
-    eps: f32,
-    w: &S::QWeight,
-    act: Option<GluActivation>,
-) -> CResult<S> {
-    let xn = x.rms_norm(l, nw, nwl, eps)?;
-    let xl = Layout::contiguous(l.shape());
-    match act {
-        None => xn.qmatmul(&xl, w),
-        Some(a) => xn.qmatmul_glu(&xl, w, a),
-    }
-}
-
-/// The model ops candle keeps outside `BackendStorage` (in candle-nn and in
-/// `candle_core::quantized`), for the front's model code. Activations are F32; layouts
-/// are candle's (offsets and strides in elements).
-pub trait ModelStorage: BackendStorage {
-    /// A GGML-quantized weight matrix `[rows, k]` (GGUF dims `[k, rows]`) on the device.
-    type QWeight: std::fmt::Debug;
-    /// One layer's keys or values for every position: `[n_kv_heads, ctx, d]`, stored as
-    /// f16 on every backend (the rounding is part of the model).
-    type KvCache: std::fmt::Debug;
-
-    /// Uploads a GGUF tensor (`info`, and its data `bytes`) as a weight matrix.
-    ///
-    /// # Errors
-    /// Types without kernels on this backend, shapes that are not a matrix, device errors.
-    fn qweight(dev: &Self::Device, info: &TensorInfo, bytes: &[u8]) -> CResult<Self::QWeight>;
-
-    /// `(rows, k)` of a weight matrix.
-    fn qweight_dims(w: &Self::QWeight) -> (usize, usize);
-
-    /// The rows of `parts`, in order, as one weight `[Σ rows, k]`: Q, K and V stacked so
-    /// that one [`ModelStorage::qmatmul`] computes `[q | k | v]` per token, gate and up
-    /// stacked for [`ModelStorage::qmatmul_glu`].
-    ///
-    /// # Errors
-    /// No parts, parts of different types or row lengths; device errors.
-    fn qweight_concat(dev: &Self::Device, parts: &[&Self::QWeight]) -> CResult<Self::QWeight>;
-
-    /// `x Wᵀ` for `x: f32[t, k]` (`l`): `f32[t, rows]`, contiguous (candle's
-    /// `QMatMul::forward`).
-    ///
-    /// # Errors
-    /// Shape mismatches, device errors.
-    fn qmatmul(&self, l: &Layout, w: &Self::QWeight) -> CResult<Self>;
-
-    /// `acc += x Wᵀ` in place for `x = self: f32[t, k]` (`l`) and `acc: f32[t, rows]`
-    /// (contiguous from element 0): a residual add folded into the projection that
-    /// produces it (candle: `acc = (acc + x.apply(&w))`).
-    ///
-    /// # Errors
-    /// Shape mismatches, a strided `acc`, device errors.
-    fn qmatmul_add(&self, l: &Layout, w: &Self::QWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()>;
-
-    /// The gated product of a stacked `[gate; up]` weight (`2n` rows, from
-    /// [`ModelStorage::qweight_concat`]): `act(x W_gateᵀ) * (x W_upᵀ)`, `f32[t, n]`,
-    /// contiguous (candle-transformers' SwiGLU MLP: `silu(gate) * up`).
-    ///
-    /// # Errors
-    /// An odd row count, shape mismatches, device errors.
-    fn qmatmul_glu(&self, l: &Layout, w: &Self::QWeight, act: GluActivation) -> CResult<Self>;
-
-    /// Rows `ids` (`u32[t]`, `l`) of `w` as `f32[t, k]` (candle-nn's `Embedding` on the
-    /// dequantized matrix).
-    ///
-    /// # Errors
-    /// A dtype other than U32, device errors. An id past the rows is an error on the CPU;
-    /// on Vulkan the kernel clamps it (the model checks ids first).
-    fn qembedding(w: &Self::QWeight, ids: &Self, l: &Layout) -> CResult<Self>;
-
-    /// candle-nn's `ops::rms_norm` over the last dim: `x / sqrt(mean(x²) + eps) * w`
-    /// (`x: f32[.., n]`, `w: f32[n]`); contiguous output.
-    ///
-    /// # Errors
-    /// Shape mismatches, device errors.
-    fn rms_norm(&self, l: &Layout, w: &Self, wl: &Layout, eps: f32) -> CResult<Self>;
-
-    /// [`ModelStorage::rms_norm`] of `x = self: f32[t, k]` (`l`) with weight `nw: f32[k]`,
-    /// then [`ModelStorage::qmatmul`] (`act` `None`) or [`ModelStorage::qmatmul_glu`]
-    /// (`act` `Some`) of the result with `w`: one call, so that a backend can fuse the norm
-    /// with preparing x for the product. The result is the two calls' (the default runs
-    /// them: [`rms_norm_linear_composed`]).
-    ///
-    /// # Errors
-    /// As the two calls.
-    #[allow(clippy::too_many_arguments)]
-    fn rms_norm_linear(
-        &self,
-        l: &Layout,
-        nw: &Self,
-        nwl: &Layout,
-        eps: f32,
-        w: &Self::QWeight,
-        act: Option<GluActivation>,
-    ) -> CResult<Self> {
-        rms_norm_linear_composed(self, l, nw, nwl, eps, w, act)
-    }
-
-    /// Rotary embedding of `x: f32[t, heads, d]` (`l`) at positions `pos0..pos0 + t`:
-    /// the first `rot` dims of each head rotate, paired interleaved (candle-nn's
-    /// `rotary_emb::rope_i`) or neox-style (`rotary_emb::rope`); the rest pass through.
-    /// `cos`, `sin`: `f32[positions, rot / 2]` tables. Contiguous output.
-    ///
-    /// # Errors
-    /// Shape mismatches, positions past the tables, device errors.
-    #[allow(clippy::too_many_arguments)]
-    fn rope(
-        &self,
-        l: &Layout,
-        cos: &Self,
-        sin: &Self,
-        positions: usize,
-        pos0: usize,
-        rot: usize,
-        style: RopeStyle,
-    ) -> CResult<Self>;
-
-    /// An empty (zeroed) cache of `ctx` positions.
-    ///
-    /// # Errors
-    /// Device errors, odd or too large `d`.
-    fn kv_cache(dev: &Self::Device, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<Self::KvCache>;
-
-    /// Causal grouped-query attention with a KV cache: appends `k`, `v`
-    /// (`f32[t, n_kv_heads, d]`) at positions `pos0..pos0 + t` of the caches (rounded to
-    /// f16), then returns `softmax(q Kᵀ · scale + causal mask) V` over the first
-    /// `pos0 + t` positions for `q: f32[t, n_heads, d]`, as `f32[t, n_heads · d]`
-    /// (contiguous). Query head `h` reads KV head `h / (n_heads / n_kv_heads)`.
-    ///
-    /// # Errors
-    /// Shapes that do not fit, positions past the cache, device errors.
-    #[allow(clippy::too_many_arguments)]
-    fn attention(
-        q: (&Self, &Layout),
-        k: (&Self, &Layout),
-        v: (&Self, &Layout),
-        k_cache: &mut Self::KvCache,
-        v_cache: &mut Self::KvCache,
-        pos0: usize,
-        scale: f32,
-    ) -> CResult<Self>;
-
-    // Deferred execution. A backend whose ops run when called (candle's CPU) keeps the
-    // defaults; one whose ops are recorded and run later (Vulkan: on the device's
-    // stream) lets a model record its next decode step while the current one runs and
-    // fill in the step's token id just before it is submitted.
-
-    /// Whether ops on `dev` are recorded now and run at the next [`ModelStorage::submit`]
-    /// (or read-back) rather than when called.
-    fn is_deferred(_dev: &Self::Device) -> bool {
-        false
-    }
-
-    /// Submissions so far on a deferred device: work recorded ahead has run (with
-    /// whatever its inputs held) once this count moves past the value read after
-    /// recording it.
-    fn submissions(_dev: &Self::Device) -> u64 {
-        0
-    }
-
-    /// `n` zeroed U32 values the host can overwrite with [`ModelStorage::write_u32`]
-    /// after ops that read them were recorded (host-visible memory on Vulkan). Creating
-    /// it records no device work.
-    ///
-    /// # Errors
-    /// Device errors.
-    fn host_u32(dev: &Self::Device, n: usize) -> CResult<Self>;
-
-    /// Overwrites a storage from [`ModelStorage::host_u32`] with `values`. On a deferred
-    /// device, ops recorded but not yet submitted read the new values.
-    ///
-    /// # Errors
-    /// A backend that is not deferred (its ops already ran), a dtype other than U32,
-    /// too many values.
-    fn write_u32(&self, _values: &[u32]) -> CResult<()> {
-        candle_core::bail!("write_u32: the {:?} backend runs ops when called, not deferred", self.device().location())
-    }
-
-    /// Starts the work recorded on `dev` (nothing on a backend that is not deferred).
-    ///
-    /// # Errors
-    /// Device errors.
-    fn submit(_dev: &Self::Device) -> CResult<()> {
-        Ok(())
-    }
-
-    /// The F32 values of `self` under `l` (contiguous), computed by work already
-    /// submitted; work recorded since is not submitted by this read.
-    ///
-    /// # Errors
-    /// A dtype other than F32, a strided layout, device errors.
-    fn read_f32(&self, l: &Layout) -> CResult<Vec<f32>> {
-        let all = self.to_cpu_storage()?;
-        let v = all.as_slice::<f32>()?;
-        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("read_f32 of a strided layout") };
-        Ok(v[a..b].to_vec())
-    }
-}
 
 /// An n-dimensional array on a backend: a shared storage and a `Layout` into it.
 /// Cheap to clone (the storage is shared).
@@ -373,6 +160,24 @@ where
 
     fn wrap(&self, storage: S) -> Self {
         Self::from_storage(storage, self.shape().clone())
+    }
+
+    /// The storage for writing in place, with the layout it is read through: packed
+    /// from element 0 and held by this tensor alone. A tensor that shares its storage
+    /// (a clone, a view) or is strided gets a packed copy first, so other tensors never
+    /// see the write (candle's copy-on-write `slice_set` contract).
+    ///
+    /// # Errors
+    /// Device errors of the copy.
+    pub fn storage_mut(&mut self) -> CResult<(&mut S, &Layout)> {
+        if !self.layout.is_contiguous() || self.layout.start_offset() != 0 || Arc::get_mut(&mut self.storage).is_none()
+        {
+            let mut own = scratch_alloc(self.device(), self.shape(), self.dtype())?;
+            self.storage.copy_strided_src(&mut own, 0, &self.layout)?;
+            *self = self.wrap(own);
+        }
+        let storage = Arc::get_mut(&mut self.storage).expect("unique: made so above");
+        Ok((storage, &self.layout))
     }
 
     /// candle's `narrow`: `len` entries of dim `dim` from `start` (a view).
@@ -911,162 +716,12 @@ where
     }
 }
 
-impl<S: ModelStorage> Tensor<S>
-where
-    S::Device: BackendDevice<Storage = S>,
-{
-    /// `self Wᵀ` for `self: f32[t, k]`: `f32[t, rows]` ([`ModelStorage::qmatmul`]).
-    ///
-    /// # Errors
-    /// As [`ModelStorage::qmatmul`].
-    pub fn qmatmul(&self, w: &S::QWeight) -> CResult<Self> {
-        let (rows, k) = S::qweight_dims(w);
-        let &[t, kk] = self.dims() else {
-            candle_core::bail!("qmatmul takes [t, k] activations, got {:?}", self.dims())
-        };
-        if kk != k {
-            candle_core::bail!("qmatmul: activations have {kk} columns, the weight {k}")
-        }
-        Ok(Self::from_storage(self.storage.qmatmul(&self.layout, w)?, (t, rows)))
-    }
-
-    /// `self += x Wᵀ` in place ([`ModelStorage::qmatmul_add`]) for `self: f32[t, rows]`,
-    /// `x: f32[t, k]`. `self`'s storage is copied first when another tensor shares it.
-    ///
-    /// # Errors
-    /// As [`ModelStorage::qmatmul_add`].
-    pub fn qmatmul_add_(&mut self, x: &Self, w: &S::QWeight) -> CResult<()> {
-        let (rows, k) = S::qweight_dims(w);
-        if x.dims().len() != 2 || x.dims()[1] != k || self.dims() != [x.dims()[0], rows] {
-            candle_core::bail!("qmatmul_add: acc {:?} += x {:?} times a [{rows}, {k}] weight", self.dims(), x.dims())
-        }
-        if !self.layout.is_contiguous() || self.layout.start_offset() != 0 || Arc::get_mut(&mut self.storage).is_none()
-        {
-            let mut own = scratch_alloc(self.device(), self.shape(), self.dtype())?;
-            self.storage.copy_strided_src(&mut own, 0, &self.layout)?;
-            *self = self.wrap(own);
-        }
-        let layout = self.layout.clone();
-        let acc = Arc::get_mut(&mut self.storage).expect("unique: made so above");
-        x.storage.qmatmul_add(&x.layout, w, acc, &layout)
-    }
-
-    /// The gated product `act(x W_gateᵀ) * (x W_upᵀ)` of a stacked `[gate; up]` weight
-    /// ([`ModelStorage::qmatmul_glu`]): `f32[t, rows / 2]`.
-    ///
-    /// # Errors
-    /// As [`ModelStorage::qmatmul_glu`].
-    pub fn qmatmul_glu(&self, w: &S::QWeight, act: GluActivation) -> CResult<Self> {
-        let (rows, k) = S::qweight_dims(w);
-        let &[t, kk] = self.dims() else {
-            candle_core::bail!("qmatmul_glu takes [t, k] activations, got {:?}", self.dims())
-        };
-        if kk != k || !rows.is_multiple_of(2) {
-            candle_core::bail!("qmatmul_glu: activations [{t}, {kk}] against a [{rows}, {k}] stacked gate/up weight")
-        }
-        Ok(Self::from_storage(self.storage.qmatmul_glu(&self.layout, w, act)?, (t, rows / 2)))
-    }
-
-    /// Embedding rows of `ids: u32[t]` ([`ModelStorage::qembedding`]): `f32[t, k]`.
-    ///
-    /// # Errors
-    /// As [`ModelStorage::qembedding`].
-    pub fn qembedding(ids: &Self, w: &S::QWeight) -> CResult<Self> {
-        let (_, k) = S::qweight_dims(w);
-        let &[t] = ids.dims() else { candle_core::bail!("qembedding takes [t] ids, got {:?}", ids.dims()) };
-        Ok(Self::from_storage(S::qembedding(w, &ids.storage, &ids.layout)?, (t, k)))
-    }
-
-    /// candle-nn's `ops::rms_norm` ([`ModelStorage::rms_norm`]).
-    ///
-    /// # Errors
-    /// As [`ModelStorage::rms_norm`].
-    pub fn rms_norm(&self, w: &Self, eps: f32) -> CResult<Self> {
-        let n = *self.dims().last().unwrap_or(&1);
-        if w.dims() != [n] {
-            candle_core::bail!("rms_norm: weight {:?} for rows of {n}", w.dims())
-        }
-        Ok(self.wrap(self.storage.rms_norm(&self.layout, &w.storage, &w.layout, eps)?))
-    }
-
-    /// `rms_norm(self, nw, eps)` then [`Tensor::qmatmul`] (`act` `None`) or
-    /// [`Tensor::qmatmul_glu`] (`act` `Some`) with `w`, in one
-    /// [`ModelStorage::rms_norm_linear`] call (fused where the backend can).
-    ///
-    /// # Errors
-    /// As [`Tensor::rms_norm`], [`Tensor::qmatmul`] and [`Tensor::qmatmul_glu`].
-    pub fn rms_norm_linear(&self, nw: &Self, eps: f32, w: &S::QWeight, act: Option<GluActivation>) -> CResult<Self> {
-        let (rows, k) = S::qweight_dims(w);
-        let &[t, kk] = self.dims() else {
-            candle_core::bail!("rms_norm_linear takes [t, k] activations, got {:?}", self.dims())
-        };
-        if nw.dims() != [k] || kk != k || (act.is_some() && !rows.is_multiple_of(2)) {
-            candle_core::bail!(
-                "rms_norm_linear: activations [{t}, {kk}], norm weight {:?}, a [{rows}, {k}] weight{}",
-                nw.dims(),
-                if act.is_some() { " (stacked gate/up)" } else { "" }
-            )
-        }
-        let out = if act.is_some() { rows / 2 } else { rows };
-        let st = self.storage.rms_norm_linear(&self.layout, &nw.storage, &nw.layout, eps, w, act)?;
-        Ok(Self::from_storage(st, (t, out)))
-    }
-
-    /// Rotary embedding ([`ModelStorage::rope`]) of `self: f32[t, heads, d]` with tables
-    /// `cos`, `sin: f32[positions, rot / 2]`.
-    ///
-    /// # Errors
-    /// As [`ModelStorage::rope`].
-    pub fn rope(&self, cos: &Self, sin: &Self, pos0: usize, style: RopeStyle) -> CResult<Self> {
-        let (&[t, _, d], &[positions, half]) = (self.dims(), cos.dims()) else {
-            candle_core::bail!("rope takes x [t, heads, d] and tables [positions, rot/2], got {:?}", self.dims())
-        };
-        if sin.dims() != cos.dims() || 2 * half > d || pos0 + t > positions {
-            candle_core::bail!(
-                "rope: tables {:?}/{:?} do not fit x {:?} at {pos0}",
-                cos.dims(),
-                sin.dims(),
-                self.dims()
-            )
-        }
-        let (c, s) = (cos.contiguous()?, sin.contiguous()?);
-        let out = self.storage.rope(&self.layout, &c.storage, &s.storage, positions, pos0, 2 * half, style)?;
-        Ok(self.wrap(out))
-    }
-
-    /// Causal GQA attention over a KV cache ([`ModelStorage::attention`]): `q:
-    /// f32[t, n_heads, d]`, `k`, `v: f32[t, n_kv_heads, d]`; returns `f32[t, n_heads · d]`.
-    ///
-    /// # Errors
-    /// As [`ModelStorage::attention`].
-    pub fn attention(
-        q: &Self,
-        k: &Self,
-        v: &Self,
-        caches: (&mut S::KvCache, &mut S::KvCache),
-        pos0: usize,
-        scale: f32,
-    ) -> CResult<Self> {
-        let &[t, h, d] = q.dims() else { candle_core::bail!("attention takes q [t, heads, d], got {:?}", q.dims()) };
-        if k.dims() != v.dims() || k.dims().len() != 3 || k.dims()[0] != t || k.dims()[2] != d {
-            candle_core::bail!("attention: q {:?}, k {:?}, v {:?} do not fit", q.dims(), k.dims(), v.dims())
-        }
-        let out = S::attention(
-            (&q.storage, &q.layout),
-            (&k.storage, &k.layout),
-            (&v.storage, &v.layout),
-            caches.0,
-            caches.1,
-            pos0,
-            scale,
-        )?;
-        Ok(Self::from_storage(out, (t, h * d)))
-    }
-}
-
 /// A storage for `shape` that the caller overwrites completely. `zeros_impl` rather than
 /// the `unsafe` `alloc_uninit`: the fill is one cheap dispatch (a memset on the CPU).
-pub(crate) fn scratch_alloc<D: BackendDevice>(dev: &D, shape: &Shape, dtype: DType) -> CResult<D::Storage> {
+///
+/// # Errors
+/// The device's allocation errors.
+pub fn scratch_alloc<D: BackendDevice>(dev: &D, shape: &Shape, dtype: DType) -> CResult<D::Storage> {
     dev.zeros_impl(shape, dtype)
 }
 

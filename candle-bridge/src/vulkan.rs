@@ -35,9 +35,10 @@
 //! the same size on the same stream (see `Recycler`): a deferred step then reuses memory
 //! as an eager one would.
 //!
-//! [`crate::front::ModelStorage`] is implemented here on vkml-ops' kernels, with the
-//! decode step's fusions (epilogues, stacked weights) and the deferred-execution hooks
-//! that let a model record its next step ahead.
+//! Other crates build ops of their own on the same stream through the public pieces
+//! here ([`VulkanDevice::with_stream`], [`VulkanDevice::alloc`], [`VulkanDevice::storage`],
+//! [`VulkanStorage::packed`]): vkml-models' model ops (quantized products, rope,
+//! attention over a KV cache) are written that way.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -52,15 +53,13 @@ use vkml_ops::conv::ConvParams;
 use vkml_ops::elementwise::{self, BinaryOp, UnaryOp, View};
 use vkml_ops::index::{Mode, Packed};
 use vkml_ops::matmul::MatLayout;
-use vkml_ops::nn::{GluActivation, RopeStyle};
-use vkml_ops::quant::MatVecEpilogue;
 use vkml_ops::spatial::{Pool, Resample};
 use vkml_ops::Dtype;
 
 type CResult<T> = candle_core::Result<T>;
 
 /// A vkml error as a candle error (its message kept).
-pub(crate) fn cerr(e: impl fmt::Display + Send + Sync + 'static) -> candle_core::Error {
+pub fn cerr(e: impl fmt::Display + Send + Sync + 'static) -> candle_core::Error {
     candle_core::Error::wrap(e)
 }
 
@@ -157,7 +156,7 @@ impl VulkanDevice {
         &self.inner.dev
     }
 
-    /// From how many activation rows the quantized products ([`crate::front::ModelStorage::qmatmul`]
+    /// From how many activation rows the quantized products (vkml-models' `ModelStorage::qmatmul`
     /// and its fused forms) run as mat-mats instead of batched mat-vecs; `None` restores
     /// the device's default, [`vkml_ops::tuning::mat_mat_min_tokens`] (9 on GPUs; never on
     /// lavapipe, where setting it is how tests reach the mat-mat kernels).
@@ -179,7 +178,7 @@ impl VulkanDevice {
     }
 
     /// Runs `f` with the device's stream (ops record their dispatches there).
-    pub(crate) fn with_stream<T>(&self, f: impl FnOnce(&mut Stream) -> CResult<T>) -> CResult<T> {
+    pub fn with_stream<T>(&self, f: impl FnOnce(&mut Stream) -> CResult<T>) -> CResult<T> {
         let mut s = self.inner.stream.lock();
         f(&mut s)
     }
@@ -214,7 +213,7 @@ impl VulkanDevice {
     /// A device-local buffer for `n` elements of `dtype` ([`buffer_bytes`]) that only
     /// device commands on this device's
     /// stream write: a recycled one when there is one of the size.
-    pub(crate) fn alloc(&self, n: usize, dtype: DType) -> CResult<Buffer> {
+    pub fn alloc(&self, n: usize, dtype: DType) -> CResult<Buffer> {
         let bytes = buffer_bytes(n, dtype);
         {
             let mut r = self.inner.recycled.lock();
@@ -228,7 +227,7 @@ impl VulkanDevice {
 
     /// Hands a buffer from [`VulkanDevice::alloc`] back for reuse by later ops, once
     /// nothing but commands already recorded refers to it.
-    pub(crate) fn recycle(&self, b: Buffer) {
+    pub fn recycle(&self, b: Buffer) {
         let mut r = self.inner.recycled.lock();
         if b.kind() == MemoryKind::DeviceLocal && r.bytes + b.size() <= r.limit {
             r.bytes += b.size();
@@ -237,12 +236,12 @@ impl VulkanDevice {
     }
 
     /// A storage that owns `buffer` (from [`VulkanDevice::alloc`]): recycled on drop.
-    fn storage(&self, buffer: Buffer, dtype: DType, len: usize) -> VulkanStorage {
+    pub fn storage(&self, buffer: Buffer, dtype: DType, len: usize) -> VulkanStorage {
         VulkanStorage { buffer, dtype, len, device: self.clone(), owned: true }
     }
 
     /// A storage over a buffer something else also holds: never recycled.
-    fn shared_storage(&self, buffer: Buffer, dtype: DType, len: usize) -> VulkanStorage {
+    pub fn shared_storage(&self, buffer: Buffer, dtype: DType, len: usize) -> VulkanStorage {
         VulkanStorage { buffer, dtype, len, device: self.clone(), owned: false }
     }
 
@@ -352,6 +351,16 @@ impl VulkanStorage {
         self.len == 0
     }
 
+    /// `l`'s elements packed from element 0: this storage itself (shared, not copied)
+    /// when `l` already is that, else a packed copy recorded on the device's stream.
+    /// What kernels that take plain buffers read.
+    ///
+    /// # Errors
+    /// Device errors of the copy.
+    pub fn packed(&self, l: &Layout) -> CResult<VulkanStorage> {
+        packed(self, l)
+    }
+
     /// Wraps a buffer holding `len` elements of `dtype`.
     ///
     /// # Errors
@@ -370,34 +379,13 @@ impl VulkanStorage {
         View { buffer: &self.buffer, offset: l.start_offset(), strides: l.stride() }
     }
 
-    /// `y = x Wᵀ`, `y += x Wᵀ` or the gated product (`ep`) for `x = self: f32[t, k]`
-    /// (`l`): batched mat-vecs with that epilogue below
-    /// [`VulkanDevice::mat_mat_min_tokens`] rows, mat-mats from there (`Add` as
-    /// `accumulate`; `Glu` has no mat-mat form, and is an error there).
-    fn linear(&self, l: &Layout, w: &vkml_ops::quant::QMatrix, y: &Buffer, ep: MatVecEpilogue) -> CResult<()> {
-        use vkml_ops::quant;
-        f32_only(self, "qmatmul")?;
-        let x = packed(self, l)?;
-        let t = l.dims()[0];
-        let dev = &self.device;
-        if t < dev.mat_mat_min_tokens() {
-            let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
-            return dev.with_stream(|s| quant::mat_vec_fused(s, w, &x.buffer, t, y, cfg, ep).map_err(cerr));
-        }
-        let accumulate = match ep {
-            MatVecEpilogue::Store => false,
-            MatVecEpilogue::Add => true,
-            MatVecEpilogue::Glu(_) => candle_core::bail!("linear: the gated product has no mat-mat epilogue"),
-        };
-        dev.with_stream(|s| {
-            let path = quant::MatMatPath::best(s.device().caps(), w);
-            let opts = quant::MatMatOptions { accumulate, ..quant::MatMatOptions::new(path) };
-            quant::mat_mat_with(s, w, &x.buffer, t, y, opts).map_err(cerr)
-        })
-    }
-
-    /// Runs `f(stream, output buffer)` to fill a new contiguous storage of `l`'s shape.
-    fn map(
+    /// Runs `f(stream, output buffer)` to fill a new contiguous storage of `l`'s shape
+    /// and `dtype` on this storage's device: how a kernel of another crate records into a
+    /// fresh output on the device's stream.
+    ///
+    /// # Errors
+    /// Allocation errors, and `f`'s, as candle errors.
+    pub fn map(
         &self,
         l: &Layout,
         dtype: DType,
@@ -1204,245 +1192,6 @@ fn same_dims(l: &Layout, r: &Layout, op: &'static str) -> CResult<()> {
     Ok(())
 }
 
-fn f32_only(s: &VulkanStorage, op: &'static str) -> CResult<()> {
-    if s.dtype != DType::F32 {
-        return Err(candle_core::Error::UnsupportedDTypeForOp(s.dtype, op));
-    }
-    Ok(())
-}
-
-/// `x: f32[t, heads, d]` (`l`) as rows for `kv_append_from`: `(storage, offset,
-/// stride)` with token `i`'s heads the packed run at `offset + i * stride`. Straight from
-/// `x`'s buffer when its layout already is that (a contiguous tensor, or K and V as views
-/// into stacked Q|K|V rows), else a packed copy.
-fn kv_rows(x: &VulkanStorage, l: &Layout) -> CResult<(VulkanStorage, usize, usize)> {
-    let (dims, st) = (l.dims(), l.stride());
-    let &[t, heads, d] = dims else { candle_core::bail!("attention takes k, v as [t, heads, d], got {dims:?}") };
-    let row = heads * d;
-    let heads_packed = (heads == 1 || st[1] == d) && (d == 1 || st[2] == 1);
-    if heads_packed && (t == 1 || st[0] >= row) {
-        let stride = if t == 1 { row } else { st[0] };
-        return Ok((x.device.shared_storage(x.buffer.clone(), x.dtype, x.len), l.start_offset(), stride));
-    }
-    Ok((packed(x, l)?, 0, row))
-}
-
-impl crate::front::ModelStorage for VulkanStorage {
-    type QWeight = vkml_ops::quant::QMatrix;
-    type KvCache = vkml_ops::attention::KvCache;
-
-    fn qweight(dev: &VulkanDevice, info: &vkml_quant::gguf::TensorInfo, bytes: &[u8]) -> CResult<Self::QWeight> {
-        vkml_ops::quant::QMatrix::from_gguf(dev.hal(), info, bytes).map_err(cerr)
-    }
-
-    fn qweight_dims(w: &Self::QWeight) -> (usize, usize) {
-        (w.rows(), w.k())
-    }
-
-    fn qweight_concat(dev: &VulkanDevice, parts: &[&Self::QWeight]) -> CResult<Self::QWeight> {
-        dev.with_stream(|s| vkml_ops::quant::QMatrix::concat_rows(s, parts).map_err(cerr))
-    }
-
-    /// Mat-vecs below [`VulkanDevice::mat_mat_min_tokens`] rows of `x`, mat-mats
-    /// (cooperative-matrix where the device has them) from there.
-    fn qmatmul(&self, l: &Layout, w: &Self::QWeight) -> CResult<Self> {
-        let t = l.dims()[0];
-        let y = self.device.alloc(t * w.rows(), DType::F32)?;
-        self.linear(l, w, &y, MatVecEpilogue::Store)?;
-        Ok(self.device.storage(y, DType::F32, t * w.rows()))
-    }
-
-    /// The residual add is the mat-vec's `Add` epilogue, or the mat-mat's `accumulate`.
-    fn qmatmul_add(&self, l: &Layout, w: &Self::QWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
-        f32_only(acc, "qmatmul_add")?;
-        if !acc_l.is_contiguous() || acc_l.start_offset() != 0 || acc_l.shape().elem_count() != l.dims()[0] * w.rows() {
-            candle_core::bail!("qmatmul_add: the accumulator {:?} is not a packed [t, {}]", acc_l, w.rows())
-        }
-        self.linear(l, w, &acc.buffer, MatVecEpilogue::Add)
-    }
-
-    /// Below [`VulkanDevice::mat_mat_min_tokens`] rows: one mat-vec pass over the stacked
-    /// matrix with the gated-product epilogue. From there: one mat-mat into `[t, 2n]`,
-    /// then the activation and the product on the strided halves.
-    fn qmatmul_glu(&self, l: &Layout, w: &Self::QWeight, act: GluActivation) -> CResult<Self> {
-        let (t, n) = (l.dims()[0], w.rows() / 2);
-        let dev = &self.device;
-        let y = dev.alloc(t * n, DType::F32)?;
-        if t < dev.mat_mat_min_tokens() {
-            self.linear(l, w, &y, MatVecEpilogue::Glu(act))?;
-            return Ok(dev.storage(y, DType::F32, t * n));
-        }
-        let both = dev.alloc(t * 2 * n, DType::F32)?;
-        self.linear(l, w, &both, MatVecEpilogue::Store)?;
-        dev.with_stream(|s| vkml_ops::nn::glu_halves(s, act, &both, t, n, &y).map_err(cerr))?;
-        dev.recycle(both);
-        Ok(dev.storage(y, DType::F32, t * n))
-    }
-
-    fn qembedding(w: &Self::QWeight, ids: &Self, l: &Layout) -> CResult<Self> {
-        if ids.dtype != DType::U32 {
-            return Err(candle_core::Error::UnsupportedDTypeForOp(ids.dtype, "qembedding"));
-        }
-        let ids_p = packed(ids, l)?;
-        let t = l.shape().elem_count();
-        let dev = &ids.device;
-        let y = dev.alloc(t * w.k(), DType::F32)?;
-        dev.with_stream(|s| vkml_ops::quant::get_rows(s, w, &ids_p.buffer, t, &y).map_err(cerr))?;
-        Ok(dev.storage(y, DType::F32, t * w.k()))
-    }
-
-    fn rms_norm(&self, l: &Layout, w: &Self, wl: &Layout, eps: f32) -> CResult<Self> {
-        f32_only(self, "rms_norm")?;
-        f32_only(w, "rms_norm")?;
-        let (x, w) = (packed(self, l)?, packed(w, wl)?);
-        let n = *l.dims().last().unwrap_or(&1);
-        let total = l.shape().elem_count();
-        let rows = total.checked_div(n).unwrap_or(0);
-        x.map(&Layout::contiguous(l.shape()), DType::F32, |s, y| {
-            vkml_ops::nn::rms_norm(s, Dtype::F32, &x.buffer, Some(&w.buffer), rows, n, eps, y)
-        })
-    }
-
-    /// Below [`VulkanDevice::mat_mat_min_tokens`] rows, where the mat-vec runs on the
-    /// integer-dot kernel ([`vkml_ops::quant::mat_vec_uses_q8_1`]): the norm writes x as
-    /// Q8_1 ([`vkml_ops::nn::rms_norm_q8_1`], the blocks the mat-vec would quantize) and
-    /// the mat-vec reads them, one dispatch fewer. Elsewhere the two calls.
-    fn rms_norm_linear(
-        &self,
-        l: &Layout,
-        nw: &Self,
-        nwl: &Layout,
-        eps: f32,
-        w: &Self::QWeight,
-        act: Option<GluActivation>,
-    ) -> CResult<Self> {
-        use vkml_ops::quant;
-        let (t, k) = (l.dims()[0], *l.dims().last().unwrap_or(&0));
-        let dev = &self.device;
-        let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
-        let fused = t < dev.mat_mat_min_tokens()
-            && k.is_multiple_of(32)
-            && quant::mat_vec_uses_q8_1(dev.hal().caps(), w, &cfg)
-            && self.dtype == DType::F32
-            && nw.dtype == DType::F32;
-        if !fused {
-            return crate::front::rms_norm_linear_composed(self, l, nw, nwl, eps, w, act);
-        }
-        let (x, nw) = (packed(self, l)?, packed(nw, nwl)?);
-        let (ep, out) = match act {
-            None => (MatVecEpilogue::Store, w.rows()),
-            Some(a) => (MatVecEpilogue::Glu(a), w.rows() / 2),
-        };
-        // 36 bytes (9 words) per 32 values.
-        let xq = dev.alloc(9 * t * k / 32, DType::U32)?;
-        let y = dev.alloc(t * out, DType::F32)?;
-        dev.with_stream(|s| {
-            vkml_ops::nn::rms_norm_q8_1(s, &x.buffer, Some(&nw.buffer), t, k, eps, &xq).map_err(cerr)?;
-            quant::mat_vec_q8_1_fused(s, w, &xq, t, &y, cfg, ep).map_err(cerr)
-        })?;
-        dev.recycle(xq);
-        Ok(dev.storage(y, DType::F32, t * out))
-    }
-
-    fn rope(
-        &self,
-        l: &Layout,
-        cos: &Self,
-        sin: &Self,
-        positions: usize,
-        pos0: usize,
-        rot: usize,
-        style: RopeStyle,
-    ) -> CResult<Self> {
-        f32_only(self, "rope")?;
-        let x = packed(self, l)?;
-        let &[t, heads, d] = l.dims() else { candle_core::bail!("rope takes [t, heads, d]") };
-        let sh = vkml_ops::nn::RopeShape { bh: heads, t, d, rot, pos_offset: pos0, positions, token_major: true };
-        x.map(&Layout::contiguous(l.shape()), DType::F32, |s, y| {
-            vkml_ops::nn::rope(s, Dtype::F32, style, &x.buffer, &cos.buffer, &sin.buffer, sh, y)
-        })
-    }
-
-    fn kv_cache(dev: &VulkanDevice, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<Self::KvCache> {
-        vkml_ops::attention::KvCache::new(dev.hal(), n_kv_heads, ctx, d).map_err(cerr)
-    }
-
-    fn attention(
-        q: (&Self, &Layout),
-        k: (&Self, &Layout),
-        v: (&Self, &Layout),
-        k_cache: &mut Self::KvCache,
-        v_cache: &mut Self::KvCache,
-        pos0: usize,
-        scale: f32,
-    ) -> CResult<Self> {
-        use vkml_ops::attention::{self, AttnShape};
-        for (x, _) in [q, k, v] {
-            f32_only(x, "attention")?;
-        }
-        let &[t, h, d] = q.1.dims() else { candle_core::bail!("attention takes q [t, heads, d]") };
-        let qp = packed(q.0, q.1)?;
-        let (kr, vr) = (kv_rows(k.0, k.1)?, kv_rows(v.0, v.1)?);
-        let dev = &q.0.device;
-        let kv_len = pos0 + t;
-        let n_splits = vkml_ops::tuning::attn_splits(t, kv_len);
-        let sh = AttnShape { t_q: t, n_heads: h, kv_len, q_pos0: pos0, causal: true, scale, n_splits };
-        let scratch = if n_splits > 1 {
-            let (a, b) = attention::split_scratch_len(&sh, d);
-            Some((dev.alloc(a, DType::F32)?, dev.alloc(b, DType::F32)?))
-        } else {
-            None
-        };
-        let y = dev.alloc(t * h * d, DType::F32)?;
-        let record = |s: &mut Stream| -> vkml_ops::Result<()> {
-            let (kx, vx) = ((&kr.0.buffer, kr.1, kr.2), (&vr.0.buffer, vr.1, vr.2));
-            attention::kv_append_pair_from(s, Dtype::F32, kx, vx, t, pos0, k_cache, v_cache)?;
-            let sc = scratch.as_ref().map(|(a, b)| (a, b));
-            attention::flash_attn(s, Dtype::F32, &qp.buffer, k_cache, v_cache, sh, &y, sc)
-        };
-        dev.with_stream(|s| record(s).map_err(cerr))?;
-        if let Some((a, b)) = scratch {
-            dev.recycle(a);
-            dev.recycle(b);
-        }
-        Ok(dev.storage(y, DType::F32, t * h * d))
-    }
-
-    fn is_deferred(_: &VulkanDevice) -> bool {
-        true
-    }
-
-    fn submissions(dev: &VulkanDevice) -> u64 {
-        dev.inner.stream.lock().stats().submissions
-    }
-
-    /// Host-visible (upload) memory, written directly by [`ModelStorage::write_u32`].
-    fn host_u32(dev: &VulkanDevice, n: usize) -> CResult<Self> {
-        let buffer = dev.inner.dev.alloc(4 * n.max(1) as u64, MemoryKind::Upload).map_err(cerr)?;
-        buffer.write(0, bytemuck::cast_slice(&vec![0u32; n.max(1)])).map_err(cerr)?;
-        Ok(dev.shared_storage(buffer, DType::U32, n))
-    }
-
-    fn write_u32(&self, values: &[u32]) -> CResult<()> {
-        if self.dtype != DType::U32 || values.len() > self.len {
-            candle_core::bail!("write_u32: {} values into {:?}[{}]", values.len(), self.dtype, self.len)
-        }
-        self.buffer.write(0, bytemuck::cast_slice(values)).map_err(cerr)
-    }
-
-    fn submit(dev: &VulkanDevice) -> CResult<()> {
-        dev.flush()
-    }
-
-    /// Waits for the submission that last used the buffer, not for work recorded since.
-    fn read_f32(&self, l: &Layout) -> CResult<Vec<f32>> {
-        f32_only(self, "read_f32")?;
-        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("read_f32 of a strided layout") };
-        let mut v = vec![0f32; b - a];
-        self.buffer.read(4 * a as u64, bytemuck::cast_slice_mut(&mut v)).map_err(cerr)?;
-        Ok(v)
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -13,8 +13,8 @@
 use std::time::Instant;
 
 use serde_json::json;
-use vkml_candle::llama::{Llama, LoadOptions};
-use vkml_candle::synth;
+use vkml_models::{LoadOptions, Runner};
+use vkml_models::synth;
 use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
 use vkml_hal::{Device, DeviceOptions, DeviceSelector};
 use vkml_ops::bench::{self as ops_bench, Limit, Scale};
@@ -49,7 +49,7 @@ struct ModelArgs {
     #[arg(long, short = 'm')]
     model: Vec<std::path::PathBuf>,
     /// Synthetic models (random weights made in-process): NAME or NAME:TYPE, comma-separated
-    /// or repeated. Names: smollm2-135m, llama-1b, llama-7b, llama-8b.
+    /// or repeated. Names: smollm2-135m, llama-1b, llama-7b, llama-8b, qwen3-0.6b, gemma3-270m, gemma3-1b.
     #[arg(long, value_delimiter = ',')]
     synthetic: Vec<String>,
     /// GGML types of the synthetic models named without one (comma-separated).
@@ -177,12 +177,13 @@ fn sources(a: &ModelArgs) -> Result<Vec<Source>, String> {
         for t in types {
             let ty = GgmlType::from_name(&t).ok_or_else(|| format!("unknown GGML type {t:?}"))?;
             // Every model is checked before the first one runs.
-            synth::check("llama", &shape, ty).map_err(|e| format!("--synthetic {name}:{ty}: {e}"))?;
+            synth::check(shape.arch, &shape, ty).map_err(|e| format!("--synthetic {name}:{ty}: {e}"))?;
             out.push(Source::Synthetic(shape, ty));
         }
     }
     if out.is_empty() {
-        return Err("nothing to benchmark: give -m FILE or --synthetic NAME[:TYPE] (names: smollm2-135m, llama-1b, llama-7b, llama-8b)".into());
+        let names = synth::SHAPES.iter().map(|s| s.name).collect::<Vec<_>>().join(", ");
+        return Err(format!("nothing to benchmark: give -m FILE or --synthetic NAME[:TYPE] (names: {names})"));
     }
     Ok(out)
 }
@@ -190,12 +191,12 @@ fn sources(a: &ModelArgs) -> Result<Vec<Source>, String> {
 /// One test run from an empty cache: an `n_prompt`-token prompt, or `n_gen` greedy
 /// one-token steps (their host times added to `prof`); seconds.
 fn one_run(
-    model: &mut Llama<VulkanStorage>,
+    model: &mut Runner<VulkanStorage>,
     n_prompt: usize,
     n_gen: usize,
     vocab: u32,
-    prof: &mut vkml_candle::llama::StepProfile,
-) -> vkml_candle::Result<f64> {
+    prof: &mut vkml_models::StepProfile,
+) -> vkml_models::Result<f64> {
     model.reset();
     let t = Instant::now();
     if n_prompt > 0 {
@@ -247,7 +248,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
             ),
             Source::Synthetic(sh, ty) => (
                 format!("{} {ty:?} (synthetic)", sh.name),
-                synth::synthetic_llama(sh, *ty, a.seed).map_err(|e| format!("synthetic {}: {e}", sh.name))?,
+                synth::synthetic_model(sh.arch, sh, *ty, a.seed).map_err(|e| format!("synthetic {}: {e}", sh.name))?,
             ),
         };
         let made_s = t0.elapsed().as_secs_f64();
@@ -256,10 +257,10 @@ fn models(a: ModelArgs) -> Result<(), String> {
         let t1 = Instant::now();
         let opts = LoadOptions { ctx: Some(max_p.max(max_n) + 1), max_batch: max_p.max(1) };
         let mut model =
-            Llama::<VulkanStorage>::load(&vdev, &file, opts, &mut |_, _| {}).map_err(|e| format!("{label}: {e}"))?;
+            Runner::<VulkanStorage>::load(&vdev, &file, opts, &mut |_, _| {}).map_err(|e| format!("{label}: {e}"))?;
         drop(file);
         tracing::info!("{label}: made/opened in {made_s:.1} s, loaded in {:.1} s", t1.elapsed().as_secs_f64());
-        let vocab = model.config().vocab as u32;
+        let vocab = model.hparams().vocab as u32;
         if vocab == 0 {
             return Err(format!("{label}: the model has an empty vocabulary"));
         }
@@ -270,19 +271,19 @@ fn models(a: ModelArgs) -> Result<(), String> {
             .map(|&p| (p, 0))
             .chain(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
         for (n_prompt, n_gen) in tests {
-            let run = |model: &mut Llama<VulkanStorage>, prof: &mut vkml_candle::llama::StepProfile| {
+            let run = |model: &mut Runner<VulkanStorage>, prof: &mut vkml_models::StepProfile| {
                 one_run(model, n_prompt, n_gen, vocab, prof).map_err(|e| format!("{label}: {e}"))
             };
             // Warm-up runs until a.warmup seconds have passed (at least one), then `reps`
             // timed ones; the counts and the GPU profile cover the timed runs only.
-            let mut prof = vkml_candle::llama::StepProfile::default();
+            let mut prof = vkml_models::StepProfile::default();
             let warm_start = Instant::now();
             let mut warm_runs = 0usize;
             while warm_runs == 0 || warm_start.elapsed().as_secs_f64() < a.warmup {
                 run(&mut model, &mut prof)?;
                 warm_runs += 1;
             }
-            prof = vkml_candle::llama::StepProfile::default();
+            prof = vkml_models::StepProfile::default();
             let stats0 = vdev.stream_stats();
             if a.profile {
                 vdev.hal().take_profile(); // loading, earlier tests, warm-up

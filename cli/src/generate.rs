@@ -5,9 +5,9 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use vkml_candle::llama::{Llama, LoadOptions};
-use vkml_candle::sampling::{Sampler, SamplingConfig};
-use vkml_candle::tokenizer::{GgufTokenizer, TokenStream};
+use vkml_models::{LoadOptions, Runner};
+use vkml_models::sampling::{Sampler, SamplingConfig};
+use vkml_models::tokenizer::{GgufTokenizer, TokenStream};
 use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
 use vkml_hal::{Device, DeviceOptions, DeviceSelector};
 use vkml_quant::gguf::GgufFile;
@@ -74,7 +74,7 @@ pub fn run(a: Args) -> Result<(), String> {
     );
     let vdev = VulkanDevice::from_device(&dev, 0).map_err(|e| e.to_string())?;
     let opts = LoadOptions { ctx: a.ctx, ..LoadOptions::default() };
-    let mut model = Llama::<VulkanStorage>::load(&vdev, &file, opts, &mut |done, total| {
+    let mut model = Runner::<VulkanStorage>::load(&vdev, &file, opts, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);
     })
@@ -96,7 +96,7 @@ pub fn run(a: Args) -> Result<(), String> {
             "the prompt has {} tokens; the context holds {} (raise --ctx, up to the model's {})",
             prompt.len(),
             model.context(),
-            model.config().context_length
+            model.hparams().context_length
         ));
     }
     let seed = a.seed.unwrap_or_else(|| {

@@ -1,4 +1,4 @@
-//! `vkml gguf synth`: a synthetic model (`vkml_candle::synth`: a named model shape, random
+//! `vkml gguf synth`: a synthetic model (`vkml_models::synth`: a named model shape, random
 //! weights of one GGML type, a synthetic SentencePiece tokenizer) written as a GGUF file,
 //! the same model the in-process benchmarks run, so that other engines (llama.cpp) can be
 //! measured on identical weights.
@@ -6,22 +6,24 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use vkml_candle::synth;
+use vkml_models::synth;
 use vkml_quant::GgmlType;
 
 /// Arguments of `vkml gguf synth`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The model shape: smollm2-135m, llama-1b, llama-7b or llama-8b.
+    /// The model shape: smollm2-135m, llama-1b, llama-7b, llama-8b, qwen3-0.6b, gemma3-270m
+    /// or gemma3-1b.
     #[arg(long)]
     shape: String,
     /// GGML type of every matrix (embedding and output included; norms stay F32), e.g.
     /// Q4_0, Q8_0, Q4_K, F16.
     #[arg(long = "type", default_value = "Q4_0")]
     ty: String,
-    /// GGUF architecture: llama, mistral or qwen2 (qwen2 adds Q/K/V biases).
-    #[arg(long, default_value = "llama")]
-    arch: String,
+    /// GGUF architecture: llama, mistral, qwen2 (Q/K/V biases), qwen3 (q/k norms) or
+    /// gemma3 (q/k and post norms, sliding window); default: the shape's own.
+    #[arg(long)]
+    arch: Option<String>,
     /// Seed of the random weights.
     #[arg(long, default_value_t = synth::DEFAULT_SEED)]
     seed: u64,
@@ -56,16 +58,17 @@ pub fn run(a: Args) -> Result<(), String> {
         format!("--shape {:?} is not a synthetic shape (known: {known})", a.shape)
     })?;
     let ty = parse_type(&a.ty)?;
-    if !synth::ARCHS.contains(&a.arch.as_str()) {
-        return Err(format!("--arch {:?} is not supported (supported: {})", a.arch, synth::ARCHS.join(", ")));
+    let arch = a.arch.as_deref().unwrap_or(shape.arch);
+    if !synth::ARCHS.contains(&arch) {
+        return Err(format!("--arch {arch:?} is not supported (supported: {})", synth::ARCHS.join(", ")));
     }
     let t0 = Instant::now();
-    let bytes = synth::write_synthetic_model(&a.arch, &shape, ty, a.seed, &a.output).map_err(|e| e.to_string())?;
+    let bytes = synth::write_synthetic_model(arch, &shape, ty, a.seed, &a.output).map_err(|e| e.to_string())?;
     eprintln!(
         "{}: {} {ty} ({}, seed {}), {bytes} bytes in {:.2} s",
         a.output.display(),
         shape.name,
-        a.arch,
+        arch,
         a.seed,
         t0.elapsed().as_secs_f64()
     );

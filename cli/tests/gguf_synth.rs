@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use vkml_candle::synth;
+use vkml_models::synth;
 use vkml_quant::gguf::GgufFile;
 use vkml_quant::GgmlType;
 

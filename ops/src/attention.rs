@@ -201,6 +201,9 @@ pub struct AttnShape {
     pub q_pos0: usize,
     /// Mask keys after each query's position.
     pub causal: bool,
+    /// Sliding window: also mask keys `window` or more positions before the query's
+    /// (query `t` sees `q_pos0 + t - window < j`); 0 for none.
+    pub window: usize,
     /// Score scale, usually `1 / sqrt(d)`.
     pub scale: f32,
     /// Split the KV length over this many workgroups per (token, head) (decode); 1 for none.
@@ -317,6 +320,7 @@ pub fn flash_attn(
             n_splits as u32,
             split_len as u32,
             sh.scale.to_bits(),
+            sh.window as u32,
         ])
     };
     if tensor_core_prefill(dev.caps(), d, &sh) {

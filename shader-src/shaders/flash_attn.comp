@@ -5,7 +5,8 @@
 // Flash attention (streaming softmax, never materialising the score matrix) for
 // prefill and decode, over an f16 KV cache, with grouped-query heads and causal masking:
 //   out[t, h, :] = softmax_j(scale * q[t, h, :] . K[kvh, j, :]) V[kvh, j, :],
-//   kvh = h / (n_heads / n_kv_heads), j < kv_len, and j <= q_pos0 + t when causal.
+//   kvh = h / (n_heads / n_kv_heads), j < kv_len, and j <= q_pos0 + t when causal;
+//   with a sliding window (push constant window > 0) also j > q_pos0 + t - window.
 // Layouts: q, out [t_q, n_heads, d] (token-major) of type ACT (f32, or f16 with F16;
 // arithmetic in f32); K, V f16 [n_kv_heads, ctx, d] read as packed words (no 16-bit
 // storage feature needed for them); d even, <= 256.
@@ -56,6 +57,7 @@ void main() {
     if (p.causal != 0u) end = min(end, p.q_pos0 + t + 1u);
     uint start = split * p.split_len;
     end = min(end, start + p.split_len);
+    start = max(start, attn_first_key(t));
 
     const float NEG_INF = uintBitsToFloat(0xFF800000u);
     float m_run = NEG_INF, l_run = 0.0;

@@ -7,7 +7,8 @@
 // f16 + f32 subgroup matrices), over the f16 KV cache, with grouped-query heads and
 // causal masking; the same function as flash_attn.comp without a KV split:
 //   out[t, h, :] = softmax_j(scale * q[t, h, :] . K[kvh, j, :]) V[kvh, j, :],
-//   kvh = h / (n_heads / n_kv_heads), j < kv_len, and j <= q_pos0 + t when causal.
+//   kvh = h / (n_heads / n_kv_heads), j < kv_len, and j <= q_pos0 + t when causal;
+//   with a sliding window (push constant window > 0) also j > q_pos0 + t - window.
 // The algorithm is FlashAttention-2's (Dao, 2023): per block of 64 query rows, an online
 // softmax over blocks of 32 keys, the output rescaled by exp(m_old - m_new) per block and
 // divided by the row sum at the end.
@@ -109,12 +110,14 @@ void main() {
     uint t = t0 + 16u * sg + row;
     uint row_end = p.kv_len;
     if (p.causal != 0u) row_end = min(row_end, p.q_pos0 + t + 1u);
+    uint row_start = attn_first_key(t);
     const float NEG_INF = uintBitsToFloat(0xFF800000u);
     float m_run = NEG_INF, l_run = 0.0;
     uint ss = OS_ + 16u * sg * LDS, ps = OP_ + 16u * sg * LDP, cs = OC_ + 4u * sg;
     uint head = kvh * p.ctx;
 
-    for (uint j0 = 0u; j0 < kv_end; j0 += BC) {
+    // Blocks before the first row's window hold no key any row sees.
+    for (uint j0 = (attn_first_key(t0) / BC) * BC; j0 < kv_end; j0 += BC) {
         for (uint i = tid; i < BC * HV; i += 128u) {
             uint r = i / HV, c = i % HV, j = j0 + r;
             bool in_ = j < kv_end;
@@ -142,14 +145,15 @@ void main() {
             vec4 v = uintBitsToFloat(sm[ss + row * LDS + 4u * half_ + c4]);
             [[unroll]] for (uint e = 0; e < 4u; e++) {
                 uint j = j0 + 16u * half_ + 4u * c4 + e;
-                float sv = j < row_end ? v[e] * p.scale : NEG_INF;
+                float sv = (j < row_end && j >= row_start) ? v[e] * p.scale : NEG_INF;
                 x[4u * c4 + e] = sv;
                 mx = max(mx, sv);
             }
         }
         mx = max(mx, subgroupShuffleXor(mx, 1u));
         float m_new = max(m_run, mx);
-        // Every row sees key 0 in the first block, so m_new is finite from there on.
+        // A row that has seen no key yet (its window starts in a later block) keeps
+        // m_run = -inf, l_run = 0 and zero accumulators: corr and every weight are 0.
         float corr = isinf(m_run) ? 0.0 : exp(m_run - m_new);
         float sum = 0.0;
         uint pw[8];

@@ -55,6 +55,7 @@ void main() {
     if (p.causal != 0u) end = min(end, p.q_pos0 + t + 1u);
     uint start = split * p.split_len;
     end = min(end, start + p.split_len);
+    start = max(start, attn_first_key(t));
 
     const float NEG_INF = uintBitsToFloat(0xFF800000u);
     float m[GQ], l[GQ];

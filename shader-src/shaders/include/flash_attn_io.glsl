@@ -6,8 +6,16 @@
 layout(std430, set = 0, binding = 3) writeonly buffer O { ACT o[]; };
 layout(push_constant) uniform P {
     uint t_q; uint n_heads; uint n_kv_heads; uint d; uint kv_len; uint q_pos0; uint ctx;
-    uint causal; uint n_splits; uint split_len; float scale;
+    uint causal; uint n_splits; uint split_len; float scale; uint window;
 } p;
+
+// The first key position query token t sees: with a sliding window of p.window
+// positions (0: none), keys j with q_pos0 + t - window < j (llama.cpp's
+// LLAMA_SWA_TYPE_STANDARD: a query sees `window` keys, itself included).
+uint attn_first_key(uint t) {
+    uint qp = p.q_pos0 + t;
+    return (p.window != 0u && qp + 1u > p.window) ? qp + 1u - p.window : 0u;
+}
 
 #ifndef ATTN_NO_SPLITS
 layout(std430, set = 0, binding = 4) writeonly buffer PO { float po[]; };

@@ -6,7 +6,7 @@
 
 mod common;
 
-use vkml_candle::tokenizer::{GgufTokenizer, TokenStream};
+use vkml_models::tokenizer::{GgufTokenizer, TokenStream};
 use vkml_quant::gguf::GgufFile;
 
 fn model(name: &str) -> GgufFile {

@@ -10,7 +10,9 @@ use candle_core::{CpuStorage, DType, Layout, Storage, Tensor, D};
 use vkml_ops::nn::{GluActivation, RopeStyle};
 use vkml_quant::gguf::TensorInfo;
 
-use crate::front::{scratch_alloc, ModelStorage};
+use vkml_candle::front::scratch_alloc;
+
+use super::{AttnParams, ModelStorage};
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -56,6 +58,10 @@ impl ModelStorage for CpuStorage {
     fn qweight_dims(w: &Tensor) -> (usize, usize) {
         let d = w.dims();
         (d[0], d[1])
+    }
+
+    fn qweight_type(_: &Tensor) -> Option<vkml_quant::GgmlType> {
+        None
     }
 
     fn host_u32(_: &CpuDevice, n: usize) -> CResult<Self> {
@@ -137,7 +143,7 @@ impl ModelStorage for CpuStorage {
         k_cache: &mut CpuKvCache,
         v_cache: &mut CpuKvCache,
         pos0: usize,
-        scale: f32,
+        p: AttnParams,
     ) -> CResult<Self> {
         let q = tensor(q.0, q.1)?; // [t, h, d]
         let (t, h, d) = q.dims3()?;
@@ -172,9 +178,11 @@ impl ModelStorage for CpuStorage {
         let repeat = |x: Tensor| x.unsqueeze(1)?.broadcast_as((hk, g, len, d))?.reshape((h, len, d));
         let (kk, vv) = (repeat(kk)?, repeat(vv)?);
         let qh = q.transpose(0, 1)?.contiguous()?; // [h, t, d]
-        let att = (qh.matmul(&kk.t()?)? * f64::from(scale))?; // [h, t, L]
-        let mask: Vec<f32> =
-            (0..t).flat_map(|i| (0..len).map(move |j| if j > pos0 + i { f32::NEG_INFINITY } else { 0.0 })).collect();
+        let att = (qh.matmul(&kk.t()?)? * f64::from(p.scale))?; // [h, t, L]
+        let visible = |i: usize, j: usize| j <= pos0 + i && p.window.is_none_or(|w| pos0 + i - j < w);
+        let mask: Vec<f32> = (0..t)
+            .flat_map(|i| (0..len).map(move |j| if visible(i, j) { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
         let mask = Tensor::from_vec(mask, (t, len), &candle_core::Device::Cpu)?;
         let att = candle_nn::ops::softmax_last_dim(&att.broadcast_add(&mask)?)?;
         let y = att.matmul(&vv)?.transpose(0, 1)?.reshape((t, h * d))?;

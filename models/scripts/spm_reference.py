@@ -4,11 +4,11 @@ own `sentencepiece` library.
 
 Usage:
     pip install sentencepiece gguf protobuf
-    python3 candle-bridge/scripts/spm_reference.py [PATH/TO/gemma-3-270m-q4_k_m.gguf]
+    python3 models/scripts/spm_reference.py [PATH/TO/gemma-3-270m-q4_k_m.gguf]
 
 The GGUF defaults to $VKML_TEST_MODELS/gemma-3-270m-q4_k_m.gguf (VKML_TEST_MODELS defaults
 to ~/.cache/vkml/test-models; quant/scripts/fetch_test_models.sh downloads it). Writes
-candle-bridge/tests/data/gemma3_spm_reference.json:
+models/tests/data/gemma3_spm_reference.json:
     {"source": "...", "cases": [{"text": ..., "ids": [...]}, ...]}
 ids without BOS; `decodes` is false where sentencepiece's own decode of the ids does not give
 the text back (none of the committed cases).
@@ -159,7 +159,7 @@ def main():
             case["decodes"] = False
         cases.append(case)
     source = (
-        f"candle-bridge/scripts/spm_reference.py: sentencepiece {spm.__version__} "
+        f"models/scripts/spm_reference.py: sentencepiece {spm.__version__} "
         f"SentencePieceProcessor (BPE, byte fallback, identity normalizer, "
         f"add_dummy_prefix {str(add_space_prefix).lower()}) rebuilt from the tokenizer.ggml.* "
         f"metadata of {os.path.basename(path)} (sha256 {sha}), read with gguf-py {version('gguf')}"

@@ -17,8 +17,8 @@ use common::{vulkan_device_mat_mat_from, vulkan_device_mat_mat_from_with};
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device as Cpu, Tensor};
-use vkml_candle::llama::{Llama, LoadOptions};
-use vkml_candle::synth::{synthetic_model, SynthShape};
+use vkml_models::{LoadOptions, Runner};
+use vkml_models::synth::{synthetic_model, SynthShape};
 use vkml_quant::gguf::GgufFile;
 use vkml_quant::GgmlType;
 
@@ -30,8 +30,44 @@ const REL_TOL: f32 = 2e-3;
 const REL_TOL_Q8_1: f32 = 2e-2;
 const STEPS: usize = 10;
 
+const SHAPE_QWEN3: SynthShape = SynthShape {
+    name: "tiny-qwen3",
+    arch: "qwen3",
+    head_dim: Some(64),
+    sliding_window: None,
+    n_layers: 2,
+    n_embd: 128,
+    n_ff: 256,
+    n_head: 4,
+    n_kv_head: 2,
+    vocab: 512,
+    tied: true,
+};
+
+/// Seven layers: layers 0-4 and 6 local (window 8), layer 5 global. One KV head, as in
+/// Gemma 3 270M and 1B (candle's rotating cache, which the reference's local layers use,
+/// takes only contiguous values, and its values are transposed views for several KV heads).
+const SHAPE_GEMMA3: SynthShape = SynthShape {
+    name: "tiny-gemma3",
+    arch: "gemma3",
+    head_dim: Some(64),
+    sliding_window: Some(8),
+    n_layers: 7,
+    n_embd: 128,
+    n_ff: 256,
+    n_head: 4,
+    n_kv_head: 1,
+    vocab: 512,
+    tied: true,
+};
+
 const SHAPE: SynthShape =
-    SynthShape { name: "tiny", n_layers: 2, n_embd: 128, n_ff: 256, n_head: 4, n_kv_head: 2, vocab: 512, tied: false };
+    SynthShape {
+        name: "tiny",
+        arch: "llama",
+        head_dim: None,
+        sliding_window: None,
+        n_layers: 2, n_embd: 128, n_ff: 256, n_head: 4, n_kv_head: 2, vocab: 512, tied: false };
 
 fn argmax(v: &[f32]) -> u32 {
     v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32
@@ -40,6 +76,8 @@ fn argmax(v: &[f32]) -> u32 {
 enum CandleModel {
     Llama(candle_transformers::models::quantized_llama::ModelWeights),
     Qwen2(candle_transformers::models::quantized_qwen2::ModelWeights),
+    Qwen3(candle_transformers::models::quantized_qwen3::ModelWeights),
+    Gemma3(candle_transformers::models::gemma3::Model),
 }
 
 impl CandleModel {
@@ -48,6 +86,8 @@ impl CandleModel {
         let l = match self {
             CandleModel::Llama(m) => m.forward(&x, pos),
             CandleModel::Qwen2(m) => m.forward(&x, pos),
+            CandleModel::Qwen3(m) => m.forward(&x, pos),
+            CandleModel::Gemma3(m) => m.forward(&x, pos),
         };
         l.unwrap().flatten_all().unwrap().to_vec1().unwrap()
     }
@@ -62,6 +102,17 @@ fn candle_model(arch: &str, file: &GgufFile) -> CandleModel {
             candle_transformers::models::quantized_llama::ModelWeights::from_gguf(content, &mut cur, &Cpu::Cpu)
                 .unwrap(),
         ),
+        "qwen3" => {
+            // quantized_qwen3 builds its rope tables in f16 unless this (non-standard) key
+            // asks for f32.
+            let mut content = content;
+            content.metadata.insert("general.dtype".into(), gguf_file::Value::U32(0));
+            CandleModel::Qwen3(
+                candle_transformers::models::quantized_qwen3::ModelWeights::from_gguf(content, &mut cur, &Cpu::Cpu)
+                    .unwrap(),
+            )
+        }
+        "gemma3" => CandleModel::Gemma3(common::gemma3_reference(file, 64)),
         _ => CandleModel::Qwen2(
             candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(content, &mut cur, &Cpu::Cpu)
                 .unwrap(),
@@ -70,23 +121,29 @@ fn candle_model(arch: &str, file: &GgufFile) -> CandleModel {
 }
 
 fn check(arch: &str, ty: GgmlType) {
+    check_shape(arch, &SHAPE, ty, 12);
+}
+
+/// `arch` on `shape` with a prompt of `prompt_len` tokens.
+fn check_shape(arch: &str, shape: &SynthShape, ty: GgmlType, prompt_len: u32) {
     std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1");
-    let file = synthetic_model(arch, &SHAPE, ty, 7).unwrap();
+    let file = synthetic_model(arch, shape, ty, 7).unwrap();
     let f32_x = vulkan_device_mat_mat_from_with(9, |c| c.integer_dot.packed_4x8_signed_accelerated = false);
-    run(arch, ty, &file, &f32_x, REL_TOL);
+    run(arch, ty, &file, &f32_x, REL_TOL, prompt_len);
     let dev = vulkan_device_mat_mat_from(9);
     if vkml_ops::tuning::q8_1_activations(dev.hal().caps()) {
-        run(arch, ty, &file, &dev, REL_TOL_Q8_1);
+        run(arch, ty, &file, &dev, REL_TOL_Q8_1, prompt_len);
     }
 }
 
 /// The prompt and teacher-forced decode steps of `file` on `dev` against candle, each step
 /// within `tol` of the largest candle logit.
-fn run(arch: &str, ty: GgmlType, file: &GgufFile, dev: &vkml_candle::vulkan::VulkanDevice, tol: f32) {
+fn run(arch: &str, ty: GgmlType, file: &GgufFile, dev: &vkml_candle::vulkan::VulkanDevice, tol: f32, prompt_len: u32) {
     let mut reference = candle_model(arch, file);
-    let mut model: Llama =
-        Llama::load(dev, file, LoadOptions { ctx: Some(64), max_batch: 16 }, &mut |_, _| {}).unwrap();
-    let prompt: Vec<u32> = (0..12u32).map(|i| (i * 37 + 5) % SHAPE.vocab as u32).collect();
+    let mut model: Runner =
+        Runner::load(dev, file, LoadOptions { ctx: Some(64), max_batch: 16 }, &mut |_, _| {}).unwrap();
+    let vocab = file.header().tensor("token_embd.weight").unwrap().n_rows() as u32;
+    let prompt: Vec<u32> = (0..prompt_len).map(|i| (i * 37 + 5) % vocab).collect();
     let mut want = reference.forward(&prompt, 0);
     let mut got = model.forward(&prompt, false).unwrap();
     for (step, pos) in (prompt.len()..).take(STEPS).enumerate() {
@@ -107,4 +164,16 @@ fn synthetic_llama_matches_candle_quantized_llama() {
 #[test]
 fn synthetic_qwen2_matches_candle_quantized_qwen2() {
     check("qwen2", GgmlType::Q8_0);
+}
+
+#[test]
+fn synthetic_qwen3_matches_candle_quantized_qwen3() {
+    check_shape("qwen3", &SHAPE_QWEN3, GgmlType::Q8_0, 12);
+}
+
+/// An 8-token prompt (the reference masks one key too few in longer prompts), then 10
+/// decode steps past the window.
+#[test]
+fn synthetic_gemma3_matches_candle_gemma3() {
+    check_shape("gemma3", &SHAPE_GEMMA3, GgmlType::Q4_0, 8);
 }

@@ -45,11 +45,14 @@ use crate::error::{model_err, Error, Result};
 #[cfg(doc)]
 use vkml_quant::gguf::GgufWriter;
 
-/// The shape of a llama-family model.
+/// The shape of a decoder model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SynthShape {
-    /// Name (`smollm2-135m`, `llama-1b`, `llama-7b`, `llama-8b`).
+    /// Name (`smollm2-135m`, `llama-8b`, `qwen3-0.6b`, `gemma3-270m`, ...).
     pub name: &'static str,
+    /// The GGUF architecture the real model has (what `vkml gguf synth` and
+    /// `vkml bench --synthetic` write unless told another).
+    pub arch: &'static str,
     /// Transformer blocks.
     pub n_layers: usize,
     /// Embedding length.
@@ -65,13 +68,26 @@ pub struct SynthShape {
     pub vocab: usize,
     /// Whether the output projection is tied to the token embedding.
     pub tied: bool,
+    /// Dims per head (`{arch}.attention.key_length`); `None`: `n_embd / n_head`.
+    pub head_dim: Option<usize>,
+    /// Gemma 3's `{arch}.attention.sliding_window` (local layers: 5 of every 6).
+    pub sliding_window: Option<usize>,
+}
+
+impl SynthShape {
+    /// Dims per head.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.n_embd / self.n_head.max(1))
+    }
 }
 
 /// The named shapes: SmolLM2-135M, TinyLlama-1.1B, Llama-2-7B, and Llama-3-8B with a
-/// 49152 vocabulary (issue 7's benchmark shapes).
+/// 49152 vocabulary (issue 7's benchmark shapes); Qwen3-0.6B, Gemma-3-270M, Gemma-3-1B
+/// and Phi-3-mini-4k (as their Hugging Face configs give them).
 pub const SHAPES: &[SynthShape] = &[
     SynthShape {
         name: "smollm2-135m",
+        arch: "llama",
         n_layers: 30,
         n_embd: 576,
         n_ff: 1536,
@@ -79,9 +95,12 @@ pub const SHAPES: &[SynthShape] = &[
         n_kv_head: 3,
         vocab: 49152,
         tied: true,
+        head_dim: None,
+        sliding_window: None,
     },
     SynthShape {
         name: "llama-1b",
+        arch: "llama",
         n_layers: 22,
         n_embd: 2048,
         n_ff: 5632,
@@ -89,9 +108,12 @@ pub const SHAPES: &[SynthShape] = &[
         n_kv_head: 4,
         vocab: 32000,
         tied: false,
+        head_dim: None,
+        sliding_window: None,
     },
     SynthShape {
         name: "llama-7b",
+        arch: "llama",
         n_layers: 32,
         n_embd: 4096,
         n_ff: 11008,
@@ -99,9 +121,12 @@ pub const SHAPES: &[SynthShape] = &[
         n_kv_head: 32,
         vocab: 32000,
         tied: false,
+        head_dim: None,
+        sliding_window: None,
     },
     SynthShape {
         name: "llama-8b",
+        arch: "llama",
         n_layers: 32,
         n_embd: 4096,
         n_ff: 14336,
@@ -109,12 +134,56 @@ pub const SHAPES: &[SynthShape] = &[
         n_kv_head: 8,
         vocab: 49152,
         tied: false,
+        head_dim: None,
+        sliding_window: None,
+    },
+    SynthShape {
+        name: "qwen3-0.6b",
+        arch: "qwen3",
+        n_layers: 28,
+        n_embd: 1024,
+        n_ff: 3072,
+        n_head: 16,
+        n_kv_head: 8,
+        vocab: 151936,
+        tied: true,
+        head_dim: Some(128),
+        sliding_window: None,
+    },
+    SynthShape {
+        name: "gemma3-270m",
+        arch: "gemma3",
+        n_layers: 18,
+        n_embd: 640,
+        n_ff: 2048,
+        n_head: 4,
+        n_kv_head: 1,
+        vocab: 262144,
+        tied: true,
+        head_dim: Some(256),
+        sliding_window: Some(512),
+    },
+    SynthShape {
+        name: "gemma3-1b",
+        arch: "gemma3",
+        n_layers: 26,
+        n_embd: 1152,
+        n_ff: 6912,
+        n_head: 4,
+        n_kv_head: 1,
+        vocab: 262144,
+        tied: true,
+        head_dim: Some(256),
+        sliding_window: Some(512),
     },
 ];
 
 /// The GGUF architectures a synthetic model can be written as (`general.architecture`):
-/// `llama` and `mistral` have the same tensors; `qwen2` adds Q/K/V biases.
-pub const ARCHS: &[&str] = &["llama", "mistral", "qwen2"];
+/// `llama` and `mistral` have the same tensors; `qwen2` adds Q/K/V biases; `qwen3` per-head
+/// q/k norms; `gemma3` q/k norms, post-attention and post-feed-forward norms and, where the
+/// shape has one, a sliding window. Norm weights are 1 for llama, mistral and qwen2, and
+/// uniform in [0.5, 1.5) for the others.
+pub const ARCHS: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "gemma3"];
 
 /// The seed the benchmarks and `vkml gguf synth` use unless told otherwise.
 pub const DEFAULT_SEED: u64 = 42;
@@ -233,6 +302,13 @@ enum Fill {
     Ones,
     /// f32 uniform in ±0.5 from this seed.
     Bias(u64),
+    /// f32 uniform in [0.5, 1.5) from this seed.
+    Norm(u64),
+}
+
+/// FNV-1a of a tensor name: a seed per norm that does not depend on file order.
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// One tensor of the file, before its data is made.
@@ -257,6 +333,10 @@ impl Planned {
             Fill::Ones => bytemuck::cast_slice(&vec![1f32; n]).to_vec(),
             Fill::Bias(seed) => {
                 let b: Vec<f32> = uniform(seed, n).map(|u| u - 0.5).collect();
+                bytemuck::cast_slice(&b).to_vec()
+            }
+            Fill::Norm(seed) => {
+                let b: Vec<f32> = uniform(seed, n).map(|u| u + 0.5).collect();
                 bytemuck::cast_slice(&b).to_vec()
             }
         })
@@ -296,7 +376,7 @@ pub fn check(arch: &str, sh: &SynthShape, ty: GgmlType) -> Result<()> {
     }
     if sh.n_head == 0
         || sh.n_kv_head == 0
-        || !sh.n_embd.is_multiple_of(sh.n_head)
+        || (sh.head_dim.is_none() && !sh.n_embd.is_multiple_of(sh.n_head))
         || !sh.n_head.is_multiple_of(sh.n_kv_head)
     {
         return Err(model_err(format!(
@@ -304,7 +384,7 @@ pub fn check(arch: &str, sh: &SynthShape, ty: GgmlType) -> Result<()> {
             sh.name, sh.n_head, sh.n_kv_head, sh.n_embd
         )));
     }
-    let d = sh.n_embd / sh.n_head;
+    let d = sh.head_dim();
     for (what, k) in [("n_embd", sh.n_embd), ("n_ff", sh.n_ff), ("n_head x head_dim", sh.n_head * d)] {
         if !k.is_multiple_of(ty.block_size()) {
             return Err(model_err(format!(
@@ -325,7 +405,9 @@ pub fn check(arch: &str, sh: &SynthShape, ty: GgmlType) -> Result<()> {
 
 fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
     check(arch, sh, ty)?;
-    let d = sh.n_embd / sh.n_head;
+    let d = sh.head_dim();
+    let (qk_norm, post_norms) = (matches!(arch, "qwen3" | "gemma3"), arch == "gemma3");
+    let random_norms = matches!(arch, "qwen3" | "gemma3");
     let (tokens, scores, types) = tokenizer_vocab(sh.vocab)?;
     let mut metadata: Vec<(String, GgufValue)> = Vec::new();
     let mut kv = |key: String, v: GgufValue| metadata.push((key, v));
@@ -339,9 +421,16 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
     kv(k("feed_forward_length"), u(sh.n_ff));
     kv(k("attention.head_count"), u(sh.n_head));
     kv(k("attention.head_count_kv"), u(sh.n_kv_head));
-    kv(k("rope.freq_base"), GgufValue::F32(10000.0));
+    kv(k("rope.freq_base"), GgufValue::F32(if arch == "gemma3" { 1e6 } else { 10000.0 }));
     kv(k("rope.dimension_count"), u(d));
-    kv(k("attention.layer_norm_rms_epsilon"), GgufValue::F32(1e-5));
+    if sh.head_dim.is_some() {
+        kv(k("attention.key_length"), u(d));
+        kv(k("attention.value_length"), u(d));
+    }
+    if let (Some(w), "gemma3") = (sh.sliding_window, arch) {
+        kv(k("attention.sliding_window"), u(w));
+    }
+    kv(k("attention.layer_norm_rms_epsilon"), GgufValue::F32(if random_norms { 1e-6 } else { 1e-5 }));
     kv(k("vocab_size"), u(sh.vocab));
     kv("tokenizer.ggml.model".into(), GgufValue::String("llama".into()));
     kv("tokenizer.ggml.tokens".into(), GgufValue::Array(GgufArray::String(tokens)));
@@ -360,7 +449,11 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
         seed_next = seed_next.wrapping_add(0x2545_f491_4f6c_dd1d);
         Planned { name, ty, dims: vec![k as u64, rows as u64], fill: Fill::Random(seed_next) }
     };
-    let norm = |name: String| Planned { name, ty: GgmlType::F32, dims: vec![sh.n_embd as u64], fill: Fill::Ones };
+    let norm_of = |name: String, n: usize| {
+        let fill = if random_norms { Fill::Norm(seed ^ name_hash(&name)) } else { Fill::Ones };
+        Planned { name, ty: GgmlType::F32, dims: vec![n as u64], fill }
+    };
+    let norm = |name: String| norm_of(name, sh.n_embd);
     tensors.push(mat("token_embd.weight".into(), sh.vocab, sh.n_embd));
     if !sh.tied {
         tensors.push(mat("output.weight".into(), sh.vocab, sh.n_embd));
@@ -370,6 +463,14 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
         let p = |n: &str| format!("blk.{i}.{n}");
         tensors.push(norm(p("attn_norm.weight")));
         tensors.push(norm(p("ffn_norm.weight")));
+        if qk_norm {
+            tensors.push(norm_of(p("attn_q_norm.weight"), d));
+            tensors.push(norm_of(p("attn_k_norm.weight"), d));
+        }
+        if post_norms {
+            tensors.push(norm(p("post_attention_norm.weight")));
+            tensors.push(norm(p("post_ffw_norm.weight")));
+        }
         tensors.push(mat(p("attn_q.weight"), sh.n_head * d, sh.n_embd));
         tensors.push(mat(p("attn_k.weight"), sh.n_kv_head * d, sh.n_embd));
         tensors.push(mat(p("attn_v.weight"), sh.n_kv_head * d, sh.n_embd));
@@ -440,8 +541,8 @@ pub fn synthetic_llama(sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<GgufF
     synthetic_model("llama", sh, ty, seed)
 }
 
-/// [`synthetic_llama`] for GGUF architecture `arch` (one of [`ARCHS`]: `llama`, `mistral`
-/// or `qwen2`; qwen2 gets random f32 Q/K/V biases), held in memory.
+/// [`synthetic_llama`] for GGUF architecture `arch` (one of [`ARCHS`]: qwen2 gets random
+/// f32 Q/K/V biases, qwen3 and gemma3 their norms), held in memory.
 ///
 /// # Errors
 /// [`crate::Error::Model`] for an architecture not in [`ARCHS`], a type vkml-quant cannot
@@ -501,6 +602,9 @@ mod tests {
 
     const TINY: SynthShape = SynthShape {
         name: "tiny",
+        arch: "llama",
+        head_dim: None,
+        sliding_window: None,
         n_layers: 2,
         n_embd: 64,
         n_ff: 128,
@@ -561,7 +665,7 @@ mod tests {
     /// tensors, and writing it to disk gives the same bytes.
     #[test]
     fn streamed_file_matches_gguf_writer_and_disk() {
-        for (arch, tied) in [("llama", false), ("qwen2", true)] {
+        for (arch, tied) in [("llama", false), ("qwen2", true), ("qwen3", true), ("gemma3", false)] {
             let sh = SynthShape { tied, ..TINY };
             let file = synthetic_model(arch, &sh, GgmlType::Q8_0, 5).unwrap();
             let mut w = GgufWriter::new();

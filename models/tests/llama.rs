@@ -24,8 +24,8 @@ use common::{test_model, vulkan_device, vulkan_device_mat_mat_from};
 
 use candle_core::quantized::gguf_file;
 use candle_transformers::models::quantized_llama::ModelWeights;
-use vkml_candle::llama::{Llama, LoadOptions};
-use vkml_candle::tokenizer::GgufTokenizer;
+use vkml_models::{LoadOptions, Runner};
+use vkml_models::tokenizer::GgufTokenizer;
 use vkml_quant::gguf::GgufFile;
 
 /// Largest |vkml - candle| over every logit of every position (logits span about ±40;
@@ -93,10 +93,10 @@ fn teacher_forced_logits_match_candle_quantized_llama() {
     let gguf = GgufFile::open(&path).unwrap();
     let tok = GgufTokenizer::from_gguf(&gguf).unwrap();
     let opts = LoadOptions { ctx: Some(256), max_batch: 128 };
-    let mut model: Llama = Llama::load(&vulkan_device(), &gguf, opts, &mut |_, _| {}).unwrap();
+    let mut model: Runner = Runner::load(&vulkan_device(), &gguf, opts, &mut |_, _| {}).unwrap();
     // The same weights with prompts forced through the mat-mat kernels, which the device's
     // own choice may not use (lavapipe runs prompts as batched mat-vecs).
-    let mut mm_model: Llama = Llama::load(&vulkan_device_mat_mat_from(9), &gguf, opts, &mut |_, _| {}).unwrap();
+    let mut mm_model: Runner = Runner::load(&vulkan_device_mat_mat_from(9), &gguf, opts, &mut |_, _| {}).unwrap();
     let prompts = [
         tok.encode(&tok.apply_chat_template(None, "What is the capital of France?").unwrap(), true).unwrap(),
         tok.encode("The quick brown fox", true).unwrap(),
@@ -118,8 +118,8 @@ fn teacher_forced_logits_match_candle_quantized_llama() {
         // device's choice of kernels and, for the first prompt, on mat-mats.
         let mut all = prompt.clone();
         all.extend_from_slice(&tokens[..STEPS - 1]);
-        let v = model.config().vocab;
-        let runs: &mut [(&str, &mut Llama)] = if pi == 0 {
+        let v = model.hparams().vocab;
+        let runs: &mut [(&str, &mut Runner)] = if pi == 0 {
             &mut [("one pass", &mut model), ("one pass, mat-mat", &mut mm_model)]
         } else {
             &mut [("one pass", &mut model)]
@@ -154,7 +154,7 @@ fn context_overflow_and_bad_tokens_are_clear_errors() {
     let path = test_model("SmolLM2-135M-Instruct.Q4_1.gguf");
     let gguf = GgufFile::open(&path).unwrap();
     let opts = LoadOptions { ctx: Some(16), max_batch: 8 };
-    let mut model: Llama = Llama::load(&vulkan_device(), &gguf, opts, &mut |_, _| {}).unwrap();
+    let mut model: Runner = Runner::load(&vulkan_device(), &gguf, opts, &mut |_, _| {}).unwrap();
     let e = model.forward(&[1; 17], false).unwrap_err().to_string();
     assert!(e.contains("17 tokens exceed the context of 16 positions"), "{e}");
     let e = model.forward(&[49152], false).unwrap_err().to_string();

@@ -1,0 +1,214 @@
+//! `gemma3` (llama.cpp's `src/models/gemma3.cpp`, hyper-parameters in
+//! `src/llama-model.cpp`). Per layer:
+//! `x += post_attention_norm(wo(attention(rope(qk_norm(qkv(attn_norm(x)))))))`, then
+//! `x += post_ffw_norm(down(gelu_tanh(gate(n)) * up(n)))` with `n = ffn_norm(x)`; the
+//! embedding rows are scaled by `sqrt(n_embd)`, the output is tied to the embedding (or
+//! `output.weight`), with optional final soft-capping.
+//!
+//! Layers alternate between sliding-window ("local") and global attention: layer `i` is
+//! local when `i % 6 < 5` (layers 5, 11, 17, ... are global; see [`Gemma3Config::local`]),
+//! with `{arch}.attention.sliding_window` positions, rope base `{arch}.rope.freq_base_swa`
+//! (default 10000) and no rope scaling; global layers use `{arch}.rope.freq_base` and the
+//! file's rope scaling (linear 8 for Gemma 3 4B and larger). No sliding window key: every
+//! layer is global (llama.cpp). `{arch}.attention.sliding_window_pattern` (a number or a
+//! per-layer array) overrides the pattern of 6. Scores are scaled by `1 / sqrt(head_dim)`, or
+//! `1 / sqrt(n_embd / n_head)` for the 62-layer 27B (llama.cpp's `f_attention_scale`; GGUF
+//! has no key for Gemma's `query_pre_attn_scalar`). GGUF norm weights already hold
+//! Gemma's `1 + w`.
+
+use candle_core::backend::BackendDevice;
+use vkml_candle::front::Tensor;
+use vkml_ops::nn::{GluActivation, RopeStyle};
+
+use super::Model;
+use crate::blocks::{
+    Attention, AttentionSpec, Embedding, FeedForward, GateUpLayout, OutputHead, QkvLayout, RmsNorm, Weights,
+};
+use crate::config::{Hparams, Meta};
+use crate::error::{model_err, Result};
+use crate::rope::{Rope, RopeConfig};
+use crate::storage::{AttnParams, ModelStorage};
+use crate::tensor::ModelTensor;
+
+/// Gemma 3's own hyper-parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gemma3Config {
+    /// `{arch}.attention.sliding_window`; `None` (absent or 0): no local layers.
+    pub sliding_window: Option<usize>,
+    /// Per layer, whether it is local (sliding window, local rope).
+    pub local: Vec<bool>,
+    /// Rope of the global layers.
+    pub rope_global: RopeConfig,
+    /// Rope of the local layers.
+    pub rope_local: RopeConfig,
+    /// Score scale.
+    pub attn_scale: f32,
+    /// `{arch}.final_logit_softcapping` (absent or 0: none).
+    pub final_softcap: Option<f32>,
+}
+
+impl Gemma3Config {
+    /// Reads the keys of `m` for a model of `hp`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Model`] naming the key: a pattern array of another length than the
+    /// layer count, or of another type; a negative soft-cap; the rope keys' errors.
+    pub fn from_meta(m: &Meta<'_>, hp: &Hparams) -> Result<Gemma3Config> {
+        let sliding_window = m.opt_u("attention.sliding_window")?.filter(|&w| w > 0);
+        let local = match sliding_window {
+            None => vec![false; hp.n_layers],
+            Some(_) => swa_layers(m, hp.n_layers)?,
+        };
+        let rope_global = RopeConfig::from_meta(m, hp.head_dim, RopeStyle::Neox)?;
+        let local_base = m.opt_positive("rope.freq_base_swa")?.unwrap_or(10000.0);
+        let rope_local = rope_global.unscaled_with_base(local_base);
+        let attn_scale = if hp.n_layers == 62 {
+            1.0 / ((hp.n_embd / hp.n_head) as f32).sqrt()
+        } else {
+            1.0 / (hp.head_dim as f32).sqrt()
+        };
+        let final_softcap = match m.opt_f("final_logit_softcapping")? {
+            None => None,
+            Some(c) if c == 0.0 => None,
+            Some(c) if c > 0.0 => Some(c),
+            Some(c) => {
+                return Err(model_err(format!("{} is {c}, not a positive number", m.key("final_logit_softcapping"))))
+            }
+        };
+        Ok(Gemma3Config { sliding_window, local, rope_global, rope_local, attn_scale, final_softcap })
+    }
+}
+
+/// Which of `n_layers` layers are local, from `{arch}.attention.sliding_window_pattern`
+/// as llama.cpp reads it (`llama_hparams::set_swa_pattern`): a number `n` (default 6)
+/// makes layer `i` local when `n == 0 || i % n < n - 1`; an array gives each layer's flag.
+fn swa_layers(m: &Meta<'_>, n_layers: usize) -> Result<Vec<bool>> {
+    use vkml_quant::gguf::{GgufArray, GgufValue};
+    let key = m.key("attention.sliding_window_pattern");
+    let from_n = |n: usize| (0..n_layers).map(|i| n == 0 || i % n < n - 1).collect();
+    let flags: Vec<bool> = match m.file.get(&key) {
+        None => from_n(6),
+        Some(GgufValue::Array(a)) => match a {
+            GgufArray::Bool(v) => v.clone(),
+            GgufArray::U32(v) => v.iter().map(|&x| x != 0).collect(),
+            GgufArray::I32(v) => v.iter().map(|&x| x != 0).collect(),
+            _ => return Err(model_err(format!("metadata {key} is an array of {:?}, not of bool or integers", a.elem_type()))),
+        },
+        Some(v) => match v.as_u64().and_then(|x| usize::try_from(x).ok()) {
+            Some(n) => from_n(n),
+            None => return Err(model_err(format!("metadata {key} is neither an unsigned integer nor an array"))),
+        },
+    };
+    if flags.len() != n_layers {
+        return Err(model_err(format!("metadata {key} has {} entries for {n_layers} layers", flags.len())));
+    }
+    Ok(flags)
+}
+
+struct Layer<S: ModelStorage> {
+    attn_norm: RmsNorm<S>,
+    attn: Attention<S>,
+    post_attention_norm: RmsNorm<S>,
+    ffn_norm: RmsNorm<S>,
+    ffn: FeedForward<S>,
+    post_ffw_norm: RmsNorm<S>,
+    local: bool,
+}
+
+/// A Gemma 3 model with its KV caches.
+pub struct Gemma3<S: ModelStorage> {
+    hp: Hparams,
+    cfg: Gemma3Config,
+    embd: Embedding<S>,
+    layers: Vec<Layer<S>>,
+    head: OutputHead<S>,
+    rope_global: Rope<S>,
+    rope_local: Rope<S>,
+}
+
+impl<S: ModelStorage> std::fmt::Debug for Gemma3<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Gemma3({:?}, {:?})", self.hp, self.cfg)
+    }
+}
+
+impl<S: ModelStorage> Gemma3<S> {
+    /// Gemma 3's own hyper-parameters.
+    pub fn config(&self) -> &Gemma3Config {
+        &self.cfg
+    }
+}
+
+/// Loads a `gemma3` model.
+///
+/// # Errors
+/// As [`super::load`] and [`Gemma3Config::from_meta`].
+pub fn load<S: ModelStorage>(
+    m: &Meta<'_>,
+    dev: &S::Device,
+    ctx: usize,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Gemma3<S>>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    let hp = Hparams::from_meta(m)?;
+    let cfg = Gemma3Config::from_meta(m, &hp)?;
+    let mut w = Weights::new(m.file, dev, progress);
+    let e = hp.n_embd;
+    let embd = Embedding::load(&mut w, hp.vocab, e, Some((e as f32).sqrt()))?;
+    let head = OutputHead::load(&mut w, hp.vocab, e, hp.rms_eps, cfg.final_softcap)?;
+    let mut layers = Vec::with_capacity(hp.n_layers.min(4096));
+    for i in 0..hp.n_layers {
+        let p = |n: &str| format!("blk.{i}.{n}");
+        let local = cfg.local[i];
+        let spec = AttentionSpec {
+            n_embd: e,
+            n_head: hp.n_head,
+            n_kv_head: hp.n_kv_head,
+            head_dim: hp.head_dim,
+            qkv: QkvLayout::Split,
+            qk_norm: true,
+            eps: hp.rms_eps,
+            params: AttnParams { scale: cfg.attn_scale, window: if local { cfg.sliding_window } else { None } },
+            ctx,
+        };
+        layers.push(Layer {
+            attn_norm: RmsNorm::load(&w, &p("attn_norm.weight"), e, hp.rms_eps)?,
+            attn: Attention::load(&mut w, i, spec)?,
+            post_attention_norm: RmsNorm::load(&w, &p("post_attention_norm.weight"), e, hp.rms_eps)?,
+            ffn_norm: RmsNorm::load(&w, &p("ffn_norm.weight"), e, hp.rms_eps)?,
+            ffn: FeedForward::load(&mut w, i, e, hp.n_ff, GateUpLayout::Split, GluActivation::Gelu)?,
+            post_ffw_norm: RmsNorm::load(&w, &p("post_ffw_norm.weight"), e, hp.rms_eps)?,
+            local,
+        });
+    }
+    let rope_global = Rope::new(&cfg.rope_global, ctx, dev)?;
+    let rope_local = Rope::new(&cfg.rope_local, ctx, dev)?;
+    Ok(Gemma3 { hp, cfg, embd, layers, head, rope_global, rope_local })
+}
+
+impl<S: ModelStorage> Model<S> for Gemma3<S>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    fn hparams(&self) -> &Hparams {
+        &self.hp
+    }
+
+    fn forward(&mut self, ids: &Tensor<S>, pos: usize) -> Result<Tensor<S>> {
+        let mut x = self.embd.forward(ids)?;
+        for l in &mut self.layers {
+            let rope = if l.local { &self.rope_local } else { &self.rope_global };
+            let a = l.attn.forward(&x, &l.attn_norm, rope, pos)?.qmatmul(&l.attn.wo)?;
+            x = x.add(&l.post_attention_norm.forward(&a)?)?;
+            let f = l.ffn.forward(&x, &l.ffn_norm)?;
+            x = x.add(&l.post_ffw_norm.forward(&f)?)?;
+        }
+        Ok(x)
+    }
+
+    fn logits(&self, x: &Tensor<S>) -> Result<Tensor<S>> {
+        self.head.forward(x, &self.embd)
+    }
+}

@@ -1,0 +1,153 @@
+//! `llama` and `mistral` (llama.cpp's `src/models/llama.cpp`), and the pre-norm decoder
+//! wiring they share with `qwen2`, `qwen3` and `phi3`: per layer
+//! `x += wo(attention(rope(qkv(rms_norm(x)))))`, then
+//! `x += down(act(gate(n)) * up(n))` with `n = rms_norm(x)`; final norm and output head.
+//! Llama 3.x's rope frequency factors come from the `rope_freqs.weight` tensor
+//! ([`crate::rope::RopeConfig`]).
+
+use candle_core::backend::BackendDevice;
+use vkml_candle::front::Tensor;
+use vkml_ops::nn::{GluActivation, RopeStyle};
+
+use super::Model;
+use crate::blocks::{
+    Attention, AttentionSpec, Embedding, FeedForward, GateUpLayout, OutputHead, QkvLayout, RmsNorm, Weights,
+};
+use crate::config::{Hparams, Meta};
+use crate::error::Result;
+use crate::rope::{Rope, RopeConfig};
+use crate::storage::{AttnParams, ModelStorage};
+use crate::tensor::ModelTensor;
+
+/// What distinguishes the architectures that share the pre-norm decoder wiring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecoderOptions {
+    /// How rope pairs dims.
+    pub rope_style: RopeStyle,
+    /// Per-head q/k norms (Qwen3).
+    pub qk_norm: bool,
+    /// How Q, K and V are stored.
+    pub qkv: QkvLayout,
+    /// How gate and up are stored.
+    pub gate_up: GateUpLayout,
+}
+
+struct Layer<S: ModelStorage> {
+    attn_norm: RmsNorm<S>,
+    attn: Attention<S>,
+    ffn_norm: RmsNorm<S>,
+    ffn: FeedForward<S>,
+}
+
+/// A pre-norm decoder (llama, mistral, qwen2, qwen3, phi3) with its KV caches.
+pub struct Decoder<S: ModelStorage> {
+    hp: Hparams,
+    rope_cfg: RopeConfig,
+    embd: Embedding<S>,
+    layers: Vec<Layer<S>>,
+    head: OutputHead<S>,
+    rope: Rope<S>,
+}
+
+impl<S: ModelStorage> std::fmt::Debug for Decoder<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Decoder({:?}, {:?})", self.hp, self.rope_cfg)
+    }
+}
+
+impl<S: ModelStorage> Decoder<S>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    /// Loads the decoder of `m`'s file with `opts`, caches of `ctx` positions.
+    ///
+    /// # Errors
+    /// As [`super::load`].
+    pub fn load(
+        m: &Meta<'_>,
+        dev: &S::Device,
+        ctx: usize,
+        progress: &mut dyn FnMut(u64, u64),
+        opts: DecoderOptions,
+    ) -> Result<Self> {
+        let hp = Hparams::from_meta(m)?;
+        let rope_cfg = RopeConfig::from_meta(m, hp.head_dim, opts.rope_style)?;
+        let mut w = Weights::new(m.file, dev, progress);
+        let spec = AttentionSpec {
+            n_embd: hp.n_embd,
+            n_head: hp.n_head,
+            n_kv_head: hp.n_kv_head,
+            head_dim: hp.head_dim,
+            qkv: opts.qkv,
+            qk_norm: opts.qk_norm,
+            eps: hp.rms_eps,
+            params: AttnParams { scale: 1.0 / (hp.head_dim as f32).sqrt(), window: None },
+            ctx,
+        };
+        let embd = Embedding::load(&mut w, hp.vocab, hp.n_embd, None)?;
+        let head = OutputHead::load(&mut w, hp.vocab, hp.n_embd, hp.rms_eps, None)?;
+        let mut layers = Vec::with_capacity(hp.n_layers.min(4096));
+        for i in 0..hp.n_layers {
+            let p = |n: &str| format!("blk.{i}.{n}");
+            layers.push(Layer {
+                attn_norm: RmsNorm::load(&w, &p("attn_norm.weight"), hp.n_embd, hp.rms_eps)?,
+                attn: Attention::load(&mut w, i, spec)?,
+                ffn_norm: RmsNorm::load(&w, &p("ffn_norm.weight"), hp.n_embd, hp.rms_eps)?,
+                ffn: FeedForward::load(&mut w, i, hp.n_embd, hp.n_ff, opts.gate_up, GluActivation::Silu)?,
+            });
+        }
+        let rope = Rope::new(&rope_cfg, ctx, dev)?;
+        Ok(Decoder { hp, rope_cfg, embd, layers, head, rope })
+    }
+
+    /// The rope configuration.
+    pub fn rope_config(&self) -> &RopeConfig {
+        &self.rope_cfg
+    }
+}
+
+impl<S: ModelStorage> Model<S> for Decoder<S>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    fn hparams(&self) -> &Hparams {
+        &self.hp
+    }
+
+    fn forward(&mut self, ids: &Tensor<S>, pos: usize) -> Result<Tensor<S>> {
+        let mut x = self.embd.forward(ids)?;
+        for l in &mut self.layers {
+            let a = l.attn.forward(&x, &l.attn_norm, &self.rope, pos)?;
+            x.qmatmul_add_(&a, &l.attn.wo)?;
+            l.ffn.forward_residual(&mut x, &l.ffn_norm)?;
+        }
+        Ok(x)
+    }
+
+    fn logits(&self, x: &Tensor<S>) -> Result<Tensor<S>> {
+        self.head.forward(x, &self.embd)
+    }
+}
+
+/// Loads a `llama` or `mistral` model: interleaved rope (llama.cpp's
+/// `LLAMA_ROPE_TYPE_NORM`), split tensors, SwiGLU.
+///
+/// # Errors
+/// As [`super::load`].
+pub fn load<S: ModelStorage>(
+    m: &Meta<'_>,
+    dev: &S::Device,
+    ctx: usize,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Decoder<S>>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    let opts = DecoderOptions {
+        rope_style: RopeStyle::Interleaved,
+        qk_norm: false,
+        qkv: QkvLayout::Split,
+        gate_up: GateUpLayout::Split,
+    };
+    Decoder::load(m, dev, ctx, progress, opts)
+}

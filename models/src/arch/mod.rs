@@ -1,0 +1,86 @@
+//! One file per GGUF architecture (`general.architecture`): its hyper-parameters from its
+//! `{arch}.*` keys and its wiring of [`crate::blocks`], as llama.cpp's loader
+//! (`src/llama-model.cpp`) and graphs (`src/models/*.cpp`) define them. [`load`] picks the
+//! file by the architecture's name.
+//!
+//! Adding an architecture: a file here with a `load` function that reads its keys,
+//! validates them, loads its blocks and returns a [`Model`]; a line in [`load`] and in
+//! [`ARCHITECTURES`]; a synthetic shape in [`crate::synth`]; a test against an independent
+//! reference.
+
+pub mod gemma3;
+pub mod llama;
+pub mod qwen2;
+pub mod qwen3;
+
+use candle_core::backend::BackendDevice;
+use vkml_candle::front::Tensor;
+use vkml_quant::gguf::GgufFile;
+
+use crate::config::{Hparams, Meta};
+use crate::error::{model_err, Result};
+use crate::storage::ModelStorage;
+
+/// The architectures [`load`] runs (`general.architecture` values).
+pub const ARCHITECTURES: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "gemma3"];
+
+/// A loaded decoder: its blocks, weights and KV caches. The runner
+/// ([`crate::runner::Runner`]) drives it one chunk of tokens at a time.
+pub trait Model<S: ModelStorage>: std::fmt::Debug {
+    /// The shared hyper-parameters.
+    fn hparams(&self) -> &Hparams;
+
+    /// Runs `ids: u32[t]` at positions `pos..pos + t` through every layer, appending
+    /// their keys and values to the caches; returns the hidden states `f32[t, n_embd]`
+    /// before the output head. On a deferred device this records the work.
+    ///
+    /// # Errors
+    /// Positions past the cache; device errors.
+    fn forward(&mut self, ids: &Tensor<S>, pos: usize) -> Result<Tensor<S>>;
+
+    /// The logits `f32[t, vocab]` of hidden states `x: f32[t, n_embd]`.
+    ///
+    /// # Errors
+    /// Device errors.
+    fn logits(&self, x: &Tensor<S>) -> Result<Tensor<S>>;
+}
+
+/// Loads the model of `file` onto `dev` with KV caches (and rope tables) of `ctx`
+/// positions, calling `progress(done, total)` in bytes of weights uploaded.
+///
+/// # Errors
+/// [`crate::Error::Model`] for an architecture not in [`ARCHITECTURES`] (naming it and
+/// the supported ones), invalid or inconsistent hyper-parameters (naming the key),
+/// missing or misshapen tensors; the backend's errors for types without kernels and
+/// device errors.
+pub fn load<S: ModelStorage>(
+    dev: &S::Device,
+    file: &GgufFile,
+    ctx: usize,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Box<dyn Model<S>>>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    let m = Meta::new(file)?;
+    Ok(match m.arch {
+        "llama" | "mistral" => Box::new(llama::load(&m, dev, ctx, progress)?),
+        "qwen2" => Box::new(qwen2::load(&m, dev, ctx, progress)?),
+        "qwen3" => Box::new(qwen3::load(&m, dev, ctx, progress)?),
+        "gemma3" => Box::new(gemma3::load(&m, dev, ctx, progress)?),
+        other => {
+            return Err(model_err(format!(
+                "architecture {other:?} is not supported (supported: {})",
+                ARCHITECTURES.join(", ")
+            )))
+        }
+    })
+}
+
+/// The hyper-parameters of `file` as [`load`] would read them, without loading weights.
+///
+/// # Errors
+/// As [`Hparams::from_meta`].
+pub fn hparams(file: &GgufFile) -> Result<Hparams> {
+    Hparams::from_meta(&Meta::new(file)?)
+}

@@ -1,0 +1,178 @@
+//! The self-attention block: QKV projection (split or fused tensors, optional biases),
+//! optional per-head q/k RMS norms, rope, the f16 KV cache, grouped-query attention
+//! (causal, optionally within a sliding window), and the output projection.
+
+use candle_core::backend::BackendDevice;
+use vkml_candle::front::Tensor;
+
+use super::{RmsNorm, Stacked, Weights};
+use crate::error::{model_err, Result};
+use crate::rope::Rope;
+use crate::storage::{AttnParams, ModelStorage};
+use crate::tensor::ModelTensor;
+
+/// How a file stores the Q, K and V projections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkvLayout {
+    /// `blk.N.attn_q.weight`, `attn_k.weight`, `attn_v.weight` (biases `attn_q.bias`, ...
+    /// where present).
+    Split,
+    /// One `blk.N.attn_qkv.weight` of `[(n_head + 2 n_kv_head) d, n_embd]`: Q's rows, then
+    /// K's, then V's (Phi-3; bias `attn_qkv.bias` where present).
+    Fused,
+}
+
+/// The shape and options of one layer's attention.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionSpec {
+    /// Width of the residual stream.
+    pub n_embd: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (a divisor of `n_head`).
+    pub n_kv_head: usize,
+    /// Dims per head.
+    pub head_dim: usize,
+    /// How the QKV tensors are stored.
+    pub qkv: QkvLayout,
+    /// Whether the layer has per-head RMS norms of q and k (`attn_q_norm.weight`,
+    /// `attn_k_norm.weight`, `f32[head_dim]`; Qwen3, Gemma 3), applied before rope.
+    pub qk_norm: bool,
+    /// The epsilon of the q/k norms.
+    pub eps: f32,
+    /// Masking and score scale.
+    pub params: AttnParams,
+    /// Positions of the KV cache.
+    pub ctx: usize,
+}
+
+/// One layer's attention with its KV cache.
+#[derive(Debug)]
+pub struct Attention<S: ModelStorage> {
+    /// Q, K and V, stacked into `[h + 2 hk, n_embd]` (`h = n_head · head_dim`) where
+    /// their types agree.
+    pub wqkv: Stacked<S>,
+    /// Q, K and V biases stacked, `f32[h + 2 hk]`, where the file has them (Qwen2).
+    pub bias: Option<Tensor<S>>,
+    /// Per-head q and k norms.
+    pub qk_norm: Option<(RmsNorm<S>, RmsNorm<S>)>,
+    /// `blk.N.attn_output.weight`, `[n_embd, h]`.
+    pub wo: S::QWeight,
+    /// The shape and options.
+    pub spec: AttentionSpec,
+    k_cache: S::KvCache,
+    v_cache: S::KvCache,
+}
+
+impl<S: ModelStorage> Attention<S>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    /// Layer `i`'s attention tensors and an empty cache.
+    ///
+    /// # Errors
+    /// [`crate::Error::Model`] for missing or misshapen tensors (q/k norm weights must
+    /// hold `head_dim` values); device errors.
+    pub fn load(w: &mut Weights<'_, S>, i: usize, spec: AttentionSpec) -> Result<Self> {
+        let p = |n: &str| format!("blk.{i}.{n}");
+        let (e, d) = (spec.n_embd, spec.head_dim);
+        let (h, hk) = (spec.n_head * d, spec.n_kv_head * d);
+        let (wqkv, bias) = match spec.qkv {
+            QkvLayout::Split => {
+                let bias = if w.has(&p("attn_q.bias")) {
+                    let mut b = w.values(&p("attn_q.bias"), h)?;
+                    b.extend(w.values(&p("attn_k.bias"), hk)?);
+                    b.extend(w.values(&p("attn_v.bias"), hk)?);
+                    Some(b)
+                } else {
+                    None
+                };
+                let wq = w.matrix(&p("attn_q.weight"), h, e)?;
+                let wk = w.matrix(&p("attn_k.weight"), hk, e)?;
+                let wv = w.matrix(&p("attn_v.weight"), hk, e)?;
+                (Stacked::new(w.dev, vec![wq, wk, wv])?, bias)
+            }
+            QkvLayout::Fused => {
+                let bias =
+                    if w.has(&p("attn_qkv.bias")) { Some(w.values(&p("attn_qkv.bias"), h + 2 * hk)?) } else { None };
+                (Stacked::One(w.matrix(&p("attn_qkv.weight"), h + 2 * hk, e)?), bias)
+            }
+        };
+        let bias = match bias {
+            Some(b) => Some(Tensor::from_slice(&b, h + 2 * hk, w.dev)?),
+            None => None,
+        };
+        let qk_norm = if spec.qk_norm {
+            let norm = |n: &str| {
+                RmsNorm::load(w, &p(n), d, spec.eps).map_err(|e| {
+                    model_err(format!("{e} (the per-head q/k norm weights must hold the head dim, {d} values)"))
+                })
+            };
+            Some((norm("attn_q_norm.weight")?, norm("attn_k_norm.weight")?))
+        } else {
+            None
+        };
+        Ok(Attention {
+            wqkv,
+            bias,
+            qk_norm,
+            wo: w.matrix(&p("attn_output.weight"), e, h)?,
+            k_cache: S::kv_cache(w.dev, spec.n_kv_head, spec.ctx, d)?,
+            v_cache: S::kv_cache(w.dev, spec.n_kv_head, spec.ctx, d)?,
+            spec,
+        })
+    }
+
+    /// The attention of `norm(x)` (`x: f32[t, n_embd]` at positions `pos..pos + t`), its
+    /// keys and values appended to the cache: `f32[t, n_head · head_dim]`, before the
+    /// output projection ([`Attention::wo`]).
+    ///
+    /// # Errors
+    /// Positions past the cache or the rope tables; device errors.
+    pub fn forward(&mut self, x: &Tensor<S>, norm: &RmsNorm<S>, rope: &Rope<S>, pos: usize) -> Result<Tensor<S>> {
+        let s = self.spec;
+        let (t, nh, nkv, d) = (x.dims()[0], s.n_head, s.n_kv_head, s.head_dim);
+        let (q, k, v) = match &self.wqkv {
+            Stacked::One(w) => {
+                let mut qkv = x.rms_norm_linear(&norm.weight, norm.eps, w, None)?;
+                if let Some(b) = &self.bias {
+                    qkv = qkv.broadcast_add(b)?;
+                }
+                let heads = qkv.reshape((t, nh + 2 * nkv, d))?;
+                let v = heads.narrow(1, nh + nkv, nkv)?;
+                match &self.qk_norm {
+                    // Q and K heads are adjacent: one rope call rotates both.
+                    None => {
+                        let qk = rope.apply(&heads.narrow(1, 0, nh + nkv)?, pos)?;
+                        (qk.narrow(1, 0, nh)?, qk.narrow(1, nh, nkv)?, v)
+                    }
+                    Some((qn, kn)) => (
+                        rope.apply(&qn.forward(&heads.narrow(1, 0, nh)?)?, pos)?,
+                        rope.apply(&kn.forward(&heads.narrow(1, nh, nkv)?)?, pos)?,
+                        v,
+                    ),
+                }
+            }
+            Stacked::Parts(ws) => {
+                let xn = norm.forward(x)?;
+                let mut out = Vec::with_capacity(3);
+                let mut at = 0;
+                for (w, heads) in ws.iter().zip([nh, nkv, nkv]) {
+                    let mut y = xn.qmatmul(w)?;
+                    if let Some(b) = &self.bias {
+                        y = y.broadcast_add(&b.narrow(0, at, heads * d)?)?;
+                    }
+                    at += heads * d;
+                    out.push(y.reshape((t, heads, d))?);
+                }
+                let (q, k, v) = (out[0].clone(), out[1].clone(), out[2].clone());
+                let (q, k) = match &self.qk_norm {
+                    None => (q, k),
+                    Some((qn, kn)) => (qn.forward(&q)?, kn.forward(&k)?),
+                };
+                (rope.apply(&q, pos)?, rope.apply(&k, pos)?, v)
+            }
+        };
+        Ok(Tensor::attention(&q, &k, &v, (&mut self.k_cache, &mut self.v_cache), pos, s.params)?)
+    }
+}

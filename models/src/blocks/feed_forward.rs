@@ -1,0 +1,98 @@
+//! The gated feed-forward block: `down(act(gate(x)) * up(x))`.
+
+use candle_core::backend::BackendDevice;
+use vkml_candle::front::Tensor;
+use vkml_ops::nn::GluActivation;
+
+use super::{RmsNorm, Stacked, Weights};
+use crate::error::Result;
+use crate::storage::ModelStorage;
+use crate::tensor::ModelTensor;
+
+/// How a file stores the gate and up projections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateUpLayout {
+    /// `blk.N.ffn_gate.weight` and `blk.N.ffn_up.weight`, `[n_ff, n_embd]` each.
+    Split,
+    /// One `blk.N.ffn_up.weight` of `[2 n_ff, n_embd]`: the gate's rows, then the up
+    /// projection's (Phi-3; llama.cpp's `LLM_FFN_SWIGLU` on a fused tensor).
+    Fused,
+}
+
+/// A gated feed-forward block: gate and up stacked into one `[2 n_ff, n_embd]` weight
+/// (where their types agree) so that one product, fused with the activation where the
+/// backend can, computes both.
+#[derive(Debug)]
+pub struct FeedForward<S: ModelStorage> {
+    /// `[gate; up]`, `[2 n_ff, n_embd]`.
+    pub gate_up: Stacked<S>,
+    /// `blk.N.ffn_down.weight`, `[n_embd, n_ff]`.
+    pub down: S::QWeight,
+    /// The gate's activation (SiLU for SwiGLU, GELU-tanh for GeGLU).
+    pub act: GluActivation,
+}
+
+impl<S: ModelStorage> FeedForward<S>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    /// Layer `i`'s feed-forward tensors.
+    ///
+    /// # Errors
+    /// As [`Weights::matrix`]; device errors stacking the weights.
+    pub fn load(
+        w: &mut Weights<'_, S>,
+        i: usize,
+        n_embd: usize,
+        n_ff: usize,
+        layout: GateUpLayout,
+        act: GluActivation,
+    ) -> Result<Self> {
+        let p = |n: &str| format!("blk.{i}.{n}");
+        let gate_up = match layout {
+            GateUpLayout::Split => {
+                let gate = w.matrix(&p("ffn_gate.weight"), n_ff, n_embd)?;
+                let up = w.matrix(&p("ffn_up.weight"), n_ff, n_embd)?;
+                Stacked::new(w.dev, vec![gate, up])?
+            }
+            GateUpLayout::Fused => Stacked::One(w.matrix(&p("ffn_up.weight"), 2 * n_ff, n_embd)?),
+        };
+        Ok(FeedForward { gate_up, down: w.matrix(&p("ffn_down.weight"), n_embd, n_ff)?, act })
+    }
+
+    /// `x += down(act(gate(n)) * up(n))` for `n = norm(x)`: the norm folded into the
+    /// gated product, the residual add into the down projection.
+    ///
+    /// # Errors
+    /// Shape mismatches, device errors.
+    pub fn forward_residual(&self, x: &mut Tensor<S>, norm: &RmsNorm<S>) -> Result<()> {
+        let g = self.gated(x, norm)?;
+        x.qmatmul_add_(&g, &self.down)?;
+        Ok(())
+    }
+
+    /// `act(gate(n)) * up(n)` for `n = norm(x)`, `f32[t, n_ff]`.
+    fn gated(&self, x: &Tensor<S>, norm: &RmsNorm<S>) -> Result<Tensor<S>> {
+        Ok(match &self.gate_up {
+            Stacked::One(w) => x.rms_norm_linear(&norm.weight, norm.eps, w, Some(self.act))?,
+            Stacked::Parts(ws) => {
+                let xn = norm.forward(x)?;
+                let (g, u) = (xn.qmatmul(&ws[0])?, xn.qmatmul(&ws[1])?);
+                let g = match self.act {
+                    GluActivation::Silu => g.silu()?,
+                    GluActivation::Gelu => g.gelu()?,
+                    GluActivation::GeluErf => g.gelu_erf()?,
+                };
+                g.mul(&u)?
+            }
+        })
+    }
+
+    /// `down(act(gate(n)) * up(n))` for `n = norm(x)`, `f32[t, n_embd]`.
+    ///
+    /// # Errors
+    /// Shape mismatches, device errors.
+    pub fn forward(&self, x: &Tensor<S>, norm: &RmsNorm<S>) -> Result<Tensor<S>> {
+        Ok(self.gated(x, norm)?.qmatmul(&self.down)?)
+    }
+}

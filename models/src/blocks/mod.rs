@@ -1,0 +1,124 @@
+//! The blocks every architecture is wired from: [`Embedding`], [`RmsNorm`],
+//! [`Attention`], [`FeedForward`], [`OutputHead`], each loaded from GGUF tensors by
+//! llama.cpp's names through [`Weights`] and run on any [`ModelStorage`].
+
+mod attention;
+mod embedding;
+mod feed_forward;
+mod norm;
+mod output;
+
+pub use attention::{Attention, AttentionSpec, QkvLayout};
+pub use embedding::Embedding;
+pub use feed_forward::{FeedForward, GateUpLayout};
+pub use norm::RmsNorm;
+pub use output::OutputHead;
+
+use candle_core::backend::BackendDevice;
+use vkml_candle::front::Tensor;
+use vkml_quant::gguf::GgufFile;
+
+use crate::error::{model_err, Result};
+use crate::storage::ModelStorage;
+
+/// Weight matrices that one product computes as one, `[Σ rows, k]`: stacked into one
+/// matrix where they share a GGML type (one kernel run), else kept apart (llama.cpp's
+/// Q4_K_M, for one, stores `attn_v` in another type than `attn_q` and `attn_k`).
+#[derive(Debug)]
+pub enum Stacked<S: ModelStorage> {
+    /// One matrix of the parts' rows in order.
+    One(S::QWeight),
+    /// The parts as they are.
+    Parts(Vec<S::QWeight>),
+}
+
+impl<S: ModelStorage> Stacked<S>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    /// Stacks `parts` where their types agree.
+    ///
+    /// # Errors
+    /// Device errors of the stacking copy.
+    pub fn new(dev: &S::Device, parts: Vec<S::QWeight>) -> Result<Self> {
+        let ty = S::qweight_type(&parts[0]);
+        if parts.iter().all(|p| S::qweight_type(p) == ty) {
+            let refs: Vec<&S::QWeight> = parts.iter().collect();
+            Ok(Stacked::One(S::qweight_concat(dev, &refs)?))
+        } else {
+            Ok(Stacked::Parts(parts))
+        }
+    }
+}
+
+/// Loads a GGUF file's tensors onto a device, checking each shape, and reports progress in
+/// bytes of weight matrices uploaded.
+pub struct Weights<'a, S: ModelStorage> {
+    /// The file.
+    pub file: &'a GgufFile,
+    /// The device.
+    pub dev: &'a S::Device,
+    done: u64,
+    total: u64,
+    progress: &'a mut dyn FnMut(u64, u64),
+}
+
+impl<S: ModelStorage> std::fmt::Debug for Weights<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Weights({} of {} bytes)", self.done, self.total)
+    }
+}
+
+impl<'a, S: ModelStorage> Weights<'a, S>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    /// A loader of `file` onto `dev`, calling `progress(done, total)` in bytes.
+    pub fn new(file: &'a GgufFile, dev: &'a S::Device, progress: &'a mut dyn FnMut(u64, u64)) -> Self {
+        let total = file.tensors().iter().map(|t| t.n_bytes).sum();
+        Weights { file, dev, done: 0, total, progress }
+    }
+
+    /// Whether the file has tensor `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.file.header().tensor(name).is_some()
+    }
+
+    /// Weight matrix `name` of `rows` rows of `k` values (GGUF dims `[k, rows]`), kept in
+    /// its GGML type.
+    ///
+    /// # Errors
+    /// [`crate::Error::Model`] for a missing or misshapen tensor; the backend's errors for
+    /// types without kernels and device errors.
+    pub fn matrix(&mut self, name: &str, rows: usize, k: usize) -> Result<S::QWeight> {
+        let (info, bytes) =
+            self.file.tensor_data_by_name(name).map_err(|_| model_err(format!("tensor {name} is missing")))?;
+        if info.row_len() as usize != k || info.n_rows() as usize != rows || info.dims.len() > 2 {
+            return Err(model_err(format!("tensor {name} has shape {:?}, expected [{k}, {rows}]", info.dims)));
+        }
+        let w = S::qweight(self.dev, info, bytes)?;
+        self.done += info.n_bytes;
+        (self.progress)(self.done, self.total);
+        Ok(w)
+    }
+
+    /// The `n` values of tensor `name`, dequantized to f32 on the host.
+    ///
+    /// # Errors
+    /// [`crate::Error::Model`] for a missing tensor or one of another length.
+    pub fn values(&self, name: &str, n: usize) -> Result<Vec<f32>> {
+        let v = self.file.dequantize(name).map_err(|_| model_err(format!("tensor {name} is missing")))?;
+        if v.len() != n {
+            return Err(model_err(format!("tensor {name} has {} elements, expected {n}", v.len())));
+        }
+        Ok(v)
+    }
+
+    /// Tensor `name` of `n` values as an `f32[n]` tensor on the device.
+    ///
+    /// # Errors
+    /// As [`Weights::values`], and device errors.
+    pub fn vector(&self, name: &str, n: usize) -> Result<Tensor<S>> {
+        Ok(Tensor::from_slice(&self.values(name, n)?, n, self.dev)?)
+    }
+}

@@ -1,0 +1,49 @@
+//! The output head: final norm, projection to the vocabulary, optional soft-capping.
+
+use candle_core::backend::BackendDevice;
+use vkml_candle::front::Tensor;
+
+use super::{Embedding, RmsNorm, Weights};
+use crate::error::Result;
+use crate::storage::ModelStorage;
+use crate::tensor::ModelTensor;
+
+/// `output_norm.weight`, then `output.weight` (or the token embedding where the file
+/// has no `output.weight`: tied), then `cap · tanh(logits / cap)` where the model
+/// soft-caps its logits (`{arch}.final_logit_softcapping`, Gemma 2).
+#[derive(Debug)]
+pub struct OutputHead<S: ModelStorage> {
+    /// The final norm.
+    pub norm: RmsNorm<S>,
+    /// `None`: tied to the token embedding.
+    pub weight: Option<S::QWeight>,
+    /// Final logit soft-capping.
+    pub softcap: Option<f32>,
+}
+
+impl<S: ModelStorage> OutputHead<S>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    /// `output_norm.weight` and `output.weight` (`[vocab, n_embd]`) if present.
+    ///
+    /// # Errors
+    /// As [`Weights::matrix`] and [`Weights::vector`].
+    pub fn load(w: &mut Weights<'_, S>, vocab: usize, n_embd: usize, eps: f32, softcap: Option<f32>) -> Result<Self> {
+        let weight = if w.has("output.weight") { Some(w.matrix("output.weight", vocab, n_embd)?) } else { None };
+        Ok(OutputHead { norm: RmsNorm::load(w, "output_norm.weight", n_embd, eps)?, weight, softcap })
+    }
+
+    /// Logits `f32[t, vocab]` of `x: f32[t, n_embd]`.
+    ///
+    /// # Errors
+    /// Device errors.
+    pub fn forward(&self, x: &Tensor<S>, embedding: &Embedding<S>) -> Result<Tensor<S>> {
+        let w = self.weight.as_ref().unwrap_or(&embedding.weight);
+        let logits = x.rms_norm_linear(&self.norm.weight, self.norm.eps, w, None)?;
+        Ok(match self.softcap {
+            Some(c) => logits.affine(1.0 / f64::from(c), 0.0)?.tanh()?.affine(f64::from(c), 0.0)?,
+            None => logits,
+        })
+    }
+}

@@ -1,0 +1,32 @@
+//! vkml-models: the model layer. GGUF architectures built from shared blocks, run by one
+//! decode runner on any backend that implements the model ops.
+//!
+//! - [`storage`]: [`storage::ModelStorage`], the ops candle keeps outside `BackendStorage`
+//!   (quantized products and embedding, rms_norm, rope, attention over an f16 KV cache),
+//!   on Vulkan ([`storage::vulkan`]) and on candle's `CpuStorage` ([`storage::cpu`], the
+//!   conformance oracle); [`tensor::ModelTensor`] puts them on the front's tensors.
+//! - [`blocks`]: embedding, RMS norm, attention (split or fused QKV, biases, q/k norms,
+//!   sliding windows, GQA), gated feed-forward, output head; [`rope`]: rope tables
+//!   (linear, Llama 3 frequency factors, YaRN); [`config`]: GGUF hyper-parameters.
+//! - [`arch`]: one file per architecture (`llama`, `mistral`, `qwen2`, `qwen3`, `gemma3`),
+//!   and [`arch::load`], which picks one by `general.architecture`.
+//! - [`runner`]: [`runner::Runner`], the decode runner: chunked prompts, one submission and
+//!   host wait per chunk, the next decode step recorded ahead on Vulkan.
+//! - [`tokenizer`], [`sampling`]: the tokenizer and chat template from GGUF metadata;
+//!   greedy, temperature, top-k, top-p, repeat penalty.
+//! - [`synth`]: synthetic models of real shapes, for benchmarks and tests.
+
+pub mod arch;
+pub mod blocks;
+pub mod config;
+pub mod error;
+pub mod rope;
+pub mod runner;
+pub mod sampling;
+pub mod storage;
+pub mod synth;
+pub mod tensor;
+pub mod tokenizer;
+
+pub use error::{Error, Result};
+pub use runner::{LoadOptions, Runner, StepProfile};

@@ -1,0 +1,236 @@
+//! The decode runner: drives any [`Model`] over a KV cache, one chunk of tokens per
+//! submission, recording the next decode step ahead on a deferred device (Vulkan) while
+//! the current one runs.
+
+use std::time::Instant;
+
+use candle_core::backend::BackendDevice;
+use vkml_candle::front::Tensor;
+use vkml_candle::vulkan::VulkanStorage;
+use vkml_quant::gguf::GgufFile;
+
+use crate::arch::{self, Model};
+use crate::config::Hparams;
+use crate::error::{model_err, Error, Result};
+use crate::storage::ModelStorage;
+
+/// How to load a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Positions of the KV cache; `None`: the model's context length, at most 4096.
+    pub ctx: Option<usize>,
+    /// Most tokens one [`Runner::forward`] call processes in one pass; longer inputs run
+    /// in chunks of this size.
+    pub max_batch: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { ctx: None, max_batch: 512 }
+    }
+}
+
+/// A decode step recorded ahead on a deferred device, waiting for its token id.
+struct Pending<S: ModelStorage> {
+    pos: usize,
+    ids: Tensor<S>,
+    logits: Tensor<S>,
+    /// [`ModelStorage::submissions`] right after recording: if it moved, the step has
+    /// already run (with a stale id) and its logits are not this position's.
+    submissions: u64,
+}
+
+/// Where the host time of the last [`Runner::forward`] chunk went.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepProfile {
+    /// Recording the step on the host, seconds (0 when it was recorded ahead, while the
+    /// previous step ran).
+    pub record_s: f64,
+    /// Recording the next decode step ahead, while the device runs this one, seconds.
+    pub ahead_s: f64,
+    /// Submitting, waiting for the device and reading the logits back, seconds (less
+    /// `ahead_s`).
+    pub wait_s: f64,
+}
+
+/// A model of any architecture ([`arch::load`]) with its KV cache and position, on any
+/// [`ModelStorage`] (default: Vulkan).
+pub struct Runner<S: ModelStorage = VulkanStorage> {
+    dev: S::Device,
+    model: Box<dyn Model<S>>,
+    ctx: usize,
+    max_batch: usize,
+    pos: usize,
+    pending: Option<Pending<S>>,
+    profile: StepProfile,
+}
+
+impl<S: ModelStorage> std::fmt::Debug for Runner<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Runner({:?}, ctx {}, at {})", self.model, self.ctx, self.pos)
+    }
+}
+
+impl<S: ModelStorage> Runner<S>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    /// Loads the GGUF model `file` onto `dev` ([`arch::load`] picks the architecture),
+    /// calling `progress(done, total)` (in bytes of tensor data) as weights are uploaded.
+    ///
+    /// # Errors
+    /// [`Error::Model`] for unsupported or inconsistent models and missing or misshapen
+    /// tensors (see [`arch::load`]); [`Error::Candle`] for tensor types without kernels
+    /// on the backend, tensors past the device's limits and device errors (out of device
+    /// memory names the size).
+    pub fn load(dev: &S::Device, file: &GgufFile, opts: LoadOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Self> {
+        let hp = arch::hparams(file)?;
+        let ctx = opts.ctx.unwrap_or(hp.context_length.min(4096)).max(1);
+        let model = arch::load(dev, file, ctx, progress)?;
+        // Stacking copies are recorded on deferred devices; finish them here, so that the
+        // load time includes them.
+        dev.synchronize()?;
+        Ok(Runner { dev: dev.clone(), model, ctx, max_batch: opts.max_batch.max(1), pos: 0, pending: None, profile: StepProfile::default() })
+    }
+
+    /// The shared hyper-parameters.
+    pub fn hparams(&self) -> &Hparams {
+        self.model.hparams()
+    }
+
+    /// The model.
+    pub fn model(&self) -> &dyn Model<S> {
+        self.model.as_ref()
+    }
+
+    /// Positions the KV cache holds.
+    pub fn context(&self) -> usize {
+        self.ctx
+    }
+
+    /// Tokens in the KV cache: the position the next token gets.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// The device.
+    pub fn device(&self) -> &S::Device {
+        &self.dev
+    }
+
+    /// Host timings of the last chunk run.
+    pub fn last_step(&self) -> StepProfile {
+        self.profile
+    }
+
+    /// Empties the KV cache (the next token is at position 0).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+
+    /// The input checks of a forward call: at least one token, ids inside the
+    /// vocabulary, positions inside the cache.
+    fn check_input(&self, tokens: &[u32]) -> Result<()> {
+        let vocab = self.hparams().vocab;
+        if tokens.is_empty() {
+            return Err(model_err("forward needs at least one token"));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(model_err(format!("token id {bad} is past the vocabulary of {vocab}")));
+        }
+        if self.pos + tokens.len() > self.ctx {
+            return Err(Error::Context { tokens: self.pos + tokens.len(), ctx: self.ctx });
+        }
+        Ok(())
+    }
+
+    /// Runs `tokens` at positions `position() ..`, appending them to the KV cache, and
+    /// returns the logits (f32, `vocab` per token) of the last token, or of every token
+    /// with `all_logits`. Inputs longer than the batch run in chunks, each one submission
+    /// with one host wait. On a deferred device (Vulkan), while the last chunk runs, the
+    /// decode step at the next position is recorded ahead, so a following one-token call
+    /// only writes its id and submits.
+    ///
+    /// # Errors
+    /// [`Error::Context`] when the cache cannot take the tokens; [`Error::Model`] for an
+    /// empty input or a token id past the vocabulary; kernel and device errors.
+    pub fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
+        self.check_input(tokens)?;
+        let mut out = Vec::new();
+        let n_chunks = tokens.len().div_ceil(self.max_batch);
+        for (i, chunk) in tokens.chunks(self.max_batch).enumerate() {
+            let last = i + 1 == n_chunks;
+            if let Some(l) = self.run_chunk(chunk, all_logits, all_logits || last, last)? {
+                out.extend_from_slice(&l);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs one chunk: records it (unless it is the decode step recorded ahead, whose id
+    /// is then written), submits; then, with `record_next` on a deferred device, records
+    /// the next decode step while the device runs this one; then reads the logits.
+    ///
+    /// A step recorded ahead that is not used (the caller reset the cache or passed more
+    /// than one token) still runs, at the next submission, with a stale id: it writes
+    /// K and V at a position that the next step to reach it overwrites before any step
+    /// reads it, and its logits are dropped.
+    fn run_chunk(
+        &mut self,
+        tokens: &[u32],
+        all_logits: bool,
+        want: bool,
+        record_next: bool,
+    ) -> Result<Option<Vec<f32>>> {
+        let t = tokens.len();
+        let t0 = Instant::now();
+        let reuse = self.pending.as_ref().is_some_and(|p| {
+            t == 1 && want && !all_logits && p.pos == self.pos && p.submissions == S::submissions(&self.dev)
+        });
+        let mut record_s = 0.0;
+        let logits = match self.pending.take() {
+            Some(p) if reuse => {
+                p.ids.storage().write_u32(tokens)?;
+                Some(p.logits)
+            }
+            _ => {
+                let ids = Tensor::from_slice(tokens, t, &self.dev)?;
+                let l = self.step(&ids, self.pos, all_logits, want)?;
+                record_s = t0.elapsed().as_secs_f64();
+                l
+            }
+        };
+        let w = Instant::now();
+        S::submit(&self.dev)?;
+        self.pos += t;
+        let a = Instant::now();
+        if record_next && self.pos < self.ctx && S::is_deferred(&self.dev) {
+            let ids = Tensor::from_storage(S::host_u32(&self.dev, 1)?, 1);
+            let logits = self.step(&ids, self.pos, false, true)?.expect("logits wanted");
+            let submissions = S::submissions(&self.dev);
+            self.pending = Some(Pending { pos: self.pos, ids, logits, submissions });
+        }
+        let ahead_s = a.elapsed().as_secs_f64();
+        let out = match logits {
+            Some(l) => Some(l.storage().read_f32(l.layout())?),
+            None => None,
+        };
+        self.profile = StepProfile { record_s, ahead_s, wait_s: w.elapsed().as_secs_f64() - ahead_s };
+        Ok(out)
+    }
+
+    /// Records (on the CPU: runs) one step over `ids: u32[t]` at positions `pos..`: every
+    /// layer, then, with `want`, the output head of the last token (every token with
+    /// `all_logits`).
+    fn step(&mut self, ids: &Tensor<S>, pos: usize, all_logits: bool, want: bool) -> Result<Option<Tensor<S>>> {
+        let t = ids.dims()[0];
+        let mut x = self.model.forward(ids, pos)?;
+        if !want {
+            return Ok(None);
+        }
+        if !all_logits {
+            x = x.narrow(0, t - 1, 1)?;
+        }
+        Ok(Some(self.model.logits(&x)?))
+    }
+}

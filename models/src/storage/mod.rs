@@ -1,0 +1,243 @@
+//! The model ops candle keeps outside `BackendStorage` (candle-nn's `rms_norm` and rope,
+//! `candle_core::quantized`'s matmul and embedding, attention over a KV cache), as one
+//! trait over a backend's storage: [`ModelStorage`]. The blocks and architectures of this
+//! crate are written once against it; [`vulkan`] implements it on vkml-ops' kernels (what
+//! `vkml generate` runs), [`cpu`] on candle's `CpuStorage` through candle-core and candle-nn
+//! (the conformance oracle). [`crate::tensor::ModelTensor`] gives the ops candle-style
+//! methods on the front's tensors.
+
+pub mod cpu;
+pub mod vulkan;
+
+use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::Layout;
+use vkml_ops::nn::{GluActivation, RopeStyle};
+use vkml_quant::gguf::TensorInfo;
+
+type CResult<T> = candle_core::Result<T>;
+
+/// How one attention call masks and scales its scores.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnParams {
+    /// Multiplies `q · k` before the softmax (usually `1 / sqrt(head dim)`).
+    pub scale: f32,
+    /// Sliding window: a query at position `i` sees the keys at positions `j` with
+    /// `i - window < j <= i` (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`); `None`: every
+    /// `j <= i` (causal).
+    pub window: Option<usize>,
+}
+
+/// [`ModelStorage::rms_norm_linear`] as its two calls, for backends without a fused form
+/// (and for the shapes a backend does not fuse).
+///
+/// # Errors
+/// As [`ModelStorage::rms_norm`], [`ModelStorage::qmatmul`] and
+/// [`ModelStorage::qmatmul_glu`].
+pub fn rms_norm_linear_composed<S: ModelStorage>(
+    x: &S,
+    l: &Layout,
+    nw: &S,
+    nwl: &Layout,
+    eps: f32,
+    w: &S::QWeight,
+    act: Option<GluActivation>,
+) -> CResult<S> {
+    let xn = x.rms_norm(l, nw, nwl, eps)?;
+    let xl = Layout::contiguous(l.shape());
+    match act {
+        None => xn.qmatmul(&xl, w),
+        Some(a) => xn.qmatmul_glu(&xl, w, a),
+    }
+}
+
+/// The model ops candle keeps outside `BackendStorage` (in candle-nn and in
+/// `candle_core::quantized`), for the model code of this crate. Activations are F32; layouts
+/// are candle's (offsets and strides in elements).
+pub trait ModelStorage: BackendStorage + 'static {
+    /// A GGML-quantized weight matrix `[rows, k]` (GGUF dims `[k, rows]`) on the device.
+    type QWeight: std::fmt::Debug + 'static;
+    /// One layer's keys or values for every position: `[n_kv_heads, ctx, d]`, stored as
+    /// f16 on every backend (the rounding is part of the model).
+    type KvCache: std::fmt::Debug + 'static;
+
+    /// Uploads a GGUF tensor (`info`, and its data `bytes`) as a weight matrix.
+    ///
+    /// # Errors
+    /// Types without kernels on this backend, shapes that are not a matrix, device errors.
+    fn qweight(dev: &Self::Device, info: &TensorInfo, bytes: &[u8]) -> CResult<Self::QWeight>;
+
+    /// `(rows, k)` of a weight matrix.
+    fn qweight_dims(w: &Self::QWeight) -> (usize, usize);
+
+    /// The GGML type a weight matrix is kept in; `None` where the backend keeps every
+    /// matrix in one form (the CPU's dequantized f32), so that any of them stack.
+    fn qweight_type(w: &Self::QWeight) -> Option<vkml_quant::GgmlType>;
+
+    /// The rows of `parts`, in order, as one weight `[Σ rows, k]`: Q, K and V stacked so
+    /// that one [`ModelStorage::qmatmul`] computes `[q | k | v]` per token, gate and up
+    /// stacked for [`ModelStorage::qmatmul_glu`].
+    ///
+    /// # Errors
+    /// No parts, parts of different types or row lengths; device errors.
+    fn qweight_concat(dev: &Self::Device, parts: &[&Self::QWeight]) -> CResult<Self::QWeight>;
+
+    /// `x Wᵀ` for `x: f32[t, k]` (`l`): `f32[t, rows]`, contiguous (candle's
+    /// `QMatMul::forward`).
+    ///
+    /// # Errors
+    /// Shape mismatches, device errors.
+    fn qmatmul(&self, l: &Layout, w: &Self::QWeight) -> CResult<Self>;
+
+    /// `acc += x Wᵀ` in place for `x = self: f32[t, k]` (`l`) and `acc: f32[t, rows]`
+    /// (contiguous from element 0): a residual add folded into the projection that
+    /// produces it (candle: `acc = (acc + x.apply(&w))`).
+    ///
+    /// # Errors
+    /// Shape mismatches, a strided `acc`, device errors.
+    fn qmatmul_add(&self, l: &Layout, w: &Self::QWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()>;
+
+    /// The gated product of a stacked `[gate; up]` weight (`2n` rows, from
+    /// [`ModelStorage::qweight_concat`]): `act(x W_gateᵀ) * (x W_upᵀ)`, `f32[t, n]`,
+    /// contiguous (candle-transformers' SwiGLU MLP: `silu(gate) * up`).
+    ///
+    /// # Errors
+    /// An odd row count, shape mismatches, device errors.
+    fn qmatmul_glu(&self, l: &Layout, w: &Self::QWeight, act: GluActivation) -> CResult<Self>;
+
+    /// Rows `ids` (`u32[t]`, `l`) of `w` as `f32[t, k]` (candle-nn's `Embedding` on the
+    /// dequantized matrix).
+    ///
+    /// # Errors
+    /// A dtype other than U32, device errors. An id past the rows is an error on the CPU;
+    /// on Vulkan the kernel clamps it (the model checks ids first).
+    fn qembedding(w: &Self::QWeight, ids: &Self, l: &Layout) -> CResult<Self>;
+
+    /// candle-nn's `ops::rms_norm` over the last dim: `x / sqrt(mean(x²) + eps) * w`
+    /// (`x: f32[.., n]`, `w: f32[n]`); contiguous output.
+    ///
+    /// # Errors
+    /// Shape mismatches, device errors.
+    fn rms_norm(&self, l: &Layout, w: &Self, wl: &Layout, eps: f32) -> CResult<Self>;
+
+    /// [`ModelStorage::rms_norm`] of `x = self: f32[t, k]` (`l`) with weight `nw: f32[k]`,
+    /// then [`ModelStorage::qmatmul`] (`act` `None`) or [`ModelStorage::qmatmul_glu`]
+    /// (`act` `Some`) of the result with `w`: one call, so that a backend can fuse the norm
+    /// with preparing x for the product. The result is the two calls' (the default runs
+    /// them: [`rms_norm_linear_composed`]).
+    ///
+    /// # Errors
+    /// As the two calls.
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_linear(
+        &self,
+        l: &Layout,
+        nw: &Self,
+        nwl: &Layout,
+        eps: f32,
+        w: &Self::QWeight,
+        act: Option<GluActivation>,
+    ) -> CResult<Self> {
+        rms_norm_linear_composed(self, l, nw, nwl, eps, w, act)
+    }
+
+    /// Rotary embedding of `x: f32[t, heads, d]` (`l`) at positions `pos0..pos0 + t`:
+    /// the first `rot` dims of each head rotate, paired interleaved (candle-nn's
+    /// `rotary_emb::rope_i`) or neox-style (`rotary_emb::rope`); the rest pass through.
+    /// `cos`, `sin`: `f32[positions, rot / 2]` tables. Contiguous output.
+    ///
+    /// # Errors
+    /// Shape mismatches, positions past the tables, device errors.
+    #[allow(clippy::too_many_arguments)]
+    fn rope(
+        &self,
+        l: &Layout,
+        cos: &Self,
+        sin: &Self,
+        positions: usize,
+        pos0: usize,
+        rot: usize,
+        style: RopeStyle,
+    ) -> CResult<Self>;
+
+    /// An empty (zeroed) cache of `ctx` positions.
+    ///
+    /// # Errors
+    /// Device errors, odd or too large `d`.
+    fn kv_cache(dev: &Self::Device, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<Self::KvCache>;
+
+    /// Causal grouped-query attention with a KV cache: appends `k`, `v`
+    /// (`f32[t, n_kv_heads, d]`) at positions `pos0..pos0 + t` of the caches (rounded to
+    /// f16), then returns `softmax(q Kᵀ · p.scale + mask) V` over the first
+    /// `pos0 + t` positions (causal, within `p.window`) for `q: f32[t, n_heads, d]`, as `f32[t, n_heads · d]`
+    /// (contiguous). Query head `h` reads KV head `h / (n_heads / n_kv_heads)`.
+    ///
+    /// # Errors
+    /// Shapes that do not fit, positions past the cache, device errors.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        q: (&Self, &Layout),
+        k: (&Self, &Layout),
+        v: (&Self, &Layout),
+        k_cache: &mut Self::KvCache,
+        v_cache: &mut Self::KvCache,
+        pos0: usize,
+        p: AttnParams,
+    ) -> CResult<Self>;
+
+    // Deferred execution. A backend whose ops run when called (candle's CPU) keeps the
+    // defaults; one whose ops are recorded and run later (Vulkan: on the device's
+    // stream) lets a model record its next decode step while the current one runs and
+    // fill in the step's token id just before it is submitted.
+
+    /// Whether ops on `dev` are recorded now and run at the next [`ModelStorage::submit`]
+    /// (or read-back) rather than when called.
+    fn is_deferred(_dev: &Self::Device) -> bool {
+        false
+    }
+
+    /// Submissions so far on a deferred device: work recorded ahead has run (with
+    /// whatever its inputs held) once this count moves past the value read after
+    /// recording it.
+    fn submissions(_dev: &Self::Device) -> u64 {
+        0
+    }
+
+    /// `n` zeroed U32 values the host can overwrite with [`ModelStorage::write_u32`]
+    /// after ops that read them were recorded (host-visible memory on Vulkan). Creating
+    /// it records no device work.
+    ///
+    /// # Errors
+    /// Device errors.
+    fn host_u32(dev: &Self::Device, n: usize) -> CResult<Self>;
+
+    /// Overwrites a storage from [`ModelStorage::host_u32`] with `values`. On a deferred
+    /// device, ops recorded but not yet submitted read the new values.
+    ///
+    /// # Errors
+    /// A backend that is not deferred (its ops already ran), a dtype other than U32,
+    /// too many values.
+    fn write_u32(&self, _values: &[u32]) -> CResult<()> {
+        candle_core::bail!("write_u32: the {:?} backend runs ops when called, not deferred", self.device().location())
+    }
+
+    /// Starts the work recorded on `dev` (nothing on a backend that is not deferred).
+    ///
+    /// # Errors
+    /// Device errors.
+    fn submit(_dev: &Self::Device) -> CResult<()> {
+        Ok(())
+    }
+
+    /// The F32 values of `self` under `l` (contiguous), computed by work already
+    /// submitted; work recorded since is not submitted by this read.
+    ///
+    /// # Errors
+    /// A dtype other than F32, a strided layout, device errors.
+    fn read_f32(&self, l: &Layout) -> CResult<Vec<f32>> {
+        let all = self.to_cpu_storage()?;
+        let v = all.as_slice::<f32>()?;
+        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("read_f32 of a strided layout") };
+        Ok(v[a..b].to_vec())
+    }
+}
+

@@ -1,0 +1,186 @@
+//! Candle-style methods for the model ops on the front's tensors: [`ModelTensor`],
+//! implemented for every `vkml_candle::front::Tensor<S>` whose storage is a
+//! [`ModelStorage`]. Each checks shapes and calls the storage's op.
+
+use candle_core::backend::BackendDevice;
+use vkml_candle::front::Tensor;
+use vkml_ops::nn::{GluActivation, RopeStyle};
+
+use crate::storage::{AttnParams, ModelStorage};
+
+type CResult<T> = candle_core::Result<T>;
+
+/// The model ops ([`ModelStorage`]) as methods of a front tensor: `use
+/// vkml_models::tensor::ModelTensor` and call `x.qmatmul(&w)`, `x.rms_norm(&w, eps)`, ...
+pub trait ModelTensor<S: ModelStorage>: Sized {
+    /// `self Wᵀ` for `self: f32[t, k]`: `f32[t, rows]` ([`ModelStorage::qmatmul`]).
+    ///
+    /// # Errors
+    /// As [`ModelStorage::qmatmul`].
+    fn qmatmul(&self, w: &S::QWeight) -> CResult<Self>;
+
+    /// `self += x Wᵀ` in place ([`ModelStorage::qmatmul_add`]) for `self: f32[t, rows]`,
+    /// `x: f32[t, k]`. `self`'s storage is copied first when another tensor shares it.
+    ///
+    /// # Errors
+    /// As [`ModelStorage::qmatmul_add`].
+    fn qmatmul_add_(&mut self, x: &Self, w: &S::QWeight) -> CResult<()>;
+
+    /// The gated product `act(x W_gateᵀ) * (x W_upᵀ)` of a stacked `[gate; up]` weight
+    /// ([`ModelStorage::qmatmul_glu`]): `f32[t, rows / 2]`.
+    ///
+    /// # Errors
+    /// As [`ModelStorage::qmatmul_glu`].
+    fn qmatmul_glu(&self, w: &S::QWeight, act: GluActivation) -> CResult<Self>;
+
+    /// Embedding rows of `ids: u32[t]` ([`ModelStorage::qembedding`]): `f32[t, k]`.
+    ///
+    /// # Errors
+    /// As [`ModelStorage::qembedding`].
+    fn qembedding(ids: &Self, w: &S::QWeight) -> CResult<Self>;
+
+    /// candle-nn's `ops::rms_norm` ([`ModelStorage::rms_norm`]).
+    ///
+    /// # Errors
+    /// As [`ModelStorage::rms_norm`].
+    fn rms_norm(&self, w: &Self, eps: f32) -> CResult<Self>;
+
+    /// `rms_norm(self, nw, eps)` then [`ModelTensor::qmatmul`] (`act` `None`) or
+    /// [`ModelTensor::qmatmul_glu`] (`act` `Some`) with `w`, in one
+    /// [`ModelStorage::rms_norm_linear`] call (fused where the backend can).
+    ///
+    /// # Errors
+    /// As [`ModelTensor::rms_norm`], [`ModelTensor::qmatmul`] and [`ModelTensor::qmatmul_glu`].
+    fn rms_norm_linear(&self, nw: &Self, eps: f32, w: &S::QWeight, act: Option<GluActivation>) -> CResult<Self>;
+
+    /// Rotary embedding ([`ModelStorage::rope`]) of `self: f32[t, heads, d]` with tables
+    /// `cos`, `sin: f32[positions, rot / 2]`.
+    ///
+    /// # Errors
+    /// As [`ModelStorage::rope`].
+    fn rope(&self, cos: &Self, sin: &Self, pos0: usize, style: RopeStyle) -> CResult<Self>;
+
+    /// Causal GQA attention over a KV cache ([`ModelStorage::attention`]): `q:
+    /// f32[t, n_heads, d]`, `k`, `v: f32[t, n_kv_heads, d]`; returns `f32[t, n_heads · d]`.
+    ///
+    /// # Errors
+    /// As [`ModelStorage::attention`].
+    fn attention(
+        q: &Self,
+        k: &Self,
+        v: &Self,
+        caches: (&mut S::KvCache, &mut S::KvCache),
+        pos0: usize,
+        p: AttnParams,
+    ) -> CResult<Self>;
+}
+
+impl<S: ModelStorage> ModelTensor<S> for Tensor<S>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    fn qmatmul(&self, w: &S::QWeight) -> CResult<Self> {
+        let (rows, k) = S::qweight_dims(w);
+        let &[t, kk] = self.dims() else {
+            candle_core::bail!("qmatmul takes [t, k] activations, got {:?}", self.dims())
+        };
+        if kk != k {
+            candle_core::bail!("qmatmul: activations have {kk} columns, the weight {k}")
+        }
+        Ok(Self::from_storage(self.storage().qmatmul(self.layout(), w)?, (t, rows)))
+    }
+
+    fn qmatmul_add_(&mut self, x: &Self, w: &S::QWeight) -> CResult<()> {
+        let (rows, k) = S::qweight_dims(w);
+        if x.dims().len() != 2 || x.dims()[1] != k || self.dims() != [x.dims()[0], rows] {
+            candle_core::bail!("qmatmul_add: acc {:?} += x {:?} times a [{rows}, {k}] weight", self.dims(), x.dims())
+        }
+        let (acc, layout) = self.storage_mut()?;
+        let layout = layout.clone();
+        x.storage().qmatmul_add(x.layout(), w, acc, &layout)
+    }
+
+    fn qmatmul_glu(&self, w: &S::QWeight, act: GluActivation) -> CResult<Self> {
+        let (rows, k) = S::qweight_dims(w);
+        let &[t, kk] = self.dims() else {
+            candle_core::bail!("qmatmul_glu takes [t, k] activations, got {:?}", self.dims())
+        };
+        if kk != k || !rows.is_multiple_of(2) {
+            candle_core::bail!("qmatmul_glu: activations [{t}, {kk}] against a [{rows}, {k}] stacked gate/up weight")
+        }
+        Ok(Self::from_storage(self.storage().qmatmul_glu(self.layout(), w, act)?, (t, rows / 2)))
+    }
+
+    fn qembedding(ids: &Self, w: &S::QWeight) -> CResult<Self> {
+        let (_, k) = S::qweight_dims(w);
+        let &[t] = ids.dims() else { candle_core::bail!("qembedding takes [t] ids, got {:?}", ids.dims()) };
+        Ok(Self::from_storage(S::qembedding(w, ids.storage(), ids.layout())?, (t, k)))
+    }
+
+    fn rms_norm(&self, w: &Self, eps: f32) -> CResult<Self> {
+        let n = *self.dims().last().unwrap_or(&1);
+        if w.dims() != [n] {
+            candle_core::bail!("rms_norm: weight {:?} for rows of {n}", w.dims())
+        }
+        Ok(Self::from_storage(self.storage().rms_norm(self.layout(), w.storage(), w.layout(), eps)?, self.shape().clone()))
+    }
+
+    fn rms_norm_linear(&self, nw: &Self, eps: f32, w: &S::QWeight, act: Option<GluActivation>) -> CResult<Self> {
+        let (rows, k) = S::qweight_dims(w);
+        let &[t, kk] = self.dims() else {
+            candle_core::bail!("rms_norm_linear takes [t, k] activations, got {:?}", self.dims())
+        };
+        if nw.dims() != [k] || kk != k || (act.is_some() && !rows.is_multiple_of(2)) {
+            candle_core::bail!(
+                "rms_norm_linear: activations [{t}, {kk}], norm weight {:?}, a [{rows}, {k}] weight{}",
+                nw.dims(),
+                if act.is_some() { " (stacked gate/up)" } else { "" }
+            )
+        }
+        let out = if act.is_some() { rows / 2 } else { rows };
+        let st = self.storage().rms_norm_linear(self.layout(), nw.storage(), nw.layout(), eps, w, act)?;
+        Ok(Self::from_storage(st, (t, out)))
+    }
+
+    fn rope(&self, cos: &Self, sin: &Self, pos0: usize, style: RopeStyle) -> CResult<Self> {
+        let (&[t, _, d], &[positions, half]) = (self.dims(), cos.dims()) else {
+            candle_core::bail!("rope takes x [t, heads, d] and tables [positions, rot/2], got {:?}", self.dims())
+        };
+        if sin.dims() != cos.dims() || 2 * half > d || pos0 + t > positions {
+            candle_core::bail!(
+                "rope: tables {:?}/{:?} do not fit x {:?} at {pos0}",
+                cos.dims(),
+                sin.dims(),
+                self.dims()
+            )
+        }
+        let (c, s) = (cos.contiguous()?, sin.contiguous()?);
+        let out = self.storage().rope(self.layout(), c.storage(), s.storage(), positions, pos0, 2 * half, style)?;
+        Ok(Self::from_storage(out, self.shape().clone()))
+    }
+
+    fn attention(
+        q: &Self,
+        k: &Self,
+        v: &Self,
+        caches: (&mut S::KvCache, &mut S::KvCache),
+        pos0: usize,
+        p: AttnParams,
+    ) -> CResult<Self> {
+        let &[t, h, d] = q.dims() else { candle_core::bail!("attention takes q [t, heads, d], got {:?}", q.dims()) };
+        if k.dims() != v.dims() || k.dims().len() != 3 || k.dims()[0] != t || k.dims()[2] != d {
+            candle_core::bail!("attention: q {:?}, k {:?}, v {:?} do not fit", q.dims(), k.dims(), v.dims())
+        }
+        let out = S::attention(
+            (q.storage(), q.layout()),
+            (k.storage(), k.layout()),
+            (v.storage(), v.layout()),
+            caches.0,
+            caches.1,
+            pos0,
+            p,
+        )?;
+        Ok(Self::from_storage(out, (t, h * d)))
+    }
+}
+

@@ -1,0 +1,125 @@
+//! Helpers shared by the model and tokenizer tests: the device and the real test models.
+
+#![allow(dead_code)]
+
+use vkml_hal::{Device, DeviceSelector, Instance, InstanceOptions};
+
+/// The device the tests run on (`VKML_DEVICE`, else the best), with the validation layer
+/// unless `VKML_VALIDATION=0`.
+pub fn device() -> Device {
+    device_with(|_| {})
+}
+
+/// [`device`] with its probed capabilities edited first (kernel choice reads only them):
+/// runs the paths a device would take without some feature.
+pub fn device_with(edit: impl FnOnce(&mut vkml_hal::Capabilities)) -> Device {
+    let validation = std::env::var("VKML_VALIDATION").map_or(true, |v| v != "0");
+    let inst = Instance::new(&InstanceOptions { validation }).unwrap();
+    let mut adapter = inst.select(&DeviceSelector::from_env()).unwrap();
+    edit(&mut adapter.caps);
+    Device::from_adapter(&inst, &adapter, Default::default()).unwrap()
+}
+
+/// [`device`] as a candle backend device.
+pub fn vulkan_device() -> vkml_candle::vulkan::VulkanDevice {
+    vkml_candle::vulkan::VulkanDevice::from_device(&device(), 0).unwrap()
+}
+
+/// [`vulkan_device`] with quantized products on mat-mats from `n` activation rows on
+/// (lavapipe's own choice never uses them).
+pub fn vulkan_device_mat_mat_from(n: usize) -> vkml_candle::vulkan::VulkanDevice {
+    vulkan_device_mat_mat_from_with(n, |_| {})
+}
+
+/// [`vulkan_device_mat_mat_from`] on [`device_with`]`(edit)`.
+pub fn vulkan_device_mat_mat_from_with(
+    n: usize,
+    edit: impl FnOnce(&mut vkml_hal::Capabilities),
+) -> vkml_candle::vulkan::VulkanDevice {
+    let d = vkml_candle::vulkan::VulkanDevice::from_device(&device_with(edit), 0).unwrap();
+    d.set_mat_mat_min_tokens(Some(n));
+    d
+}
+
+#[path = "../../../quant/tests/support/test_models.rs"]
+mod test_models;
+#[allow(unused_imports)]
+pub use test_models::test_model;
+
+/// candle-transformers' (non-quantized) Gemma 3 on candle's CPU, in f32, fed the weights of
+/// a GGUF `gemma3` file dequantized by vkml-quant: the reference for Gemma 3.
+///
+/// candle-transformers 0.11's `quantized_gemma3` gates its feed-forward with SiLU where
+/// Gemma uses GELU (tanh) (candle issue #3745), so the full-precision model is used, with
+/// llama.cpp's tensor names mapped back to Hugging Face's and the GGUF norm weights
+/// (which hold Gemma's `1 + w`) given back as `w`, since its RmsNorm adds the 1 itself.
+/// It masks `w + 1` keys in a prompt where llama.cpp masks `w` (a query sees `w` keys,
+/// itself included): prompts must be at most `w` tokens long; its decode steps keep the
+/// last `w` keys, as llama.cpp does.
+pub fn gemma3_reference(file: &vkml_quant::gguf::GgufFile, max_positions: usize) -> candle_transformers::models::gemma3::Model {
+    use candle_core::{DType, Device, Tensor};
+    use vkml_quant::gguf::GgufValue;
+    let meta = |k: &str| file.get(&format!("gemma3.{k}")).and_then(GgufValue::as_u64).map(|v| v as usize);
+    let f = |k: &str| match file.get(&format!("gemma3.{k}")) {
+        Some(GgufValue::F32(x)) => Some(f64::from(*x)),
+        _ => None,
+    };
+    let (n_embd, n_head) = (meta("embedding_length").unwrap(), meta("attention.head_count").unwrap());
+    let head_dim = meta("attention.key_length").unwrap_or(n_embd / n_head);
+    let vocab = file.header().tensor("token_embd.weight").unwrap().n_rows() as usize;
+    let cfg = candle_transformers::models::gemma3::Config {
+        attention_bias: false,
+        head_dim,
+        hidden_activation: candle_nn::Activation::GeluPytorchTanh,
+        hidden_size: n_embd,
+        intermediate_size: meta("feed_forward_length").unwrap(),
+        num_attention_heads: n_head,
+        num_hidden_layers: meta("block_count").unwrap(),
+        num_key_value_heads: meta("attention.head_count_kv").unwrap(),
+        rms_norm_eps: f("attention.layer_norm_rms_epsilon").unwrap(),
+        rope_theta: f("rope.freq_base").unwrap_or(1e6),
+        rope_local_base_freq: 10000.0,
+        vocab_size: vocab,
+        final_logit_softcapping: None,
+        attn_logit_softcapping: None,
+        query_pre_attn_scalar: head_dim,
+        sliding_window: meta("attention.sliding_window").unwrap(),
+        sliding_window_pattern: 6,
+        max_position_embeddings: max_positions,
+    };
+    let mut map = std::collections::HashMap::new();
+    for t in file.tensors() {
+        let v = file.dequantize(&t.name).unwrap();
+        let shape: Vec<usize> = t.dims.iter().rev().map(|&d| d as usize).collect();
+        let is_norm = t.name.ends_with("norm.weight");
+        let v: Vec<f32> = if is_norm { v.iter().map(|x| x - 1.0).collect() } else { v };
+        let name = match t.name.as_str() {
+            "token_embd.weight" => "model.embed_tokens.weight".to_string(),
+            "output_norm.weight" => "model.norm.weight".to_string(),
+            n => {
+                let rest = n.strip_prefix("blk.").unwrap();
+                let (i, what) = rest.split_once('.').unwrap();
+                let hf = match what {
+                    "attn_q.weight" => "self_attn.q_proj.weight",
+                    "attn_k.weight" => "self_attn.k_proj.weight",
+                    "attn_v.weight" => "self_attn.v_proj.weight",
+                    "attn_output.weight" => "self_attn.o_proj.weight",
+                    "attn_q_norm.weight" => "self_attn.q_norm.weight",
+                    "attn_k_norm.weight" => "self_attn.k_norm.weight",
+                    "attn_norm.weight" => "input_layernorm.weight",
+                    "post_attention_norm.weight" => "post_attention_layernorm.weight",
+                    "ffn_norm.weight" => "pre_feedforward_layernorm.weight",
+                    "post_ffw_norm.weight" => "post_feedforward_layernorm.weight",
+                    "ffn_gate.weight" => "mlp.gate_proj.weight",
+                    "ffn_up.weight" => "mlp.up_proj.weight",
+                    "ffn_down.weight" => "mlp.down_proj.weight",
+                    other => panic!("unexpected gemma3 tensor {other}"),
+                };
+                format!("model.layers.{i}.{hf}")
+            }
+        };
+        map.insert(name, Tensor::from_vec(v, shape, &Device::Cpu).unwrap());
+    }
+    let vb = candle_nn::VarBuilder::from_tensors(map, DType::F32, &Device::Cpu);
+    candle_transformers::models::gemma3::Model::new(false, &cfg, vb).unwrap()
+}
