@@ -260,15 +260,23 @@ impl GgufTokenizer {
     /// Renders the chat template for one user message (`messages = [{role: "user",
     /// content}]`, optionally preceded by a system message) with
     /// `add_generation_prompt = true`, as `transformers`' `apply_chat_template` does.
+    /// A file without `tokenizer.chat_template` whose vocabulary has Gemma's
+    /// `<start_of_turn>` gets llama.cpp's built-in Gemma template (`llm_chat_apply_template`,
+    /// `LLM_CHAT_TEMPLATE_GEMMA`: the system message opens the user turn).
     ///
     /// # Errors
     /// [`Error::Tokenizer`] when the model has no chat template or it fails to render
     /// (including the template's own `raise_exception`).
     pub fn apply_chat_template(&self, system: Option<&str>, user: &str) -> Result<String> {
-        let tpl = self
-            .chat_template
-            .as_deref()
-            .ok_or_else(|| tok_err("the model has no tokenizer.chat_template; run without --chat"))?;
+        let has = |t: &str| self.tokens.iter().any(|x| x == t);
+        let tpl = match self.chat_template.as_deref() {
+            Some(t) => t,
+            None if has("<start_of_turn>") && has("<end_of_turn>") => {
+                let sys = system.map_or_else(String::new, |s| format!("{s}\n\n"));
+                return Ok(format!("<start_of_turn>user\n{sys}{user}<end_of_turn>\n<start_of_turn>model\n"));
+            }
+            None => return Err(tok_err("the model has no tokenizer.chat_template; run without --chat")),
+        };
         let mut env = minijinja::Environment::new();
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);

@@ -44,9 +44,7 @@ fn teacher_forced_logits_match_candle_gemma3() {
     let opts = LoadOptions { ctx: Some(256), max_batch: 128 };
     let mut model: Runner = Runner::load(&vulkan_device(), &gguf, opts, &mut |_, _| {}).unwrap();
     let prompts = [
-        // Gemma's turn format (this file carries no chat template).
-        tok.encode("<start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n", true)
-            .unwrap(),
+        tok.encode(&tok.apply_chat_template(None, "What is the capital of France?").unwrap(), true).unwrap(),
         tok.encode("The quick brown fox", true).unwrap(),
         tok.encode("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", true).unwrap(),
     ];

@@ -1,8 +1,12 @@
-//! Small synthetic models (random weights, `vkml_candle::synth`) of each supported
+//! Small synthetic models (random weights, `vkml_models::synth`) of each supported
 //! architecture against candle-transformers on candle's CPU backend: llama
-//! (`quantized_llama`, interleaved rope) and qwen2 (`quantized_qwen2`, neox rope and
-//! Q/K/V biases), both with grouped-query heads. A 12-token prompt (the mat-mat path,
-//! forced on every device),
+//! (`quantized_llama`, interleaved rope), qwen2 (`quantized_qwen2`, neox rope and Q/K/V
+//! biases), qwen3 (`quantized_qwen3`, per-head q/k norms, a head dim other than
+//! `n_embd / n_head`) and gemma3 (the full-precision `gemma3` on the dequantized weights,
+//! see `common::gemma3_reference`: GELU gate, post norms, embedding scale, local layers
+//! with an 8-position sliding window and their own rope base, run past the window), all
+//! with grouped-query heads. A 12-token prompt (8 for gemma3; the mat-mat path, forced on
+//! every device),
 //! then teacher-forced decode steps (the stacked-QKV mat-vec path) on candle's greedy
 //! tokens. Candle runs with `CANDLE_DEQUANTIZE_ALL=1` (exact f32 weights); the bound
 //! covers vkml's f16 KV cache and summation order. Where the device quantizes decode

@@ -89,6 +89,12 @@ fn gemma3_sentencepiece_bpe() {
     assert!(ids.iter().all(|&i| tok.token(i).unwrap().starts_with("<0x")), "{ids:?}");
     assert_eq!(tok.decode(&ids).unwrap(), rare);
     assert!(tok.stop.contains(&tok.encode("<end_of_turn>", false).unwrap()[0]));
+    // No chat template in the file: llama.cpp's built-in Gemma turns.
+    assert!(tok.chat_template.is_none());
+    assert_eq!(
+        tok.apply_chat_template(Some("Be brief."), "Hi").unwrap(),
+        "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+    );
 }
 
 /// Gemma 3's tokenizer against Google's `sentencepiece` library: the ids of every case in
