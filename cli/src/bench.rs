@@ -49,7 +49,7 @@ struct ModelArgs {
     #[arg(long, short = 'm')]
     model: Vec<std::path::PathBuf>,
     /// Synthetic models (random weights made in-process): NAME or NAME:TYPE, comma-separated
-    /// or repeated. Names: smollm2-135m, llama-1b, llama-7b, llama-8b, qwen3-0.6b, gemma3-270m, gemma3-1b.
+    /// or repeated. Names: smollm2-135m, llama-1b, llama-7b, llama-8b, qwen3-0.6b, gemma3-270m, gemma3-1b, phi3-mini.
     #[arg(long, value_delimiter = ',')]
     synthetic: Vec<String>,
     /// GGML types of the synthetic models named without one (comma-separated).

@@ -177,6 +177,13 @@ impl Hparams {
                 )))
             }
         };
+        if head_dim == 0 || !head_dim.is_multiple_of(2) || head_dim > attention::MAX_HEAD_DIM {
+            return Err(model_err(format!(
+                "head dim {head_dim} ({}): need an even dim of at most {}",
+                m.key("attention.key_length"),
+                attention::MAX_HEAD_DIM
+            )));
+        }
         if let Some(v) = m.opt_u("attention.value_length")? {
             if v != head_dim {
                 return Err(model_err(format!(
@@ -184,13 +191,6 @@ impl Hparams {
                     m.key("attention.value_length")
                 )));
             }
-        }
-        if head_dim == 0 || !head_dim.is_multiple_of(2) || head_dim > attention::MAX_HEAD_DIM {
-            return Err(model_err(format!(
-                "head dim {head_dim} ({}): need an even dim of at most {}",
-                m.key("attention.key_length"),
-                attention::MAX_HEAD_DIM
-            )));
         }
         let rms_eps = m.req_f("attention.layer_norm_rms_epsilon")?;
         if rms_eps <= 0.0 {

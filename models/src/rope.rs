@@ -28,6 +28,20 @@ pub struct Yarn {
     pub beta_slow: f32,
 }
 
+/// Phi-3's LongRoPE: per-pair frequency divisors for short and long contexts (the
+/// `rope_factors_short.weight` / `rope_factors_long.weight` tensors, `f32[dim / 2]`).
+/// llama.cpp picks one set for the whole context, once: the long factors where the
+/// configured context exceeds the original one (`get_rope_factors`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LongRope {
+    /// Divisors for contexts up to `n_ctx_orig`.
+    pub short: Vec<f32>,
+    /// Divisors for longer contexts.
+    pub long: Vec<f32>,
+    /// `{arch}.rope.scaling.original_context_length` (default: `{arch}.context_length`).
+    pub n_ctx_orig: usize,
+}
+
 /// How a model rotates its queries and keys.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RopeConfig {
@@ -43,6 +57,8 @@ pub struct RopeConfig {
     pub freqs: Option<Vec<f32>>,
     /// YaRN's ramp, when the scaling type is `yarn`.
     pub yarn: Option<Yarn>,
+    /// LongRoPE factors, where the file has them and no `rope_freqs.weight`.
+    pub longrope: Option<LongRope>,
     /// Multiplies cos and sin: llama.cpp's `attn_factor` (1 unless the model sets
     /// `{arch}.rope.scaling.attn_factor`).
     pub attn_factor: f32,
@@ -71,12 +87,12 @@ impl RopeConfig {
         let base = m.opt_positive("rope.freq_base")?.unwrap_or(10000.0);
         let scaling = m.opt_str("rope.scaling.type")?;
         let factor = match scaling {
-            None | Some("none") => m.opt_positive("rope.scale_linear")?,
+            None | Some("none") | Some("longrope") => m.opt_positive("rope.scale_linear")?,
             Some("linear") | Some("yarn") => m.opt_positive("rope.scaling.factor")?,
             Some(other) => {
                 return Err(model_err(format!(
-                    "{} {other:?} is not supported (supported: none, linear, yarn; llama3 frequency factors come \
-                     from the rope_freqs.weight tensor)",
+                    "{} {other:?} is not supported (supported: none, linear, yarn, longrope; llama3 frequency \
+                     factors come from the rope_freqs.weight tensor)",
                     m.key("rope.scaling.type")
                 )))
             }
@@ -96,26 +112,39 @@ impl RopeConfig {
             None
         };
         let attn_factor = m.opt_positive("rope.scaling.attn_factor")?.unwrap_or(1.0);
-        let freqs = match m.file.header().tensor("rope_freqs.weight") {
-            None => None,
-            Some(_) => {
-                let v = m.file.dequantize("rope_freqs.weight").map_err(|e| model_err(format!("rope_freqs.weight: {e}")))?;
-                if v.len() != dim / 2 || v.iter().any(|&x| !(x > 0.0 && x.is_finite())) {
-                    return Err(model_err(format!(
-                        "rope_freqs.weight has {} values, need {} positive ones (rotary dims / 2)",
-                        v.len(),
-                        dim / 2
-                    )));
-                }
-                Some(v)
+        let divisors = |name: &str| -> Result<Option<Vec<f32>>> {
+            if m.file.header().tensor(name).is_none() {
+                return Ok(None);
             }
+            let v = m.file.dequantize(name).map_err(|e| model_err(format!("{name}: {e}")))?;
+            if v.len() != dim / 2 || v.iter().any(|&x| !(x > 0.0 && x.is_finite())) {
+                return Err(model_err(format!(
+                    "{name} has {} values, need {} positive ones (rotary dims / 2)",
+                    v.len(),
+                    dim / 2
+                )));
+            }
+            Ok(Some(v))
         };
-        Ok(RopeConfig { dim, base, freq_scale, freqs, yarn, attn_factor, style })
+        let freqs = divisors("rope_freqs.weight")?;
+        let longrope = match (divisors("rope_factors_short.weight")?, divisors("rope_factors_long.weight")?) {
+            _ if freqs.is_some() => None,
+            (None, None) => None,
+            (Some(short), Some(long)) => {
+                let n_ctx_orig = match m.opt_u("rope.scaling.original_context_length")? {
+                    Some(n) => n,
+                    None => m.req_u("context_length")?,
+                };
+                Some(LongRope { short, long, n_ctx_orig })
+            }
+            _ => return Err(model_err("LongRoPE needs both rope_factors_short.weight and rope_factors_long.weight")),
+        };
+        Ok(RopeConfig { dim, base, freq_scale, freqs, yarn, longrope, attn_factor, style })
     }
 
     /// The same rotation with another base and no scaling (Gemma 3's local layers).
     pub fn unscaled_with_base(&self, base: f32) -> RopeConfig {
-        RopeConfig { base, freq_scale: 1.0, freqs: None, yarn: None, attn_factor: 1.0, ..self.clone() }
+        RopeConfig { base, freq_scale: 1.0, freqs: None, yarn: None, longrope: None, attn_factor: 1.0, ..self.clone() }
     }
 
     /// YaRN's correction dims `[low, high]` (ggml's `ggml_rope_yarn_corr_dims`): pair
@@ -128,8 +157,19 @@ impl RopeConfig {
         [start, end]
     }
 
+    /// The per-pair divisors for a context of `positions`: `rope_freqs.weight`, or the
+    /// LongRoPE set llama.cpp picks for that context.
+    pub fn divisors(&self, positions: usize) -> Option<&[f32]> {
+        match (&self.freqs, &self.longrope) {
+            (Some(f), _) => Some(f),
+            (None, Some(l)) => Some(if positions > l.n_ctx_orig { &l.long } else { &l.short }),
+            (None, None) => None,
+        }
+    }
+
     /// Tables `(cos, sin)`, each `f32[positions, dim / 2]`, of the angles ggml's
-    /// `ggml_rope_ext` computes: `theta_i = base^(-2i / dim) / freqs[i]` per pair `i`;
+    /// `ggml_rope_ext` computes: `theta_i = base^(-2i / dim) / freqs[i]` per pair `i`
+    /// (`freqs`: [`RopeConfig::divisors`] for a context of `positions`);
     /// at position `p` the angle is `freq_scale · p · theta_i`, or with YaRN the mix
     /// `interp · (1 - r_i) + extrap · r_i` of that and `p · theta_i` by the ramp
     /// `r_i = (1 - clamp((i - low) / max(0.001, high - low), 0, 1)) · ext_factor`, with
@@ -138,11 +178,12 @@ impl RopeConfig {
     /// candle-transformers' `precomput_freqs_cis`.
     pub fn tables(&self, positions: usize) -> (Vec<f32>, Vec<f32>) {
         let half = self.dim / 2;
+        let div = self.divisors(positions);
         let theta: Vec<f32> = (0..self.dim)
             .step_by(2)
             .map(|i| {
                 let th = 1f32 / self.base.powf(i as f32 / self.dim as f32);
-                self.freqs.as_ref().map_or(th, |ff| th / ff[i / 2])
+                div.map_or(th, |ff| th / ff[i / 2])
             })
             .collect();
         let (ramp, mscale) = match &self.yarn {
@@ -303,10 +344,44 @@ mod tests {
         }
     }
 
+    /// Phi-3's LongRoPE as llama.cpp runs it: the short factors for a context up to the
+    /// original one, the long factors past it, each dividing its pair's frequency, and
+    /// cos / sin scaled by `rope.scaling.attn_factor` (ggml's `rope_yarn` with ext_factor 0).
+    #[test]
+    fn longrope_picks_factors_by_context_and_scales_by_attn_factor() {
+        let (short, long) = ([1.0f32, 1.5], [4.0f32, 9.0]);
+        let f = {
+            let mut w = GgufWriter::new();
+            w.push_kv("general.architecture", GgufValue::String("phi3".into()));
+            w.push_kv("phi3.rope.dimension_count", GgufValue::U32(4));
+            w.push_kv("phi3.context_length", GgufValue::U32(131072));
+            w.push_kv("phi3.rope.scaling.original_context_length", GgufValue::U32(16));
+            w.push_kv("phi3.rope.scaling.attn_factor", GgufValue::F32(1.19));
+            for (n, v) in [("rope_factors_short.weight", &short), ("rope_factors_long.weight", &long)] {
+                w.push_tensor(n, GgmlType::F32, vec![2], bytemuck::cast_slice(v).to_vec());
+            }
+            GgufFile::from_vec(w.to_bytes().unwrap()).unwrap()
+        };
+        let c = RopeConfig::from_meta(&Meta::new(&f).unwrap(), 8, RopeStyle::Neox).unwrap();
+        assert_eq!(c.longrope.as_ref().map(|l| l.n_ctx_orig), Some(16));
+        for (positions, factors) in [(16usize, short), (17, long)] {
+            assert_eq!(c.divisors(positions), Some(&factors[..]));
+            let (cos, sin) = c.tables(positions);
+            for p in [1usize, 7, positions - 1] {
+                for i in 0..2 {
+                    let a = p as f64 * 10000f64.powf(-((2 * i) as f64) / 4.0) / f64::from(factors[i]);
+                    let (wc, ws) = (a.cos() * 1.19, a.sin() * 1.19);
+                    let (gc, gs) = (f64::from(cos[p * 2 + i]), f64::from(sin[p * 2 + i]));
+                    assert!((gc - wc).abs() < 1e-5 && (gs - ws).abs() < 1e-5, "{positions} positions, p {p} i {i}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_rope_keys_are_errors_naming_them() {
-        let e = config(&[("llama.rope.scaling.type", GgufValue::String("longrope".into()))], None).unwrap_err();
-        assert!(e.to_string().contains("llama.rope.scaling.type \"longrope\" is not supported"), "{e}");
+        let e = config(&[("llama.rope.scaling.type", GgufValue::String("dynamic".into()))], None).unwrap_err();
+        assert!(e.to_string().contains("llama.rope.scaling.type \"dynamic\" is not supported"), "{e}");
         let e = config(&[], Some(&[1.0, 2.0, 3.0])).unwrap_err().to_string();
         assert!(e.contains("rope_freqs.weight has 3 values, need 2"), "{e}");
         let e = config(&[("llama.rope.freq_base", GgufValue::F32(0.0))], None).unwrap_err().to_string();

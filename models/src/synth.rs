@@ -151,6 +151,19 @@ pub const SHAPES: &[SynthShape] = &[
         sliding_window: None,
     },
     SynthShape {
+        name: "phi3-mini",
+        arch: "phi3",
+        n_layers: 32,
+        n_embd: 3072,
+        n_ff: 8192,
+        n_head: 32,
+        n_kv_head: 32,
+        vocab: 32064,
+        tied: false,
+        head_dim: None,
+        sliding_window: None,
+    },
+    SynthShape {
         name: "gemma3-270m",
         arch: "gemma3",
         n_layers: 18,
@@ -181,9 +194,10 @@ pub const SHAPES: &[SynthShape] = &[
 /// The GGUF architectures a synthetic model can be written as (`general.architecture`):
 /// `llama` and `mistral` have the same tensors; `qwen2` adds Q/K/V biases; `qwen3` per-head
 /// q/k norms; `gemma3` q/k norms, post-attention and post-feed-forward norms and, where the
-/// shape has one, a sliding window. Norm weights are 1 for llama, mistral and qwen2, and
+/// shape has one, a sliding window; `phi3` stores Q, K and V in one `attn_qkv` and gate and
+/// up in one `ffn_up` tensor (the gate's rows first). Norm weights are 1 for llama, mistral and qwen2, and
 /// uniform in [0.5, 1.5) for the others.
-pub const ARCHS: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "gemma3"];
+pub const ARCHS: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3"];
 
 /// The seed the benchmarks and `vkml gguf synth` use unless told otherwise.
 pub const DEFAULT_SEED: u64 = 42;
@@ -471,9 +485,13 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
             tensors.push(norm(p("post_attention_norm.weight")));
             tensors.push(norm(p("post_ffw_norm.weight")));
         }
-        tensors.push(mat(p("attn_q.weight"), sh.n_head * d, sh.n_embd));
-        tensors.push(mat(p("attn_k.weight"), sh.n_kv_head * d, sh.n_embd));
-        tensors.push(mat(p("attn_v.weight"), sh.n_kv_head * d, sh.n_embd));
+        if arch == "phi3" {
+            tensors.push(mat(p("attn_qkv.weight"), (sh.n_head + 2 * sh.n_kv_head) * d, sh.n_embd));
+        } else {
+            tensors.push(mat(p("attn_q.weight"), sh.n_head * d, sh.n_embd));
+            tensors.push(mat(p("attn_k.weight"), sh.n_kv_head * d, sh.n_embd));
+            tensors.push(mat(p("attn_v.weight"), sh.n_kv_head * d, sh.n_embd));
+        }
         if arch == "qwen2" {
             for (name, n) in
                 [("attn_q.bias", sh.n_head * d), ("attn_k.bias", sh.n_kv_head * d), ("attn_v.bias", sh.n_kv_head * d)]
@@ -483,8 +501,12 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
             }
         }
         tensors.push(mat(p("attn_output.weight"), sh.n_embd, sh.n_head * d));
-        tensors.push(mat(p("ffn_gate.weight"), sh.n_ff, sh.n_embd));
-        tensors.push(mat(p("ffn_up.weight"), sh.n_ff, sh.n_embd));
+        if arch == "phi3" {
+            tensors.push(mat(p("ffn_up.weight"), 2 * sh.n_ff, sh.n_embd));
+        } else {
+            tensors.push(mat(p("ffn_gate.weight"), sh.n_ff, sh.n_embd));
+            tensors.push(mat(p("ffn_up.weight"), sh.n_ff, sh.n_embd));
+        }
         tensors.push(mat(p("ffn_down.weight"), sh.n_embd, sh.n_ff));
     }
     Ok(Plan { metadata, tensors })
@@ -665,7 +687,7 @@ mod tests {
     /// tensors, and writing it to disk gives the same bytes.
     #[test]
     fn streamed_file_matches_gguf_writer_and_disk() {
-        for (arch, tied) in [("llama", false), ("qwen2", true), ("qwen3", true), ("gemma3", false)] {
+        for (arch, tied) in [("llama", false), ("qwen2", true), ("qwen3", true), ("gemma3", false), ("phi3", false)] {
             let sh = SynthShape { tied, ..TINY };
             let file = synthetic_model(arch, &sh, GgmlType::Q8_0, 5).unwrap();
             let mut w = GgufWriter::new();

@@ -18,12 +18,13 @@ use vkml_models::tokenizer::GgufTokenizer;
 use vkml_models::{LoadOptions, Runner};
 use vkml_quant::gguf::GgufFile;
 
-/// Largest |vkml - reference| over every logit of every position. What differs is vkml's
-/// f16 KV cache against the reference's f32 one, and summation order (logits span about
-/// ±30).
-const MAX_ABS: f32 = 0.1;
-/// Top-1/top-2 margin above which the argmax must agree.
-const MARGIN: f32 = 0.1;
+/// Largest |vkml - reference| over every logit of every position: twice the worst seen on
+/// lavapipe (0.024 over 3 x 64 positions). What differs is vkml's f16 KV cache against the
+/// reference's f32 one, and summation order (logits span about ±30).
+const MAX_ABS: f32 = 0.05;
+/// Top-1/top-2 margin above which the argmax must agree: the bound (a flip needs the two
+/// logits to move by more than the margin between them).
+const MARGIN: f32 = MAX_ABS;
 
 fn argmax(v: &[f32]) -> usize {
     v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0

@@ -196,6 +196,7 @@ fn models_on_cpu_and_vulkan_agree_synthetic() {
         ("qwen2", shape, GgmlType::Q8_0),
         ("qwen3", qwen3, GgmlType::Q4_0),
         ("gemma3", gemma3, GgmlType::Q8_0),
+        ("phi3", SynthShape { arch: "phi3", tied: false, ..shape }, GgmlType::Q4_0),
     ] {
         let file = synthetic_model(arch, &shape, ty, 11).unwrap();
         let prompt: Vec<u32> = (0..12u32).map(|i| (i * 37 + 5) % shape.vocab as u32).collect();

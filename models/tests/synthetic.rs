@@ -4,8 +4,8 @@
 //! biases), qwen3 (`quantized_qwen3`, per-head q/k norms, a head dim other than
 //! `n_embd / n_head`) and gemma3 (the full-precision `gemma3` on the dequantized weights,
 //! see `common::gemma3_reference`: GELU gate, post norms, embedding scale, local layers
-//! with an 8-position sliding window and their own rope base, run past the window), all
-//! with grouped-query heads. A 12-token prompt (8 for gemma3; the mat-mat path, forced on
+//! with an 8-position sliding window and their own rope base, run past the window) and
+//! phi3 (`quantized_phi3`, fused QKV and gate|up tensors), all with grouped-query heads. A 12-token prompt (8 for gemma3; the mat-mat path, forced on
 //! every device),
 //! then teacher-forced decode steps (the stacked-QKV mat-vec path) on candle's greedy
 //! tokens. Candle runs with `CANDLE_DEQUANTIZE_ALL=1` (exact f32 weights); the bound
@@ -48,6 +48,20 @@ const SHAPE_QWEN3: SynthShape = SynthShape {
     tied: true,
 };
 
+const SHAPE_PHI3: SynthShape = SynthShape {
+    name: "tiny-phi3",
+    arch: "phi3",
+    head_dim: None,
+    sliding_window: None,
+    n_layers: 2,
+    n_embd: 128,
+    n_ff: 256,
+    n_head: 4,
+    n_kv_head: 2,
+    vocab: 512,
+    tied: false,
+};
+
 /// Seven layers: layers 0-4 and 6 local (window 8), layer 5 global. One KV head, as in
 /// Gemma 3 270M and 1B (candle's rotating cache, which the reference's local layers use,
 /// takes only contiguous values, and its values are transposed views for several KV heads).
@@ -82,6 +96,7 @@ enum CandleModel {
     Qwen2(candle_transformers::models::quantized_qwen2::ModelWeights),
     Qwen3(candle_transformers::models::quantized_qwen3::ModelWeights),
     Gemma3(candle_transformers::models::gemma3::Model),
+    Phi3(candle_transformers::models::quantized_phi3::ModelWeights),
 }
 
 impl CandleModel {
@@ -92,6 +107,7 @@ impl CandleModel {
             CandleModel::Qwen2(m) => m.forward(&x, pos),
             CandleModel::Qwen3(m) => m.forward(&x, pos),
             CandleModel::Gemma3(m) => m.forward(&x, pos),
+            CandleModel::Phi3(m) => m.forward(&x, pos),
         };
         l.unwrap().flatten_all().unwrap().to_vec1().unwrap()
     }
@@ -117,6 +133,10 @@ fn candle_model(arch: &str, file: &GgufFile) -> CandleModel {
             )
         }
         "gemma3" => CandleModel::Gemma3(common::gemma3_reference(file, 64)),
+        "phi3" => CandleModel::Phi3(
+            candle_transformers::models::quantized_phi3::ModelWeights::from_gguf(false, content, &mut cur, &Cpu::Cpu)
+                .unwrap(),
+        ),
         _ => CandleModel::Qwen2(
             candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(content, &mut cur, &Cpu::Cpu)
                 .unwrap(),
@@ -180,4 +200,9 @@ fn synthetic_qwen3_matches_candle_quantized_qwen3() {
 #[test]
 fn synthetic_gemma3_matches_candle_gemma3() {
     check_shape("gemma3", &SHAPE_GEMMA3, GgmlType::Q4_0, 8);
+}
+
+#[test]
+fn synthetic_phi3_matches_candle_quantized_phi3() {
+    check_shape("phi3", &SHAPE_PHI3, GgmlType::Q4_0, 12);
 }

@@ -10,6 +10,7 @@
 
 pub mod gemma3;
 pub mod llama;
+pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 
@@ -22,7 +23,7 @@ use crate::error::{model_err, Result};
 use crate::storage::ModelStorage;
 
 /// The architectures [`load`] runs (`general.architecture` values).
-pub const ARCHITECTURES: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "gemma3"];
+pub const ARCHITECTURES: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3"];
 
 /// A loaded decoder: its blocks, weights and KV caches. The runner
 /// ([`crate::runner::Runner`]) drives it one chunk of tokens at a time.
@@ -68,19 +69,25 @@ where
         "qwen2" => Box::new(qwen2::load(&m, dev, ctx, progress)?),
         "qwen3" => Box::new(qwen3::load(&m, dev, ctx, progress)?),
         "gemma3" => Box::new(gemma3::load(&m, dev, ctx, progress)?),
-        other => {
-            return Err(model_err(format!(
-                "architecture {other:?} is not supported (supported: {})",
-                ARCHITECTURES.join(", ")
-            )))
-        }
+        "phi3" => Box::new(phi3::load(&m, dev, ctx, progress)?),
+        _ => return Err(unsupported(&m)),
     })
+}
+
+/// The error for an architecture not in [`ARCHITECTURES`], naming it and the supported
+/// ones.
+fn unsupported(m: &Meta<'_>) -> crate::Error {
+    model_err(format!("architecture {:?} is not supported (supported: {})", m.arch, ARCHITECTURES.join(", ")))
 }
 
 /// The hyper-parameters of `file` as [`load`] would read them, without loading weights.
 ///
 /// # Errors
-/// As [`Hparams::from_meta`].
+/// An unsupported architecture, as [`load`]; then as [`Hparams::from_meta`].
 pub fn hparams(file: &GgufFile) -> Result<Hparams> {
-    Hparams::from_meta(&Meta::new(file)?)
+    let m = Meta::new(file)?;
+    if !ARCHITECTURES.contains(&m.arch) {
+        return Err(unsupported(&m));
+    }
+    Hparams::from_meta(&m)
 }

@@ -1,0 +1,144 @@
+//! Each architecture's keys and tensors validated at load: a bad value ends in one line
+//! that names the key or tensor, before any weight reaches a device; values llama.cpp
+//! gives a meaning keep it (a sliding window of 0: no local layers). Synthetic files
+//! with one key or tensor changed, loaded on candle's CPU backend.
+
+use candle_core::cpu_backend::CpuDevice;
+use candle_core::CpuStorage;
+use vkml_models::arch::gemma3::Gemma3Config;
+use vkml_models::config::{Hparams, Meta};
+use vkml_models::synth::{synthetic_model, SynthShape};
+use vkml_models::{LoadOptions, Runner};
+use vkml_quant::gguf::{GgufArray, GgufFile, GgufValue, GgufWriter};
+use vkml_quant::GgmlType;
+
+const TINY: SynthShape = SynthShape {
+    name: "tiny",
+    arch: "llama",
+    head_dim: Some(64),
+    sliding_window: Some(8),
+    n_layers: 7,
+    n_embd: 128,
+    n_ff: 256,
+    n_head: 4,
+    n_kv_head: 2,
+    vocab: 300,
+    tied: true,
+};
+
+/// A synthetic `arch` model with key `key` set to `value` (added, or removed with
+/// `None`) and tensor `tensor` (if given) replaced by f32 data of `len` values.
+fn edited(arch: &str, key: &str, value: Option<GgufValue>, tensor: Option<(&str, usize)>) -> GgufFile {
+    let src = synthetic_model(arch, &TINY, GgmlType::Q8_0, 3).unwrap();
+    let mut w = GgufWriter::new();
+    let mut seen = false;
+    for (k, v) in src.metadata() {
+        if k == key {
+            seen = true;
+            if let Some(v) = &value {
+                w.push_kv(k.clone(), v.clone());
+            }
+        } else {
+            w.push_kv(k.clone(), v.clone());
+        }
+    }
+    if let (false, Some(v)) = (seen, &value) {
+        w.push_kv(key, v.clone());
+    }
+    for t in src.tensors() {
+        match tensor {
+            Some((name, len)) if name == t.name => {
+                w.push_tensor(name, GgmlType::F32, vec![len as u64], bytemuck::cast_slice(&vec![1f32; len]).to_vec());
+            }
+            _ => {
+                w.push_tensor(t.name.clone(), t.ty, t.dims.clone(), src.tensor_data(t).to_vec());
+            }
+        }
+    }
+    GgufFile::from_vec(w.to_bytes().unwrap()).unwrap()
+}
+
+fn load_err(f: &GgufFile) -> String {
+    let opts = LoadOptions { ctx: Some(32), max_batch: 8 };
+    let e = Runner::<CpuStorage>::load(&CpuDevice, f, opts, &mut |_, _| {}).unwrap_err().to_string();
+    assert!(!e.contains('\n'), "one line: {e}");
+    e
+}
+
+#[test]
+fn every_architecture_loads_from_its_synthetic_file() {
+    for arch in vkml_models::arch::ARCHITECTURES {
+        let f = synthetic_model(arch, &TINY, GgmlType::Q8_0, 3).unwrap();
+        let opts = LoadOptions { ctx: Some(32), max_batch: 8 };
+        let mut m = Runner::<CpuStorage>::load(&CpuDevice, &f, opts, &mut |_, _| {}).unwrap();
+        let logits = m.forward(&[1, 2, 3], false).unwrap();
+        assert_eq!(logits.len(), TINY.vocab, "{arch}");
+        assert!(logits.iter().all(|x| x.is_finite()), "{arch}");
+    }
+}
+
+#[test]
+fn unsupported_architecture_names_itself_and_the_supported_ones() {
+    let e = load_err(&edited("llama", "general.architecture", Some(GgufValue::String("gpt2".into())), None));
+    assert!(e.contains("architecture \"gpt2\" is not supported (supported: llama, mistral, qwen2, qwen3, gemma3, phi3)"), "{e}");
+}
+
+#[test]
+fn head_dim_past_the_kernels_is_an_error_naming_the_key() {
+    let e = load_err(&edited("qwen3", "qwen3.attention.key_length", Some(GgufValue::U32(512)), None));
+    assert!(e.contains("head dim 512 (qwen3.attention.key_length): need an even dim of at most 256"), "{e}");
+    let e = load_err(&edited("qwen3", "qwen3.attention.value_length", Some(GgufValue::U32(32)), None));
+    assert!(e.contains("qwen3.attention.value_length 32 differs from the key length 64"), "{e}");
+}
+
+#[test]
+fn qk_norm_weights_of_the_wrong_length_are_errors_naming_the_tensor() {
+    for arch in ["qwen3", "gemma3"] {
+        let key = format!("{arch}.general.unused");
+        let f = edited(arch, &key, None, Some(("blk.1.attn_k_norm.weight", 32)));
+        let e = load_err(&f);
+        assert!(e.contains("tensor blk.1.attn_k_norm.weight has 32 elements, expected 64"), "{arch}: {e}");
+        assert!(e.contains("must hold the head dim"), "{arch}: {e}");
+    }
+}
+
+#[test]
+fn bad_hyper_parameters_are_errors_naming_the_key() {
+    let e = load_err(&edited("gemma3", "gemma3.attention.layer_norm_rms_epsilon", Some(GgufValue::F32(f32::NAN)), None));
+    assert!(e.contains("gemma3.attention.layer_norm_rms_epsilon is NaN, not a finite number"), "{e}");
+    let e = load_err(&edited("llama", "llama.attention.layer_norm_rms_epsilon", Some(GgufValue::F32(-1.0)), None));
+    assert!(e.contains("llama.attention.layer_norm_rms_epsilon is -1, not a positive number"), "{e}");
+    let e = load_err(&edited("qwen2", "qwen2.attention.head_count_kv", Some(GgufValue::U32(3)), None));
+    assert!(e.contains("4 heads over 3 KV heads"), "{e}");
+    let e = load_err(&edited("phi3", "phi3.rope.freq_base", Some(GgufValue::F32(0.0)), None));
+    assert!(e.contains("phi3.rope.freq_base is 0, not a positive number"), "{e}");
+    let e = load_err(&edited("llama", "llama.block_count", None, None));
+    assert!(e.contains("metadata llama.block_count is missing"), "{e}");
+}
+
+#[test]
+fn gemma3_sliding_window_pattern_must_fit_the_layers() {
+    let key = "gemma3.attention.sliding_window_pattern";
+    let arr = |v: Vec<bool>| Some(GgufValue::Array(GgufArray::Bool(v)));
+    let e = load_err(&edited("gemma3", key, arr(vec![true, false, true]), None));
+    assert!(e.contains("metadata gemma3.attention.sliding_window_pattern has 3 entries for 7 layers"), "{e}");
+    let e = load_err(&edited("gemma3", key, Some(GgufValue::String("six".into())), None));
+    assert!(e.contains("gemma3.attention.sliding_window_pattern is neither an unsigned integer nor an array"), "{e}");
+    let config = |f: &GgufFile| {
+        let m = Meta::new(f).unwrap();
+        Gemma3Config::from_meta(&m, &Hparams::from_meta(&m).unwrap()).unwrap()
+    };
+    // The default pattern of 6: layer 5 global, the rest local.
+    let c = config(&synthetic_model("gemma3", &TINY, GgmlType::Q8_0, 3).unwrap());
+    assert_eq!((c.sliding_window, c.local.clone()), (Some(8), vec![true, true, true, true, true, false, true]));
+    // A number n: layer i local when i % n < n - 1; 0: every layer local (llama.cpp).
+    let c = config(&edited("gemma3", key, Some(GgufValue::U32(2)), None));
+    assert_eq!(c.local, vec![true, false, true, false, true, false, true]);
+    let c = config(&edited("gemma3", key, Some(GgufValue::U32(0)), None));
+    assert_eq!(c.local, vec![true; 7]);
+    // A window of 0, or none: no local layers.
+    let c = config(&edited("gemma3", "gemma3.attention.sliding_window", Some(GgufValue::U32(0)), None));
+    assert_eq!((c.sliding_window, c.local), (None, vec![false; 7]));
+    let c = config(&edited("gemma3", "gemma3.attention.sliding_window", None, None));
+    assert_eq!(c.local, vec![false; 7]);
+}
