@@ -202,4 +202,3 @@ fn front_errors_name_the_problem() {
     let e = i.silu().unwrap_err().to_string();
     assert!(e.contains("I16") && e.contains("silu"), "{e}");
 }
-

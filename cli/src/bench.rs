@@ -13,10 +13,10 @@
 use std::time::Instant;
 
 use serde_json::json;
-use vkml_models::{LoadOptions, Runner};
-use vkml_models::synth;
 use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
 use vkml_hal::{Device, DeviceOptions, DeviceSelector};
+use vkml_models::synth;
+use vkml_models::{LoadOptions, Runner};
 use vkml_ops::bench::{self as ops_bench, Limit, Scale};
 use vkml_quant::gguf::GgufFile;
 use vkml_quant::GgmlType;
@@ -49,7 +49,7 @@ struct ModelArgs {
     #[arg(long, short = 'm')]
     model: Vec<std::path::PathBuf>,
     /// Synthetic models (random weights made in-process): NAME or NAME:TYPE, comma-separated
-    /// or repeated. Names: smollm2-135m, llama-1b, llama-7b, llama-8b, qwen3-0.6b, gemma3-270m, gemma3-1b, phi3-mini.
+    /// or repeated. Names: smollm2-135m, llama-1b, llama-7b, llama-8b, qwen3-0.6b, gemma2-2b, gemma3-270m, gemma3-1b, phi3-mini.
     #[arg(long, value_delimiter = ',')]
     synthetic: Vec<String>,
     /// GGML types of the synthetic models named without one (comma-separated).

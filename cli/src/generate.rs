@@ -5,11 +5,11 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use vkml_models::{LoadOptions, Runner};
-use vkml_models::sampling::{Sampler, SamplingConfig};
-use vkml_models::tokenizer::{GgufTokenizer, TokenStream};
 use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
 use vkml_hal::{Device, DeviceOptions, DeviceSelector};
+use vkml_models::sampling::{Sampler, SamplingConfig};
+use vkml_models::tokenizer::{GgufTokenizer, TokenStream};
+use vkml_models::{LoadOptions, Runner};
 use vkml_quant::gguf::GgufFile;
 
 /// Arguments of `vkml generate`.
@@ -66,6 +66,8 @@ pub fn run(a: Args) -> Result<(), String> {
     };
     let t0 = Instant::now();
     let file = GgufFile::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // The architecture and its hyper-parameters first: an unsupported model is named as such.
+    vkml_models::arch::hparams(&file).map_err(|e| format!("{}: {e}", path.display()))?;
     let tok = GgufTokenizer::from_gguf(&file).map_err(|e| format!("{}: {e}", path.display()))?;
     let selector = a.device.as_deref().map(DeviceSelector::parse).unwrap_or_else(DeviceSelector::from_env);
     let dev = Device::open(&selector, DeviceOptions::default()).map_err(|e| e.to_string())?;

@@ -8,7 +8,8 @@
 //! - [`blocks`]: embedding, RMS norm, attention (split or fused QKV, biases, q/k norms,
 //!   sliding windows, GQA), gated feed-forward, output head; [`rope`]: rope tables
 //!   (linear, Llama 3 frequency factors, YaRN, Phi-3's LongRoPE); [`config`]: GGUF hyper-parameters.
-//! - [`arch`]: one file per architecture (`llama`, `mistral`, `qwen2`, `qwen3`, `gemma3`, `phi3`),
+//! - [`arch`]: one file per architecture (`llama`, `mistral`, `qwen2`, `qwen3`, `gemma2`,
+//!   `gemma3`, `phi3`),
 //!   and [`arch::load`], which picks one by `general.architecture`.
 //! - [`runner`]: [`runner::Runner`], the decode runner: chunked prompts, one submission and
 //!   host wait per chunk, the next decode step recorded ahead on Vulkan.

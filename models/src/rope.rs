@@ -151,7 +151,8 @@ impl RopeConfig {
     /// indices below `low` keep the extrapolated angle, above `high` the interpolated one.
     pub fn yarn_corr_dims(&self, y: &Yarn) -> [f32; 2] {
         let n = self.dim as f32;
-        let corr = |rot: f32| n * (y.n_ctx_orig as f32 / (rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * self.base.ln());
+        let corr =
+            |rot: f32| n * (y.n_ctx_orig as f32 / (rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * self.base.ln());
         let start = corr(y.beta_fast).floor().max(0.0);
         let end = corr(y.beta_slow).ceil().min(n - 1.0);
         [start, end]
@@ -392,6 +393,9 @@ mod tests {
         assert!(e.contains("llama.rope.scaling.original_context_length is missing"), "{e}");
         let f = file(&[], None);
         let e = RopeConfig::from_meta(&Meta::new(&f).unwrap(), 2, RopeStyle::Neox).unwrap_err().to_string();
-        assert!(e.contains("llama.rope.dimension_count 4: need an even number of rotated dims, at most the head dim 2"), "{e}");
+        assert!(
+            e.contains("llama.rope.dimension_count 4: need an even number of rotated dims, at most the head dim 2"),
+            "{e}"
+        );
     }
 }

@@ -83,14 +83,27 @@ where
     /// tensors (see [`arch::load`]); [`Error::Candle`] for tensor types without kernels
     /// on the backend, tensors past the device's limits and device errors (out of device
     /// memory names the size).
-    pub fn load(dev: &S::Device, file: &GgufFile, opts: LoadOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Self> {
+    pub fn load(
+        dev: &S::Device,
+        file: &GgufFile,
+        opts: LoadOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
         let hp = arch::hparams(file)?;
         let ctx = opts.ctx.unwrap_or(hp.context_length.min(4096)).max(1);
         let model = arch::load(dev, file, ctx, progress)?;
         // Stacking copies are recorded on deferred devices; finish them here, so that the
         // load time includes them.
         dev.synchronize()?;
-        Ok(Runner { dev: dev.clone(), model, ctx, max_batch: opts.max_batch.max(1), pos: 0, pending: None, profile: StepProfile::default() })
+        Ok(Runner {
+            dev: dev.clone(),
+            model,
+            ctx,
+            max_batch: opts.max_batch.max(1),
+            pos: 0,
+            pending: None,
+            profile: StepProfile::default(),
+        })
     }
 
     /// The shared hyper-parameters.

@@ -82,7 +82,7 @@ impl SynthShape {
 }
 
 /// The named shapes: SmolLM2-135M, TinyLlama-1.1B, Llama-2-7B, and Llama-3-8B with a
-/// 49152 vocabulary (issue 7's benchmark shapes); Qwen3-0.6B, Gemma-3-270M, Gemma-3-1B
+/// 49152 vocabulary (issue 7's benchmark shapes); Qwen3-0.6B, Gemma-2-2B, Gemma-3-270M, Gemma-3-1B
 /// and Phi-3-mini-4k (as their Hugging Face configs give them).
 pub const SHAPES: &[SynthShape] = &[
     SynthShape {
@@ -164,6 +164,19 @@ pub const SHAPES: &[SynthShape] = &[
         sliding_window: None,
     },
     SynthShape {
+        name: "gemma2-2b",
+        arch: "gemma2",
+        n_layers: 26,
+        n_embd: 2304,
+        n_ff: 9216,
+        n_head: 8,
+        n_kv_head: 4,
+        vocab: 256000,
+        tied: true,
+        head_dim: Some(256),
+        sliding_window: Some(4096),
+    },
+    SynthShape {
         name: "gemma3-270m",
         arch: "gemma3",
         n_layers: 18,
@@ -194,10 +207,11 @@ pub const SHAPES: &[SynthShape] = &[
 /// The GGUF architectures a synthetic model can be written as (`general.architecture`):
 /// `llama` and `mistral` have the same tensors; `qwen2` adds Q/K/V biases; `qwen3` per-head
 /// q/k norms; `gemma3` q/k norms, post-attention and post-feed-forward norms and, where the
-/// shape has one, a sliding window; `phi3` stores Q, K and V in one `attn_qkv` and gate and
+/// shape has one, a sliding window; `gemma2` the same without q/k norms (llama.cpp's
+/// default soft-caps, 50 and 30); `phi3` stores Q, K and V in one `attn_qkv` and gate and
 /// up in one `ffn_up` tensor (the gate's rows first). Norm weights are 1 for llama, mistral and qwen2, and
 /// uniform in [0.5, 1.5) for the others.
-pub const ARCHS: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3"];
+pub const ARCHS: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"];
 
 /// The seed the benchmarks and `vkml gguf synth` use unless told otherwise.
 pub const DEFAULT_SEED: u64 = 42;
@@ -420,15 +434,22 @@ pub fn check(arch: &str, sh: &SynthShape, ty: GgmlType) -> Result<()> {
 fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
     check(arch, sh, ty)?;
     let d = sh.head_dim();
-    let (qk_norm, post_norms) = (matches!(arch, "qwen3" | "gemma3"), arch == "gemma3");
-    let random_norms = matches!(arch, "qwen3" | "gemma3");
+    let (qk_norm, post_norms) = (matches!(arch, "qwen3" | "gemma3"), matches!(arch, "gemma2" | "gemma3"));
+    let random_norms = matches!(arch, "qwen3" | "gemma2" | "gemma3");
     let (tokens, scores, types) = tokenizer_vocab(sh.vocab)?;
     let mut metadata: Vec<(String, GgufValue)> = Vec::new();
     let mut kv = |key: String, v: GgufValue| metadata.push((key, v));
     let u = |v: usize| GgufValue::U32(v as u32);
     let k = |key: &str| format!("{arch}.{key}");
     kv("general.architecture".into(), GgufValue::String(arch.into()));
-    kv("general.name".into(), GgufValue::String(format!("synthetic {} {ty:?}", sh.name)));
+    // The shape goes in the description: llama.cpp sets token attributes by general.name
+    // (a name containing "phi3" makes it look up `<|endoftext|>`, which this vocabulary
+    // lacks).
+    kv("general.name".into(), GgufValue::String("vkml synthetic model".into()));
+    kv(
+        "general.description".into(),
+        GgufValue::String(format!("{} {ty:?}, random weights (vkml gguf synth)", sh.name)),
+    );
     kv(k("block_count"), u(sh.n_layers));
     kv(k("context_length"), u(4096));
     kv(k("embedding_length"), u(sh.n_embd));
@@ -441,7 +462,7 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
         kv(k("attention.key_length"), u(d));
         kv(k("attention.value_length"), u(d));
     }
-    if let (Some(w), "gemma3") = (sh.sliding_window, arch) {
+    if let (Some(w), "gemma2" | "gemma3") = (sh.sliding_window, arch) {
         kv(k("attention.sliding_window"), u(w));
     }
     kv(k("attention.layer_norm_rms_epsilon"), GgufValue::F32(if random_norms { 1e-6 } else { 1e-5 }));

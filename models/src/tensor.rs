@@ -122,7 +122,10 @@ where
         if w.dims() != [n] {
             candle_core::bail!("rms_norm: weight {:?} for rows of {n}", w.dims())
         }
-        Ok(Self::from_storage(self.storage().rms_norm(self.layout(), w.storage(), w.layout(), eps)?, self.shape().clone()))
+        Ok(Self::from_storage(
+            self.storage().rms_norm(self.layout(), w.storage(), w.layout(), eps)?,
+            self.shape().clone(),
+        ))
     }
 
     fn rms_norm_linear(&self, nw: &Self, eps: f32, w: &S::QWeight, act: Option<GluActivation>) -> CResult<Self> {
@@ -183,4 +186,3 @@ where
         Ok(Self::from_storage(out, (t, h * d)))
     }
 }
-

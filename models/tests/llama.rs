@@ -24,8 +24,8 @@ use common::{test_model, vulkan_device, vulkan_device_mat_mat_from};
 
 use candle_core::quantized::gguf_file;
 use candle_transformers::models::quantized_llama::ModelWeights;
-use vkml_models::{LoadOptions, Runner};
 use vkml_models::tokenizer::GgufTokenizer;
+use vkml_models::{LoadOptions, Runner};
 use vkml_quant::gguf::GgufFile;
 
 /// Largest |vkml - candle| over every logit of every position (logits span about ±40;

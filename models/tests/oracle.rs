@@ -109,11 +109,15 @@ fn argmax(v: &[f32]) -> u32 {
 /// the runs that decode on Q8_1: `tuning::q8_1_activations` of their device, which on a
 /// GPU with accelerated integer dot products is all three).
 ///
+/// Each run must pick the CPU's token wherever the CPU's top-1/top-2 margin exceeds twice
+/// the run's bound (`tol` for f32 decode, `q8_tol` for Q8_1 decode, relative to the largest
+/// logit): a smaller margin is a near-tie that the allowed rounding may flip.
+///
 /// On the way, the decode step each Vulkan model records ahead is made stale twice: by
 /// a read-back of unrelated work on the same device (which submits the step before its
 /// token id is written), and by a reset followed by the prompt again. Both must give the
 /// CPU's logits.
-fn run_all(file: &GgufFile, prompt: &[u32], steps: usize) -> (Vec<u32>, f32, f32) {
+fn run_all(file: &GgufFile, prompt: &[u32], steps: usize, q8_tol: f32) -> (Vec<u32>, f32, f32) {
     let opts = LoadOptions { ctx: Some(64), ..LoadOptions::default() };
     let mut cpu = Runner::<CpuStorage>::load(&CpuDevice, file, opts, &mut |_, _| {}).unwrap();
     let vd = vdev();
@@ -138,7 +142,13 @@ fn run_all(file: &GgufFile, prompt: &[u32], steps: usize) -> (Vec<u32>, f32, f32
             } else {
                 worst = worst.max(rel_diff(&got, &want));
             }
-            assert_eq!(argmax(&got), argmax(&want), "step {step}: {what} picked another token than the CPU");
+            let scale = want.iter().fold(1f32, |m, x| m.max(x.abs()));
+            let tol = if q8_decode { q8_tol } else { REL_TOL };
+            let mut sorted = want.clone();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            if sorted[0] - sorted[1] > 2.0 * tol * scale {
+                assert_eq!(argmax(&got), argmax(&want), "step {step}: {what} picked another token than the CPU");
+            }
             if step == 0 && what == "Vulkan" {
                 first = got;
             }
@@ -168,12 +178,12 @@ const REL_TOL: f32 = 1e-3;
 const Q8_REL_TOL: f32 = 3e-2;
 
 /// [`Q8_REL_TOL`] for the seven-layer synthetic gemma3, whose rounding adds up over more
-/// layers (3.2e-2 measured on lavapipe).
+/// layers (3.2e-2 measured on lavapipe, 2.6e-2 on the H100).
 const Q8_REL_TOL_DEEP: f32 = 5e-2;
 
 /// Every architecture, on small shapes: qwen3 with a head dim other than n_embd / n_head,
-/// gemma3 with seven layers (one global) and a window of 5 that the 12-token prompt and
-/// the decode steps run past.
+/// gemma3 with seven layers (one global) and gemma2 with three (one global), each with a
+/// window of 5 that the 12-token prompt and the decode steps run past.
 #[test]
 fn models_on_cpu_and_vulkan_agree_synthetic() {
     let shape = SynthShape {
@@ -196,13 +206,14 @@ fn models_on_cpu_and_vulkan_agree_synthetic() {
         ("qwen2", shape, GgmlType::Q8_0),
         ("qwen3", qwen3, GgmlType::Q4_0),
         ("gemma3", gemma3, GgmlType::Q8_0),
+        ("gemma2", SynthShape { arch: "gemma2", n_layers: 3, ..gemma3 }, GgmlType::Q4_0),
         ("phi3", SynthShape { arch: "phi3", tied: false, ..shape }, GgmlType::Q4_0),
     ] {
         let file = synthetic_model(arch, &shape, ty, 11).unwrap();
         let prompt: Vec<u32> = (0..12u32).map(|i| (i * 37 + 5) % shape.vocab as u32).collect();
-        let (_, dg, dq) = run_all(&file, &prompt, 8);
-        assert!(dg <= REL_TOL, "{arch}: Vulkan vs CPU {dg}");
         let q8_tol = if shape.n_layers > 2 { Q8_REL_TOL_DEEP } else { Q8_REL_TOL };
+        let (_, dg, dq) = run_all(&file, &prompt, 8, q8_tol);
+        assert!(dg <= REL_TOL, "{arch}: Vulkan vs CPU {dg}");
         eprintln!("{arch}: Vulkan vs CPU {dg:.2e}, on Q8_1 activations {dq:.2e}");
         assert!(dq <= q8_tol, "{arch}: Vulkan on Q8_1 activations vs CPU {dq}");
     }
@@ -214,7 +225,7 @@ fn llama_on_cpu_and_vulkan_agree_smollm2() {
     let file = GgufFile::open(&path).unwrap();
     // A 4-token prompt then 16 greedy steps.
     let prompt = [1u32, 504, 3458, 282];
-    let (tokens, dg, dq) = run_all(&file, &prompt, 16);
+    let (tokens, dg, dq) = run_all(&file, &prompt, 16, Q8_REL_TOL);
     eprintln!("tokens {tokens:?}; Vulkan vs CPU {dg:.2e}, on Q8_1 activations {dq:.2e}");
     assert!(dg <= REL_TOL, "Vulkan vs CPU {dg}");
     assert!(dq <= Q8_REL_TOL, "Vulkan on Q8_1 activations vs CPU {dq}");

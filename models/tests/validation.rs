@@ -5,7 +5,6 @@
 
 use candle_core::cpu_backend::CpuDevice;
 use candle_core::CpuStorage;
-use vkml_models::arch::gemma3::Gemma3Config;
 use vkml_models::config::{Hparams, Meta};
 use vkml_models::synth::{synthetic_model, SynthShape};
 use vkml_models::{LoadOptions, Runner};
@@ -80,7 +79,12 @@ fn every_architecture_loads_from_its_synthetic_file() {
 #[test]
 fn unsupported_architecture_names_itself_and_the_supported_ones() {
     let e = load_err(&edited("llama", "general.architecture", Some(GgufValue::String("gpt2".into())), None));
-    assert!(e.contains("architecture \"gpt2\" is not supported (supported: llama, mistral, qwen2, qwen3, gemma3, phi3)"), "{e}");
+    assert!(
+        e.contains(
+            "architecture \"gpt2\" is not supported (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3)"
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -104,12 +108,17 @@ fn qk_norm_weights_of_the_wrong_length_are_errors_naming_the_tensor() {
 
 #[test]
 fn bad_hyper_parameters_are_errors_naming_the_key() {
-    let e = load_err(&edited("gemma3", "gemma3.attention.layer_norm_rms_epsilon", Some(GgufValue::F32(f32::NAN)), None));
+    let e =
+        load_err(&edited("gemma3", "gemma3.attention.layer_norm_rms_epsilon", Some(GgufValue::F32(f32::NAN)), None));
     assert!(e.contains("gemma3.attention.layer_norm_rms_epsilon is NaN, not a finite number"), "{e}");
     let e = load_err(&edited("llama", "llama.attention.layer_norm_rms_epsilon", Some(GgufValue::F32(-1.0)), None));
     assert!(e.contains("llama.attention.layer_norm_rms_epsilon is -1, not a positive number"), "{e}");
     let e = load_err(&edited("qwen2", "qwen2.attention.head_count_kv", Some(GgufValue::U32(3)), None));
     assert!(e.contains("4 heads over 3 KV heads"), "{e}");
+    let e = load_err(&edited("gemma2", "gemma2.attn_logit_softcapping", Some(GgufValue::F32(0.0)), None));
+    assert!(e.contains("gemma2.attn_logit_softcapping is 0, not a positive number"), "{e}");
+    let e = load_err(&edited("gemma2", "gemma2.attention.sliding_window", Some(GgufValue::U32(0)), None));
+    assert!(e.contains("gemma2.attention.sliding_window is 0"), "{e}");
     let e = load_err(&edited("phi3", "phi3.rope.freq_base", Some(GgufValue::F32(0.0)), None));
     assert!(e.contains("phi3.rope.freq_base is 0, not a positive number"), "{e}");
     let e = load_err(&edited("llama", "llama.block_count", None, None));
@@ -126,7 +135,7 @@ fn gemma3_sliding_window_pattern_must_fit_the_layers() {
     assert!(e.contains("gemma3.attention.sliding_window_pattern is neither an unsigned integer nor an array"), "{e}");
     let config = |f: &GgufFile| {
         let m = Meta::new(f).unwrap();
-        Gemma3Config::from_meta(&m, &Hparams::from_meta(&m).unwrap()).unwrap()
+        vkml_models::arch::gemma3::config(&m, &Hparams::from_meta(&m).unwrap()).unwrap()
     };
     // The default pattern of 6: layer 5 global, the rest local.
     let c = config(&synthetic_model("gemma3", &TINY, GgmlType::Q8_0, 3).unwrap());

@@ -204,6 +204,9 @@ pub struct AttnShape {
     /// Sliding window: also mask keys `window` or more positions before the query's
     /// (query `t` sees `q_pos0 + t - window < j`); 0 for none.
     pub window: usize,
+    /// Attention logit soft-capping: scores `s` (after `scale`) become
+    /// `softcap · tanh(s / softcap)` (Gemma 2); 0 for none.
+    pub softcap: f32,
     /// Score scale, usually `1 / sqrt(d)`.
     pub scale: f32,
     /// Split the KV length over this many workgroups per (token, head) (decode); 1 for none.
@@ -321,6 +324,7 @@ pub fn flash_attn(
             split_len as u32,
             sh.scale.to_bits(),
             sh.window as u32,
+            sh.softcap.to_bits(),
         ])
     };
     if tensor_core_prefill(dev.caps(), d, &sh) {

@@ -576,6 +576,7 @@ pub fn attention(t_q: usize, kv_len: usize, n_heads: usize, n_kv_heads: usize, d
             q_pos0: kv_len - t_q,
             causal: true,
             window: 0,
+            softcap: 0.0,
             scale: 1.0 / (d as f32).sqrt(),
             n_splits: tuning::attn_splits(t_q, kv_len),
         };

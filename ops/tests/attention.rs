@@ -35,7 +35,8 @@ fn f16_round(v: &[f32]) -> Vec<f32> {
 
 /// candle reference: q [t, h, d]; k, v [kv_len, n_kv, d] (token-major as appended); query
 /// i (at position q_pos0 + i) sees key j where `j <= q_pos0 + i` if causal and
-/// `q_pos0 + i - j < window` if window > 0 (llama.cpp's standard sliding window).
+/// `q_pos0 + i - j < window` if window > 0 (llama.cpp's standard sliding window); scores
+/// soft-capped to `softcap · tanh(s / softcap)` if softcap > 0.
 #[allow(clippy::too_many_arguments)]
 fn reference(
     q: &[f32],
@@ -49,6 +50,7 @@ fn reference(
     q_pos0: usize,
     causal: bool,
     window: usize,
+    softcap: f32,
     scale: f32,
 ) -> Vec<f32> {
     let g = h / n_kv;
@@ -69,11 +71,20 @@ fn reference(
     };
     let (kt, vt) = (expand(k), expand(v));
     let scores = (qt.matmul(&kt.transpose(1, 2).unwrap().contiguous().unwrap()).unwrap() * f64::from(scale)).unwrap();
+    let scores = if softcap > 0.0 {
+        ((scores / f64::from(softcap)).unwrap().tanh().unwrap() * f64::from(softcap)).unwrap()
+    } else {
+        scores
+    };
     let mask: Vec<f32> = (0..t)
         .flat_map(|i| {
             (0..kv_len).map(move |j| {
                 let hidden = (causal && j > q_pos0 + i) || (window > 0 && j + window <= q_pos0 + i);
-                if hidden { f32::NEG_INFINITY } else { 0.0 }
+                if hidden {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
             })
         })
         .collect();
@@ -89,7 +100,7 @@ proptest! {
     fn flash_attention_matches_candle(
         n_kv in 1usize..3, group in 1usize..4, half_d in 1usize..65, kv_len in 1usize..90,
         t_q in 1usize..6, causal in any::<bool>(), n_splits in 1usize..5, split_at in 0usize..90, seed in any::<u64>(),
-        window in prop_oneof![Just(0usize), 1usize..40],
+        window in prop_oneof![Just(0usize), 1usize..40], softcap in prop_oneof![Just(0f32), 0.5f32..3.0],
     ) {
         let (h, d) = (n_kv * group, 2 * half_d);
         let t_q = t_q.min(kv_len);
@@ -101,11 +112,11 @@ proptest! {
         let v = rand_vec(kv_len * n_kv * d, &mut seed);
         // A window only with the causal mask (as models use it): every query then sees a key.
         let window = if causal { window } else { 0 };
-        let sh = AttnShape { t_q, n_heads: h, kv_len, q_pos0, causal, window, scale: 1.0 / (d as f32).sqrt(), n_splits };
+        let sh = AttnShape { t_q, n_heads: h, kv_len, q_pos0, causal, window, softcap, scale: 1.0 / (d as f32).sqrt(), n_splits };
         let (po_len, ml_len) = attention::split_scratch_len(&sh, d);
         for dt in DTYPES {
             // K and V reach the cache as f16 either way.
-            let want = reference(&round(dt, &q), &k, &v, t_q, h, n_kv, d, kv_len, q_pos0, causal, window, sh.scale);
+            let want = reference(&round(dt, &q), &k, &v, t_q, h, n_kv, d, kv_len, q_pos0, causal, window, softcap, sh.scale);
             let tol = if dt == Dtype::F16 { 1e-3 } else { 2e-5 };
             for (path, dev) in reduce_devices() {
                 let kc = KvCache::new(dev, n_kv, ctx, d).unwrap();
@@ -151,7 +162,7 @@ proptest! {
     fn prefill_attention_matches_candle(
         wide in any::<bool>(), n_kv in 1usize..3, group in 1usize..4, t_q in 16usize..150,
         q_pos0 in 0usize..40, causal in any::<bool>(), seed in any::<u64>(),
-        window in prop_oneof![Just(0usize), 1usize..100],
+        window in prop_oneof![Just(0usize), 1usize..100], softcap in prop_oneof![Just(0f32), 0.5f32..3.0],
     ) {
         let (h, d) = (n_kv * group, if wide { 128 } else { 64 });
         let kv_len = q_pos0 + t_q;
@@ -161,12 +172,12 @@ proptest! {
         let k = rand_vec(kv_len * n_kv * d, &mut seed);
         let v = rand_vec(kv_len * n_kv * d, &mut seed);
         let window = if causal { window } else { 0 };
-        let sh = AttnShape { t_q, n_heads: h, kv_len, q_pos0, causal, window, scale: 1.0 / (d as f32).sqrt(), n_splits: 1 };
+        let sh = AttnShape { t_q, n_heads: h, kv_len, q_pos0, causal, window, softcap, scale: 1.0 / (d as f32).sqrt(), n_splits: 1 };
         for dt in DTYPES {
             for (path, dev) in reduce_devices() {
                 let tensor = attention::tensor_core_prefill(dev.caps(), d, &sh);
                 let qr = if tensor { round(Dtype::F16, &q) } else { round(dt, &q) };
-                let want = reference(&qr, &k, &v, t_q, h, n_kv, d, kv_len, q_pos0, causal, window, sh.scale);
+                let want = reference(&qr, &k, &v, t_q, h, n_kv, d, kv_len, q_pos0, causal, window, softcap, sh.scale);
                 let tol = match (tensor, dt) {
                     (true, Dtype::F16) => 2e-3,
                     (true, _) => 1.5e-3,
@@ -202,7 +213,17 @@ fn cache_overflow_and_bad_heads_are_errors() {
     let mut s = Stream::new(dev).unwrap();
     let e = attention::kv_append(&mut s, Dtype::F32, &x, 4, 6, &kc).unwrap_err();
     assert!(e.to_string().contains("exceed the cache's 8 positions"), "{e}");
-    let sh = AttnShape { t_q: 1, n_heads: 3, kv_len: 2, q_pos0: 1, causal: true, window: 0, scale: 0.5, n_splits: 1 };
+    let sh = AttnShape {
+        t_q: 1,
+        n_heads: 3,
+        kv_len: 2,
+        q_pos0: 1,
+        causal: true,
+        window: 0,
+        softcap: 0.0,
+        scale: 0.5,
+        n_splits: 1,
+    };
     let e = attention::flash_attn(&mut s, Dtype::F32, &x, &kc, &kc, sh, &x, None).unwrap_err();
     assert!(e.to_string().contains("not a multiple of 2 KV heads"), "{e}");
     assert!(KvCache::new(dev, 1, 4, 3).is_err());
@@ -214,7 +235,17 @@ fn f16_attention_without_16bit_storage_is_a_clear_error() {
     let kc = KvCache::new(&dev, 1, 8, 4).unwrap();
     let x = dev.upload(&[0.5f32; 16]).unwrap();
     let mut s = Stream::new(&dev).unwrap();
-    let sh = AttnShape { t_q: 1, n_heads: 1, kv_len: 2, q_pos0: 1, causal: true, window: 0, scale: 0.5, n_splits: 1 };
+    let sh = AttnShape {
+        t_q: 1,
+        n_heads: 1,
+        kv_len: 2,
+        q_pos0: 1,
+        causal: true,
+        window: 0,
+        softcap: 0.0,
+        scale: 0.5,
+        n_splits: 1,
+    };
     let e = attention::flash_attn(&mut s, Dtype::F16, &x, &kc, &kc, sh, &x, None).unwrap_err();
     assert!(matches!(e, OpsError::MissingFeature { feature: "storageBuffer16BitAccess", .. }), "{e}");
     // Appending f16 keys copies packed words: no 16-bit storage needed.

@@ -6,7 +6,8 @@
 // prefill and decode, over an f16 KV cache, with grouped-query heads and causal masking:
 //   out[t, h, :] = softmax_j(scale * q[t, h, :] . K[kvh, j, :]) V[kvh, j, :],
 //   kvh = h / (n_heads / n_kv_heads), j < kv_len, and j <= q_pos0 + t when causal;
-//   with a sliding window (push constant window > 0) also j > q_pos0 + t - window.
+//   with a sliding window (push constant window > 0) also j > q_pos0 + t - window; scores
+//   soft-capped where softcap > 0 (attn_cap).
 // Layouts: q, out [t_q, n_heads, d] (token-major) of type ACT (f32, or f16 with F16;
 // arithmetic in f32); K, V f16 [n_kv_heads, ctx, d] read as packed words (no 16-bit
 // storage feature needed for them); d even, <= 256.
@@ -75,7 +76,7 @@ void main() {
                 vec2 kk = unpackHalf2x16(kw[kb + (i >> 1)]);
                 dotv += qs[i] * kk.x + qs[i + 1u] * kk.y;
             }
-            s = dotv * p.scale;
+            s = attn_cap(dotv * p.scale);
         }
         float m_new = max(m_run, wg_max(s));
         float pj = (j < end) ? exp(s - m_new) : 0.0;

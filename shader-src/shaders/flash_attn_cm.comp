@@ -8,7 +8,8 @@
 // causal masking; the same function as flash_attn.comp without a KV split:
 //   out[t, h, :] = softmax_j(scale * q[t, h, :] . K[kvh, j, :]) V[kvh, j, :],
 //   kvh = h / (n_heads / n_kv_heads), j < kv_len, and j <= q_pos0 + t when causal;
-//   with a sliding window (push constant window > 0) also j > q_pos0 + t - window.
+//   with a sliding window (push constant window > 0) also j > q_pos0 + t - window; scores
+//   soft-capped where softcap > 0 (attn_cap).
 // The algorithm is FlashAttention-2's (Dao, 2023): per block of 64 query rows, an online
 // softmax over blocks of 32 keys, the output rescaled by exp(m_old - m_new) per block and
 // divided by the row sum at the end.
@@ -145,7 +146,7 @@ void main() {
             vec4 v = uintBitsToFloat(sm[ss + row * LDS + 4u * half_ + c4]);
             [[unroll]] for (uint e = 0; e < 4u; e++) {
                 uint j = j0 + 16u * half_ + 4u * c4 + e;
-                float sv = (j < row_end && j >= row_start) ? v[e] * p.scale : NEG_INF;
+                float sv = (j < row_end && j >= row_start) ? attn_cap(v[e] * p.scale) : NEG_INF;
                 x[4u * c4 + e] = sv;
                 mx = max(mx, sv);
             }

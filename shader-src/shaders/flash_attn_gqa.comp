@@ -82,7 +82,7 @@ void main() {
             }
         }
         [[unroll]] for (uint g = 0; g < GQ; g++) {
-            float s = subgroupAdd(part[g]) * p.scale;
+            float s = attn_cap(subgroupAdd(part[g]) * p.scale);
             float mn = max(m[g], s);
             float corr = exp(m[g] - mn); // 0 while m is -inf
             float pj = exp(s - mn);

@@ -6,7 +6,7 @@
 //! `output.weight`), with optional final soft-capping.
 //!
 //! Layers alternate between sliding-window ("local") and global attention: layer `i` is
-//! local when `i % 6 < 5` (layers 5, 11, 17, ... are global; see [`Gemma3Config::local`]),
+//! local when `i % 6 < 5` (layers 5, 11, 17, ... are global; see [`GemmaConfig::local`]),
 //! with `{arch}.attention.sliding_window` positions, rope base `{arch}.rope.freq_base_swa`
 //! (default 10000) and no rope scaling; global layers use `{arch}.rope.freq_base` and the
 //! file's rope scaling (linear 8 for Gemma 3 4B and larger). No sliding window key: every
@@ -14,7 +14,8 @@
 //! per-layer array) overrides the pattern of 6. Scores are scaled by `1 / sqrt(head_dim)`, or
 //! `1 / sqrt(n_embd / n_head)` for the 62-layer 27B (llama.cpp's `f_attention_scale`; GGUF
 //! has no key for Gemma's `query_pre_attn_scalar`). GGUF norm weights already hold
-//! Gemma's `1 + w`.
+//! Gemma's `1 + w`. Gemma 2 ([`super::gemma2`]) is this wiring without the q/k norms and
+//! with soft-capped attention logits.
 
 use candle_core::backend::BackendDevice;
 use vkml_candle::front::Tensor;
@@ -30,9 +31,10 @@ use crate::rope::{Rope, RopeConfig};
 use crate::storage::{AttnParams, ModelStorage};
 use crate::tensor::ModelTensor;
 
-/// Gemma 3's own hyper-parameters.
+/// The hyper-parameters of the Gemma wiring ([`Gemma`]), which Gemma 2 shares
+/// ([`super::gemma2::config`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Gemma3Config {
+pub struct GemmaConfig {
     /// `{arch}.attention.sliding_window`; `None` (absent or 0): no local layers.
     pub sliding_window: Option<usize>,
     /// Per layer, whether it is local (sliding window, local rope).
@@ -43,56 +45,80 @@ pub struct Gemma3Config {
     pub rope_local: RopeConfig,
     /// Score scale.
     pub attn_scale: f32,
-    /// `{arch}.final_logit_softcapping` (absent or 0: none).
+    /// Attention logit soft-capping (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// Final logit soft-capping.
     pub final_softcap: Option<f32>,
+    /// Per-head q/k norms (Gemma 3).
+    pub qk_norm: bool,
 }
 
-impl Gemma3Config {
-    /// Reads the keys of `m` for a model of `hp`.
-    ///
-    /// # Errors
-    /// [`crate::Error::Model`] naming the key: a pattern array of another length than the
-    /// layer count, or of another type; a negative soft-cap; the rope keys' errors.
-    pub fn from_meta(m: &Meta<'_>, hp: &Hparams) -> Result<Gemma3Config> {
-        let sliding_window = m.opt_u("attention.sliding_window")?.filter(|&w| w > 0);
-        let local = match sliding_window {
-            None => vec![false; hp.n_layers],
-            Some(_) => swa_layers(m, hp.n_layers)?,
-        };
-        let rope_global = RopeConfig::from_meta(m, hp.head_dim, RopeStyle::Neox)?;
-        let local_base = m.opt_positive("rope.freq_base_swa")?.unwrap_or(10000.0);
-        let rope_local = rope_global.unscaled_with_base(local_base);
-        let attn_scale = if hp.n_layers == 62 {
-            1.0 / ((hp.n_embd / hp.n_head) as f32).sqrt()
-        } else {
-            1.0 / (hp.head_dim as f32).sqrt()
-        };
-        let final_softcap = match m.opt_f("final_logit_softcapping")? {
-            None => None,
-            Some(c) if c == 0.0 => None,
-            Some(c) if c > 0.0 => Some(c),
-            Some(c) => {
-                return Err(model_err(format!("{} is {c}, not a positive number", m.key("final_logit_softcapping"))))
-            }
-        };
-        Ok(Gemma3Config { sliding_window, local, rope_global, rope_local, attn_scale, final_softcap })
+/// Gemma 3's hyper-parameters from the keys of `m`, for a model of `hp`.
+///
+/// # Errors
+/// [`crate::Error::Model`] naming the key: a pattern array of another length than the
+/// layer count, or of another type; a negative soft-cap; the rope keys' errors.
+pub fn config(m: &Meta<'_>, hp: &Hparams) -> Result<GemmaConfig> {
+    let sliding_window = m.opt_u("attention.sliding_window")?.filter(|&w| w > 0);
+    let local = match sliding_window {
+        None => vec![false; hp.n_layers],
+        Some(_) => swa_layers(m, hp.n_layers, 6)?,
+    };
+    let rope_global = RopeConfig::from_meta(m, hp.head_dim, RopeStyle::Neox)?;
+    let local_base = m.opt_positive("rope.freq_base_swa")?.unwrap_or(10000.0);
+    let rope_local = rope_global.unscaled_with_base(local_base);
+    let final_softcap = match m.opt_f("final_logit_softcapping")? {
+        None => None,
+        Some(0.0) => None,
+        Some(c) if c > 0.0 => Some(c),
+        Some(c) => {
+            return Err(model_err(format!("{} is {c}, not a positive number", m.key("final_logit_softcapping"))))
+        }
+    };
+    let attn_scale = attention_scale(hp, 62);
+    Ok(GemmaConfig {
+        sliding_window,
+        local,
+        rope_global,
+        rope_local,
+        attn_scale,
+        attn_softcap: None,
+        final_softcap,
+        qk_norm: true,
+    })
+}
+
+/// llama.cpp's `f_attention_scale` for Gemma: `1 / sqrt(head_dim)`, but
+/// `1 / sqrt(n_embd / n_head)` for the 27B model (`layers_27b` blocks; GGUF has no key for
+/// Gemma's `query_pre_attn_scalar`).
+pub(super) fn attention_scale(hp: &Hparams, layers_27b: usize) -> f32 {
+    if hp.n_layers == layers_27b {
+        1.0 / ((hp.n_embd / hp.n_head) as f32).sqrt()
+    } else {
+        1.0 / (hp.head_dim as f32).sqrt()
     }
 }
 
 /// Which of `n_layers` layers are local, from `{arch}.attention.sliding_window_pattern`
-/// as llama.cpp reads it (`llama_hparams::set_swa_pattern`): a number `n` (default 6)
-/// makes layer `i` local when `n == 0 || i % n < n - 1`; an array gives each layer's flag.
-fn swa_layers(m: &Meta<'_>, n_layers: usize) -> Result<Vec<bool>> {
+/// as llama.cpp reads it (`llama_hparams::set_swa_pattern`): a number `n` (default
+/// `default`) makes layer `i` local when `n == 0 || i % n < n - 1`; an array gives each
+/// layer's flag.
+pub(super) fn swa_layers(m: &Meta<'_>, n_layers: usize, default: usize) -> Result<Vec<bool>> {
     use vkml_quant::gguf::{GgufArray, GgufValue};
     let key = m.key("attention.sliding_window_pattern");
     let from_n = |n: usize| (0..n_layers).map(|i| n == 0 || i % n < n - 1).collect();
     let flags: Vec<bool> = match m.file.get(&key) {
-        None => from_n(6),
+        None => from_n(default),
         Some(GgufValue::Array(a)) => match a {
             GgufArray::Bool(v) => v.clone(),
             GgufArray::U32(v) => v.iter().map(|&x| x != 0).collect(),
             GgufArray::I32(v) => v.iter().map(|&x| x != 0).collect(),
-            _ => return Err(model_err(format!("metadata {key} is an array of {:?}, not of bool or integers", a.elem_type()))),
+            _ => {
+                return Err(model_err(format!(
+                    "metadata {key} is an array of {:?}, not of bool or integers",
+                    a.elem_type()
+                )))
+            }
         },
         Some(v) => match v.as_u64().and_then(|x| usize::try_from(x).ok()) {
             Some(n) => from_n(n),
@@ -115,10 +141,10 @@ struct Layer<S: ModelStorage> {
     local: bool,
 }
 
-/// A Gemma 3 model with its KV caches.
-pub struct Gemma3<S: ModelStorage> {
+/// A Gemma 2 or Gemma 3 model with its KV caches.
+pub struct Gemma<S: ModelStorage> {
     hp: Hparams,
-    cfg: Gemma3Config,
+    cfg: GemmaConfig,
     embd: Embedding<S>,
     layers: Vec<Layer<S>>,
     head: OutputHead<S>,
@@ -126,15 +152,15 @@ pub struct Gemma3<S: ModelStorage> {
     rope_local: Rope<S>,
 }
 
-impl<S: ModelStorage> std::fmt::Debug for Gemma3<S> {
+impl<S: ModelStorage> std::fmt::Debug for Gemma<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Gemma3({:?}, {:?})", self.hp, self.cfg)
+        write!(f, "Gemma({:?}, {:?})", self.hp, self.cfg)
     }
 }
 
-impl<S: ModelStorage> Gemma3<S> {
-    /// Gemma 3's own hyper-parameters.
-    pub fn config(&self) -> &Gemma3Config {
+impl<S: ModelStorage> Gemma<S> {
+    /// The Gemma hyper-parameters.
+    pub fn config(&self) -> &GemmaConfig {
         &self.cfg
     }
 }
@@ -142,18 +168,36 @@ impl<S: ModelStorage> Gemma3<S> {
 /// Loads a `gemma3` model.
 ///
 /// # Errors
-/// As [`super::load`] and [`Gemma3Config::from_meta`].
+/// As [`super::load`] and [`config`].
 pub fn load<S: ModelStorage>(
     m: &Meta<'_>,
     dev: &S::Device,
     ctx: usize,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<Gemma3<S>>
+) -> Result<Gemma<S>>
 where
     S::Device: BackendDevice<Storage = S>,
 {
     let hp = Hparams::from_meta(m)?;
-    let cfg = Gemma3Config::from_meta(m, &hp)?;
+    let cfg = config(m, &hp)?;
+    load_with(m, dev, ctx, progress, hp, cfg)
+}
+
+/// Loads the Gemma wiring of `m`'s file with `cfg`.
+///
+/// # Errors
+/// As [`super::load`].
+pub(super) fn load_with<S: ModelStorage>(
+    m: &Meta<'_>,
+    dev: &S::Device,
+    ctx: usize,
+    progress: &mut dyn FnMut(u64, u64),
+    hp: Hparams,
+    cfg: GemmaConfig,
+) -> Result<Gemma<S>>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
     let mut w = Weights::new(m.file, dev, progress);
     let e = hp.n_embd;
     let embd = Embedding::load(&mut w, hp.vocab, e, Some((e as f32).sqrt()))?;
@@ -168,9 +212,13 @@ where
             n_kv_head: hp.n_kv_head,
             head_dim: hp.head_dim,
             qkv: QkvLayout::Split,
-            qk_norm: true,
+            qk_norm: cfg.qk_norm,
             eps: hp.rms_eps,
-            params: AttnParams { scale: cfg.attn_scale, window: if local { cfg.sliding_window } else { None } },
+            params: AttnParams {
+                scale: cfg.attn_scale,
+                window: if local { cfg.sliding_window } else { None },
+                softcap: cfg.attn_softcap,
+            },
             ctx,
         };
         layers.push(Layer {
@@ -185,10 +233,10 @@ where
     }
     let rope_global = Rope::new(&cfg.rope_global, ctx, dev)?;
     let rope_local = Rope::new(&cfg.rope_local, ctx, dev)?;
-    Ok(Gemma3 { hp, cfg, embd, layers, head, rope_global, rope_local })
+    Ok(Gemma { hp, cfg, embd, layers, head, rope_global, rope_local })
 }
 
-impl<S: ModelStorage> Model<S> for Gemma3<S>
+impl<S: ModelStorage> Model<S> for Gemma<S>
 where
     S::Device: BackendDevice<Storage = S>,
 {

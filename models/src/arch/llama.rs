@@ -81,7 +81,7 @@ where
             qkv: opts.qkv,
             qk_norm: opts.qk_norm,
             eps: hp.rms_eps,
-            params: AttnParams { scale: 1.0 / (hp.head_dim as f32).sqrt(), window: None },
+            params: AttnParams { scale: 1.0 / (hp.head_dim as f32).sqrt(), window: None, softcap: None },
             ctx,
         };
         let embd = Embedding::load(&mut w, hp.vocab, hp.n_embd, None)?;

@@ -8,6 +8,7 @@
 //! [`ARCHITECTURES`]; a synthetic shape in [`crate::synth`]; a test against an independent
 //! reference.
 
+pub mod gemma2;
 pub mod gemma3;
 pub mod llama;
 pub mod phi3;
@@ -23,7 +24,7 @@ use crate::error::{model_err, Result};
 use crate::storage::ModelStorage;
 
 /// The architectures [`load`] runs (`general.architecture` values).
-pub const ARCHITECTURES: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3"];
+pub const ARCHITECTURES: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"];
 
 /// A loaded decoder: its blocks, weights and KV caches. The runner
 /// ([`crate::runner::Runner`]) drives it one chunk of tokens at a time.
@@ -68,6 +69,7 @@ where
         "llama" | "mistral" => Box::new(llama::load(&m, dev, ctx, progress)?),
         "qwen2" => Box::new(qwen2::load(&m, dev, ctx, progress)?),
         "qwen3" => Box::new(qwen3::load(&m, dev, ctx, progress)?),
+        "gemma2" => Box::new(gemma2::load(&m, dev, ctx, progress)?),
         "gemma3" => Box::new(gemma3::load(&m, dev, ctx, progress)?),
         "phi3" => Box::new(phi3::load(&m, dev, ctx, progress)?),
         _ => return Err(unsupported(&m)),

@@ -23,7 +23,11 @@ pub fn load<S: ModelStorage>(
 where
     S::Device: BackendDevice<Storage = S>,
 {
-    let opts =
-        DecoderOptions { rope_style: RopeStyle::Neox, qk_norm: false, qkv: QkvLayout::Split, gate_up: GateUpLayout::Split };
+    let opts = DecoderOptions {
+        rope_style: RopeStyle::Neox,
+        qk_norm: false,
+        qkv: QkvLayout::Split,
+        gate_up: GateUpLayout::Split,
+    };
     Decoder::load(m, dev, ctx, progress, opts)
 }

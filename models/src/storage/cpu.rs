@@ -179,10 +179,13 @@ impl ModelStorage for CpuStorage {
         let (kk, vv) = (repeat(kk)?, repeat(vv)?);
         let qh = q.transpose(0, 1)?.contiguous()?; // [h, t, d]
         let att = (qh.matmul(&kk.t()?)? * f64::from(p.scale))?; // [h, t, L]
+        let att = match p.softcap {
+            Some(c) => ((att / f64::from(c))?.tanh()? * f64::from(c))?,
+            None => att,
+        };
         let visible = |i: usize, j: usize| j <= pos0 + i && p.window.is_none_or(|w| pos0 + i - j < w);
-        let mask: Vec<f32> = (0..t)
-            .flat_map(|i| (0..len).map(move |j| if visible(i, j) { 0.0 } else { f32::NEG_INFINITY }))
-            .collect();
+        let mask: Vec<f32> =
+            (0..t).flat_map(|i| (0..len).map(move |j| if visible(i, j) { 0.0 } else { f32::NEG_INFINITY })).collect();
         let mask = Tensor::from_vec(mask, (t, len), &candle_core::Device::Cpu)?;
         let att = candle_nn::ops::softmax_last_dim(&att.broadcast_add(&mask)?)?;
         let y = att.matmul(&vv)?.transpose(0, 1)?.reshape((t, h * d))?;

@@ -25,6 +25,9 @@ pub struct AttnParams {
     /// `i - window < j <= i` (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`); `None`: every
     /// `j <= i` (causal).
     pub window: Option<usize>,
+    /// Attention logit soft-capping: scores `s` (after `scale`) become
+    /// `cap · tanh(s / cap)` before the mask and softmax (Gemma 2); `None`: as they are.
+    pub softcap: Option<f32>,
 }
 
 /// [`ModelStorage::rms_norm_linear`] as its two calls, for backends without a fused form
@@ -240,4 +243,3 @@ pub trait ModelStorage: BackendStorage + 'static {
         Ok(v[a..b].to_vec())
     }
 }
-

@@ -34,7 +34,7 @@ fn linear(x: &VulkanStorage, l: &Layout, w: &vkml_ops::quant::QMatrix, y: &Buffe
     let dev = x.device();
     if t < dev.mat_mat_min_tokens() {
         let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
-        return dev.with_stream(|s| quant::mat_vec_fused(s, w, &x.buffer(), t, y, cfg, ep).map_err(cerr));
+        return dev.with_stream(|s| quant::mat_vec_fused(s, w, x.buffer(), t, y, cfg, ep).map_err(cerr));
     }
     let accumulate = match ep {
         MatVecEpilogue::Store => false,
@@ -44,10 +44,9 @@ fn linear(x: &VulkanStorage, l: &Layout, w: &vkml_ops::quant::QMatrix, y: &Buffe
     dev.with_stream(|s| {
         let path = quant::MatMatPath::best(s.device().caps(), w);
         let opts = quant::MatMatOptions { accumulate, ..quant::MatMatOptions::new(path) };
-        quant::mat_mat_with(s, w, &x.buffer(), t, y, opts).map_err(cerr)
+        quant::mat_mat_with(s, w, x.buffer(), t, y, opts).map_err(cerr)
     })
 }
-
 
 /// `x: f32[t, heads, d]` (`l`) as rows for `kv_append_from`: `(storage, offset,
 /// stride)` with token `i`'s heads the packed run at `offset + i * stride`. Straight from
@@ -230,7 +229,18 @@ impl ModelStorage for VulkanStorage {
         let n_splits = vkml_ops::tuning::attn_splits(t, kv_len);
         // A window that covers every position masks nothing.
         let window = p.window.filter(|&w| w < kv_len).unwrap_or(0);
-        let sh = AttnShape { t_q: t, n_heads: h, kv_len, q_pos0: pos0, causal: true, window, scale: p.scale, n_splits };
+        let softcap = p.softcap.unwrap_or(0.0);
+        let sh = AttnShape {
+            t_q: t,
+            n_heads: h,
+            kv_len,
+            q_pos0: pos0,
+            causal: true,
+            window,
+            softcap,
+            scale: p.scale,
+            n_splits,
+        };
         let scratch = if n_splits > 1 {
             let (a, b) = attention::split_scratch_len(&sh, d);
             Some((dev.alloc(a, DType::F32)?, dev.alloc(b, DType::F32)?))

@@ -46,47 +46,10 @@ mod test_models;
 #[allow(unused_imports)]
 pub use test_models::test_model;
 
-/// candle-transformers' (non-quantized) Gemma 3 on candle's CPU, in f32, fed the weights of
-/// a GGUF `gemma3` file dequantized by vkml-quant: the reference for Gemma 3.
-///
-/// candle-transformers 0.11's `quantized_gemma3` gates its feed-forward with SiLU where
-/// Gemma uses GELU (tanh) (candle issue #3745), so the full-precision model is used, with
-/// llama.cpp's tensor names mapped back to Hugging Face's and the GGUF norm weights
-/// (which hold Gemma's `1 + w`) given back as `w`, since its RmsNorm adds the 1 itself.
-/// It masks `w + 1` keys in a prompt where llama.cpp masks `w` (a query sees `w` keys,
-/// itself included): prompts must be at most `w` tokens long; its decode steps keep the
-/// last `w` keys, as llama.cpp does.
-pub fn gemma3_reference(file: &vkml_quant::gguf::GgufFile, max_positions: usize) -> candle_transformers::models::gemma3::Model {
-    use candle_core::{DType, Device, Tensor};
-    use vkml_quant::gguf::GgufValue;
-    let meta = |k: &str| file.get(&format!("gemma3.{k}")).and_then(GgufValue::as_u64).map(|v| v as usize);
-    let f = |k: &str| match file.get(&format!("gemma3.{k}")) {
-        Some(GgufValue::F32(x)) => Some(f64::from(*x)),
-        _ => None,
-    };
-    let (n_embd, n_head) = (meta("embedding_length").unwrap(), meta("attention.head_count").unwrap());
-    let head_dim = meta("attention.key_length").unwrap_or(n_embd / n_head);
-    let vocab = file.header().tensor("token_embd.weight").unwrap().n_rows() as usize;
-    let cfg = candle_transformers::models::gemma3::Config {
-        attention_bias: false,
-        head_dim,
-        hidden_activation: candle_nn::Activation::GeluPytorchTanh,
-        hidden_size: n_embd,
-        intermediate_size: meta("feed_forward_length").unwrap(),
-        num_attention_heads: n_head,
-        num_hidden_layers: meta("block_count").unwrap(),
-        num_key_value_heads: meta("attention.head_count_kv").unwrap(),
-        rms_norm_eps: f("attention.layer_norm_rms_epsilon").unwrap(),
-        rope_theta: f("rope.freq_base").unwrap_or(1e6),
-        rope_local_base_freq: 10000.0,
-        vocab_size: vocab,
-        final_logit_softcapping: None,
-        attn_logit_softcapping: None,
-        query_pre_attn_scalar: head_dim,
-        sliding_window: meta("attention.sliding_window").unwrap(),
-        sliding_window_pattern: 6,
-        max_position_embeddings: max_positions,
-    };
+/// The weights of a GGUF `gemma2` / `gemma3` file dequantized by vkml-quant, under
+/// Hugging Face's names, with the GGUF norm weights (which hold Gemma's `1 + w`) given
+/// back as `w`: candle-transformers' Gemma models add the 1 themselves.
+fn gemma_weights(file: &vkml_quant::gguf::GgufFile) -> std::collections::HashMap<String, candle_core::Tensor> {
     let mut map = std::collections::HashMap::new();
     for t in file.tensors() {
         let v = file.dequantize(&t.name).unwrap();
@@ -113,13 +76,101 @@ pub fn gemma3_reference(file: &vkml_quant::gguf::GgufFile, max_positions: usize)
                     "ffn_gate.weight" => "mlp.gate_proj.weight",
                     "ffn_up.weight" => "mlp.up_proj.weight",
                     "ffn_down.weight" => "mlp.down_proj.weight",
-                    other => panic!("unexpected gemma3 tensor {other}"),
+                    other => panic!("unexpected gemma tensor {other}"),
                 };
                 format!("model.layers.{i}.{hf}")
             }
         };
-        map.insert(name, Tensor::from_vec(v, shape, &Device::Cpu).unwrap());
+        map.insert(name, candle_core::Tensor::from_vec(v, shape, &candle_core::Device::Cpu).unwrap());
     }
-    let vb = candle_nn::VarBuilder::from_tensors(map, DType::F32, &Device::Cpu);
+    map
+}
+
+/// `{arch}.{key}` of a file as an integer and as a float.
+fn meta_u(file: &vkml_quant::gguf::GgufFile, key: &str) -> Option<usize> {
+    let arch = file.get("general.architecture").and_then(vkml_quant::gguf::GgufValue::as_str).unwrap();
+    file.get(&format!("{arch}.{key}")).and_then(vkml_quant::gguf::GgufValue::as_u64).map(|v| v as usize)
+}
+
+fn meta_f(file: &vkml_quant::gguf::GgufFile, key: &str) -> Option<f64> {
+    let arch = file.get("general.architecture").and_then(vkml_quant::gguf::GgufValue::as_str).unwrap();
+    match file.get(&format!("{arch}.{key}")) {
+        Some(vkml_quant::gguf::GgufValue::F32(x)) => Some(f64::from(*x)),
+        _ => None,
+    }
+}
+
+/// candle-transformers' (non-quantized) Gemma 3 on candle's CPU, in f32, fed the weights of
+/// a GGUF `gemma3` file dequantized by vkml-quant (`gemma_weights`): the reference for
+/// Gemma 3.
+///
+/// candle-transformers 0.11's `quantized_gemma3` gates its feed-forward with SiLU where
+/// Gemma uses GELU (tanh) (candle issue #3745), so the full-precision model is used.
+/// It masks `w + 1` keys in a prompt where llama.cpp masks `w` (a query sees `w` keys,
+/// itself included): prompts must be at most `w` tokens long; its decode steps keep the
+/// last `w` keys, as llama.cpp does.
+pub fn gemma3_reference(
+    file: &vkml_quant::gguf::GgufFile,
+    max_positions: usize,
+) -> candle_transformers::models::gemma3::Model {
+    let (n_embd, n_head) = (meta_u(file, "embedding_length").unwrap(), meta_u(file, "attention.head_count").unwrap());
+    let head_dim = meta_u(file, "attention.key_length").unwrap_or(n_embd / n_head);
+    let vocab = file.header().tensor("token_embd.weight").unwrap().n_rows() as usize;
+    let cfg = candle_transformers::models::gemma3::Config {
+        attention_bias: false,
+        head_dim,
+        hidden_activation: candle_nn::Activation::GeluPytorchTanh,
+        hidden_size: n_embd,
+        intermediate_size: meta_u(file, "feed_forward_length").unwrap(),
+        num_attention_heads: n_head,
+        num_hidden_layers: meta_u(file, "block_count").unwrap(),
+        num_key_value_heads: meta_u(file, "attention.head_count_kv").unwrap(),
+        rms_norm_eps: meta_f(file, "attention.layer_norm_rms_epsilon").unwrap(),
+        rope_theta: meta_f(file, "rope.freq_base").unwrap_or(1e6),
+        rope_local_base_freq: 10000.0,
+        vocab_size: vocab,
+        final_logit_softcapping: None,
+        attn_logit_softcapping: None,
+        query_pre_attn_scalar: head_dim,
+        sliding_window: meta_u(file, "attention.sliding_window").unwrap(),
+        sliding_window_pattern: 6,
+        max_position_embeddings: max_positions,
+    };
+    let vb =
+        candle_nn::VarBuilder::from_tensors(gemma_weights(file), candle_core::DType::F32, &candle_core::Device::Cpu);
     candle_transformers::models::gemma3::Model::new(false, &cfg, vb).unwrap()
+}
+
+/// candle-transformers' Gemma 2 on candle's CPU, in f32, on a GGUF `gemma2` file's
+/// dequantized weights, with llama.cpp's default soft-caps (50, 30). It has no sliding
+/// window of its own (its config's window masks every layer of a prompt): sequences must
+/// stay inside the file's window.
+pub fn gemma2_reference(
+    file: &vkml_quant::gguf::GgufFile,
+    max_positions: usize,
+) -> candle_transformers::models::gemma2::Model {
+    let (n_embd, n_head) = (meta_u(file, "embedding_length").unwrap(), meta_u(file, "attention.head_count").unwrap());
+    let head_dim = meta_u(file, "attention.key_length").unwrap_or(n_embd / n_head);
+    let vocab = file.header().tensor("token_embd.weight").unwrap().n_rows() as usize;
+    let cfg = candle_transformers::models::gemma2::Config {
+        attention_bias: false,
+        head_dim,
+        hidden_activation: candle_nn::Activation::GeluPytorchTanh,
+        hidden_size: n_embd,
+        intermediate_size: meta_u(file, "feed_forward_length").unwrap(),
+        num_attention_heads: n_head,
+        num_hidden_layers: meta_u(file, "block_count").unwrap(),
+        num_key_value_heads: meta_u(file, "attention.head_count_kv").unwrap(),
+        rms_norm_eps: meta_f(file, "attention.layer_norm_rms_epsilon").unwrap(),
+        rope_theta: meta_f(file, "rope.freq_base").unwrap_or(10000.0),
+        vocab_size: vocab,
+        final_logit_softcapping: Some(meta_f(file, "final_logit_softcapping").unwrap_or(30.0)),
+        attn_logit_softcapping: Some(meta_f(file, "attn_logit_softcapping").unwrap_or(50.0)),
+        query_pre_attn_scalar: head_dim,
+        sliding_window: None,
+        max_position_embeddings: max_positions,
+    };
+    let vb =
+        candle_nn::VarBuilder::from_tensors(gemma_weights(file), candle_core::DType::F32, &candle_core::Device::Cpu);
+    candle_transformers::models::gemma2::Model::new(false, &cfg, vb).unwrap()
 }

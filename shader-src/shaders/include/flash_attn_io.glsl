@@ -6,8 +6,15 @@
 layout(std430, set = 0, binding = 3) writeonly buffer O { ACT o[]; };
 layout(push_constant) uniform P {
     uint t_q; uint n_heads; uint n_kv_heads; uint d; uint kv_len; uint q_pos0; uint ctx;
-    uint causal; uint n_splits; uint split_len; float scale; uint window;
+    uint causal; uint n_splits; uint split_len; float scale; uint window; float softcap;
 } p;
+
+// A score q.k after the scale, soft-capped to (-softcap, softcap) where p.softcap > 0
+// (Gemma 2's attention logit soft-capping: softcap * tanh(s / softcap)). The argument is
+// clamped where tanh is 1 in f32, so that no driver's tanh overflows.
+float attn_cap(float s) {
+    return p.softcap > 0.0 ? p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0)) : s;
+}
 
 // The first key position query token t sees: with a sliding window of p.window
 // positions (0: none), keys j with q_pos0 + t - window < j (llama.cpp's
