@@ -226,14 +226,14 @@ pub fn split_scratch_len(sh: &AttnShape, d: usize) -> (usize, usize) {
 /// Whether [`flash_attn`] runs a call of this shape (head dimension `d`) on the
 /// tensor-core prefill kernel, `flash_attn_cm.comp`: a device with the f16
 /// cooperative-matrix shape the mat-mat uses ([`tuning::coopmat_subgroup_size`]) and
-/// subgroup shuffles (the softmax pairs lanes), `d` of 64 or 128, no KV split and at least
+/// subgroup shuffles (the softmax pairs lanes), `d` of 64, 96 or 128, no KV split and at least
 /// [`TENSOR_CORE_MIN_TOKENS`] queries. That kernel
 /// rounds q and the softmax weights to f16 for the tensor cores (accumulating in f32), so
 /// its results differ from the per-token kernel's by about 2^-11 relative.
 pub fn tensor_core_prefill(caps: &Capabilities, d: usize, sh: &AttnShape) -> bool {
     tuning::coopmat_subgroup_size(caps).is_some()
         && caps.subgroup.operations.contains(&"shuffle")
-        && (d == 64 || d == 128)
+        && matches!(d, 64 | 96 | 128)
         && sh.n_splits <= 1
         && sh.t_q >= TENSOR_CORE_MIN_TOKENS
 }

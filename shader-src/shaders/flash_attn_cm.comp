@@ -1,6 +1,8 @@
 //! variant f32_d64 HD=64
+//! variant f32_d96 HD=96
 //! variant f32_d128 HD=128
 //! variant f16_d64 F16=1 HD=64
+//! variant f16_d96 F16=1 HD=96
 //! variant f16_d128 F16=1 HD=128
 //! target vulkan1.3
 // Flash attention for prefill on tensor cores (VK_KHR_cooperative_matrix, 16x16x16 f16 x
@@ -14,7 +16,7 @@
 // softmax over blocks of 32 keys, the output rescaled by exp(m_old - m_new) per block and
 // divided by the row sum at the end.
 // Layouts as flash_attn.comp: q, out [t_q, n_heads, HD] of type ACT (f32, or f16 with F16),
-// K, V f16 [n_kv_heads, ctx, HD]. HD (the head dimension) is 64 or 128.
+// K, V f16 [n_kv_heads, ctx, HD]. HD (the head dimension) is 64, 96 (Phi-3) or 128.
 // Rounding: q is rounded to f16 (the tensor cores' operand), S = q K^T is accumulated in
 // f32 and scaled, the softmax runs in f32, and its weights P are rounded to f16 for the
 // product P V (accumulated in f32); the row sums use the f32 weights.
