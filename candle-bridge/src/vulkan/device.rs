@@ -129,9 +129,13 @@ impl VulkanDevice {
         )))
     }
 
-    /// A device-local buffer for `n` elements of `dtype` ([`buffer_bytes`]) that only
-    /// device commands on this device's
-    /// stream write: a recycled one when there is one of the size.
+    /// A device-local buffer for `n` elements of `dtype`, that only device commands on this
+    /// device's stream write: a recycled one when there is one of the size. Its size is at
+    /// least 4 bytes and a multiple of 4 (every binding non-empty; any dtype readable as
+    /// 32-bit words).
+    ///
+    /// # Errors
+    /// Out of device memory (naming the size), device lost.
     pub fn alloc(&self, n: usize, dtype: DType) -> CResult<Buffer> {
         let bytes = buffer_bytes(n, dtype);
         {
