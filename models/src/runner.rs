@@ -91,19 +91,12 @@ where
     ) -> Result<Self> {
         let hp = arch::hparams(file)?;
         let ctx = opts.ctx.unwrap_or(hp.context_length.min(4096)).max(1);
-        let model = arch::load(dev, file, ctx, progress)?;
+        let max_batch = opts.max_batch.max(1);
+        let model = arch::load(dev, file, arch::Sizes { ctx, max_batch }, progress)?;
         // Stacking copies are recorded on deferred devices; finish them here, so that the
         // load time includes them.
         dev.synchronize()?;
-        Ok(Runner {
-            dev: dev.clone(),
-            model,
-            ctx,
-            max_batch: opts.max_batch.max(1),
-            pos: 0,
-            pending: None,
-            profile: StepProfile::default(),
-        })
+        Ok(Runner { dev: dev.clone(), model, ctx, max_batch, pos: 0, pending: None, profile: StepProfile::default() })
     }
 
     /// The shared hyper-parameters.

@@ -103,8 +103,9 @@ fn argmax(v: &[f32]) -> u32 {
 
 /// Greedy generation from `prompt` for `steps` tokens with the same model code on
 /// candle's CPU storage, on Vulkan, and on Vulkan with mat-mats from 2 tokens on (the
-/// prompt path on every device), and on Vulkan with decode on Q8_1 activations (as GPUs
-/// with accelerated integer dot products run it); returns (tokens, worst relative logit
+/// prompt path on every device), on Vulkan with decode on Q8_1 activations (as GPUs
+/// with accelerated integer dot products run it), and on Vulkan with the prompt in chunks
+/// of 4 (sliding-window caches as rings); returns (tokens, worst relative logit
 /// difference against the CPU of the Vulkan runs that decode on f32 activations, that of
 /// the runs that decode on Q8_1: `tuning::q8_1_activations` of their device, which on a
 /// GPU with accelerated integer dot products is all three).
@@ -128,13 +129,21 @@ fn run_all(file: &GgufFile, prompt: &[u32], steps: usize, q8_tol: f32) -> (Vec<u
     let q8 = VulkanDevice::from_device(&common::device_with(|c| c.integer_dot.packed_4x8_signed_accelerated = true), 0)
         .unwrap();
     let mut gpu_q8 = Runner::<VulkanStorage>::load(&q8, file, opts, &mut |_, _| {}).unwrap();
+    // The prompt in chunks of 4: sliding-window layers' caches become rings of window + 3
+    // slots, which the prompt and the decode steps run around.
+    let chunked = LoadOptions { max_batch: 4, ..opts };
+    let mut gpu_chunks = Runner::<VulkanStorage>::load(&vd, file, chunked, &mut |_, _| {}).unwrap();
     let (mut tokens, mut worst, mut worst_q8) = (Vec::new(), 0f32, 0f32);
     let mut input = prompt.to_vec();
     let mut first = Vec::new();
     for step in 0..steps {
         let want = cpu.forward(&input, false).unwrap();
-        for (what, m) in [("Vulkan", &mut gpu), ("Vulkan, mat-mat", &mut gpu_mm), ("Vulkan, Q8_1 decode", &mut gpu_q8)]
-        {
+        for (what, m) in [
+            ("Vulkan", &mut gpu),
+            ("Vulkan, mat-mat", &mut gpu_mm),
+            ("Vulkan, Q8_1 decode", &mut gpu_q8),
+            ("Vulkan, chunks of 4", &mut gpu_chunks),
+        ] {
             let got = m.forward(&input, false).unwrap();
             let q8_decode = what.ends_with("Q8_1 decode") || vkml_ops::tuning::q8_1_activations(vd.hal().caps());
             if q8_decode {

@@ -212,7 +212,9 @@ fn check_file(arch: &str, shape: &SynthShape, ty: GgmlType, prompt_len: u32, key
 fn run(arch: &str, ty: GgmlType, file: &GgufFile, dev: &vkml_candle::vulkan::VulkanDevice, tol: f32, prompt_len: u32) {
     let mut reference = candle_model(arch, file);
     let mut model: Runner =
-        Runner::load(dev, file, LoadOptions { ctx: Some(64), max_batch: 16 }, &mut |_, _| {}).unwrap();
+        // Chunks of the prompt's length: a sliding-window layer's cache is then a ring of
+        // window + prompt - 1 slots, which gemma3's decode steps run around.
+        Runner::load(dev, file, LoadOptions { ctx: Some(64), max_batch: prompt_len as usize }, &mut |_, _| {}).unwrap();
     let vocab = file.header().tensor("token_embd.weight").unwrap().n_rows() as u32;
     let prompt: Vec<u32> = (0..prompt_len).map(|i| (i * 37 + 5) % vocab).collect();
     let mut want = reference.forward(&prompt, 0);

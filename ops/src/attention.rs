@@ -27,13 +27,16 @@ pub const TENSOR_CORE_MIN_TOKENS: usize = 16;
 /// Largest head dimension the kernel takes.
 pub const MAX_HEAD_DIM: usize = 256;
 
-/// An f16 cache of keys or values, `[n_kv_heads, ctx, d]`.
+/// An f16 cache of keys or values, `[n_kv_heads, ctx, d]`: position `p` in slot
+/// `p % ctx`. A cache of every position of a context is the plain case (`p < ctx`); a
+/// sliding-window layer's cache can be a ring of fewer slots than the context, as long as
+/// each call's visible keys and appended positions fit ([`flash_attn`], [`kv_append`]).
 #[derive(Debug, Clone)]
 pub struct KvCache {
     buffer: Buffer,
     /// KV heads.
     pub n_kv_heads: usize,
-    /// Positions the cache holds.
+    /// Slots: positions the cache holds at once.
     pub ctx: usize,
     /// Head dimension (even, ≤ [`MAX_HEAD_DIM`]).
     pub d: usize,
@@ -66,7 +69,7 @@ impl KvCache {
     }
 }
 
-/// Records `cache[h, pos0 + i, :] = f16(x[i, h, :])` for `i < t_new` (`x`:
+/// Records `cache[h, (pos0 + i) % ctx, :] = f16(x[i, h, :])` for `i < t_new` (`x`:
 /// `dt[t_new, n_kv_heads, d]`; f16 values are copied as they are, which needs no 16-bit
 /// storage feature).
 ///
@@ -169,12 +172,10 @@ fn check_append(
     cache: &KvCache,
 ) -> Result<()> {
     let bad = |reason: String| Err(OpsError::Shape { op: "kv_append", reason });
-    if pos0 + t_new > cache.ctx {
-        return bad(format!(
-            "positions {pos0}..{} exceed the cache's {} positions (context length)",
-            pos0 + t_new,
-            cache.ctx
-        ));
+    // Positions wrap around the slots (a ring); more new ones than slots would overwrite
+    // each other.
+    if t_new > cache.ctx {
+        return bad(format!("positions {pos0}..{} exceed the cache's {} positions (slots)", pos0 + t_new, cache.ctx));
     }
     let row = cache.n_kv_heads * cache.d;
     if x_stride < row || (dt == Dtype::F16 && (!x_off.is_multiple_of(2) || !x_stride.is_multiple_of(2))) {
@@ -211,6 +212,23 @@ pub struct AttnShape {
     pub scale: f32,
     /// Split the KV length over this many workgroups per (token, head) (decode); 1 for none.
     pub n_splits: usize,
+}
+
+impl AttnShape {
+    /// The first key position the first query sees: `q_pos0 + 1 - window` with a window
+    /// that starts past position 0, else 0. The KV splits cover keys from here on.
+    pub fn first_key(&self) -> usize {
+        if self.window > 0 && self.q_pos0 + 1 > self.window {
+            self.q_pos0 + 1 - self.window
+        } else {
+            0
+        }
+    }
+
+    /// Key positions some query sees: `kv_len - first_key()`.
+    pub fn visible_len(&self) -> usize {
+        self.kv_len.saturating_sub(self.first_key())
+    }
 }
 
 /// Scratch space [`flash_attn`] needs for `n_splits > 1`: `(partial outputs, max/sum)` in
@@ -292,8 +310,15 @@ pub fn flash_attn(
     if sh.n_heads == 0 || k.n_kv_heads == 0 || !sh.n_heads.is_multiple_of(k.n_kv_heads) {
         return bad(format!("{} query heads are not a multiple of {} KV heads", sh.n_heads, k.n_kv_heads));
     }
-    if sh.kv_len > k.ctx {
-        return bad(format!("kv_len {} exceeds the cache's {} positions", sh.kv_len, k.ctx));
+    // The visible keys must all still be in their slots.
+    if sh.visible_len() > k.ctx {
+        return bad(format!(
+            "kv_len {} exceeds the cache's {} positions (keys {}..{} are visible)",
+            sh.kv_len,
+            k.ctx,
+            sh.first_key(),
+            sh.kv_len
+        ));
     }
     let n = sh.t_q * sh.n_heads * d;
     if q.size() < (dt.size() * n) as u64 || out.size() < (dt.size() * n) as u64 {
@@ -308,7 +333,7 @@ pub fn flash_attn(
     if sh.n_heads as u64 > u64::from(lim[0]) || sh.t_q as u64 > u64::from(lim[1]) || splits as u64 > u64::from(lim[2]) {
         return bad("heads, tokens or splits exceed the device's grid".into());
     }
-    let split_len = sh.kv_len.div_ceil(splits).max(1);
+    let split_len = sh.visible_len().div_ceil(splits).max(1);
     // flash_attn.comp's and flash_attn_cm.comp's push constants.
     let pc_words = |n_splits: usize| {
         push_words(&[

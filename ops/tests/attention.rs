@@ -101,17 +101,21 @@ proptest! {
         n_kv in 1usize..3, group in 1usize..4, half_d in 1usize..65, kv_len in 1usize..90,
         t_q in 1usize..6, causal in any::<bool>(), n_splits in 1usize..5, split_at in 0usize..90, seed in any::<u64>(),
         window in prop_oneof![Just(0usize), 1usize..40], softcap in prop_oneof![Just(0f32), 0.5f32..3.0],
+        ring in any::<bool>(), ring_spare in 0usize..3,
     ) {
         let (h, d) = (n_kv * group, 2 * half_d);
         let t_q = t_q.min(kv_len);
         let q_pos0 = kv_len - t_q; // the queries are the last t_q positions
-        let ctx = kv_len + 7;
+        // A window only with the causal mask (as models use it): every query then sees a key.
+        let window = if causal { window } else { 0 };
+        // With a window, a ring of just the slots the queries' visible keys need (plus a
+        // spare few): older positions are overwritten as later ones wrap around.
+        let ring = ring && window > 0;
+        let ctx = if ring { (window + t_q - 1 + ring_spare).min(kv_len + 7) } else { kv_len + 7 };
         let mut seed = seed | 1;
         let q = rand_vec(t_q * h * d, &mut seed);
         let k = rand_vec(kv_len * n_kv * d, &mut seed);
         let v = rand_vec(kv_len * n_kv * d, &mut seed);
-        // A window only with the causal mask (as models use it): every query then sees a key.
-        let window = if causal { window } else { 0 };
         let sh = AttnShape { t_q, n_heads: h, kv_len, q_pos0, causal, window, softcap, scale: 1.0 / (d as f32).sqrt(), n_splits };
         let (po_len, ml_len) = attention::split_scratch_len(&sh, d);
         for dt in DTYPES {
@@ -121,10 +125,15 @@ proptest! {
             for (path, dev) in reduce_devices() {
                 let kc = KvCache::new(dev, n_kv, ctx, d).unwrap();
                 let vc = KvCache::new(dev, n_kv, ctx, d).unwrap();
-                // Fill the caches in two appends (a prompt, then later tokens).
+                // Fill the caches in two appends (a prompt, then later tokens); a ring in
+                // appends of at most its slots.
                 let cut = split_at.min(kv_len);
                 let row = n_kv * d;
-                let parts = [(0, cut), (cut, kv_len)];
+                let parts: Vec<(usize, usize)> = if ring {
+                    (0..kv_len).step_by(ctx).map(|a| (a, (a + ctx).min(kv_len))).collect()
+                } else {
+                    vec![(0, cut), (cut, kv_len)]
+                };
                 let bufs: Vec<_> = parts.iter().flat_map(|&(a, b)| [upload(dev, dt, &k[a * row..b * row]), upload(dev, dt, &v[a * row..b * row])]).collect();
                 let qb = upload(dev, dt, &q);
                 let out = alloc(dev, dt, t_q * h * d);
@@ -211,7 +220,7 @@ fn cache_overflow_and_bad_heads_are_errors() {
     let kc = KvCache::new(dev, 2, 8, 4).unwrap();
     let x = dev.upload(&[0.0f32; 64]).unwrap();
     let mut s = Stream::new(dev).unwrap();
-    let e = attention::kv_append(&mut s, Dtype::F32, &x, 4, 6, &kc).unwrap_err();
+    let e = attention::kv_append(&mut s, Dtype::F32, &x, 9, 6, &kc).unwrap_err();
     assert!(e.to_string().contains("exceed the cache's 8 positions"), "{e}");
     let sh = AttnShape {
         t_q: 1,
@@ -226,6 +235,15 @@ fn cache_overflow_and_bad_heads_are_errors() {
     };
     let e = attention::flash_attn(&mut s, Dtype::F32, &x, &kc, &kc, sh, &x, None).unwrap_err();
     assert!(e.to_string().contains("not a multiple of 2 KV heads"), "{e}");
+    // Past its 8 slots, a cache is a ring: a window of 8 fits, a window of 9 or none does not.
+    let at = |window| AttnShape { t_q: 1, n_heads: 2, kv_len: 20, q_pos0: 19, window, ..sh };
+    let out = dev.upload(&[0.0f32; 8]).unwrap();
+    attention::flash_attn(&mut s, Dtype::F32, &x, &kc, &kc, at(8), &out, None).unwrap();
+    for window in [9, 0] {
+        let e = attention::flash_attn(&mut s, Dtype::F32, &x, &kc, &kc, at(window), &out, None).unwrap_err();
+        assert!(e.to_string().contains("kv_len 20 exceeds the cache's 8 positions"), "window {window}: {e}");
+    }
+    s.finish_and_wait().unwrap();
     assert!(KvCache::new(dev, 1, 4, 3).is_err());
 }
 

@@ -7,7 +7,8 @@
 //   out[t, h, :] = softmax_j(scale * q[t, h, :] . K[kvh, j, :]) V[kvh, j, :],
 //   kvh = h / (n_heads / n_kv_heads), j < kv_len, and j <= q_pos0 + t when causal;
 //   with a sliding window (push constant window > 0) also j > q_pos0 + t - window; scores
-//   soft-capped where softcap > 0 (attn_cap).
+//   soft-capped where softcap > 0 (attn_cap). Key j lives in cache slot j % ctx (attn_slot):
+//   a sliding-window layer's cache may be a ring of fewer slots than positions.
 // Layouts: q, out [t_q, n_heads, d] (token-major) of type ACT (f32, or f16 with F16;
 // arithmetic in f32); K, V f16 [n_kv_heads, ctx, d] read as packed words (no 16-bit
 // storage feature needed for them); d even, <= 256.
@@ -56,7 +57,8 @@ void main() {
 
     uint end = p.kv_len;
     if (p.causal != 0u) end = min(end, p.q_pos0 + t + 1u);
-    uint start = split * p.split_len;
+    // Splits cover the keys the first query sees onward (all of them without a window).
+    uint start = attn_first_key(0u) + split * p.split_len;
     end = min(end, start + p.split_len);
     start = max(start, attn_first_key(t));
 
@@ -70,7 +72,7 @@ void main() {
         uint j = j0 + tid;
         float s = NEG_INF;
         if (j < end) {
-            uint kb = head_words + j * (p.d / 2u);
+            uint kb = head_words + attn_slot(j) * (p.d / 2u);
             float dotv = 0.0;
             for (uint i = 0; i < p.d; i += 2u) {
                 vec2 kk = unpackHalf2x16(kw[kb + (i >> 1)]);
@@ -90,7 +92,7 @@ void main() {
             if (dd >= p.d) break;
             float a = acc[k] * corr;
             for (uint jj = 0; jj < n; jj++) {
-                a += ps[jj] * kv_at(head_words + (j0 + jj) * (p.d / 2u), dd, true);
+                a += ps[jj] * kv_at(head_words + attn_slot(j0 + jj) * (p.d / 2u), dd, true);
             }
             acc[k] = a;
         }

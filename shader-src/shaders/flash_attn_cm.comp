@@ -11,7 +11,8 @@
 //   out[t, h, :] = softmax_j(scale * q[t, h, :] . K[kvh, j, :]) V[kvh, j, :],
 //   kvh = h / (n_heads / n_kv_heads), j < kv_len, and j <= q_pos0 + t when causal;
 //   with a sliding window (push constant window > 0) also j > q_pos0 + t - window; scores
-//   soft-capped where softcap > 0 (attn_cap).
+//   soft-capped where softcap > 0 (attn_cap). Key j lives in cache slot j % ctx (attn_slot):
+//   a sliding-window layer's cache may be a ring of fewer slots than positions.
 // The algorithm is FlashAttention-2's (Dao, 2023): per block of 64 query rows, an online
 // softmax over blocks of 32 keys, the output rescaled by exp(m_old - m_new) per block and
 // divided by the row sum at the end.
@@ -124,7 +125,7 @@ void main() {
         for (uint i = tid; i < BC * HV; i += 128u) {
             uint r = i / HV, c = i % HV, j = j0 + r;
             bool in_ = j < kv_end;
-            uint at = (head + j) * HV + c;
+            uint at = (head + attn_slot(j)) * HV + c;
             sm[OK_ + r * LDK + c] = in_ ? kc[at] : uvec4(0u);
             sm[OV_ + r * LDK + c] = in_ ? vc[at] : uvec4(0u);
         }

@@ -53,7 +53,8 @@ void main() {
 
     uint end = p.kv_len;
     if (p.causal != 0u) end = min(end, p.q_pos0 + t + 1u);
-    uint start = split * p.split_len;
+    // Splits cover the keys the first query sees onward (all of them without a window).
+    uint start = attn_first_key(0u) + split * p.split_len;
     end = min(end, start + p.split_len);
     start = max(start, attn_first_key(t));
 
@@ -67,7 +68,7 @@ void main() {
     }
     uint head_words = kvh * p.ctx * hw;
     for (uint j = start + sg; j < end; j += nsg) {
-        uint kb = head_words + j * hw;
+        uint kb = head_words + attn_slot(j) * hw;
         float part[GQ];
         [[unroll]] for (uint g = 0; g < GQ; g++) part[g] = 0.0;
         vec2 vv[NPL];

@@ -2,7 +2,7 @@
 //! variant f16 F16=1
 //! variant pair_f32 PAIR=1
 //! variant pair_f16 PAIR=1 F16=1
-// Appends new keys or values to an f16 cache: cache[kvh, pos0 + t, :] = f16(x[t, kvh, :]),
+// Appends new keys or values to an f16 cache: cache[kvh, (pos0 + t) % ctx, :] = f16(x[t, kvh, :]),
 // where token t's heads start at element x_off + t * x_stride of x (contiguous
 // [t_new, n_kv_heads, d]: x_off 0, x_stride n_kv_heads * d; the K or V part of stacked
 // Q|K|V rows: their offset and the stacked row length).
@@ -39,7 +39,9 @@ void main() {
     uint i = gl_GlobalInvocationID.x, row = gl_GlobalInvocationID.y;
     if (i >= p.d / 2u || row >= p.t_new * p.n_kv_heads) return;
     uint t = row / p.n_kv_heads, kvh = row % p.n_kv_heads;
-    uint dst = ((kvh * p.ctx + p.pos0 + t) * p.d) / 2u + i;
+    // Position pos0 + t goes to slot (pos0 + t) % ctx: a plain cache (positions < ctx) or a
+    // ring over the last ctx positions (a sliding-window layer's).
+    uint dst = ((kvh * p.ctx + (p.pos0 + t) % p.ctx) * p.d) / 2u + i;
 #ifdef PAIR
     if (gl_WorkGroupID.z == 1u) {
         uint vsrc = p.v_off + t * p.v_stride + kvh * p.d + 2u * i;

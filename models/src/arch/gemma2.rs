@@ -10,6 +10,7 @@ use candle_core::backend::BackendDevice;
 use vkml_ops::nn::RopeStyle;
 
 use super::gemma3::{attention_scale, load_with, swa_layers, Gemma, GemmaConfig};
+use super::Sizes;
 use crate::config::{Hparams, Meta};
 use crate::error::{model_err, Result};
 use crate::rope::RopeConfig;
@@ -52,7 +53,7 @@ pub fn config(m: &Meta<'_>, hp: &Hparams) -> Result<GemmaConfig> {
 pub fn load<S: ModelStorage>(
     m: &Meta<'_>,
     dev: &S::Device,
-    ctx: usize,
+    sizes: Sizes,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Gemma<S>>
 where
@@ -60,5 +61,5 @@ where
 {
     let hp = Hparams::from_meta(m)?;
     let cfg = config(m, &hp)?;
-    load_with(m, dev, ctx, progress, hp, cfg)
+    load_with(m, dev, sizes, progress, hp, cfg)
 }

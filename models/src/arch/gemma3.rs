@@ -21,7 +21,7 @@ use candle_core::backend::BackendDevice;
 use vkml_candle::front::Tensor;
 use vkml_ops::nn::{GluActivation, RopeStyle};
 
-use super::Model;
+use super::{Model, Sizes};
 use crate::blocks::{
     Attention, AttentionSpec, Embedding, FeedForward, GateUpLayout, OutputHead, QkvLayout, RmsNorm, Weights,
 };
@@ -172,7 +172,7 @@ impl<S: ModelStorage> Gemma<S> {
 pub fn load<S: ModelStorage>(
     m: &Meta<'_>,
     dev: &S::Device,
-    ctx: usize,
+    sizes: Sizes,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Gemma<S>>
 where
@@ -180,7 +180,7 @@ where
 {
     let hp = Hparams::from_meta(m)?;
     let cfg = config(m, &hp)?;
-    load_with(m, dev, ctx, progress, hp, cfg)
+    load_with(m, dev, sizes, progress, hp, cfg)
 }
 
 /// Loads the Gemma wiring of `m`'s file with `cfg`.
@@ -190,7 +190,7 @@ where
 pub(super) fn load_with<S: ModelStorage>(
     m: &Meta<'_>,
     dev: &S::Device,
-    ctx: usize,
+    sizes: Sizes,
     progress: &mut dyn FnMut(u64, u64),
     hp: Hparams,
     cfg: GemmaConfig,
@@ -219,7 +219,7 @@ where
                 window: if local { cfg.sliding_window } else { None },
                 softcap: cfg.attn_softcap,
             },
-            ctx,
+            sizes,
         };
         layers.push(Layer {
             attn_norm: RmsNorm::load(&w, &p("attn_norm.weight"), e, hp.rms_eps)?,
@@ -231,8 +231,8 @@ where
             local,
         });
     }
-    let rope_global = Rope::new(&cfg.rope_global, ctx, dev)?;
-    let rope_local = Rope::new(&cfg.rope_local, ctx, dev)?;
+    let rope_global = Rope::new(&cfg.rope_global, sizes.ctx, dev)?;
+    let rope_local = Rope::new(&cfg.rope_local, sizes.ctx, dev)?;
     Ok(Gemma { hp, cfg, embd, layers, head, rope_global, rope_local })
 }
 

@@ -9,7 +9,7 @@ use candle_core::backend::BackendDevice;
 use vkml_candle::front::Tensor;
 use vkml_ops::nn::{GluActivation, RopeStyle};
 
-use super::Model;
+use super::{Model, Sizes};
 use crate::blocks::{
     Attention, AttentionSpec, Embedding, FeedForward, GateUpLayout, OutputHead, QkvLayout, RmsNorm, Weights,
 };
@@ -59,14 +59,14 @@ impl<S: ModelStorage> Decoder<S>
 where
     S::Device: BackendDevice<Storage = S>,
 {
-    /// Loads the decoder of `m`'s file with `opts`, caches of `ctx` positions.
+    /// Loads the decoder of `m`'s file with `opts` for `sizes`.
     ///
     /// # Errors
     /// As [`super::load`].
     pub fn load(
         m: &Meta<'_>,
         dev: &S::Device,
-        ctx: usize,
+        sizes: Sizes,
         progress: &mut dyn FnMut(u64, u64),
         opts: DecoderOptions,
     ) -> Result<Self> {
@@ -82,7 +82,7 @@ where
             qk_norm: opts.qk_norm,
             eps: hp.rms_eps,
             params: AttnParams { scale: 1.0 / (hp.head_dim as f32).sqrt(), window: None, softcap: None },
-            ctx,
+            sizes,
         };
         let embd = Embedding::load(&mut w, hp.vocab, hp.n_embd, None)?;
         let head = OutputHead::load(&mut w, hp.vocab, hp.n_embd, hp.rms_eps, None)?;
@@ -96,7 +96,7 @@ where
                 ffn: FeedForward::load(&mut w, i, hp.n_embd, hp.n_ff, opts.gate_up, GluActivation::Silu)?,
             });
         }
-        let rope = Rope::new(&rope_cfg, ctx, dev)?;
+        let rope = Rope::new(&rope_cfg, sizes.ctx, dev)?;
         Ok(Decoder { hp, rope_cfg, embd, layers, head, rope })
     }
 
@@ -137,7 +137,7 @@ where
 pub fn load<S: ModelStorage>(
     m: &Meta<'_>,
     dev: &S::Device,
-    ctx: usize,
+    sizes: Sizes,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Decoder<S>>
 where
@@ -149,5 +149,5 @@ where
         qkv: QkvLayout::Split,
         gate_up: GateUpLayout::Split,
     };
-    Decoder::load(m, dev, ctx, progress, opts)
+    Decoder::load(m, dev, sizes, progress, opts)
 }

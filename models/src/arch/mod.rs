@@ -23,6 +23,16 @@ use crate::config::{Hparams, Meta};
 use crate::error::{model_err, Result};
 use crate::storage::ModelStorage;
 
+/// The sizes a model is loaded for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    /// Positions of the context: KV caches of global layers and rope tables.
+    pub ctx: usize,
+    /// Most tokens one forward call runs: a sliding-window layer's KV cache is a ring of
+    /// `window + max_batch - 1` slots (when that is less than `ctx`).
+    pub max_batch: usize,
+}
+
 /// The architectures [`load`] runs (`general.architecture` values).
 pub const ARCHITECTURES: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"];
 
@@ -47,8 +57,7 @@ pub trait Model<S: ModelStorage>: std::fmt::Debug {
     fn logits(&self, x: &Tensor<S>) -> Result<Tensor<S>>;
 }
 
-/// Loads the model of `file` onto `dev` with KV caches (and rope tables) of `ctx`
-/// positions, calling `progress(done, total)` in bytes of weights uploaded.
+/// Loads the model of `file` onto `dev` for `sizes` (KV caches, rope tables), calling `progress(done, total)` in bytes of weights uploaded.
 ///
 /// # Errors
 /// [`crate::Error::Model`] for an architecture not in [`ARCHITECTURES`] (naming it and
@@ -58,7 +67,7 @@ pub trait Model<S: ModelStorage>: std::fmt::Debug {
 pub fn load<S: ModelStorage>(
     dev: &S::Device,
     file: &GgufFile,
-    ctx: usize,
+    sizes: Sizes,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Box<dyn Model<S>>>
 where
@@ -66,12 +75,12 @@ where
 {
     let m = Meta::new(file)?;
     Ok(match m.arch {
-        "llama" | "mistral" => Box::new(llama::load(&m, dev, ctx, progress)?),
-        "qwen2" => Box::new(qwen2::load(&m, dev, ctx, progress)?),
-        "qwen3" => Box::new(qwen3::load(&m, dev, ctx, progress)?),
-        "gemma2" => Box::new(gemma2::load(&m, dev, ctx, progress)?),
-        "gemma3" => Box::new(gemma3::load(&m, dev, ctx, progress)?),
-        "phi3" => Box::new(phi3::load(&m, dev, ctx, progress)?),
+        "llama" | "mistral" => Box::new(llama::load(&m, dev, sizes, progress)?),
+        "qwen2" => Box::new(qwen2::load(&m, dev, sizes, progress)?),
+        "qwen3" => Box::new(qwen3::load(&m, dev, sizes, progress)?),
+        "gemma2" => Box::new(gemma2::load(&m, dev, sizes, progress)?),
+        "gemma3" => Box::new(gemma3::load(&m, dev, sizes, progress)?),
+        "phi3" => Box::new(phi3::load(&m, dev, sizes, progress)?),
         _ => return Err(unsupported(&m)),
     })
 }

@@ -11,6 +11,7 @@ use candle_core::backend::BackendDevice;
 use vkml_ops::nn::RopeStyle;
 
 use super::llama::{Decoder, DecoderOptions};
+use super::Sizes;
 use crate::blocks::{GateUpLayout, QkvLayout};
 use crate::config::Meta;
 use crate::error::Result;
@@ -23,7 +24,7 @@ use crate::storage::ModelStorage;
 pub fn load<S: ModelStorage>(
     m: &Meta<'_>,
     dev: &S::Device,
-    ctx: usize,
+    sizes: Sizes,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Decoder<S>>
 where
@@ -36,5 +37,5 @@ where
         qkv: if fused { QkvLayout::Fused } else { QkvLayout::Split },
         gate_up: GateUpLayout::Fused,
     };
-    Decoder::load(m, dev, ctx, progress, opts)
+    Decoder::load(m, dev, sizes, progress, opts)
 }

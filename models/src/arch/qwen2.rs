@@ -5,6 +5,7 @@ use candle_core::backend::BackendDevice;
 use vkml_ops::nn::RopeStyle;
 
 use super::llama::{Decoder, DecoderOptions};
+use super::Sizes;
 use crate::blocks::{GateUpLayout, QkvLayout};
 use crate::config::Meta;
 use crate::error::Result;
@@ -17,7 +18,7 @@ use crate::storage::ModelStorage;
 pub fn load<S: ModelStorage>(
     m: &Meta<'_>,
     dev: &S::Device,
-    ctx: usize,
+    sizes: Sizes,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Decoder<S>>
 where
@@ -29,5 +30,5 @@ where
         qkv: QkvLayout::Split,
         gate_up: GateUpLayout::Split,
     };
-    Decoder::load(m, dev, ctx, progress, opts)
+    Decoder::load(m, dev, sizes, progress, opts)
 }

@@ -6,6 +6,7 @@ use candle_core::backend::BackendDevice;
 use vkml_candle::front::Tensor;
 
 use super::{RmsNorm, Stacked, Weights};
+use crate::arch::Sizes;
 use crate::error::{model_err, Result};
 use crate::rope::Rope;
 use crate::storage::{AttnParams, ModelStorage};
@@ -42,8 +43,21 @@ pub struct AttentionSpec {
     pub eps: f32,
     /// Masking and score scale.
     pub params: AttnParams,
-    /// Positions of the KV cache.
-    pub ctx: usize,
+    /// The model's context and chunk size: the KV cache holds `sizes.ctx` positions, or
+    /// with a sliding window `w` a ring of `min(ctx, w + max_batch - 1)` (the keys a chunk
+    /// of `max_batch` queries can see).
+    pub sizes: Sizes,
+}
+
+impl AttentionSpec {
+    /// Slots of the layer's KV cache (see [`AttentionSpec::sizes`]).
+    pub fn kv_slots(&self) -> usize {
+        let ctx = self.sizes.ctx.max(1);
+        match self.params.window {
+            Some(w) => ctx.min(w.saturating_add(self.sizes.max_batch.max(1)) - 1),
+            None => ctx,
+        }
+    }
 }
 
 /// One layer's attention with its KV cache.
@@ -117,8 +131,8 @@ where
             bias,
             qk_norm,
             wo: w.matrix(&p("attn_output.weight"), e, h)?,
-            k_cache: S::kv_cache(w.dev, spec.n_kv_head, spec.ctx, d)?,
-            v_cache: S::kv_cache(w.dev, spec.n_kv_head, spec.ctx, d)?,
+            k_cache: S::kv_cache(w.dev, spec.n_kv_head, spec.kv_slots(), d)?,
+            v_cache: S::kv_cache(w.dev, spec.n_kv_head, spec.kv_slots(), d)?,
             spec,
         })
     }
@@ -174,5 +188,30 @@ where
             }
         };
         Ok(Tensor::attention(&q, &k, &v, (&mut self.k_cache, &mut self.v_cache), pos, s.params)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sliding_window_caches_are_rings_of_the_keys_a_chunk_can_see() {
+        let spec = |window, ctx, max_batch| AttentionSpec {
+            n_embd: 64,
+            n_head: 2,
+            n_kv_head: 1,
+            head_dim: 32,
+            qkv: QkvLayout::Split,
+            qk_norm: false,
+            eps: 1e-6,
+            params: AttnParams { scale: 1.0, window, softcap: None },
+            sizes: Sizes { ctx, max_batch },
+        };
+        assert_eq!(spec(None, 64, 4).kv_slots(), 64);
+        assert_eq!(spec(Some(5), 64, 4).kv_slots(), 8);
+        assert_eq!(spec(Some(512), 32768, 512).kv_slots(), 1023);
+        assert_eq!(spec(Some(100), 64, 4).kv_slots(), 64);
+        assert_eq!(spec(Some(usize::MAX), 64, 4).kv_slots(), 64);
     }
 }

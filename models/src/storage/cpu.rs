@@ -33,7 +33,8 @@ fn storage(t: &Tensor) -> CResult<CpuStorage> {
     Ok(packed)
 }
 
-/// Keys or values so far, `[n_kv_heads, len, d]`, f16 (as the Vulkan cache stores them).
+/// Keys or values so far, `[n_kv_heads, len, d]`, f16 (as the Vulkan cache stores them):
+/// every position, also where the Vulkan cache is a ring.
 #[derive(Debug)]
 pub struct CpuKvCache {
     data: Option<Tensor>,
@@ -147,9 +148,15 @@ impl ModelStorage for CpuStorage {
     ) -> CResult<Self> {
         let q = tensor(q.0, q.1)?; // [t, h, d]
         let (t, h, d) = q.dims3()?;
+        // This cache keeps every position, but refuses what a ring of `ctx` slots could not
+        // hold (the visible keys of the call), as the Vulkan cache does.
+        let first = match p.window {
+            Some(w) if pos0 + 1 > w => pos0 + 1 - w,
+            _ => 0,
+        };
         let append = |c: &mut CpuKvCache, x: Tensor| -> CResult<Tensor> {
-            if pos0 + t > c.ctx {
-                candle_core::bail!("positions {pos0}..{} run past the cache of {}", pos0 + t, c.ctx)
+            if pos0 + t - first > c.ctx {
+                candle_core::bail!("positions {first}..{} run past the cache of {}", pos0 + t, c.ctx)
             }
             // Positions from pos0 on are overwritten (as the GPU cache is).
             let new = x.transpose(0, 1)?.to_dtype(DType::F16)?; // [hk, t, d]

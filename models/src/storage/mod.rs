@@ -162,7 +162,10 @@ pub trait ModelStorage: BackendStorage + 'static {
         style: RopeStyle,
     ) -> CResult<Self>;
 
-    /// An empty (zeroed) cache of `ctx` positions.
+    /// An empty (zeroed) cache of `ctx` slots: position `p` in slot `p % ctx`, so a cache
+    /// of a model's whole context, or for a sliding-window layer a ring of fewer slots (at
+    /// least the window plus a call's tokens less one; [`ModelStorage::attention`] refuses
+    /// a call whose visible keys do not fit).
     ///
     /// # Errors
     /// Device errors, odd or too large `d`.

@@ -226,11 +226,10 @@ impl ModelStorage for VulkanStorage {
         let (kr, vr) = (kv_rows(k.0, k.1)?, kv_rows(v.0, v.1)?);
         let dev = q.0.device();
         let kv_len = pos0 + t;
-        let n_splits = vkml_ops::tuning::attn_splits(t, kv_len);
         // A window that covers every position masks nothing.
         let window = p.window.filter(|&w| w < kv_len).unwrap_or(0);
         let softcap = p.softcap.unwrap_or(0.0);
-        let sh = AttnShape {
+        let mut sh = AttnShape {
             t_q: t,
             n_heads: h,
             kv_len,
@@ -239,8 +238,11 @@ impl ModelStorage for VulkanStorage {
             window,
             softcap,
             scale: p.scale,
-            n_splits,
+            n_splits: 1,
         };
+        // KV splits over the keys some query sees (a window's, not the whole context's).
+        sh.n_splits = vkml_ops::tuning::attn_splits(t, sh.visible_len());
+        let n_splits = sh.n_splits;
         let scratch = if n_splits > 1 {
             let (a, b) = attention::split_scratch_len(&sh, d);
             Some((dev.alloc(a, DType::F32)?, dev.alloc(b, DType::F32)?))

@@ -24,6 +24,12 @@ uint attn_first_key(uint t) {
     return (p.window != 0u && qp + 1u > p.window) ? qp + 1u - p.window : 0u;
 }
 
+// The cache slot of key position j: caches are rings over their p.ctx slots (position j
+// in slot j % ctx), which for a cache of every position is j itself.
+uint attn_slot(uint j) {
+    return j % p.ctx;
+}
+
 #ifndef ATTN_NO_SPLITS
 layout(std430, set = 0, binding = 4) writeonly buffer PO { float po[]; };
 layout(std430, set = 0, binding = 5) writeonly buffer ML { float ml[]; };
