@@ -126,3 +126,68 @@ fn generate_errors_are_one_line() {
     one_line_error(&vkml(&["generate", "-m", m.to_str().unwrap(), "-p", "hi", "-d", "no-such-gpu"]), "no-such-gpu");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Sampling arguments are checked where they are parsed: one line naming the flag, before
+/// any model is read.
+#[test]
+fn bad_sampling_arguments_are_refused_at_parse() {
+    let m = test_model();
+    for (flag, value, needle) in [
+        ("--temperature", "nan", "not a finite number >= 0"),
+        ("--temperature", "-1", "not a finite number >= 0"),
+        ("--top-p", "0", "not a number in (0, 1]"),
+        ("--top-p", "1.5", "not a number in (0, 1]"),
+        ("--repeat-penalty", "0", "not a finite number > 0"),
+        ("--repeat-penalty", "inf", "not a finite number > 0"),
+    ] {
+        let t = std::time::Instant::now();
+        let out = vkml(&["generate", "-m", m.to_str().unwrap(), "-p", "hi", flag, value]);
+        assert!(!out.status.success(), "{flag} {value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(flag) && err.contains(needle), "{flag} {value}: {err}");
+        assert!(t.elapsed().as_secs() < 5, "{flag} {value}: refused only after {:?}", t.elapsed());
+    }
+}
+
+/// The prompt from a file (`--file PATH`, `-f -` for standard input), longer than one
+/// command-line argument may be; a model path that is a FIFO is refused at once.
+#[test]
+fn prompt_from_a_file_or_stdin_and_fifo_models_refused() {
+    let m = test_model();
+    let dir = std::env::temp_dir().join(format!("vkml-cli-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prompt = dir.join("prompt.txt");
+    // 200 KB: past Linux's 128 KiB limit on one argument; the context refuses it by name.
+    std::fs::write(&prompt, "word ".repeat(40_000)).unwrap();
+    one_line_error(
+        &vkml(&["generate", "-m", m.to_str().unwrap(), "-f", prompt.to_str().unwrap(), "--ctx", "64"]),
+        "the context holds 64",
+    );
+    std::fs::write(&prompt, "The capital of France is").unwrap();
+    let args = ["generate", "-m", m.to_str().unwrap(), "-n", "4", "--temperature", "0"];
+    let from_file = vkml(&[&args[..], &["-f", prompt.to_str().unwrap()]].concat());
+    assert!(from_file.status.success(), "{}", String::from_utf8_lossy(&from_file.stderr));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vkml"))
+        .args([&args[..], &["-f", "-"]].concat())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"The capital of France is").unwrap();
+    let from_stdin = child.wait_with_output().unwrap();
+    assert!(from_stdin.status.success(), "{}", String::from_utf8_lossy(&from_stdin.stderr));
+    assert_eq!(from_file.stdout, from_stdin.stdout, "the same greedy text from the file and from stdin");
+    let from_arg = vkml(&[&args[..], &["-p", "The capital of France is"]].concat());
+    assert_eq!(from_file.stdout, from_arg.stdout, "the same greedy text from the file and from -p");
+    // Neither: clap's usage error names the flags.
+    let none = vkml(&["generate", "-m", m.to_str().unwrap()]);
+    assert!(!none.status.success() && String::from_utf8_lossy(&none.stderr).contains("--prompt <PROMPT>"));
+    let fifo = dir.join("model.gguf");
+    if Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success()) {
+        let t = std::time::Instant::now();
+        one_line_error(&vkml(&["generate", "-m", fifo.to_str().unwrap(), "-p", "hi"]), "is not a regular file");
+        assert!(t.elapsed().as_secs() < 5);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -32,6 +32,9 @@ pub enum Error {
     /// The tokenizer or chat template failed.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// A sampling setting is out of range, or the logits cannot be sampled.
+    #[error("sampling: {0}")]
+    Sampling(String),
     /// From candle (the backends' ops, CPU-side tensors in sampling).
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

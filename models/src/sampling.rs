@@ -10,7 +10,7 @@
 use candle_core::{Device, Tensor};
 use candle_transformers::generation::{LogitsProcessor, Sampling};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Sampling settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -27,6 +27,29 @@ pub struct SamplingConfig {
     pub repeat_last_n: usize,
     /// Seed of the random generator.
     pub seed: u64,
+}
+
+impl SamplingConfig {
+    /// Checks every setting: a finite temperature of at least 0, `top_p` finite in
+    /// `(0, 1]`, a finite repeat penalty above 0.
+    ///
+    /// # Errors
+    /// [`Error::Sampling`] naming the setting and its value.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: &str, v: String, need: &str| Err(Error::Sampling(format!("{what} {v}: {need}")));
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return bad("temperature", self.temperature.to_string(), "need a finite number >= 0 (0: greedy)");
+        }
+        if let Some(p) = self.top_p {
+            if !(p.is_finite() && p > 0.0 && p <= 1.0) {
+                return bad("top-p", p.to_string(), "need a number in (0, 1] (1: all tokens)");
+            }
+        }
+        if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
+            return bad("repeat penalty", self.repeat_penalty.to_string(), "need a finite number > 0 (1: none)");
+        }
+        Ok(())
+    }
 }
 
 impl Default for SamplingConfig {
@@ -56,7 +79,11 @@ impl std::fmt::Debug for Sampler {
 
 impl Sampler {
     /// A sampler for `cfg`.
-    pub fn new(cfg: SamplingConfig) -> Sampler {
+    ///
+    /// # Errors
+    /// As [`SamplingConfig::validate`].
+    pub fn new(cfg: SamplingConfig) -> Result<Sampler> {
+        cfg.validate()?;
         let top_k = cfg.top_k.filter(|&k| k > 0);
         let top_p = cfg.top_p.filter(|&p| p > 0.0 && p < 1.0);
         let temperature = cfg.temperature;
@@ -70,21 +97,53 @@ impl Sampler {
                 (Some(k), Some(p)) => Sampling::TopKThenTopP { k, p, temperature },
             }
         };
-        Sampler { cfg, inner: LogitsProcessor::from_sampling(cfg.seed, sampling) }
+        Ok(Sampler { cfg, inner: LogitsProcessor::from_sampling(cfg.seed, sampling) })
     }
 
     /// The next token from `logits` (one per vocabulary entry), with `history` (the
     /// tokens so far) for the repeat penalty.
     ///
     /// # Errors
-    /// From candle, for empty logits.
+    /// [`Error::Sampling`] for empty logits or logits that are not all finite (a model
+    /// that overflowed); from candle otherwise.
     pub fn sample(&mut self, logits: Vec<f32>, history: &[u32]) -> Result<u32> {
         let n = logits.len();
+        if n == 0 {
+            return Err(Error::Sampling("no logits to sample from".into()));
+        }
+        if let Some(i) = logits.iter().position(|x| !x.is_finite()) {
+            return Err(Error::Sampling(format!("logit {i} is {}: the model's output is not finite", logits[i])));
+        }
         let mut t = Tensor::from_vec(logits, n, &Device::Cpu)?;
         if self.cfg.repeat_penalty != 1.0 {
             let start = history.len().saturating_sub(self.cfg.repeat_last_n);
             t = candle_transformers::utils::apply_repeat_penalty(&t, self.cfg.repeat_penalty, &history[start..])?;
         }
         Ok(self.inner.sample(&t)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_settings_and_logits_are_errors_naming_them() {
+        let with = |f: fn(&mut SamplingConfig)| {
+            let mut c = SamplingConfig::default();
+            f(&mut c);
+            Sampler::new(c).map(|_| ()).unwrap_err().to_string()
+        };
+        assert!(with(|c| c.temperature = f64::NAN).contains("temperature NaN"));
+        assert!(with(|c| c.temperature = -1.0).contains("temperature -1"));
+        assert!(with(|c| c.top_p = Some(0.0)).contains("top-p 0: need a number in (0, 1]"));
+        assert!(with(|c| c.top_p = Some(1.5)).contains("top-p 1.5"));
+        assert!(with(|c| c.repeat_penalty = 0.0).contains("repeat penalty 0"));
+        assert!(with(|c| c.repeat_penalty = f32::INFINITY).contains("repeat penalty inf"));
+        let mut s = Sampler::new(SamplingConfig { top_p: Some(1.0), ..SamplingConfig::default() }).unwrap();
+        assert_eq!(s.sample(vec![0.0, 2.0, 1.0], &[]).unwrap(), 1);
+        assert!(s.sample(vec![], &[]).unwrap_err().to_string().contains("no logits"));
+        let e = s.sample(vec![0.0, f32::NAN], &[]).unwrap_err().to_string();
+        assert!(e.contains("logit 1 is NaN"), "{e}");
     }
 }

@@ -407,3 +407,22 @@ fn data_section_past_end_with_empty_tensors() {
     let e = parse_err(&r.bytes());
     assert!(matches!(&e, GgufError::TensorOutOfBounds { tensor, .. } if tensor == "empty"), "{e}");
 }
+
+/// A directory or a FIFO passed as a model file is refused at once, before it is opened
+/// (opening a FIFO for reading would wait for a writer forever).
+#[test]
+fn non_regular_files_are_refused_before_opening() {
+    let dir = std::env::temp_dir().join(format!("vkml-gguf-nonfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let e = GgufFile::open(&dir).unwrap_err().to_string();
+    assert!(e.contains("is not a regular file (a directory)"), "{e}");
+    let fifo = dir.join("model.gguf");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if made.is_ok_and(|s| s.success()) {
+        let t = std::time::Instant::now();
+        let e = GgufFile::open(&fifo).unwrap_err().to_string();
+        assert!(e.contains("is not a regular file (a FIFO, socket or device)"), "{e}");
+        assert!(t.elapsed().as_secs() < 2);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -283,6 +283,15 @@ pub enum GgufError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The path names something other than a regular file (a directory, a FIFO, a
+    /// device), which would block or not map.
+    #[error("{path} is not a regular file ({kind})")]
+    NotAFile {
+        /// The path.
+        path: String,
+        /// What it is instead.
+        kind: &'static str,
+    },
     /// The file does not start with `GGUF`.
     #[error("not a GGUF file: magic is {0:02x?}, expected \"GGUF\"")]
     BadMagic([u8; 4]),

@@ -399,11 +399,18 @@ impl std::fmt::Debug for GgufFile {
 impl GgufFile {
     /// Memory-maps and parses the file at `path` (read-only).
     ///
-    /// Errors: [`GgufError::Io`] if it cannot be opened or mapped, otherwise as
-    /// [`GgufHeader::parse`].
+    /// Errors: [`GgufError::NotAFile`] for a directory, FIFO, socket or device (refused
+    /// before opening, which would block on a FIFO); [`GgufError::Io`] if it cannot be
+    /// opened or mapped, otherwise as [`GgufHeader::parse`].
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
         let io = |source| GgufError::Io { path: path.display().to_string(), source };
+        // Checked before opening: opening a FIFO for reading blocks until a writer comes.
+        let ft = std::fs::metadata(path).map_err(io)?.file_type();
+        if !ft.is_file() {
+            let kind = if ft.is_dir() { "a directory" } else { "a FIFO, socket or device" };
+            return Err(GgufError::NotAFile { path: path.display().to_string(), kind });
+        }
         let file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         if len == 0 {
