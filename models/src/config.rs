@@ -208,6 +208,31 @@ impl Hparams {
         if emb.row_len() as usize != n_embd {
             return Err(model_err(format!("token_embd.weight rows have {} elements, not {n_embd}", emb.row_len())));
         }
+        // The blocks the file has tensors for (`blk.N.*`) must be the blocks it declares.
+        let blocks = m
+            .file
+            .tensors()
+            .iter()
+            .filter_map(|t| t.name.strip_prefix("blk.")?.split('.').next()?.parse::<usize>().ok())
+            .max()
+            .map_or(0, |n| n + 1);
+        if blocks != n_layers {
+            return Err(model_err(format!(
+                "{} is {n_layers}, but the file has tensors for {blocks} blocks",
+                m.key("block_count")
+            )));
+        }
+        // llama.cpp takes the vocabulary from the token list and requires the embedding
+        // rows to match; a shorter list would drop tokens from the output.
+        if let Some(vkml_quant::gguf::GgufValue::Array(tokens)) = m.file.get("tokenizer.ggml.tokens") {
+            let n = tokens.len();
+            if n != emb.n_rows() as usize {
+                return Err(model_err(format!(
+                    "tokenizer.ggml.tokens lists {n} tokens, token_embd.weight has {} rows",
+                    emb.n_rows()
+                )));
+            }
+        }
         Ok(Hparams {
             arch: m.arch.to_string(),
             n_layers,

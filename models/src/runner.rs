@@ -14,6 +14,23 @@ use crate::config::Hparams;
 use crate::error::{model_err, Error, Result};
 use crate::storage::ModelStorage;
 
+/// The longest context vkml loads a model for: 2^20 positions (Qwen's YaRN-extended
+/// 1M). Its rope tables alone are then 1 GiB at a head dim of 256.
+pub const MAX_CONTEXT: usize = 1 << 20;
+
+/// Bytes a model of `hp` needs on its device for a context of `ctx` positions: the
+/// weights as stored in `file`, K and V caches of every layer (f16, whole context; a
+/// sliding-window layer's ring needs less) and two rope tables (cos, sin; f32); `None`
+/// where the sum overflows.
+fn bytes_needed(hp: &Hparams, file: &GgufFile, ctx: usize) -> Option<(u64, u64)> {
+    let weights = file.tensors().iter().try_fold(0u64, |a, t| a.checked_add(t.n_bytes))?;
+    let per_position =
+        (hp.n_layers as u64).checked_mul(2 * 2)?.checked_mul(hp.n_kv_head as u64)?.checked_mul(hp.head_dim as u64)?;
+    let kv = per_position.checked_mul(ctx as u64)?;
+    let rope = (ctx as u64).checked_mul(hp.head_dim as u64 / 2 * 4 * 2 * 2)?;
+    Some((weights, kv.checked_add(rope)?))
+}
+
 /// How to load a model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoadOptions {
@@ -91,6 +108,25 @@ where
     ) -> Result<Self> {
         let hp = arch::hparams(file)?;
         let ctx = opts.ctx.unwrap_or(hp.context_length.min(4096)).max(1);
+        if ctx > MAX_CONTEXT {
+            return Err(model_err(format!(
+                "a context of {ctx} positions is past the {MAX_CONTEXT} vkml loads a model for"
+            )));
+        }
+        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+        match (bytes_needed(&hp, file, ctx), S::memory_budget(dev)) {
+            (None, _) => return Err(model_err(format!("the memory a context of {ctx} positions needs overflows"))),
+            (Some((weights, per_ctx)), Some(budget)) if weights.saturating_add(per_ctx) > budget => {
+                return Err(model_err(format!(
+                    "{:.2} GiB of weights and {:.2} GiB of KV cache and rope tables for a context of {ctx} positions \
+                     exceed the device's {:.2} GiB (a smaller context needs less)",
+                    gib(weights),
+                    gib(per_ctx),
+                    gib(budget)
+                )))
+            }
+            _ => {}
+        }
         let max_batch = opts.max_batch.max(1);
         let model = arch::load(dev, file, arch::Sizes { ctx, max_batch }, progress)?;
         // Stacking copies are recorded on deferred devices; finish them here, so that the

@@ -3,6 +3,8 @@
 //! gives a meaning keep it (a sliding window of 0: no local layers). Synthetic files
 //! with one key or tensor changed, loaded on candle's CPU backend.
 
+mod common;
+
 use candle_core::cpu_backend::CpuDevice;
 use candle_core::CpuStorage;
 use vkml_models::config::{Hparams, Meta};
@@ -150,4 +152,46 @@ fn gemma3_sliding_window_pattern_must_fit_the_layers() {
     assert_eq!((c.sliding_window, c.local), (None, vec![false; 7]));
     let c = config(&edited("gemma3", "gemma3.attention.sliding_window", None, None));
     assert_eq!(c.local, vec![false; 7]);
+}
+
+/// Counts from the file that no tensor backs are refused before anything is allocated:
+/// a block count past the blocks present (10^9 once aborted the process allocating for
+/// it), a token list shorter than the embedding's rows.
+#[test]
+fn counts_are_checked_against_the_tensors_present() {
+    for n in [8u64, 1_000_000_000, 1 << 62] {
+        let t = std::time::Instant::now();
+        let e = load_err(&edited("llama", "llama.block_count", Some(GgufValue::U64(n)), None));
+        assert!(e.contains(&format!("llama.block_count is {n}, but the file has tensors for 7 blocks")), "{e}");
+        assert!(t.elapsed().as_secs() < 2);
+    }
+    let tokens: Vec<String> = (0..200).map(|i| format!("t{i}")).collect();
+    let e =
+        load_err(&edited("qwen3", "tokenizer.ggml.tokens", Some(GgufValue::Array(GgufArray::String(tokens))), None));
+    assert!(e.contains("tokenizer.ggml.tokens lists 200 tokens, token_embd.weight has 300 rows"), "{e}");
+}
+
+/// Contexts past what vkml loads, or past the device's memory, are one-line errors before
+/// any allocation (a context of 2^59 + 1 once wrapped the KV-cache size to 384 bytes).
+#[test]
+fn impossible_contexts_are_refused_before_allocating() {
+    let f = synthetic_model("llama", &TINY, GgmlType::Q8_0, 3).unwrap();
+    for ctx in [576_460_752_303_423_489usize, usize::MAX, (1 << 20) + 1] {
+        let opts = LoadOptions { ctx: Some(ctx), max_batch: 8 };
+        let e = Runner::<CpuStorage>::load(&CpuDevice, &f, opts, &mut |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains(&format!("a context of {ctx} positions is past the 1048576")), "{e}");
+    }
+    // 2^20 positions of a model with 8 KV heads of 256 dims over 7 layers: 56 GiB of KV
+    // cache, more than a test machine's Vulkan device has.
+    let wide = SynthShape { n_head: 8, n_kv_head: 8, head_dim: Some(256), ..TINY };
+    let f = synthetic_model("qwen3", &wide, GgmlType::Q8_0, 3).unwrap();
+    let dev = vkml_candle::vulkan::VulkanDevice::from_device(&common::device(), 0).unwrap();
+    let t = std::time::Instant::now();
+    let opts = LoadOptions { ctx: Some(1 << 20), max_batch: 8 };
+    let e = Runner::<vkml_candle::vulkan::VulkanStorage>::load(&dev, &f, opts, &mut |_, _| {}).unwrap_err().to_string();
+    assert!(
+        e.contains("GiB of KV cache and rope tables for a context of 1048576 positions exceed the device's"),
+        "{e}"
+    );
+    assert!(t.elapsed().as_secs() < 5);
 }

@@ -190,6 +190,13 @@ pub trait ModelStorage: BackendStorage + 'static {
         p: AttnParams,
     ) -> CResult<Self>;
 
+    /// Bytes of memory the device can give a model (its weights, KV caches and tables),
+    /// where the backend knows: a load that would need more is refused before anything is
+    /// allocated. `None`: no bound beyond the allocator's own errors.
+    fn memory_budget(_dev: &Self::Device) -> Option<u64> {
+        None
+    }
+
     // Deferred execution. A backend whose ops run when called (candle's CPU) keeps the
     // defaults; one whose ops are recorded and run later (Vulkan: on the device's
     // stream) lets a model record its next decode step while the current one runs and

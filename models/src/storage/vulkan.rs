@@ -264,6 +264,12 @@ impl ModelStorage for VulkanStorage {
         Ok(dev.storage(y, DType::F32, t * h * d))
     }
 
+    /// The budget of the largest device-local heap (`VK_EXT_memory_budget`, else its size).
+    fn memory_budget(dev: &VulkanDevice) -> Option<u64> {
+        let m = &dev.hal().caps().memory;
+        Some(if m.device_local_budget > 0 { m.device_local_budget } else { m.device_local_bytes })
+    }
+
     fn is_deferred(_: &VulkanDevice) -> bool {
         true
     }
