@@ -85,6 +85,9 @@ impl GgufTokenizer {
     /// [`Error::Tokenizer`] for a missing or ill-typed `tokenizer.ggml.*` key, a
     /// tokenizer model other than `gpt2` or `llama`, or a `gpt2` pre-tokenizer
     /// (`tokenizer.ggml.pre`) this code does not know.
+    ///
+    /// Loading is linear in the metadata: SentencePiece merges are derived only for pieces
+    /// of at most [`MAX_MERGED_PIECE`] bytes.
     pub fn from_gguf(f: &GgufFile) -> Result<GgufTokenizer> {
         let model = f
             .get("tokenizer.ggml.model")
@@ -147,10 +150,13 @@ impl GgufTokenizer {
                     _ => return Err(tok_err("metadata tokenizer.ggml.scores is missing or not one f32 per token")),
                 };
                 // Merges from scores: every way a piece splits into two pieces, ranked by
-                // the piece's score (higher first), then by the pieces' ids.
+                // the piece's score (higher first), then by the pieces' ids. Splitting a
+                // piece costs its length squared (each cut hashes both halves): pieces
+                // past MAX_MERGED_PIECE bytes get no merges (no real vocabulary has one;
+                // Gemma 3's longest is 48 bytes), which keeps a hostile token list linear.
                 let mut merges: Vec<(f32, u32, u32, u32)> = Vec::new();
                 for (i, piece) in tokens.iter().enumerate() {
-                    if types[i] != 1 {
+                    if types[i] != 1 || piece.len() > MAX_MERGED_PIECE {
                         continue;
                     }
                     for (cut, _) in piece.char_indices().skip(1) {
@@ -279,7 +285,26 @@ impl GgufTokenizer {
         };
         let mut env = minijinja::Environment::new();
         minijinja_contrib::add_to_environment(&mut env);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        // Bounded: an instruction budget (nested loops end), format widths (a huge one
+        // aborted the process allocating it) and the rendered length (below).
+        env.set_fuel(Some(TEMPLATE_FUEL));
+        env.set_unknown_method_callback(|state, value, method, args| {
+            if method == "format" {
+                if let Some(s) = value.as_str() {
+                    check_format_widths(s)?;
+                }
+            }
+            minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+        });
+        env.add_filter(
+            "format",
+            |state: &minijinja::State<'_, '_>, f: minijinja::Value, args: minijinja::value::Rest<minijinja::Value>| {
+                if let Some(s) = f.as_str() {
+                    check_format_widths(s)?;
+                }
+                minijinja::filters::format(state, &f, args)
+            },
+        );
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
             Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
         });
@@ -290,16 +315,89 @@ impl GgufTokenizer {
         }
         messages.push(minijinja::context! { role => "user", content => user });
         let tok = |i: Option<u32>| i.and_then(|i| self.token(i)).unwrap_or("").to_string();
-        env.get_template("chat")
-            .and_then(|t| {
-                t.render(minijinja::context! {
+        let mut out = Bounded { bytes: Vec::new(), limit: TEMPLATE_MAX_OUTPUT };
+        let rendered = env.get_template("chat").and_then(|t| {
+            t.render_captured_to(
+                minijinja::context! {
                     messages => messages,
                     add_generation_prompt => true,
                     bos_token => tok(self.bos),
                     eos_token => tok(self.eos),
-                })
-            })
-            .map_err(|e| tok_err(format!("chat template: {e}")))
+                },
+                &mut out,
+            )
+        });
+        match rendered {
+            Err(_) if out.bytes.len() > TEMPLATE_MAX_OUTPUT => {
+                Err(tok_err(format!("chat template: the rendered prompt is past {} MiB", TEMPLATE_MAX_OUTPUT >> 20)))
+            }
+            Err(e) => Err(tok_err(format!("chat template: {e}"))),
+            Ok(_) => String::from_utf8(out.bytes).map_err(|e| tok_err(format!("chat template: {e}"))),
+        }
+    }
+}
+
+/// Longest piece (in bytes) of a SentencePiece vocabulary that merges are derived for:
+/// a longer piece is never produced by merging (it can still be a whole special token).
+pub const MAX_MERGED_PIECE: usize = 1024;
+
+/// The instruction budget of one chat-template rendering (minijinja's fuel): real
+/// templates render a conversation in thousands; a template that loops past this ends in
+/// an error.
+pub const TEMPLATE_FUEL: u64 = 5_000_000;
+
+/// Most bytes a rendered chat template may hold (a prompt past any context vkml loads).
+pub const TEMPLATE_MAX_OUTPUT: usize = 16 << 20;
+
+/// Widest field a template's `format` (Python's `str.format`, or the printf-style
+/// filter) may ask for.
+pub const TEMPLATE_MAX_WIDTH: u64 = 4096;
+
+/// An error if format string `f` asks for a field width or precision past
+/// [`TEMPLATE_MAX_WIDTH`] (`{:>1000000000000000}` or `%1000000000s` allocate that much).
+fn check_format_widths(f: &str) -> std::result::Result<(), minijinja::Error> {
+    let mut digits = 0u64;
+    let mut in_spec = false;
+    for c in f.chars() {
+        match c {
+            '{' | '%' | ':' => {
+                in_spec = true;
+                digits = 0;
+            }
+            '}' | ' ' => in_spec = false,
+            d if d.is_ascii_digit() && in_spec => {
+                digits = digits.saturating_mul(10).saturating_add(u64::from(d) - u64::from('0'));
+                if digits > TEMPLATE_MAX_WIDTH {
+                    return Err(minijinja::Error::new(
+                        minijinja::ErrorKind::InvalidOperation,
+                        format!("format width past {TEMPLATE_MAX_WIDTH} in {f:.40?}"),
+                    ));
+                }
+            }
+            _ => digits = 0,
+        }
+    }
+    Ok(())
+}
+
+/// A writer that refuses to grow past `limit` bytes.
+struct Bounded {
+    bytes: Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.limit {
+            self.bytes.resize(self.limit + 1, 0);
+            return Err(std::io::Error::other("rendered output past its limit"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -361,5 +459,75 @@ impl TokenStream {
         self.prev = self.cur;
         self.cur = self.ids.len();
         Ok(rest)
+    }
+}
+
+#[cfg(test)]
+mod template_bounds {
+    use super::*;
+    use crate::synth::{synthetic_model, SHAPES};
+
+    fn with_template(t: &str) -> GgufTokenizer {
+        let sh = crate::synth::SynthShape { n_layers: 1, vocab: 400, ..SHAPES[0] };
+        let f = synthetic_model("llama", &sh, vkml_quant::GgmlType::F32, 1).unwrap();
+        let mut tok = GgufTokenizer::from_gguf(&f).unwrap();
+        tok.chat_template = Some(t.to_string());
+        tok
+    }
+
+    /// Hostile templates end in an error naming the bound, within a second or two: nested
+    /// loops (fuel), a huge rendering (length), huge format widths (which aborted the
+    /// process allocating them).
+    #[test]
+    fn hostile_templates_are_bounded() {
+        for (t, needle) in [
+            ("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}", "fuel"),
+            ("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "past 16 MiB"),
+            ("{{ \"{:>1000000000000000}\".format(1) }}", "format width past 4096"),
+            ("{{ \"%1000000000000s\"|format(1) }}", "format width past 4096"),
+        ] {
+            let t0 = std::time::Instant::now();
+            let e = with_template(t).apply_chat_template(None, "hi").unwrap_err().to_string();
+            assert!(e.contains(needle), "{t}: {e}");
+            assert!(t0.elapsed().as_secs() < 3, "{t}: {:?}", t0.elapsed());
+        }
+        // Ordinary formatting still works.
+        let ok = with_template("{{ \"{:>8}|\".format('ab') }}{{ \"%5d|\"|format(42) }}{{ messages[0].content }}");
+        assert_eq!(ok.apply_chat_template(None, "hi").unwrap(), "      ab|   42|hi");
+    }
+}
+
+#[cfg(test)]
+mod hostile_vocabulary {
+    use super::*;
+    use crate::synth::{synthetic_model, SHAPES};
+    use vkml_quant::gguf::GgufWriter;
+
+    /// One 2 MB piece in `tokenizer.ggml.tokens` (deriving its merges was quadratic and
+    /// took hours) loads in well under a second; the other pieces still merge.
+    #[test]
+    fn a_huge_piece_loads_in_linear_time() {
+        let sh = crate::synth::SynthShape { n_layers: 1, vocab: 400, ..SHAPES[0] };
+        let src = synthetic_model("llama", &sh, vkml_quant::GgmlType::F32, 1).unwrap();
+        let mut w = GgufWriter::new();
+        for (k, v) in src.metadata() {
+            let v = match (k.as_str(), v) {
+                ("tokenizer.ggml.tokens", GgufValue::Array(GgufArray::String(t))) => {
+                    let mut t = t.clone();
+                    t[399] = format!("\u{2581}{}", "a".repeat(2_000_000));
+                    GgufValue::Array(GgufArray::String(t))
+                }
+                _ => v.clone(),
+            };
+            w.push_kv(k.clone(), v);
+        }
+        for t in src.tensors() {
+            w.push_tensor(t.name.clone(), t.ty, t.dims.clone(), src.tensor_data(t).to_vec());
+        }
+        let f = GgufFile::from_vec(w.to_bytes().unwrap()).unwrap();
+        let t0 = std::time::Instant::now();
+        let tok = GgufTokenizer::from_gguf(&f).unwrap();
+        assert!(t0.elapsed().as_millis() < 1500, "{:?}", t0.elapsed());
+        assert_eq!(tok.decode(&tok.encode("ab ab", false).unwrap()).unwrap(), "ab ab");
     }
 }
