@@ -15,12 +15,14 @@
 //!   host wait per chunk, the next decode step recorded ahead on Vulkan.
 //! - [`tokenizer`], [`sampling`]: the tokenizer and chat template from GGUF metadata;
 //!   greedy, temperature, top-k, top-p, repeat penalty.
-//! - [`synth`]: synthetic models of real shapes, for benchmarks and tests.
+//! - [`synth`]: synthetic models of real shapes, for benchmarks and tests; [`fuzzing`]:
+//!   the entry points the fuzz targets and their corpus-replay test share.
 
 pub mod arch;
 pub mod blocks;
 pub mod config;
 pub mod error;
+pub mod fuzzing;
 pub mod rope;
 pub mod runner;
 pub mod sampling;
