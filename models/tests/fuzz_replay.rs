@@ -89,26 +89,46 @@ fn tokenizer_inputs_replay() {
     replay("tokenizer", fuzzing::tokenizer, &model_seeds(), 4096, 100);
 }
 
+/// Chat templates: two ordinary ones and hostile ones (runaway loops, huge output and
+/// widths, unbounded recursion, raised errors).
+const TEMPLATE_SEEDS: &[&str] = &[
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+    "{{ bos_token }}{% for m in messages %}{{ m['content'] | trim }}{% endfor %}",
+    "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+    "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+    "{{ \"{:>1000000000000000}\".format(1) }}",
+    "{{ \"%1000000000000s\"|format(1) }}",
+    "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "{{ raise_exception('no') }}",
+    "{{ messages[0].content.split('')|list }}{{ (messages|length) * 99999999999 }}",
+];
+
 #[test]
 fn chat_template_inputs_replay() {
-    let seeds: Vec<Vec<u8>> = [
-        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
-        "{{ bos_token }}{% for m in messages %}{{ m['content'] | trim }}{% endfor %}",
-        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
-        "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
-        "{{ \"{:>1000000000000000}\".format(1) }}",
-        "{{ \"%1000000000000s\"|format(1) }}",
-        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
-        "{{ raise_exception('no') }}",
-        "{{ messages[0].content.split('')|list }}{{ (messages|length) * 99999999999 }}",
-    ]
-    .iter()
-    .map(|s| s.as_bytes().to_vec())
-    .collect();
+    let seeds: Vec<Vec<u8>> = TEMPLATE_SEEDS.iter().map(|s| s.as_bytes().to_vec()).collect();
     replay("chat_template", fuzzing::template, &seeds, 200, 30);
 }
 
 #[test]
 fn model_load_inputs_replay() {
     replay("model_load", fuzzing::model_load, &model_seeds(), 4096, 40);
+}
+
+/// Writes the seeds above as files, one folder per target, under `$VKML_FUZZ_SEEDS_OUT`
+/// (run with `--ignored`): the starting corpus of a cargo-fuzz run.
+#[test]
+#[ignore = "writes fuzz seeds; run by hand"]
+fn write_fuzz_seeds() {
+    let Ok(out) = std::env::var("VKML_FUZZ_SEEDS_OUT") else { return };
+    let out = Path::new(&out);
+    for target in ["model_config", "tokenizer", "model_load"] {
+        std::fs::create_dir_all(out.join(target)).unwrap();
+        for (a, seed) in ARCHS.iter().zip(model_seeds()) {
+            std::fs::write(out.join(target).join(format!("{a}.gguf")), seed).unwrap();
+        }
+    }
+    std::fs::create_dir_all(out.join("chat_template")).unwrap();
+    for (i, t) in TEMPLATE_SEEDS.iter().enumerate() {
+        std::fs::write(out.join("chat_template").join(format!("t{i}.jinja")), t).unwrap();
+    }
 }
