@@ -272,7 +272,9 @@ impl GgufTokenizer {
     ///
     /// # Errors
     /// [`Error::Tokenizer`] when the model has no chat template or it fails to render
-    /// (including the template's own `raise_exception`).
+    /// (including the template's own `raise_exception`), or passes a bound: its fuel
+    /// ([`TEMPLATE_FUEL`]), output ([`TEMPLATE_MAX_OUTPUT`]), format widths
+    /// ([`TEMPLATE_MAX_WIDTH`]) or time ([`TEMPLATE_MAX_TIME`]).
     pub fn apply_chat_template(&self, system: Option<&str>, user: &str) -> Result<String> {
         let has = |t: &str| self.tokens.iter().any(|x| x == t);
         let tpl = match self.chat_template.as_deref() {
@@ -283,57 +285,82 @@ impl GgufTokenizer {
             }
             None => return Err(tok_err("the model has no tokenizer.chat_template; run without --chat")),
         };
-        let mut env = minijinja::Environment::new();
-        minijinja_contrib::add_to_environment(&mut env);
-        // Bounded: an instruction budget (nested loops end), format widths (a huge one
-        // aborted the process allocating it) and the rendered length (below).
-        env.set_fuel(Some(TEMPLATE_FUEL));
-        env.set_unknown_method_callback(|state, value, method, args| {
-            if method == "format" {
-                if let Some(s) = value.as_str() {
-                    check_format_widths(s)?;
-                }
-            }
-            minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
-        });
-        env.add_filter(
-            "format",
-            |state: &minijinja::State<'_, '_>, f: minijinja::Value, args: minijinja::value::Rest<minijinja::Value>| {
-                if let Some(s) = f.as_str() {
-                    check_format_widths(s)?;
-                }
-                minijinja::filters::format(state, &f, args)
-            },
-        );
-        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
-        });
-        env.add_template("chat", tpl).map_err(|e| tok_err(format!("chat template: {e}")))?;
-        let mut messages = Vec::new();
-        if let Some(s) = system {
-            messages.push(minijinja::context! { role => "system", content => s });
-        }
-        messages.push(minijinja::context! { role => "user", content => user });
         let tok = |i: Option<u32>| i.and_then(|i| self.token(i)).unwrap_or("").to_string();
-        let mut out = Bounded { bytes: Vec::new(), limit: TEMPLATE_MAX_OUTPUT };
-        let rendered = env.get_template("chat").and_then(|t| {
-            t.render_captured_to(
-                minijinja::context! {
-                    messages => messages,
-                    add_generation_prompt => true,
-                    bos_token => tok(self.bos),
-                    eos_token => tok(self.eos),
-                },
-                &mut out,
-            )
-        });
-        match rendered {
-            Err(_) if out.bytes.len() > TEMPLATE_MAX_OUTPUT => {
-                Err(tok_err(format!("chat template: the rendered prompt is past {} MiB", TEMPLATE_MAX_OUTPUT >> 20)))
-            }
-            Err(e) => Err(tok_err(format!("chat template: {e}"))),
-            Ok(_) => String::from_utf8(out.bytes).map_err(|e| tok_err(format!("chat template: {e}"))),
+        let job = (tpl.to_string(), system.map(str::to_string), user.to_string(), tok(self.bos), tok(self.eos));
+        // On a thread of its own, waited for at most TEMPLATE_MAX_TIME: printing a huge
+        // lazily repeated sequence (`{{ messages * 999999999 }}`) walks every item without
+        // fuel or output bounds stopping it. Past the deadline the call returns an error;
+        // the thread finishes its walk (bounded, but possibly long) in the background.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("chat-template".into())
+            .spawn(move || {
+                let (tpl, system, user, bos, eos) = job;
+                let _ = tx.send(render_template(&tpl, system.as_deref(), &user, &bos, &eos));
+            })
+            .map_err(|e| tok_err(format!("chat template: cannot start its thread: {e}")))?;
+        match rx.recv_timeout(TEMPLATE_MAX_TIME) {
+            Ok(r) => r,
+            Err(_) => Err(tok_err(format!(
+                "chat template: rendering ran past {} s (a runaway template)",
+                TEMPLATE_MAX_TIME.as_secs()
+            ))),
         }
+    }
+}
+
+/// Renders chat template `tpl` for one user message (after an optional system message),
+/// under the bounds of [`GgufTokenizer::apply_chat_template`].
+fn render_template(tpl: &str, system: Option<&str>, user: &str, bos: &str, eos: &str) -> Result<String> {
+    let mut env = minijinja::Environment::new();
+    minijinja_contrib::add_to_environment(&mut env);
+    // Bounded: an instruction budget (nested loops end), format widths (a huge one
+    // aborted the process allocating it) and the rendered length (below).
+    env.set_fuel(Some(TEMPLATE_FUEL));
+    env.set_unknown_method_callback(|state, value, method, args| {
+        if method == "format" {
+            if let Some(s) = value.as_str() {
+                check_format_widths(s)?;
+            }
+        }
+        minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+    });
+    env.add_filter(
+        "format",
+        |state: &minijinja::State<'_, '_>, f: minijinja::Value, args: minijinja::value::Rest<minijinja::Value>| {
+            if let Some(s) = f.as_str() {
+                check_format_widths(s)?;
+            }
+            minijinja::filters::format(state, &f, args)
+        },
+    );
+    env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
+        Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+    });
+    env.add_template("chat", tpl).map_err(|e| tok_err(format!("chat template: {e}")))?;
+    let mut messages = Vec::new();
+    if let Some(s) = system {
+        messages.push(minijinja::context! { role => "system", content => s });
+    }
+    messages.push(minijinja::context! { role => "user", content => user });
+    let mut out = Bounded { bytes: Vec::new(), limit: TEMPLATE_MAX_OUTPUT };
+    let rendered = env.get_template("chat").and_then(|t| {
+        t.render_captured_to(
+            minijinja::context! {
+                messages => messages,
+                add_generation_prompt => true,
+                bos_token => bos,
+                eos_token => eos,
+            },
+            &mut out,
+        )
+    });
+    match rendered {
+        Err(_) if out.bytes.len() > TEMPLATE_MAX_OUTPUT => {
+            Err(tok_err(format!("chat template: the rendered prompt is past {} MiB", TEMPLATE_MAX_OUTPUT >> 20)))
+        }
+        Err(e) => Err(tok_err(format!("chat template: {e}"))),
+        Ok(_) => String::from_utf8(out.bytes).map_err(|e| tok_err(format!("chat template: {e}"))),
     }
 }
 
@@ -345,6 +372,9 @@ pub const MAX_MERGED_PIECE: usize = 1024;
 /// templates render a conversation in thousands; a template that loops past this ends in
 /// an error.
 pub const TEMPLATE_FUEL: u64 = 5_000_000;
+
+/// Longest one chat-template rendering may take (wall clock).
+pub const TEMPLATE_MAX_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Most bytes a rendered chat template may hold (a prompt past any context vkml loads).
 pub const TEMPLATE_MAX_OUTPUT: usize = 16 << 20;
@@ -485,6 +515,9 @@ mod template_bounds {
             ("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "past 16 MiB"),
             ("{{ \"{:>1000000000000000}\".format(1) }}", "format width past 4096"),
             ("{{ \"%1000000000000s\"|format(1) }}", "format width past 4096"),
+            // A lazily repeated sequence, printed: no fuel or output bound stops the walk
+            // (a fuzz finding); the deadline does.
+            ("{{ messages * 949749999 }}", "rendering ran past 2 s"),
         ] {
             let t0 = std::time::Instant::now();
             let e = with_template(t).apply_chat_template(None, "hi").unwrap_err().to_string();
