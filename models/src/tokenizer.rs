@@ -301,7 +301,10 @@ impl GgufTokenizer {
             .map_err(|e| tok_err(format!("chat template: cannot start its thread: {e}")))?;
         match rx.recv_timeout(TEMPLATE_MAX_TIME) {
             Ok(r) => r,
-            Err(_) => Err(tok_err(format!(
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(tok_err("chat template: the template engine failed (it panicked)"))
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(tok_err(format!(
                 "chat template: rendering ran past {} s (a runaway template)",
                 TEMPLATE_MAX_TIME.as_secs()
             ))),
@@ -323,7 +326,7 @@ fn render_template(tpl: &str, system: Option<&str>, user: &str, bos: &str, eos: 
                 check_format_widths(s)?;
             }
         }
-        minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+        contained(|| minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args))
     });
     env.add_filter(
         "format",
@@ -331,7 +334,7 @@ fn render_template(tpl: &str, system: Option<&str>, user: &str, bos: &str, eos: 
             if let Some(s) = f.as_str() {
                 check_format_widths(s)?;
             }
-            minijinja::filters::format(state, &f, args)
+            contained(|| minijinja::filters::format(state, &f, args))
         },
     );
     env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
@@ -383,9 +386,30 @@ pub const TEMPLATE_MAX_OUTPUT: usize = 16 << 20;
 /// filter) may ask for.
 pub const TEMPLATE_MAX_WIDTH: u64 = 4096;
 
+/// `f()`, with a panic inside the template engine turned into an error: minijinja 2.24's
+/// printf-style `format` slices a `%(key)` inside a multi-byte character and panics (a
+/// fuzz finding), which must not end the process.
+fn contained(
+    f: impl FnOnce() -> std::result::Result<minijinja::Value, minijinja::Error>,
+) -> std::result::Result<minijinja::Value, minijinja::Error> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, "format string the engine cannot parse"))
+    })
+}
+
 /// An error if format string `f` asks for a field width or precision past
-/// [`TEMPLATE_MAX_WIDTH`] (`{:>1000000000000000}` or `%1000000000s` allocate that much).
+/// [`TEMPLATE_MAX_WIDTH`] (`{:>1000000000000000}` or `%1000000000s` allocate that much),
+/// or has a printf-style `%(key)` with characters outside ASCII after it (which minijinja
+/// 2.24's parser slices inside a character, and panics).
 fn check_format_widths(f: &str) -> std::result::Result<(), minijinja::Error> {
+    if let Some(at) = f.find("%(") {
+        if !f[at..].is_ascii() {
+            return Err(minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                "a printf-style %(key) format with characters outside ASCII",
+            ));
+        }
+    }
     let mut digits = 0u64;
     let mut in_spec = false;
     for c in f.chars() {
@@ -518,6 +542,8 @@ mod template_bounds {
             // A lazily repeated sequence, printed: no fuel or output bound stops the walk
             // (a fuzz finding); the deadline does.
             ("{{ messages * 949749999 }}", "rendering ran past 2 s"),
+            // minijinja 2.24's printf parser panics on this (a fuzz finding).
+            ("{{ \"1%(000.04fose###\u{6d6}m%%%\"|format(2) }}", "outside ASCII"),
         ] {
             let t0 = std::time::Instant::now();
             let e = with_template(t).apply_chat_template(None, "hi").unwrap_err().to_string();
