@@ -181,9 +181,9 @@ fn impossible_contexts_are_refused_before_allocating() {
         let e = Runner::<CpuStorage>::load(&CpuDevice, &f, opts, &mut |_, _| {}).unwrap_err().to_string();
         assert!(e.contains(&format!("a context of {ctx} positions is past the 1048576")), "{e}");
     }
-    // 2^20 positions of a model with 8 KV heads of 256 dims over 7 layers: 56 GiB of KV
-    // cache, more than a test machine's Vulkan device has.
-    let wide = SynthShape { n_head: 8, n_kv_head: 8, head_dim: Some(256), ..TINY };
+    // 2^20 positions of a model with 32 KV heads of 256 dims over 7 layers: 224 GiB of KV
+    // cache, more than any test machine's Vulkan device has.
+    let wide = SynthShape { n_head: 32, n_kv_head: 32, head_dim: Some(256), ..TINY };
     let f = synthetic_model("qwen3", &wide, GgmlType::Q8_0, 3).unwrap();
     let dev = vkml_candle::vulkan::VulkanDevice::from_device(&common::device(), 0).unwrap();
     let t = std::time::Instant::now();
