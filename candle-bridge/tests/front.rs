@@ -3,43 +3,17 @@
 //! matmul, indexing, random fills) and the errors they give.
 
 mod common;
-use common::device;
+use common::{flat, max_diff, values, vulkan_device};
 
 use candle_core::{DType, Device as Cpu, Tensor as CTensor};
 use vkml_candle::front::Tensor;
-use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
+use vkml_candle::vulkan::VulkanStorage;
 
 type VTensor = Tensor<VulkanStorage>;
 
-fn vdev() -> VulkanDevice {
-    VulkanDevice::from_device(&device(), 0).unwrap()
-}
-
-/// Deterministic values in [-2, 2).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
-        })
-        .collect()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
-}
-
-fn flat(t: &CTensor) -> Vec<f32> {
-    t.flatten_all().unwrap().to_vec1().unwrap()
-}
-
 #[test]
 fn front_ops_match_candle_cpu() {
-    let dev = vdev();
+    let dev = vulkan_device();
     let a_data = values(2 * 3 * 8, 1);
     let b_data = values(8, 2);
     let a = VTensor::from_slice(&a_data, (2, 3, 8), &dev).unwrap();
@@ -163,7 +137,7 @@ fn candle_ops() -> Vec<(&'static str, Vec<f32>)> {
 /// device's transcendental functions (1e-5 of the largest value).
 #[test]
 fn more_front_ops_match_cpu() {
-    let gpu = more_front_ops::<VulkanStorage>(&vdev());
+    let gpu = more_front_ops::<VulkanStorage>(&vulkan_device());
     let cpu = candle_ops();
     assert_eq!(gpu.len(), cpu.len());
     for ((name, g), (cname, c)) in gpu.iter().zip(&cpu) {
@@ -174,7 +148,7 @@ fn more_front_ops_match_cpu() {
         assert!(d <= 1e-5 * scale, "{name}: max difference {d} (scale {scale})");
     }
     // A random fill on the front: in range, reproducible from the seed.
-    let dev = vdev();
+    let dev = vulkan_device();
     candle_core::backend::BackendDevice::set_seed(&dev, 11).unwrap();
     let r1 = VTensor::rand(-1.0, 1.0, 1000, DType::F32, &dev).unwrap().to_vec::<f32>().unwrap();
     candle_core::backend::BackendDevice::set_seed(&dev, 11).unwrap();
@@ -188,7 +162,7 @@ fn more_front_ops_match_cpu() {
 
 #[test]
 fn front_errors_name_the_problem() {
-    let dev = vdev();
+    let dev = vulkan_device();
     let a = VTensor::from_slice(&values(6, 3), (2, 3), &dev).unwrap();
     let b = VTensor::from_slice(&values(4, 4), (2, 2), &dev).unwrap();
     let e = a.add(&b).unwrap_err().to_string();

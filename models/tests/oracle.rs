@@ -7,7 +7,7 @@
 //! stale. Also the decode step's fused norm and product against the two calls.
 
 mod common;
-use common::{device, test_model, vulkan_device_mat_mat_from};
+use common::{flat, max_diff, test_model, values, vulkan_device, vulkan_device_mat_mat_from};
 
 use candle_core::cpu_backend::CpuDevice;
 use candle_core::{CpuStorage, Device as Cpu, Tensor as CTensor};
@@ -20,32 +20,6 @@ use vkml_quant::gguf::GgufFile;
 use vkml_quant::GgmlType;
 
 type VTensor = Tensor<VulkanStorage>;
-
-fn vdev() -> VulkanDevice {
-    VulkanDevice::from_device(&device(), 0).unwrap()
-}
-
-/// Deterministic values in [-2, 2).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
-        })
-        .collect()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
-}
-
-fn flat(t: &CTensor) -> Vec<f32> {
-    t.flatten_all().unwrap().to_vec1().unwrap()
-}
 
 /// The decode step's fused norm and product (`rms_norm_linear`), on a device whose integer
 /// dot products count as accelerated so that its mat-vecs take Q8_1 activations: the
@@ -121,7 +95,7 @@ fn argmax(v: &[f32]) -> u32 {
 fn run_all(file: &GgufFile, prompt: &[u32], steps: usize, q8_tol: f32) -> (Vec<u32>, f32, f32) {
     let opts = LoadOptions { ctx: Some(64), ..LoadOptions::default() };
     let mut cpu = Runner::<CpuStorage>::load(&CpuDevice, file, opts, &mut |_, _| {}).unwrap();
-    let vd = vdev();
+    let vd = vulkan_device();
     let mut gpu = Runner::<VulkanStorage>::load(&vd, file, opts, &mut |_, _| {}).unwrap();
     let mut gpu_mm = Runner::<VulkanStorage>::load(&vulkan_device_mat_mat_from(2), file, opts, &mut |_, _| {}).unwrap();
     // Decode on Q8_1 activations (integer-dot mat-vecs, the norm quantizing x) as on GPUs

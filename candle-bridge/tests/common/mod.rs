@@ -1,4 +1,5 @@
-//! Helpers shared by the model and tokenizer tests: the device and the real test models.
+//! Helpers shared by vkml-candle's tests and vkml-models' (which include this file by
+//! path): the devices the tests run on, deterministic values, comparisons.
 
 #![allow(dead_code)]
 
@@ -41,7 +42,26 @@ pub fn vulkan_device_mat_mat_from_with(
     d
 }
 
-#[path = "../../../quant/tests/support/test_models.rs"]
-mod test_models;
-#[allow(unused_imports)]
-pub use test_models::test_model;
+/// Deterministic values in [-2, 2).
+pub fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+        })
+        .collect()
+}
+
+/// Largest |a - b| (same lengths).
+pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
+}
+
+/// A candle CPU tensor's values, flattened.
+pub fn flat(t: &candle_core::Tensor) -> Vec<f32> {
+    t.flatten_all().unwrap().to_vec1().unwrap()
+}

@@ -1,45 +1,13 @@
-//! Helpers shared by the model and tokenizer tests: the device and the real test models.
+//! Helpers of the model tests: the devices and value helpers vkml-candle's tests use
+//! (included from its `tests/common/mod.rs`), the real test models, and the Gemma
+//! references.
 
 #![allow(dead_code)]
 
-use vkml_hal::{Device, DeviceSelector, Instance, InstanceOptions};
-
-/// The device the tests run on (`VKML_DEVICE`, else the best), with the validation layer
-/// unless `VKML_VALIDATION=0`.
-pub fn device() -> Device {
-    device_with(|_| {})
-}
-
-/// [`device`] with its probed capabilities edited first (kernel choice reads only them):
-/// runs the paths a device would take without some feature.
-pub fn device_with(edit: impl FnOnce(&mut vkml_hal::Capabilities)) -> Device {
-    let validation = std::env::var("VKML_VALIDATION").map_or(true, |v| v != "0");
-    let inst = Instance::new(&InstanceOptions { validation }).unwrap();
-    let mut adapter = inst.select(&DeviceSelector::from_env()).unwrap();
-    edit(&mut adapter.caps);
-    Device::from_adapter(&inst, &adapter, Default::default()).unwrap()
-}
-
-/// [`device`] as a candle backend device.
-pub fn vulkan_device() -> vkml_candle::vulkan::VulkanDevice {
-    vkml_candle::vulkan::VulkanDevice::from_device(&device(), 0).unwrap()
-}
-
-/// [`vulkan_device`] with quantized products on mat-mats from `n` activation rows on
-/// (lavapipe's own choice never uses them).
-pub fn vulkan_device_mat_mat_from(n: usize) -> vkml_candle::vulkan::VulkanDevice {
-    vulkan_device_mat_mat_from_with(n, |_| {})
-}
-
-/// [`vulkan_device_mat_mat_from`] on [`device_with`]`(edit)`.
-pub fn vulkan_device_mat_mat_from_with(
-    n: usize,
-    edit: impl FnOnce(&mut vkml_hal::Capabilities),
-) -> vkml_candle::vulkan::VulkanDevice {
-    let d = vkml_candle::vulkan::VulkanDevice::from_device(&device_with(edit), 0).unwrap();
-    d.set_mat_mat_min_tokens(Some(n));
-    d
-}
+#[path = "../../../candle-bridge/tests/common/mod.rs"]
+mod devices;
+#[allow(unused_imports)]
+pub use devices::*;
 
 #[path = "../../../quant/tests/support/test_models.rs"]
 mod test_models;
