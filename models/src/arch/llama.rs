@@ -129,25 +129,11 @@ where
     }
 }
 
-/// Loads a `llama` or `mistral` model: interleaved rope (llama.cpp's
+/// How a `llama` or `mistral` file wires the decoder: interleaved rope (llama.cpp's
 /// `LLAMA_ROPE_TYPE_NORM`), split tensors, SwiGLU.
-///
-/// # Errors
-/// As [`super::load`].
-pub fn load<S: ModelStorage>(
-    m: &Meta<'_>,
-    dev: &S::Device,
-    sizes: Sizes,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<Decoder<S>>
-where
-    S::Device: BackendDevice<Storage = S>,
-{
-    let opts = DecoderOptions {
-        rope_style: RopeStyle::Interleaved,
-        qk_norm: false,
-        qkv: QkvLayout::Split,
-        gate_up: GateUpLayout::Split,
-    };
-    Decoder::load(m, dev, sizes, progress, opts)
-}
+pub const OPTIONS: DecoderOptions = DecoderOptions {
+    rope_style: RopeStyle::Interleaved,
+    qk_norm: false,
+    qkv: QkvLayout::Split,
+    gate_up: GateUpLayout::Split,
+};

@@ -3,8 +3,10 @@
 //! (`src/llama-model.cpp`) and graphs (`src/models/*.cpp`) define them. [`load`] picks the
 //! file by the architecture's name.
 //!
-//! Adding an architecture: a file here with a `load` function that reads its keys,
-//! validates them, loads its blocks and returns a [`Model`]; a line in [`load`] and in
+//! Adding an architecture: a file here that either gives the pre-norm decoder's
+//! [`llama::DecoderOptions`] (as `qwen2`, `qwen3`, `phi3` do) or has a `load` function that
+//! reads its keys, validates them, loads its blocks and returns a [`Model`] (as the Gemma
+//! files do); a line in [`load`] and in
 //! [`ARCHITECTURES`]; a synthetic shape in [`crate::synth`]; a test against an independent
 //! reference.
 
@@ -19,6 +21,7 @@ use candle_core::backend::BackendDevice;
 use vkml_candle::front::Tensor;
 use vkml_quant::gguf::GgufFile;
 
+use self::llama::Decoder;
 use crate::config::{Hparams, Meta};
 use crate::error::{model_err, Result};
 use crate::storage::ModelStorage;
@@ -75,12 +78,12 @@ where
 {
     let m = Meta::new(file)?;
     Ok(match m.arch {
-        "llama" | "mistral" => Box::new(llama::load(&m, dev, sizes, progress)?),
-        "qwen2" => Box::new(qwen2::load(&m, dev, sizes, progress)?),
-        "qwen3" => Box::new(qwen3::load(&m, dev, sizes, progress)?),
+        "llama" | "mistral" => Box::new(Decoder::load(&m, dev, sizes, progress, llama::OPTIONS)?),
+        "qwen2" => Box::new(Decoder::load(&m, dev, sizes, progress, qwen2::OPTIONS)?),
+        "qwen3" => Box::new(Decoder::load(&m, dev, sizes, progress, qwen3::OPTIONS)?),
         "gemma2" => Box::new(gemma2::load(&m, dev, sizes, progress)?),
         "gemma3" => Box::new(gemma3::load(&m, dev, sizes, progress)?),
-        "phi3" => Box::new(phi3::load(&m, dev, sizes, progress)?),
+        "phi3" => Box::new(Decoder::load(&m, dev, sizes, progress, phi3::options(&m))?),
         _ => return Err(unsupported(&m)),
     })
 }

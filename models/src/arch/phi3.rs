@@ -7,35 +7,20 @@
 //! `{arch}.attention.sliding_window` is ignored, as llama.cpp ignores it (Phi-3-mini-4k
 //! writes 2047): every layer attends to the whole context.
 
-use candle_core::backend::BackendDevice;
 use vkml_ops::nn::RopeStyle;
 
-use super::llama::{Decoder, DecoderOptions};
-use super::Sizes;
+use super::llama::DecoderOptions;
 use crate::blocks::{GateUpLayout, QkvLayout};
 use crate::config::Meta;
-use crate::error::Result;
-use crate::storage::ModelStorage;
 
-/// Loads a `phi3` model.
-///
-/// # Errors
-/// As [`super::load`].
-pub fn load<S: ModelStorage>(
-    m: &Meta<'_>,
-    dev: &S::Device,
-    sizes: Sizes,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<Decoder<S>>
-where
-    S::Device: BackendDevice<Storage = S>,
-{
+/// How `m`'s `phi3` file wires the decoder: Q, K and V fused where it has
+/// `blk.0.attn_qkv.weight`, else split.
+pub fn options(m: &Meta<'_>) -> DecoderOptions {
     let fused = m.file.header().tensor("blk.0.attn_qkv.weight").is_some();
-    let opts = DecoderOptions {
+    DecoderOptions {
         rope_style: RopeStyle::Neox,
         qk_norm: false,
         qkv: if fused { QkvLayout::Fused } else { QkvLayout::Split },
         gate_up: GateUpLayout::Fused,
-    };
-    Decoder::load(m, dev, sizes, progress, opts)
+    }
 }

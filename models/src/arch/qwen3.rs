@@ -2,36 +2,14 @@
 //! [`super::llama`] with neox-style rope, no biases, and per-head RMS norms of q and k
 //! (`blk.N.attn_q_norm.weight`, `blk.N.attn_k_norm.weight`, `f32[head_dim]`) before rope.
 //! The head dim is `{arch}.attention.key_length` (128 in every Qwen3, which is not
-//! `n_embd / n_head` for most sizes).
+//! `n_embd / n_head` for most sizes). Missing q/k norm tensors, or ones that do not hold
+//! the head dim, are errors naming them.
 
-use candle_core::backend::BackendDevice;
 use vkml_ops::nn::RopeStyle;
 
-use super::llama::{Decoder, DecoderOptions};
-use super::Sizes;
+use super::llama::DecoderOptions;
 use crate::blocks::{GateUpLayout, QkvLayout};
-use crate::config::Meta;
-use crate::error::Result;
-use crate::storage::ModelStorage;
 
-/// Loads a `qwen3` model.
-///
-/// # Errors
-/// As [`super::load`]; missing q/k norm tensors, or ones that do not hold the head dim.
-pub fn load<S: ModelStorage>(
-    m: &Meta<'_>,
-    dev: &S::Device,
-    sizes: Sizes,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<Decoder<S>>
-where
-    S::Device: BackendDevice<Storage = S>,
-{
-    let opts = DecoderOptions {
-        rope_style: RopeStyle::Neox,
-        qk_norm: true,
-        qkv: QkvLayout::Split,
-        gate_up: GateUpLayout::Split,
-    };
-    Decoder::load(m, dev, sizes, progress, opts)
-}
+/// How a `qwen3` file wires the decoder.
+pub const OPTIONS: DecoderOptions =
+    DecoderOptions { rope_style: RopeStyle::Neox, qk_norm: true, qkv: QkvLayout::Split, gate_up: GateUpLayout::Split };
