@@ -11,7 +11,7 @@
 //! runs 16 steps per prompt; `VKML_TEST_FULL=1` runs 64.
 
 mod common;
-use common::{gemma3_reference, test_model, vulkan_device};
+use common::{argmax, gemma3_reference, margin, test_model, vulkan_device};
 
 use candle_core::{Device as Cpu, Tensor};
 use vkml_models::tokenizer::GgufTokenizer;
@@ -25,16 +25,6 @@ const MAX_ABS: f32 = 0.05;
 /// Top-1/top-2 margin above which the argmax must agree: the bound (a flip needs the two
 /// logits to move by more than the margin between them).
 const MARGIN: f32 = MAX_ABS;
-
-fn argmax(v: &[f32]) -> usize {
-    v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0
-}
-
-fn margin(v: &[f32]) -> f32 {
-    let mut s: Vec<f32> = v.to_vec();
-    s.sort_by(|a, b| b.total_cmp(a));
-    s[0] - s[1]
-}
 
 #[test]
 fn teacher_forced_logits_match_candle_gemma3() {
@@ -69,7 +59,7 @@ fn teacher_forced_logits_match_candle_gemma3() {
                 checked += 1;
             }
             pos += input.len();
-            input = vec![argmax(&want) as u32];
+            input = vec![argmax(&want)];
         }
     }
     eprintln!("3 prompts x {steps} steps: worst max-abs logit difference {worst} (bound {MAX_ABS}); argmax checked at {checked} positions");

@@ -20,7 +20,7 @@
 use std::path::Path;
 
 mod common;
-use common::{test_model, vulkan_device, vulkan_device_mat_mat_from};
+use common::{argmax, margin, test_model, vulkan_device, vulkan_device_mat_mat_from};
 
 use candle_core::quantized::gguf_file;
 use candle_transformers::models::quantized_llama::ModelWeights;
@@ -34,16 +34,6 @@ const MAX_ABS: f32 = 0.1;
 /// Top-1/top-2 margin above which the argmax must agree.
 const MARGIN: f32 = 0.1;
 const STEPS: usize = 64;
-
-fn argmax(v: &[f32]) -> usize {
-    v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0
-}
-
-fn margin(v: &[f32]) -> f32 {
-    let mut s: Vec<f32> = v.to_vec();
-    s.sort_by(|a, b| b.total_cmp(a));
-    s[0] - s[1]
-}
 
 /// Candle's greedy run: the tokens it generated and its logits at every step.
 fn candle_run(path: &Path, prompt: &[u32]) -> (Vec<u32>, Vec<Vec<f32>>) {
@@ -62,7 +52,7 @@ fn candle_run(path: &Path, prompt: &[u32]) -> (Vec<u32>, Vec<Vec<f32>>) {
         let x = candle_core::Tensor::new(input.as_slice(), &cpu).unwrap().unsqueeze(0).unwrap();
         let l: Vec<f32> = model.forward(&x, pos).unwrap().squeeze(0).unwrap().to_vec1().unwrap();
         pos += input.len();
-        let next = argmax(&l) as u32;
+        let next = argmax(&l);
         logits.push(l);
         tokens.push(next);
         input = vec![next];

@@ -7,7 +7,7 @@
 //! stale. Also the decode step's fused norm and product against the two calls.
 
 mod common;
-use common::{flat, max_diff, test_model, values, vulkan_device, vulkan_device_mat_mat_from};
+use common::{argmax, flat, margin, max_diff, test_model, values, vulkan_device, vulkan_device_mat_mat_from};
 
 use candle_core::cpu_backend::CpuDevice;
 use candle_core::{CpuStorage, Device as Cpu, Tensor as CTensor};
@@ -71,10 +71,6 @@ fn rel_diff(a: &[f32], b: &[f32]) -> f32 {
     max_diff(a, b) / scale
 }
 
-fn argmax(v: &[f32]) -> u32 {
-    v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32
-}
-
 /// Greedy generation from `prompt` for `steps` tokens with the same model code on
 /// candle's CPU storage, on Vulkan, and on Vulkan with mat-mats from 2 tokens on (the
 /// prompt path on every device), on Vulkan with decode on Q8_1 activations (as GPUs
@@ -127,9 +123,7 @@ fn run_all(file: &GgufFile, prompt: &[u32], steps: usize, q8_tol: f32) -> (Vec<u
             }
             let scale = want.iter().fold(1f32, |m, x| m.max(x.abs()));
             let tol = if q8_decode { q8_tol } else { REL_TOL };
-            let mut sorted = want.clone();
-            sorted.sort_by(|a, b| b.total_cmp(a));
-            if sorted[0] - sorted[1] > 2.0 * tol * scale {
+            if margin(&want) > 2.0 * tol * scale {
                 assert_eq!(argmax(&got), argmax(&want), "step {step}: {what} picked another token than the CPU");
             }
             if step == 0 && what == "Vulkan" {
@@ -225,9 +219,7 @@ fn llama_on_cpu_and_vulkan_agree_smollm2() {
         let x = CTensor::new(input.as_slice(), &Cpu::Cpu).unwrap().unsqueeze(0).unwrap();
         let l = flat(&cm.forward(&x, pos).unwrap());
         pos += input.len();
-        let mut top = l.clone();
-        top.sort_by(|a, b| b.total_cmp(a));
-        if top[0] - top[1] > 0.1 {
+        if margin(&l) > 0.1 {
             assert_eq!(argmax(&l), t, "step {i}: candle-transformers picks another token");
         }
         input = vec![t];

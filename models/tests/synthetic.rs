@@ -18,7 +18,7 @@
 use std::io::Cursor;
 
 mod common;
-use common::{vulkan_device_mat_mat_from, vulkan_device_mat_mat_from_with};
+use common::{argmax, vulkan_device_mat_mat_from, vulkan_device_mat_mat_from_with};
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device as Cpu, Tensor};
@@ -113,10 +113,6 @@ const SHAPE: SynthShape = SynthShape {
     vocab: 512,
     tied: false,
 };
-
-fn argmax(v: &[f32]) -> u32 {
-    v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32
-}
 
 enum CandleModel {
     Llama(candle_transformers::models::quantized_llama::ModelWeights),

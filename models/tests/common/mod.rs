@@ -9,6 +9,18 @@ mod devices;
 #[allow(unused_imports)]
 pub use devices::*;
 
+/// The index of the largest logit.
+pub fn argmax(v: &[f32]) -> u32 {
+    v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32
+}
+
+/// The gap between the largest logit and the second largest.
+pub fn margin(v: &[f32]) -> f32 {
+    let mut s: Vec<f32> = v.to_vec();
+    s.sort_by(|a, b| b.total_cmp(a));
+    s[0] - s[1]
+}
+
 #[path = "../../../quant/tests/support/test_models.rs"]
 mod test_models;
 #[allow(unused_imports)]
