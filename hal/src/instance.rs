@@ -99,6 +99,22 @@ impl DeviceSelector {
     }
 }
 
+/// The Vulkan loader, loaded once per process and never unloaded: instances come and go
+/// (every test opens its own, possibly on several threads at once), and loading and
+/// unloading libvulkan each time only adds churn of the process's shared libraries.
+fn loader() -> Result<ash::Entry> {
+    static LOADER: std::sync::OnceLock<std::result::Result<ash::Entry, String>> = std::sync::OnceLock::new();
+    LOADER
+        .get_or_init(|| {
+            // SAFETY: loading the system's libvulkan runs its initialisers; that is the
+            // documented way to use the loader and has no further preconditions. The
+            // library stays loaded for the life of the process (the static holds it).
+            unsafe { ash::Entry::load() }.map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(Error::NoLoader)
+}
+
 impl Instance {
     /// Loads the Vulkan loader and creates an instance (API 1.3 where the loader has it,
     /// else 1.2), with validation when `options.validation`.
@@ -107,9 +123,7 @@ impl Instance {
     /// [`Error::NoLoader`] when libvulkan cannot be loaded; [`Error::MissingLayer`] when
     /// validation is asked for but not installed; [`Error::Vulkan`] on other failures.
     pub fn new(options: &InstanceOptions) -> Result<Instance> {
-        // SAFETY: loading the system's libvulkan runs its initialisers; that is the
-        // documented way to use the loader and has no further preconditions.
-        let entry = unsafe { ash::Entry::load() }.map_err(|e| Error::NoLoader(e.to_string()))?;
+        let entry = loader()?;
         // SAFETY: entry is a loaded loader; the call has no preconditions.
         let loader_version = unsafe { entry.try_enumerate_instance_version() }
             .map_err(Error::vk("vkEnumerateInstanceVersion"))?
