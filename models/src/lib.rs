@@ -20,6 +20,7 @@
 
 pub mod arch;
 pub mod blocks;
+pub mod chat_template;
 pub mod config;
 pub mod error;
 pub mod fuzzing;

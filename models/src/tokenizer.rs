@@ -30,6 +30,7 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, DecoderWrapper, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
 use vkml_quant::gguf::{GgufArray, GgufFile, GgufValue};
 
+use crate::chat_template::{self, ChatMessage};
 use crate::error::{Error, Result};
 
 /// Qwen2's pre-tokenizer split (llama.cpp `LLAMA_VOCAB_PRE_TYPE_QWEN2`): Llama 3's with
@@ -42,6 +43,21 @@ const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 
 fn tok_err(e: impl std::fmt::Display) -> Error {
     Error::Tokenizer(e.to_string())
+}
+
+/// A BPE model over `vocab` and `merges`, without `tokenizers`' word cache: in tokenizers
+/// 0.23 that cache is thread-local and keyed by the BPE instance, and entries of an
+/// instance stay after it (or a clone of it) is dropped, so every tokenizer built, cloned
+/// or used on a new thread left up to 10 000 cached words behind for the life of the
+/// thread (a fuzz run grew by about 650 bytes per load). Uncached, encoding merges every
+/// word afresh: it costs nothing measurable next to a model's forward pass.
+fn bpe_builder(vocab: &HashMap<String, u32>, merges: Vec<(String, String)>) -> tokenizers::models::bpe::BpeBuilder {
+    BPE::builder()
+        .vocab_and_merges(
+            vocab.iter().map(|(k, v)| (k.clone(), *v)).collect::<tokenizers::models::bpe::Vocab>(),
+            merges,
+        )
+        .cache_capacity(0)
 }
 
 /// A GGUF model's tokenizer, special tokens and chat template.
@@ -111,13 +127,7 @@ impl GgufTokenizer {
                             .ok_or_else(|| tok_err(format!("merge {m:?} is not two tokens separated by a space")))
                     })
                     .collect::<Result<_>>()?;
-                let bpe = BPE::builder()
-                    .vocab_and_merges(
-                        vocab.iter().map(|(k, v)| (k.clone(), *v)).collect::<tokenizers::models::bpe::Vocab>(),
-                        merges,
-                    )
-                    .build()
-                    .map_err(tok_err)?;
+                let bpe = bpe_builder(&vocab, merges).build().map_err(tok_err)?;
                 let mut t = tokenizers::Tokenizer::new(bpe);
                 let pre = f.get("tokenizer.ggml.pre").and_then(GgufValue::as_str).unwrap_or("default");
                 let byte_level = |regex: bool| PreTokenizerWrapper::from(ByteLevel::new(false, false, regex));
@@ -172,13 +182,7 @@ impl GgufTokenizer {
                     .map(|(_, _, a, b)| (tokens[a as usize].clone(), tokens[b as usize].clone()))
                     .collect();
                 let unk = id(f, "tokenizer.ggml.unknown_token_id", n)?.map(|u| tokens[u as usize].clone());
-                let mut b = BPE::builder()
-                    .vocab_and_merges(
-                        vocab.iter().map(|(k, v)| (k.clone(), *v)).collect::<tokenizers::models::bpe::Vocab>(),
-                        merges,
-                    )
-                    .byte_fallback(true)
-                    .fuse_unk(true);
+                let mut b = bpe_builder(&vocab, merges).byte_fallback(true).fuse_unk(true);
                 if let Some(u) = unk {
                     b = b.unk_token(u);
                 }
@@ -263,197 +267,45 @@ impl GgufTokenizer {
         self.tokens.len()
     }
 
-    /// Renders the chat template for one user message (`messages = [{role: "user",
-    /// content}]`, optionally preceded by a system message) with
-    /// `add_generation_prompt = true`, as `transformers`' `apply_chat_template` does.
-    /// A file without `tokenizer.chat_template` whose vocabulary has Gemma's
-    /// `<start_of_turn>` gets llama.cpp's built-in Gemma template (`llm_chat_apply_template`,
-    /// `LLM_CHAT_TEMPLATE_GEMMA`: the system message opens the user turn).
+    /// Renders the chat template for one user message (optionally after a system
+    /// message) with `add_generation_prompt = true`: [`GgufTokenizer::render_chat`].
     ///
     /// # Errors
-    /// [`Error::Tokenizer`] when the model has no chat template or it fails to render
-    /// (including the template's own `raise_exception`), or passes a bound: its fuel
-    /// ([`TEMPLATE_FUEL`]), output ([`TEMPLATE_MAX_OUTPUT`]), format widths
-    /// ([`TEMPLATE_MAX_WIDTH`]) or time ([`TEMPLATE_MAX_TIME`]).
+    /// As [`GgufTokenizer::render_chat`].
     pub fn apply_chat_template(&self, system: Option<&str>, user: &str) -> Result<String> {
-        let has = |t: &str| self.tokens.iter().any(|x| x == t);
-        let tpl = match self.chat_template.as_deref() {
-            Some(t) => t,
-            None if has("<start_of_turn>") && has("<end_of_turn>") => {
-                let sys = system.map_or_else(String::new, |s| format!("{s}\n\n"));
-                return Ok(format!("<start_of_turn>user\n{sys}{user}<end_of_turn>\n<start_of_turn>model\n"));
-            }
-            None => return Err(tok_err("the model has no tokenizer.chat_template; run without --chat")),
-        };
-        let tok = |i: Option<u32>| i.and_then(|i| self.token(i)).unwrap_or("").to_string();
-        let job = (tpl.to_string(), system.map(str::to_string), user.to_string(), tok(self.bos), tok(self.eos));
-        // On a thread of its own, waited for at most TEMPLATE_MAX_TIME: printing a huge
-        // lazily repeated sequence (`{{ messages * 999999999 }}`) walks every item without
-        // fuel or output bounds stopping it. Past the deadline the call returns an error;
-        // the thread finishes its walk (bounded, but possibly long) in the background.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("chat-template".into())
-            .spawn(move || {
-                let (tpl, system, user, bos, eos) = job;
-                let _ = tx.send(render_template(&tpl, system.as_deref(), &user, &bos, &eos));
-            })
-            .map_err(|e| tok_err(format!("chat template: cannot start its thread: {e}")))?;
-        match rx.recv_timeout(TEMPLATE_MAX_TIME) {
-            Ok(r) => r,
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                Err(tok_err("chat template: the template engine failed (it panicked)"))
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(tok_err(format!(
-                "chat template: rendering ran past {} s (a runaway template)",
-                TEMPLATE_MAX_TIME.as_secs()
-            ))),
+        let mut messages = Vec::with_capacity(2);
+        if let Some(s) = system {
+            messages.push(ChatMessage::new("system", s));
         }
+        messages.push(ChatMessage::new("user", user));
+        self.render_chat(&messages, true)
     }
-}
 
-/// Renders chat template `tpl` for one user message (after an optional system message),
-/// under the bounds of [`GgufTokenizer::apply_chat_template`].
-fn render_template(tpl: &str, system: Option<&str>, user: &str, bos: &str, eos: &str) -> Result<String> {
-    let mut env = minijinja::Environment::new();
-    minijinja_contrib::add_to_environment(&mut env);
-    // Bounded: an instruction budget (nested loops end), format widths (a huge one
-    // aborted the process allocating it) and the rendered length (below).
-    env.set_fuel(Some(TEMPLATE_FUEL));
-    env.set_unknown_method_callback(|state, value, method, args| {
-        if method == "format" {
-            if let Some(s) = value.as_str() {
-                check_format_widths(s)?;
+    /// Renders `tokenizer.chat_template` for `messages` with [`chat_template::render`]
+    /// (bounded in instructions, output and time), as `transformers`'
+    /// `apply_chat_template` does. A file without a template whose vocabulary has Gemma's
+    /// `<start_of_turn>` and `<end_of_turn>` gets llama.cpp's built-in Gemma template
+    /// ([`chat_template::render_gemma`]).
+    ///
+    /// # Errors
+    /// [`Error::Tokenizer`] when the model has no chat template, or as
+    /// [`chat_template::render`].
+    pub fn render_chat(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        let has = |t: &str| self.tokens.iter().any(|x| x == t);
+        let Some(template) = self.chat_template.as_deref() else {
+            if has("<start_of_turn>") && has("<end_of_turn>") {
+                return Ok(chat_template::render_gemma(messages, add_generation_prompt));
             }
-        }
-        contained(|| minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args))
-    });
-    env.add_filter(
-        "format",
-        |state: &minijinja::State<'_, '_>, f: minijinja::Value, args: minijinja::value::Rest<minijinja::Value>| {
-            if let Some(s) = f.as_str() {
-                check_format_widths(s)?;
-            }
-            contained(|| minijinja::filters::format(state, &f, args))
-        },
-    );
-    env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
-        Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
-    });
-    env.add_template("chat", tpl).map_err(|e| tok_err(format!("chat template: {e}")))?;
-    let mut messages = Vec::new();
-    if let Some(s) = system {
-        messages.push(minijinja::context! { role => "system", content => s });
-    }
-    messages.push(minijinja::context! { role => "user", content => user });
-    let mut out = Bounded { bytes: Vec::new(), limit: TEMPLATE_MAX_OUTPUT };
-    let rendered = env.get_template("chat").and_then(|t| {
-        t.render_captured_to(
-            minijinja::context! {
-                messages => messages,
-                add_generation_prompt => true,
-                bos_token => bos,
-                eos_token => eos,
-            },
-            &mut out,
-        )
-    });
-    match rendered {
-        Err(_) if out.bytes.len() > TEMPLATE_MAX_OUTPUT => {
-            Err(tok_err(format!("chat template: the rendered prompt is past {} MiB", TEMPLATE_MAX_OUTPUT >> 20)))
-        }
-        Err(e) => Err(tok_err(format!("chat template: {e}"))),
-        Ok(_) => String::from_utf8(out.bytes).map_err(|e| tok_err(format!("chat template: {e}"))),
+            return Err(tok_err("the model has no tokenizer.chat_template; run without --chat"));
+        };
+        let tok = |i: Option<u32>| i.and_then(|i| self.token(i)).unwrap_or("");
+        chat_template::render(template, messages, tok(self.bos), tok(self.eos), add_generation_prompt)
     }
 }
 
 /// Longest piece (in bytes) of a SentencePiece vocabulary that merges are derived for:
 /// a longer piece is never produced by merging (it can still be a whole special token).
 pub const MAX_MERGED_PIECE: usize = 1024;
-
-/// The instruction budget of one chat-template rendering (minijinja's fuel): real
-/// templates render a conversation in thousands; a template that loops past this ends in
-/// an error.
-pub const TEMPLATE_FUEL: u64 = 5_000_000;
-
-/// Longest one chat-template rendering may take (wall clock).
-pub const TEMPLATE_MAX_TIME: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Most bytes a rendered chat template may hold (a prompt past any context vkml loads).
-pub const TEMPLATE_MAX_OUTPUT: usize = 16 << 20;
-
-/// Widest field a template's `format` (Python's `str.format`, or the printf-style
-/// filter) may ask for.
-pub const TEMPLATE_MAX_WIDTH: u64 = 4096;
-
-/// `f()`, with a panic inside the template engine turned into an error: minijinja 2.24's
-/// printf-style `format` slices a `%(key)` inside a multi-byte character and panics (a
-/// fuzz finding), which must not end the process.
-fn contained(
-    f: impl FnOnce() -> std::result::Result<minijinja::Value, minijinja::Error>,
-) -> std::result::Result<minijinja::Value, minijinja::Error> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, "format string the engine cannot parse"))
-    })
-}
-
-/// An error if format string `f` asks for a field width or precision past
-/// [`TEMPLATE_MAX_WIDTH`] (`{:>1000000000000000}` or `%1000000000s` allocate that much),
-/// or has a printf-style `%(key)` with characters outside ASCII after it (which minijinja
-/// 2.24's parser slices inside a character, and panics).
-fn check_format_widths(f: &str) -> std::result::Result<(), minijinja::Error> {
-    if let Some(at) = f.find("%(") {
-        if !f[at..].is_ascii() {
-            return Err(minijinja::Error::new(
-                minijinja::ErrorKind::InvalidOperation,
-                "a printf-style %(key) format with characters outside ASCII",
-            ));
-        }
-    }
-    let mut digits = 0u64;
-    let mut in_spec = false;
-    for c in f.chars() {
-        match c {
-            '{' | '%' | ':' => {
-                in_spec = true;
-                digits = 0;
-            }
-            '}' | ' ' => in_spec = false,
-            d if d.is_ascii_digit() && in_spec => {
-                digits = digits.saturating_mul(10).saturating_add(u64::from(d) - u64::from('0'));
-                if digits > TEMPLATE_MAX_WIDTH {
-                    return Err(minijinja::Error::new(
-                        minijinja::ErrorKind::InvalidOperation,
-                        format!("format width past {TEMPLATE_MAX_WIDTH} in {f:.40?}"),
-                    ));
-                }
-            }
-            _ => digits = 0,
-        }
-    }
-    Ok(())
-}
-
-/// A writer that refuses to grow past `limit` bytes.
-struct Bounded {
-    bytes: Vec<u8>,
-    limit: usize,
-}
-
-impl std::io::Write for Bounded {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.bytes.len() + buf.len() > self.limit {
-            self.bytes.resize(self.limit + 1, 0);
-            return Err(std::io::Error::other("rendered output past its limit"));
-        }
-        self.bytes.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// Turns generated ids into text as they arrive: emits only whole characters (a token
 /// may end inside a multi-byte UTF-8 character, which byte-level BPE decodes as U+FFFD
@@ -513,46 +365,6 @@ impl TokenStream {
         self.prev = self.cur;
         self.cur = self.ids.len();
         Ok(rest)
-    }
-}
-
-#[cfg(test)]
-mod template_bounds {
-    use super::*;
-    use crate::synth::{synthetic_model, SHAPES};
-
-    fn with_template(t: &str) -> GgufTokenizer {
-        let sh = crate::synth::SynthShape { n_layers: 1, vocab: 400, ..SHAPES[0] };
-        let f = synthetic_model("llama", &sh, vkml_quant::GgmlType::F32, 1).unwrap();
-        let mut tok = GgufTokenizer::from_gguf(&f).unwrap();
-        tok.chat_template = Some(t.to_string());
-        tok
-    }
-
-    /// Hostile templates end in an error naming the bound, within a second or two: nested
-    /// loops (fuel), a huge rendering (length), huge format widths (which aborted the
-    /// process allocating them).
-    #[test]
-    fn hostile_templates_are_bounded() {
-        for (t, needle) in [
-            ("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}", "fuel"),
-            ("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "past 16 MiB"),
-            ("{{ \"{:>1000000000000000}\".format(1) }}", "format width past 4096"),
-            ("{{ \"%1000000000000s\"|format(1) }}", "format width past 4096"),
-            // A lazily repeated sequence, printed: no fuel or output bound stops the walk
-            // (a fuzz finding); the deadline does.
-            ("{{ messages * 949749999 }}", "rendering ran past 2 s"),
-            // minijinja 2.24's printf parser panics on this (a fuzz finding).
-            ("{{ \"1%(000.04fose###\u{6d6}m%%%\"|format(2) }}", "outside ASCII"),
-        ] {
-            let t0 = std::time::Instant::now();
-            let e = with_template(t).apply_chat_template(None, "hi").unwrap_err().to_string();
-            assert!(e.contains(needle), "{t}: {e}");
-            assert!(t0.elapsed().as_secs() < 3, "{t}: {:?}", t0.elapsed());
-        }
-        // Ordinary formatting still works.
-        let ok = with_template("{{ \"{:>8}|\".format('ab') }}{{ \"%5d|\"|format(42) }}{{ messages[0].content }}");
-        assert_eq!(ok.apply_chat_template(None, "hi").unwrap(), "      ab|   42|hi");
     }
 }
 
