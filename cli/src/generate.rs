@@ -132,6 +132,16 @@ pub fn run(a: Args) -> Result<(), String> {
     // The architecture and its hyper-parameters first: an unsupported model is named as such.
     vkml_models::arch::hparams(&file).map_err(|e| format!("{}: {e}", path.display()))?;
     let tok = GgufTokenizer::from_gguf(&file).map_err(|e| format!("{}: {e}", path.display()))?;
+    // The prompt (and the file's chat template, which may fail) before any weight loads.
+    let text = if a.chat {
+        tok.apply_chat_template(a.system.as_deref(), &prompt_text).map_err(|e| e.to_string())?
+    } else {
+        prompt_text
+    };
+    let prompt = tok.encode(&text, true).map_err(|e| e.to_string())?;
+    if prompt.is_empty() {
+        return Err("the prompt is empty after tokenization".into());
+    }
     let selector = a.device.as_deref().map(DeviceSelector::parse).unwrap_or_else(DeviceSelector::from_env);
     let dev = Device::open(&selector, DeviceOptions::default()).map_err(|e| e.to_string())?;
     let bar = indicatif::ProgressBar::new(0).with_style(
@@ -147,15 +157,6 @@ pub fn run(a: Args) -> Result<(), String> {
     bar.finish_and_clear();
     let load_s = t0.elapsed().as_secs_f64();
 
-    let text = if a.chat {
-        tok.apply_chat_template(a.system.as_deref(), &prompt_text).map_err(|e| e.to_string())?
-    } else {
-        prompt_text
-    };
-    let prompt = tok.encode(&text, true).map_err(|e| e.to_string())?;
-    if prompt.is_empty() {
-        return Err("the prompt is empty after tokenization".into());
-    }
     if prompt.len() >= model.context() {
         return Err(format!(
             "the prompt has {} tokens; the context holds {} (raise --ctx, up to the model's {})",

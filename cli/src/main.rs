@@ -18,7 +18,14 @@ mod info;
 mod synth;
 
 #[derive(Parser, Debug)]
-#[command(name = "vkml", version, about = "Vulkan compute for Rust machine learning")]
+#[command(
+    name = "vkml",
+    version,
+    about = "Vulkan compute for Rust machine learning",
+    after_help = "Exit status: 0 on success; 1 on an error, printed as one line starting `error: ` \
+                  (a bad model file, device or argument value); 2 on a usage error (unknown flag, missing \
+                  argument, a value clap refuses)."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
