@@ -15,6 +15,7 @@ mod bench;
 mod fetch;
 mod generate;
 mod info;
+mod model_args;
 mod synth;
 
 #[derive(Parser, Debug)]

@@ -13,8 +13,11 @@
 //!   and [`arch::load`], which picks one by `general.architecture`.
 //! - [`runner`]: [`runner::Runner`], the decode runner: chunked prompts, one submission and
 //!   host wait per chunk, the next decode step recorded ahead on Vulkan.
-//! - [`tokenizer`], [`sampling`]: the tokenizer and chat template from GGUF metadata;
-//!   greedy, temperature, top-k, top-p, repeat penalty.
+//! - [`generator`]: [`generator::Generator`], the library API: load a GGUF model on a
+//!   device, generate text or chat as a stream of text pieces, the KV cache kept between
+//!   calls.
+//! - [`tokenizer`], [`chat_template`], [`sampling`]: the tokenizer from GGUF metadata; the
+//!   chat template, bounded; greedy, temperature, top-k, top-p, min-p, repeat penalty.
 //! - [`synth`]: synthetic models of real shapes, for benchmarks and tests; [`fuzzing`]:
 //!   the entry points the fuzz targets and their corpus-replay test share.
 
@@ -24,6 +27,7 @@ pub mod chat_template;
 pub mod config;
 pub mod error;
 pub mod fuzzing;
+pub mod generator;
 pub mod rope;
 pub mod runner;
 pub mod sampling;
@@ -33,4 +37,5 @@ pub mod tensor;
 pub mod tokenizer;
 
 pub use error::{Error, Result};
+pub use generator::{FinishReason, GenerateOptions, Generation, Generator};
 pub use runner::{LoadOptions, Runner, StepProfile};

@@ -170,6 +170,23 @@ where
         self.pos = 0;
     }
 
+    /// Cuts the KV cache back to its first `n` positions (the next token is at `n`), so
+    /// that a prompt sharing those tokens with what the cache holds runs only the rest
+    /// (a chat's next turn). Returns false, leaving the cache as it is, where it cannot:
+    /// `n` past [`Runner::position`], or a sliding-window layer's ring of slots has
+    /// already overwritten keys the positions from `n` on would attend to. With a ring of
+    /// `r = window + max_batch - 1` slots, cutting from position `p` back to `n` keeps
+    /// every key such a position reads when `p < r` or `p - n < max_batch` (the step
+    /// recorded ahead at `p`, which still runs, writes the slot of key `p - r`).
+    pub fn truncate(&mut self, n: usize) -> bool {
+        let p = self.pos;
+        let ok = n <= p && self.model.kv_ring().is_none_or(|r| p < r || p - n < self.max_batch);
+        if ok {
+            self.pos = n;
+        }
+        ok
+    }
+
     /// The input checks of a forward call: at least one token, ids inside the
     /// vocabulary, positions inside the cache.
     fn check_input(&self, tokens: &[u32]) -> Result<()> {

@@ -1,7 +1,9 @@
 //! Choosing the next token from logits: greedy (argmax), or seeded sampling at a
-//! temperature, optionally restricted to the top-k tokens and/or the top-p nucleus
-//! (Holtzman et al., 2019), after an optional repeat penalty over the last tokens (the
-//! CTRL penalty, Keskar et al., 2019: positive logits divided, negative multiplied).
+//! temperature, optionally restricted to the top-k tokens, to tokens at least `min_p`
+//! times as likely as the most likely one (min-p, as llama.cpp's sampler applies it: on
+//! the logits before the temperature) and/or to the top-p nucleus (Holtzman et al.,
+//! 2019), after an optional repeat penalty over the last tokens (the CTRL penalty,
+//! Keskar et al., 2019: positive logits divided, negative multiplied).
 //!
 //! The sampling itself is candle-transformers' `LogitsProcessor` and
 //! `utils::apply_repeat_penalty` on a CPU tensor of the logits (one vocabulary row,
@@ -21,6 +23,9 @@ pub struct SamplingConfig {
     pub top_k: Option<usize>,
     /// Keep the smallest set of tokens whose probability reaches `p` (`None` or `>= 1`: all).
     pub top_p: Option<f64>,
+    /// Keep the tokens whose probability is at least `min_p` times the largest one's
+    /// (`None` or 0: all).
+    pub min_p: Option<f64>,
     /// Repeat penalty (1: none).
     pub repeat_penalty: f32,
     /// How many of the last tokens the penalty covers.
@@ -31,7 +36,7 @@ pub struct SamplingConfig {
 
 impl SamplingConfig {
     /// Checks every setting: a finite temperature of at least 0, `top_p` finite in
-    /// `(0, 1]`, a finite repeat penalty above 0.
+    /// `(0, 1]`, `min_p` in `[0, 1]`, a finite repeat penalty above 0.
     ///
     /// # Errors
     /// [`Error::Sampling`] naming the setting and its value.
@@ -43,6 +48,11 @@ impl SamplingConfig {
         if let Some(p) = self.top_p {
             if !(p.is_finite() && p > 0.0 && p <= 1.0) {
                 return bad("top-p", p.to_string(), "need a number in (0, 1] (1: all tokens)");
+            }
+        }
+        if let Some(p) = self.min_p {
+            if !(p.is_finite() && (0.0..=1.0).contains(&p)) {
+                return bad("min-p", p.to_string(), "need a number in [0, 1] (0: all tokens)");
             }
         }
         if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
@@ -58,6 +68,7 @@ impl Default for SamplingConfig {
             temperature: 0.0,
             top_k: None,
             top_p: None,
+            min_p: None,
             repeat_penalty: 1.0,
             repeat_last_n: 64,
             seed: 299792458,
@@ -114,6 +125,12 @@ impl Sampler {
         if let Some(i) = logits.iter().position(|x| !x.is_finite()) {
             return Err(Error::Sampling(format!("logit {i} is {}: the model's output is not finite", logits[i])));
         }
+        let mut logits = logits;
+        if let Some(p) = self.cfg.min_p.filter(|&p| p > 0.0 && self.cfg.temperature > 0.0) {
+            // p_i >= p * p_max  <=>  l_i >= l_max + ln p (softmax of the raw logits).
+            let floor = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) + p.ln() as f32;
+            logits.iter_mut().filter(|l| **l < floor).for_each(|l| *l = f32::NEG_INFINITY);
+        }
         let mut t = Tensor::from_vec(logits, n, &Device::Cpu)?;
         if self.cfg.repeat_penalty != 1.0 {
             let start = history.len().saturating_sub(self.cfg.repeat_last_n);
@@ -127,6 +144,25 @@ impl Sampler {
 mod tests {
     use super::*;
 
+    /// Min-p keeps exactly the tokens within a factor `min_p` of the most likely one: with
+    /// logits ln(1), ln(0.5), ln(0.09), ln(0.11) and min-p 0.1, token 2 (0.09 < 0.1) is
+    /// never drawn and the others are, over many draws at temperature 1.
+    #[test]
+    fn min_p_drops_exactly_the_tokens_below_the_floor() {
+        let logits: Vec<f32> = [1.0f32, 0.5, 0.09, 0.11].iter().map(|p| p.ln()).collect();
+        let cfg = SamplingConfig { temperature: 1.0, min_p: Some(0.1), seed: 7, ..SamplingConfig::default() };
+        let mut s = Sampler::new(cfg).unwrap();
+        let mut seen = [0usize; 4];
+        for _ in 0..4000 {
+            seen[s.sample(logits.clone(), &[]).unwrap() as usize] += 1;
+        }
+        assert_eq!(seen[2], 0, "{seen:?}");
+        assert!(seen[0] > 0 && seen[1] > 0 && seen[3] > 0, "{seen:?}");
+        // Without min-p, token 2 is drawn about 5 % of the time.
+        let mut s = Sampler::new(SamplingConfig { min_p: None, ..cfg }).unwrap();
+        assert!((0..4000).filter(|_| s.sample(logits.clone(), &[]).unwrap() == 2).count() > 100);
+    }
+
     #[test]
     fn bad_settings_and_logits_are_errors_naming_them() {
         let with = |f: fn(&mut SamplingConfig)| {
@@ -139,6 +175,8 @@ mod tests {
         assert!(with(|c| c.top_p = Some(0.0)).contains("top-p 0: need a number in (0, 1]"));
         assert!(with(|c| c.top_p = Some(1.5)).contains("top-p 1.5"));
         assert!(with(|c| c.repeat_penalty = 0.0).contains("repeat penalty 0"));
+        assert!(with(|c| c.min_p = Some(1.5)).contains("min-p 1.5: need a number in [0, 1]"));
+        assert!(with(|c| c.min_p = Some(f64::NAN)).contains("min-p NaN"));
         assert!(with(|c| c.repeat_penalty = f32::INFINITY).contains("repeat penalty inf"));
         let mut s = Sampler::new(SamplingConfig { top_p: Some(1.0), ..SamplingConfig::default() }).unwrap();
         assert_eq!(s.sample(vec![0.0, 2.0, 1.0], &[]).unwrap(), 1);

@@ -283,7 +283,8 @@ impl GgufTokenizer {
 
     /// Renders `tokenizer.chat_template` for `messages` with [`chat_template::render`]
     /// (bounded in instructions, output and time), as `transformers`'
-    /// `apply_chat_template` does. A file without a template whose vocabulary has Gemma's
+    /// `apply_chat_template` does, less a leading BOS text where [`GgufTokenizer::encode`]
+    /// adds BOS. A file without a template whose vocabulary has Gemma's
     /// `<start_of_turn>` and `<end_of_turn>` gets llama.cpp's built-in Gemma template
     /// ([`chat_template::render_gemma`]).
     ///
@@ -299,7 +300,14 @@ impl GgufTokenizer {
             return Err(tok_err("the model has no tokenizer.chat_template; run without --chat"));
         };
         let tok = |i: Option<u32>| i.and_then(|i| self.token(i)).unwrap_or("");
-        chat_template::render(template, messages, tok(self.bos), tok(self.eos), add_generation_prompt)
+        let text = chat_template::render(template, messages, tok(self.bos), tok(self.eos), add_generation_prompt)?;
+        // Templates print `bos_token` themselves; where encoding adds BOS, that one goes
+        // (as llama.cpp's common_chat_templates_apply strips it), or the prompt gets two.
+        let bos = tok(self.bos);
+        Ok(match text.strip_prefix(bos) {
+            Some(rest) if self.add_bos && !bos.is_empty() => rest.to_string(),
+            _ => text,
+        })
     }
 }
 

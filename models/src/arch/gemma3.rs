@@ -259,4 +259,9 @@ where
     fn logits(&self, x: &Tensor<S>) -> Result<Tensor<S>> {
         self.head.forward(x, &self.embd)
     }
+
+    fn kv_ring(&self) -> Option<usize> {
+        let s = |l: &Layer<S>| l.attn.spec.kv_slots();
+        self.layers.iter().filter(|l| s(l) < l.attn.spec.sizes.ctx).map(s).min()
+    }
 }

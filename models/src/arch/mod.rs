@@ -58,6 +58,14 @@ pub trait Model<S: ModelStorage>: std::fmt::Debug {
     /// # Errors
     /// Device errors.
     fn logits(&self, x: &Tensor<S>) -> Result<Tensor<S>>;
+
+    /// Slots of the smallest KV cache that is a ring shorter than the context (a
+    /// sliding-window layer's, see [`Sizes::max_batch`]); `None` when every cache holds
+    /// the whole context. The runner needs it to know how far back the cache can be cut
+    /// ([`crate::runner::Runner::truncate`]).
+    fn kv_ring(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Loads the model of `file` onto `dev` for `sizes` (KV caches, rope tables), calling `progress(done, total)` in bytes of weights uploaded.

