@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod chat;
 mod fetch;
 mod generate;
 mod info;
@@ -44,6 +45,9 @@ enum Command {
     /// Generate text with a GGUF language model (llama family) on the best Vulkan
     /// device (or --device), streaming it as it is sampled.
     Generate(generate::Args),
+    /// Chat with a GGUF model through its chat template: multi-turn, the KV cache kept
+    /// between turns; /system TEXT, /reset, /exit; Ctrl-C stops a reply.
+    Chat(chat::Args),
     /// Measure a model's prompt and generation speed (llama-bench's pp/tg tests) on a GGUF
     /// file or a synthetic model, or per-kernel figures with `vkml bench ops`.
     Bench(bench::Args),
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Info { json } => info::run(json),
         Command::Generate(args) => generate::run(args),
+        Command::Chat(args) => chat::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Gguf { command: GgufCommand::Inspect { file } } => vkml_quant::gguf::GgufFile::open(&file)
             .map(|f| print!("{}", vkml_quant::gguf::inspect::render(&f)))

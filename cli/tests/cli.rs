@@ -192,3 +192,68 @@ fn prompt_from_a_file_or_stdin_and_fifo_models_refused() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `vkml chat` with scripted input: the second turn runs only its new tokens (the rest
+/// comes from the cache), `/reset` starts over, a message past the context is a message
+/// and the chat goes on, unknown commands are named, `/exit` ends with success.
+#[test]
+fn chat_keeps_the_cache_between_turns_and_takes_commands() {
+    let m = test_model();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vkml"))
+        .args(["chat", "-m", m.to_str().unwrap(), "--temperature", "0", "-n", "8", "--stats", "--ctx", "160"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let long = "word ".repeat(200);
+    let script = format!("Hi!\nWhat is 2 + 2?\n/reset\n{long}\n/nonsense\nHello again.\n/exit\n");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let stats: Vec<(usize, usize)> = err
+        .lines()
+        .filter_map(|l| {
+            let l = l.split("(").last()?;
+            let (p, rest) = l.split_once(" prompt tokens, ")?;
+            Some((p.parse().ok()?, rest.split_once(' ')?.0.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(stats.len(), 3, "three replies: {err}");
+    assert_eq!(stats[0].1, 0, "the first turn has no cache: {err}");
+    assert!(stats[1].1 >= stats[0].0, "the second turn reuses the first's prompt: {err}");
+    assert_eq!(stats[2].1, 0, "after /reset nothing is reused: {err}");
+    assert!(err.contains("the context holds 160: /reset to start over"), "{err}");
+    assert!(err.contains("unknown command /nonsense"), "{err}");
+}
+
+/// Ctrl-C (SIGINT) while a reply streams stops the reply, not the program.
+#[test]
+fn chat_ctrl_c_stops_the_reply_not_the_program() {
+    use std::io::{Read as _, Write as _};
+    let m = test_model();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vkml"))
+        .args(["chat", "-m", m.to_str().unwrap(), "--temperature", "0", "-n", "4000", "--ctx", "4096"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"Count from 1 to 1000, one number per line.\n").unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    stdout.read_exact(&mut first).unwrap();
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    stdin.write_all(b"/exit\n").unwrap();
+    drop(stdin);
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(status.success(), "{status:?}: {err}");
+    assert!(err.contains("(stopped)"), "{err}");
+}
