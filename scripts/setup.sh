@@ -6,7 +6,9 @@
 #   - the system's root certificates (the default model is fetched over HTTPS),
 #   - with --test: the Khronos validation layers (tests run with validation on) and
 #     the real GGUF models the tests read (see quant/scripts/fetch_test_models.sh).
-#   - with --test: gguf-py (pinned) in ~/.cache/vkml/gguf-py, the reader cli/tests/gguf_synth.rs checks.
+#   - with --test: gguf-py (pinned) in ~/.cache/vkml/gguf-py, the reader cli/tests/gguf_synth.rs checks,
+#     and OpenAI's Python client (pinned) in ~/.cache/vkml/py-openai, which cli/tests/serve.rs
+#     drives `vkml serve` with.
 # Usage: scripts/setup.sh [--test]
 set -euo pipefail
 
@@ -56,5 +58,18 @@ if [[ $want_test -eq 1 ]]; then
     touch "$gguf_py.tmp/$marker"
     rm -rf "$gguf_py"
     mv "$gguf_py.tmp" "$gguf_py"
+  fi
+  py_openai="${VKML_PY_OPENAI:-$HOME/.cache/vkml/py-openai}"
+  openai_version=3.57.0
+  marker=".vkml-openai-$openai_version-$(python3 -c 'import sys; print(sys.implementation.cache_tag)')"
+  if [[ ! -e "$py_openai/$marker" ]]; then
+    echo "setup: installing openai $openai_version into $py_openai" >&2
+    mkdir -p "$(dirname "$py_openai")"
+    rm -rf "$py_openai.tmp"
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check \
+      --target "$py_openai.tmp" "openai==$openai_version"
+    touch "$py_openai.tmp/$marker"
+    rm -rf "$py_openai"
+    mv "$py_openai.tmp" "$py_openai"
   fi
 fi

@@ -11,6 +11,8 @@ export VKML_VALIDATION=1
 export VKML_TEST_MODELS="${VKML_TEST_MODELS:-$HOME/.cache/vkml/test-models}"
 # gguf-py, installed by setup.sh --test, for cli/tests/gguf_synth.rs.
 export VKML_GGUF_PY="${VKML_GGUF_PY:-$HOME/.cache/vkml/gguf-py}"
+# OpenAI's Python client, installed by setup.sh --test, for cli/tests/serve.rs.
+export VKML_PY_OPENAI="${VKML_PY_OPENAI:-$HOME/.cache/vkml/py-openai}"
 # Pipeline caches written by tests go to a scratch dir, not the user's cache.
 export VKML_CACHE_DIR="${VKML_CACHE_DIR:-$(mktemp -d)}"
 cargo test --workspace --release

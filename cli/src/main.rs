@@ -17,6 +17,7 @@ mod fetch;
 mod generate;
 mod info;
 mod model_args;
+mod serve;
 mod synth;
 
 #[derive(Parser, Debug)]
@@ -48,6 +49,9 @@ enum Command {
     /// Chat with a GGUF model through its chat template: multi-turn, the KV cache kept
     /// between turns; /system TEXT, /reset, /exit; Ctrl-C stops a reply.
     Chat(chat::Args),
+    /// Serve a GGUF model over OpenAI's HTTP API (/v1/chat/completions, /v1/completions,
+    /// /v1/models, /health) on 127.0.0.1:8080 (--host, --port).
+    Serve(serve::Args),
     /// Measure a model's prompt and generation speed (llama-bench's pp/tg tests) on a GGUF
     /// file or a synthetic model, or per-kernel figures with `vkml bench ops`.
     Bench(bench::Args),
@@ -80,6 +84,7 @@ fn main() -> ExitCode {
         Command::Info { json } => info::run(json),
         Command::Generate(args) => generate::run(args),
         Command::Chat(args) => chat::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Gguf { command: GgufCommand::Inspect { file } } => vkml_quant::gguf::GgufFile::open(&file)
             .map(|f| print!("{}", vkml_quant::gguf::inspect::render(&f)))

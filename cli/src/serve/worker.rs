@@ -1,0 +1,144 @@
+//! The model's thread: it owns the [`Generator`] (the device and KV cache) and runs the
+//! queued requests one at a time, in arrival order, streaming each one's events back.
+//! A request whose client went away (its event receiver dropped) is skipped if still
+//! queued and stopped at its next piece if running.
+
+use std::sync::mpsc;
+
+use tokio::sync::mpsc::UnboundedSender;
+use vkml_models::chat_template::ChatMessage;
+use vkml_models::{Error, FinishReason, GenerateOptions};
+
+use super::api::{ApiError, Usage};
+use crate::model_args::{self, ModelArgs};
+
+/// What a request asks the model for.
+#[derive(Debug)]
+pub enum Input {
+    /// A reply to a conversation (`/v1/chat/completions`).
+    Chat(Vec<ChatMessage>),
+    /// A continuation of a text (`/v1/completions`).
+    Text(String),
+}
+
+/// One request on the queue.
+#[derive(Debug)]
+pub struct Job {
+    /// The prompt.
+    pub input: Input,
+    /// Sampling, stop texts; `max_tokens` of `None`: to the end of the context.
+    pub opts: GenerateOptions,
+    /// `max_tokens` as asked (`None`: as many as the context leaves).
+    pub max_tokens: Option<usize>,
+    /// Where the events go.
+    pub events: UnboundedSender<Event>,
+}
+
+/// What the model's thread reports about a job.
+#[derive(Debug)]
+pub enum Event {
+    /// The prompt ran; pieces follow.
+    Started,
+    /// Generated text.
+    Piece(String),
+    /// The end, with why and the token counts.
+    Done(FinishReason, Usage),
+    /// The request failed before any piece (or a device error after some).
+    Failed(ApiError),
+}
+
+/// The handle requests are queued on.
+pub struct Worker {
+    /// The queue.
+    pub jobs: mpsc::Sender<Job>,
+    /// The context of the loaded model, in tokens.
+    pub context: usize,
+    /// The device's name.
+    pub device: String,
+}
+
+/// Loads the model `args` names on a thread of its own and starts serving jobs there.
+///
+/// # Errors
+/// The load's errors, one line.
+pub fn start(args: ModelArgs) -> Result<Worker, String> {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (jobs, queue) = mpsc::channel::<Job>();
+    std::thread::Builder::new()
+        .name("vkml-model".into())
+        .spawn(move || {
+            let loaded = model_args::open_model(&args)
+                .and_then(|(path, file)| model_args::load(&args, &path, &file, |_| Ok(())));
+            let mut m = match loaded {
+                Ok(m) => {
+                    let _ = ready_tx.send(Ok((m.generator.context(), m.device.clone())));
+                    m
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            for job in queue {
+                if job.events.is_closed() {
+                    continue;
+                }
+                run(&mut m.generator, job);
+            }
+        })
+        .map_err(|e| format!("cannot start the model's thread: {e}"))?;
+    let (context, device) = ready_rx.recv().map_err(|_| "the model's thread ended while loading".to_string())??;
+    Ok(Worker { jobs, context, device })
+}
+
+/// Runs one job to its end, or until its client goes away.
+fn run(g: &mut vkml_models::Generator, job: Job) {
+    let fail = |e: ApiError| {
+        let _ = job.events.send(Event::Failed(e));
+    };
+    let prompt = match &job.input {
+        Input::Chat(messages) => g.chat_tokens(messages),
+        Input::Text(text) => g.tokenizer().encode(text, true),
+    };
+    let prompt = match prompt {
+        Ok(p) => p,
+        // The template refused the conversation (`raise_exception`: roles that do not
+        // alternate, ...), or rendering passed a bound.
+        Err(e) => return fail(ApiError::invalid(e.to_string(), Some("messages"), None)),
+    };
+    let ctx = g.context();
+    if prompt.len() >= ctx {
+        return fail(ApiError::invalid(
+            format!(
+                "This model's maximum context length is {ctx} tokens. However, your prompt resulted in {} tokens.",
+                prompt.len()
+            ),
+            Some(if matches!(job.input, Input::Chat(_)) { "messages" } else { "prompt" }),
+            Some("context_length_exceeded"),
+        ));
+    }
+    let mut opts = job.opts.clone();
+    opts.max_tokens = job.max_tokens.unwrap_or(usize::MAX).min(ctx - prompt.len());
+    let mut generation = match g.generate_tokens(&prompt, &opts) {
+        Ok(gen) => gen,
+        Err(Error::Sampling(e)) => return fail(ApiError::invalid(e, None, None)),
+        Err(e) => return fail(ApiError::server(e.to_string())),
+    };
+    if job.events.send(Event::Started).is_err() {
+        return;
+    }
+    for piece in &mut generation {
+        match piece {
+            Ok(p) => {
+                if job.events.send(Event::Piece(p)).is_err() {
+                    return; // the client went away: stop generating
+                }
+            }
+            Err(e) => return fail(ApiError::server(e.to_string())),
+        }
+    }
+    let completion_tokens = generation.generated();
+    let usage =
+        Usage { prompt_tokens: prompt.len(), completion_tokens, total_tokens: prompt.len() + completion_tokens };
+    let _ = job.events.send(Event::Done(generation.finish_reason().unwrap_or(FinishReason::Stop), usage));
+}
