@@ -15,4 +15,12 @@ export VKML_GGUF_PY="${VKML_GGUF_PY:-$HOME/.cache/vkml/gguf-py}"
 export VKML_PY_OPENAI="${VKML_PY_OPENAI:-$HOME/.cache/vkml/py-openai}"
 # Pipeline caches written by tests go to a scratch dir, not the user's cache.
 export VKML_CACHE_DIR="${VKML_CACHE_DIR:-$(mktemp -d)}"
+# Format, lints (warnings are errors; missing docs on public items are warnings, see the
+# workspace lints) and docs (broken intra-doc links are errors), then the tests.
+for c in rustfmt clippy; do
+  cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1 || rustup component add "$c"
+done
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --release -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --release
 cargo test --workspace --release

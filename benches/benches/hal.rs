@@ -2,6 +2,9 @@
 //!
 //! `cargo bench -p vkml-benches --bench hal` (device per `VKML_DEVICE`, else the best).
 
+// criterion_group! defines a public function it cannot document.
+#![allow(missing_docs)]
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use vkml_hal::{Device, MemoryKind, PipelineOptions, Stream};
 

@@ -9,6 +9,9 @@
 //! wait are timed on the host (`iter_custom`), as in `vkml bench ops`; the call index runs
 //! on across samples, so every operand copy of a rotation is used in turn.
 
+// criterion_group! defines a public function it cannot document.
+#![allow(missing_docs)]
+
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

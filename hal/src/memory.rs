@@ -1,7 +1,7 @@
 //! Device memory: VMA (vk-mem) pools for device-local, upload and readback memory,
 //! buffers recycled by size class, and host transfers of any size.
 //!
-//! On a unified-memory device ([`crate::MemoryCaps::uma`]) device-local buffers are
+//! On a unified-memory device ([`crate::caps::MemoryCaps::uma`]) device-local buffers are
 //! allocated host-visible and written and read in place; elsewhere transfers go through
 //! staging buffers from the upload and readback pools, in chunks of at most
 //! [`STAGING_CHUNK`] bytes.

@@ -1,4 +1,4 @@
-//! Indexing ops of candle's `BackendStorage`: [`index_select`], [`gather`],
+//! Indexing ops of candle's `BackendStorage`: [`select`] (`index_select` and `gather`),
 //! [`scatter`] (scatter_set and scatter_add_set) and [`index_add`], on packed row-major
 //! operands of any [`Dtype`], with U8, U32 or I64 indices. Kernel:
 //! `shader-src/shaders/index.comp`.
@@ -19,6 +19,13 @@
 //! keeps the last source element (as candle's CPU loop does), and sums add in index order
 //! (in f32 for F16 / BF16, rounded once; candle's CPU rounds each add). The cost is
 //! `numel(dst) * n_idx` index reads.
+//!
+//! # Errors
+//! Every op here fails as follows (each adds its own cases):
+//! [`OpsError::UnsupportedDtype`] for a float index dtype; [`OpsError::Shape`] for sizes
+//! past `u32::MAX`, an operand reaching past its buffer (the indices as whole words),
+//! `y` overlapping `src`, `ids` or `base`, or a `status` buffer under 4 bytes;
+//! [`OpsError::MissingFeature`] when the device cannot store `dt`; HAL errors.
 
 use vkml_hal::{Buffer, BufferArg, Stream};
 
@@ -95,7 +102,7 @@ pub struct Packed<'a> {
 /// `y.offset`).
 ///
 /// # Errors
-/// [`OpsError::Shape`] for a scattering `mode`; otherwise see [`run`].
+/// [`OpsError::Shape`] for a scattering `mode`; otherwise as the module's Errors section says.
 #[allow(clippy::too_many_arguments)]
 pub fn select(
     s: &mut Stream,
@@ -120,7 +127,7 @@ pub fn select(
 /// `dst` is `dt [left, d_dst, right]`; `ids` and `src` are `[left, n_idx, right]`.
 ///
 /// # Errors
-/// See [`run`].
+/// As the module's Errors section says.
 #[allow(clippy::too_many_arguments)]
 pub fn scatter(
     s: &mut Stream,
@@ -143,7 +150,7 @@ pub fn scatter(
 /// n_idx, right]`.
 ///
 /// # Errors
-/// See [`run`].
+/// As the module's Errors section says.
 #[allow(clippy::too_many_arguments)]
 pub fn index_add(
     s: &mut Stream,

@@ -613,7 +613,7 @@ fn deq_scalar<const N: usize>(data: &[u8], out: &mut [f32], f: impl Fn([u8; N]) 
 /// Number of elements stored in `n_bytes` bytes of type `ty`, or an error if `n_bytes` is not a
 /// whole number of blocks.
 pub fn elements_in(ty: GgmlType, n_bytes: usize) -> Result<usize, QuantError> {
-    if n_bytes % ty.type_size() != 0 {
+    if !n_bytes.is_multiple_of(ty.type_size()) {
         return Err(QuantError::PartialBlock { ty, n_bytes });
     }
     (n_bytes / ty.type_size()).checked_mul(ty.block_size()).ok_or(QuantError::PartialBlock { ty, n_bytes })

@@ -1046,7 +1046,7 @@ fn quant_row_with<B: Block>(x: &[f32], out: &mut Vec<u8>, f: fn(&[f32], &mut [B]
 /// Errors: [`QuantError::PartialBlock`] if `x.len()` is not a multiple of the block size;
 /// [`QuantError::Unsupported`] for integer types and the IQ types other than IQ4_NL/IQ4_XS.
 pub fn quantize(ty: GgmlType, x: &[f32]) -> Result<Vec<u8>, QuantError> {
-    if x.len() % ty.block_size() != 0 {
+    if !x.len().is_multiple_of(ty.block_size()) {
         return Err(QuantError::PartialBlock { ty, n_bytes: x.len() });
     }
     let mut out = Vec::with_capacity(x.len() / ty.block_size() * ty.type_size());
@@ -1087,7 +1087,7 @@ pub fn quantize(ty: GgmlType, x: &[f32]) -> Result<Vec<u8>, QuantError> {
 /// Quantizes activations to Q8_1 blocks (`quantize_row_q8_1_ref`); `x.len()` must be a
 /// multiple of 32.
 pub fn quantize_q8_1(x: &[f32]) -> Result<Vec<BlockQ8_1>, QuantError> {
-    if x.len() % 32 != 0 {
+    if !x.len().is_multiple_of(32) {
         return Err(QuantError::PartialBlock { ty: GgmlType::Q8_1, n_bytes: x.len() });
     }
     Ok(x.chunks_exact(32).map(BlockQ8_1::quantize).collect())
@@ -1096,7 +1096,7 @@ pub fn quantize_q8_1(x: &[f32]) -> Result<Vec<BlockQ8_1>, QuantError> {
 /// Quantizes activations to Q8_K blocks (`quantize_row_q8_K_ref`); `x.len()` must be a
 /// multiple of 256.
 pub fn quantize_q8_k(x: &[f32]) -> Result<Vec<BlockQ8K>, QuantError> {
-    if x.len() % QK_K != 0 {
+    if !x.len().is_multiple_of(QK_K) {
         return Err(QuantError::PartialBlock { ty: GgmlType::Q8_K, n_bytes: x.len() });
     }
     Ok(x.chunks_exact(QK_K).map(BlockQ8K::quantize).collect())

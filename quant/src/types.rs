@@ -152,7 +152,7 @@ impl GgmlType {
     /// multiple of the block size or the result overflows (`ggml_row_size`).
     pub fn row_size(self, n_elements: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if n_elements % bs != 0 {
+        if !n_elements.is_multiple_of(bs) {
             return None;
         }
         (n_elements / bs).checked_mul(self.type_size() as u64)

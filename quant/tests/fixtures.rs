@@ -110,12 +110,12 @@ fn dot_products_match_gguf_py_values() {
         let f = load(ty.name().to_ascii_lowercase().as_str());
         let n = f.expected.len();
         let act: Vec<f32> = (0..n).map(|i| (((i * 37) % 101) as f32 - 50.0) * 0.02).collect();
-        let (got, a_deq) = if n % 32 == 0 {
+        let (got, a_deq) = if n.is_multiple_of(32) {
             if let Ok(d) = vec_dot_q8_1(ty, &f.blocks, &quantize_q8_1(&act).unwrap()) {
                 let y = quantize_q8_1(&act).unwrap();
                 let bytes: Vec<u8> = y.iter().flat_map(|b| bytemuck::bytes_of(b).to_vec()).collect();
                 (Some(d), dequantize_to_vec(GgmlType::Q8_1, &bytes).unwrap())
-            } else if n % 256 == 0 {
+            } else if n.is_multiple_of(256) {
                 let y = quantize_q8_k(&act).unwrap();
                 let bytes: Vec<u8> = y.iter().flat_map(|b| bytemuck::bytes_of(b).to_vec()).collect();
                 (vec_dot_q8_k(ty, &f.blocks, &y).ok(), dequantize_to_vec(GgmlType::Q8_K, &bytes).unwrap())

@@ -58,7 +58,7 @@ impl Raw {
         for t in &self.tensors {
             v.extend_from_slice(t);
         }
-        while v.len() as u64 % self.alignment != 0 {
+        while !(v.len() as u64).is_multiple_of(self.alignment) {
             v.push(0);
         }
         v.extend_from_slice(&self.data);

@@ -1,4 +1,4 @@
-//! The model's thread: it owns the [`Generator`] (the device and KV cache) and runs the
+//! The model's thread: it owns the [`vkml_models::Generator`] (the device and KV cache) and runs the
 //! queued requests one at a time, in arrival order, streaming each one's events back.
 //! A request whose client went away (its event receiver dropped) is skipped if still
 //! queued and stopped at its next piece if running.

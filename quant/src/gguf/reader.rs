@@ -218,7 +218,7 @@ pub(crate) fn tensor_sizes(name: &str, ty: GgmlType, dims: &[u64]) -> Result<(u6
         }
     }
     let ne0 = dims[0];
-    if ne0 % ty.block_size() as u64 != 0 {
+    if !ne0.is_multiple_of(ty.block_size() as u64) {
         return Err(GgufError::NotBlockMultiple { tensor: name.to_string(), ty, ne0, block_size: ty.block_size() });
     }
     let overflow = || GgufError::SizeOverflow { tensor: name.to_string(), dims: dims.to_vec() };
@@ -329,7 +329,7 @@ impl GgufHeader {
         }
         for t in &tensors {
             let end = t.offset.checked_add(t.n_bytes);
-            if end.map_or(true, |e| e > data_len) {
+            if end.is_none_or(|e| e > data_len) {
                 return Err(GgufError::TensorOutOfBounds {
                     tensor: t.name.clone(),
                     offset: t.offset,
