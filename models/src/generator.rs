@@ -15,7 +15,7 @@
 //!
 //! let dev = VulkanDevice::new(0)?; // as `vkml info` numbers devices
 //! let file = vkml_quant::gguf::GgufFile::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
-//! let mut g = Generator::from_gguf(&dev, &file, Default::default())?;
+//! let mut g: Generator = Generator::from_gguf(&dev, &file, Default::default())?;
 //! let opts = GenerateOptions { max_tokens: 32, ..Default::default() };
 //! let mut reply = g.chat(&[ChatMessage::new("user", "What is the capital of France?")], &opts)?;
 //! for piece in &mut reply {

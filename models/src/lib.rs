@@ -39,3 +39,9 @@ pub mod tokenizer;
 pub use error::{Error, Result};
 pub use generator::{FinishReason, GenerateOptions, Generation, Generator};
 pub use runner::{LoadOptions, Runner, StepProfile};
+
+/// The README's Rust samples (the HAL and the library API), compiled as doctests here,
+/// where every crate they use is a dependency.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
