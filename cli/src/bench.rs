@@ -12,9 +12,11 @@
 
 use std::time::Instant;
 
+use candle_core::backend::BackendDevice;
 use serde_json::json;
 use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
 use vkml_hal::{Device, DeviceOptions, DeviceSelector};
+use vkml_models::storage::ModelStorage;
 use vkml_models::synth;
 use vkml_models::{LoadOptions, Runner};
 use vkml_ops::bench::{self as ops_bench, Limit, Scale};
@@ -73,7 +75,8 @@ struct ModelArgs {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Format::Md)]
     output: Format,
-    /// Vulkan device: an index from `vkml info`, or part of its name (default: the best).
+    /// `cpu` (candle's CPU backend, weights in their GGML blocks, every core), or a Vulkan
+    /// device: an index from `vkml info`, or part of its name (default: the best).
     #[arg(long, short = 'd')]
     device: Option<String>,
     /// Seed of the synthetic weights.
@@ -190,13 +193,16 @@ fn sources(a: &ModelArgs) -> Result<Vec<Source>, String> {
 
 /// One test run from an empty cache: an `n_prompt`-token prompt, or `n_gen` greedy
 /// one-token steps (their host times added to `prof`); seconds.
-fn one_run(
-    model: &mut Runner<VulkanStorage>,
+fn one_run<S: ModelStorage>(
+    model: &mut Runner<S>,
     n_prompt: usize,
     n_gen: usize,
     vocab: u32,
     prof: &mut vkml_models::StepProfile,
-) -> vkml_models::Result<f64> {
+) -> vkml_models::Result<f64>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
     model.reset();
     let t = Instant::now();
     if n_prompt > 0 {
@@ -222,6 +228,10 @@ fn models(a: ModelArgs) -> Result<(), String> {
         return Err("no test to run: -p and -n are all 0".into());
     }
     let reps = a.repetitions as usize;
+    let named = a.device.clone().or_else(|| std::env::var("VKML_DEVICE").ok());
+    if named.as_deref().is_some_and(|d| d.eq_ignore_ascii_case("cpu")) {
+        return models_cpu(&a, &list);
+    }
     let dev = open_device(a.device.as_deref())?;
     let head = header(&dev);
     let vdev = VulkanDevice::from_device(&dev, 0).map_err(|e| e.to_string())?;
@@ -255,7 +265,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
         let size: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
         let params: u64 = file.tensors().iter().map(|t| t.n_elements).sum();
         let t1 = Instant::now();
-        let opts = LoadOptions { ctx: Some(max_p.max(max_n) + 1), max_batch: max_p.max(1) };
+        let opts = LoadOptions { ctx: Some(max_p.max(max_n) + 1), max_batch: max_p.max(1), ..Default::default() };
         let mut model =
             Runner::<VulkanStorage>::load(&vdev, &file, opts, &mut |_, _| {}).map_err(|e| format!("{label}: {e}"))?;
         drop(file);
@@ -496,4 +506,87 @@ fn limit_name(l: Limit) -> &'static str {
         Limit::Fma => "f32 FMA peak",
         Limit::Matrix => "f16 matrix peak",
     }
+}
+
+/// `vkml bench -d cpu`: the same pp/tg tests on candle's CPU backend with the weights in
+/// their GGML blocks (no GPU counters or profile).
+fn models_cpu(a: &ModelArgs, list: &[Source]) -> Result<(), String> {
+    let reps = a.repetitions as usize;
+    let threads = rayon::current_num_threads();
+    let max_p = a.n_prompt.iter().copied().max().unwrap_or(0);
+    let max_n = a.n_gen.iter().copied().max().unwrap_or(0);
+    let mut rows = Vec::new();
+    if a.output == Format::Md {
+        println!("device: CPU ({threads} threads), candle's CPU backend, weights in their GGML blocks on Q8 activations; vkml {}; {}", env!("CARGO_PKG_VERSION"), now_rfc3339());
+        println!(
+            "settings: {reps} repetitions after >= {} s of warm-up runs; KV cache f16; prompt in one batch\n",
+            a.warmup
+        );
+        println!("| model | size | params | backend | test | t/s |\n| --- | ---: | ---: | --- | --- | ---: |");
+    }
+    for src in list {
+        let (label, file) = match src {
+            Source::File(p) => (
+                p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned()),
+                GgufFile::open(p).map_err(|e| format!("{}: {e}", p.display()))?,
+            ),
+            Source::Synthetic(sh, ty) => (
+                format!("{} {ty:?} (synthetic)", sh.name),
+                synth::synthetic_model(sh.arch, sh, *ty, a.seed).map_err(|e| format!("synthetic {}: {e}", sh.name))?,
+            ),
+        };
+        let size: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
+        let params: u64 = file.tensors().iter().map(|t| t.n_elements).sum();
+        let opts = LoadOptions {
+            ctx: Some(max_p.max(max_n) + 1),
+            max_batch: max_p.max(1),
+            weights: vkml_models::WeightFormat::Blocks,
+        };
+        let mut model =
+            Runner::<candle_core::CpuStorage>::load(&candle_core::cpu_backend::CpuDevice, &file, opts, &mut |_, _| {})
+                .map_err(|e| format!("{label}: {e}"))?;
+        drop(file);
+        let vocab = model.hparams().vocab as u32;
+        if vocab == 0 {
+            return Err(format!("{label}: the model has an empty vocabulary"));
+        }
+        let tests = a
+            .n_prompt
+            .iter()
+            .filter(|&&p| p > 0)
+            .map(|&p| (p, 0))
+            .chain(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
+        for (n_prompt, n_gen) in tests {
+            let mut prof = vkml_models::StepProfile::default();
+            let mut run =
+                || one_run(&mut model, n_prompt, n_gen, vocab, &mut prof).map_err(|e| format!("{label}: {e}"));
+            let warm_start = Instant::now();
+            let mut warm_runs = 0usize;
+            while warm_runs == 0 || warm_start.elapsed().as_secs_f64() < a.warmup {
+                run()?;
+                warm_runs += 1;
+            }
+            let samples = (0..reps).map(|_| run()).collect::<Result<Vec<f64>, String>>()?;
+            let tokens = (n_prompt + n_gen) as f64;
+            let ts: Vec<f64> = samples.iter().map(|s| tokens / s).collect();
+            let (m, sd) = ops_bench::mean_sd(&ts);
+            let test = if n_prompt > 0 { format!("pp{n_prompt}") } else { format!("tg{n_gen}") };
+            if a.output == Format::Md {
+                println!(
+                    "| {label} | {:.2} GiB | {:.2} B | CPU | {test} | {m:.2} ± {sd:.2} |",
+                    size as f64 / f64::from(1 << 30),
+                    params as f64 / 1e9
+                );
+            }
+            rows.push(json!({
+                "backend": "CPU", "threads": threads, "model_type": label, "model_size": size,
+                "model_n_params": params, "n_prompt": n_prompt, "n_gen": n_gen, "test": test,
+                "repetitions": reps, "warmup_runs": warm_runs, "avg_ts": m, "stddev_ts": sd, "samples_ts": ts,
+            }));
+        }
+    }
+    if a.output == Format::Json {
+        println!("{}", serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?);
+    }
+    Ok(())
 }

@@ -7,8 +7,10 @@ use std::io::{BufRead as _, Write as _};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use candle_core::backend::BackendDevice;
 use vkml_models::chat_template::ChatMessage;
-use vkml_models::{Error, FinishReason};
+use vkml_models::storage::ModelStorage;
+use vkml_models::{Error, FinishReason, GenerateOptions, Generator};
 
 use crate::model_args::{self, ModelArgs, SamplingArgs};
 
@@ -113,7 +115,7 @@ pub fn run(a: Args) -> Result<(), String> {
         seed = seed.wrapping_add(1);
         interrupted.store(false, Ordering::SeqCst);
         replying.store(true, Ordering::SeqCst);
-        let result = reply(&mut m.generator, &messages, &turn, &interrupted, a.stats);
+        let result = crate::with_generator!(&mut m.generator, g => reply(g, &messages, &turn, &interrupted, a.stats));
         replying.store(false, Ordering::SeqCst);
         match result {
             Ok(text) => messages.push(ChatMessage::new("assistant", text)),
@@ -131,13 +133,16 @@ pub fn run(a: Args) -> Result<(), String> {
 
 /// Streams the reply to `messages` to standard output until it ends or `interrupted`;
 /// returns its text (what was shown, when interrupted).
-fn reply(
-    g: &mut vkml_models::Generator,
+fn reply<S: ModelStorage>(
+    g: &mut Generator<S>,
     messages: &[ChatMessage],
-    opts: &vkml_models::GenerateOptions,
+    opts: &GenerateOptions,
     interrupted: &AtomicBool,
     stats: bool,
-) -> Result<String, Error> {
+) -> Result<String, Error>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
     let mut generation = g.chat(messages, opts)?;
     let mut text = String::new();
     let mut out = std::io::stdout().lock();

@@ -4,7 +4,10 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 
+use candle_core::backend::BackendDevice;
 use vkml_models::chat_template::ChatMessage;
+use vkml_models::storage::ModelStorage;
+use vkml_models::{GenerateOptions, Generator};
 
 use crate::model_args::{self, ModelArgs, SamplingArgs};
 
@@ -78,10 +81,25 @@ pub fn run(a: Args) -> Result<(), String> {
         return Err(format!(
             "the prompt has {} tokens; the context holds {ctx} (raise --ctx, up to the model's {})",
             prompt.len(),
-            m.generator.runner().hparams().context_length
+            m.generator.model_context()
         ));
     }
-    let mut generation = m.generator.generate_tokens(&prompt, &opts).map_err(|e| e.to_string())?;
+    crate::with_generator!(&mut m.generator, g => stream(g, &prompt, &opts, &m.name, &m.device, m.load_s))
+}
+
+/// Generates from `prompt` on `g`, printing the text as it comes, then the timings line.
+fn stream<S: ModelStorage>(
+    g: &mut Generator<S>,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+    name: &str,
+    device: &str,
+    load_s: f64,
+) -> Result<(), String>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    let mut generation = g.generate_tokens(prompt, opts).map_err(|e| e.to_string())?;
     let mut out = std::io::stdout().lock();
     for piece in &mut generation {
         let _ = out.write_all(piece.map_err(|e| e.to_string())?.as_bytes());
@@ -94,10 +112,7 @@ pub fn run(a: Args) -> Result<(), String> {
         eprintln!("(no text: the model's first token was its stop token {name:?})");
     }
     eprintln!(
-        "\n{} on {}: load {:.2} s; prompt {} tokens, {:.1} tokens/s; generation {} tokens, {:.1} tokens/s; seed {}",
-        m.name,
-        m.device,
-        m.load_s,
+        "\n{name} on {device}: load {load_s:.2} s; prompt {} tokens, {:.1} tokens/s; generation {} tokens, {:.1} tokens/s; seed {}",
         generation.prompt_tokens(),
         generation.prompt_tokens() as f64 / generation.prompt_seconds(),
         generation.generated(),

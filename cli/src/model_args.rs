@@ -4,10 +4,12 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use vkml_candle::vulkan::VulkanDevice;
+use candle_core::cpu_backend::CpuDevice;
+use candle_core::CpuStorage;
+use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
 use vkml_hal::{Device, DeviceOptions, DeviceSelector};
 use vkml_models::sampling::SamplingConfig;
-use vkml_models::{GenerateOptions, Generator, LoadOptions};
+use vkml_models::{GenerateOptions, Generator, LoadOptions, WeightFormat};
 use vkml_quant::gguf::GgufFile;
 
 /// The model and where it runs.
@@ -18,7 +20,10 @@ pub struct ModelArgs {
     /// user cache dir.
     #[arg(long, short = 'm')]
     pub model: Option<PathBuf>,
-    /// Vulkan device: an index from `vkml info`, or part of its name (default: the best).
+    /// Where the model runs: `cpu` (candle's CPU backend, weights kept in their GGML
+    /// blocks, every core), or a Vulkan device by index from `vkml info` or part of its
+    /// name (`llvmpipe` is lavapipe). Default (`VKML_DEVICE` if set): the best GPU, or the
+    /// CPU backend where the only Vulkan device is a CPU implementation (or there is none).
     #[arg(long, short = 'd')]
     pub device: Option<String>,
     /// Context length (KV cache positions); default: the model's, at most 4096.
@@ -109,16 +114,76 @@ fn positive(s: &str) -> Result<f32, String> {
     }
 }
 
+/// A loaded model on one of the backends.
+pub enum AnyGenerator {
+    /// On a Vulkan device.
+    Vulkan(Generator<VulkanStorage>),
+    /// On candle's CPU backend, weights in their GGML blocks.
+    Cpu(Generator<CpuStorage>),
+}
+
+/// `$body` with `$g` bound to the generator, whichever backend it is on.
+#[macro_export]
+macro_rules! with_generator {
+    ($any:expr, $g:ident => $body:expr) => {
+        match $any {
+            $crate::model_args::AnyGenerator::Vulkan($g) => $body,
+            $crate::model_args::AnyGenerator::Cpu($g) => $body,
+        }
+    };
+}
+
+impl AnyGenerator {
+    /// Positions of the context.
+    pub fn context(&self) -> usize {
+        with_generator!(self, g => g.context())
+    }
+
+    /// The model's context length (its `context_length` key).
+    pub fn model_context(&self) -> usize {
+        with_generator!(self, g => g.runner().hparams().context_length)
+    }
+
+    /// Empties the KV cache.
+    pub fn reset(&mut self) {
+        with_generator!(self, g => g.reset())
+    }
+}
+
 /// A model loaded for generation, with what the timings line names.
 pub struct Loaded {
     /// The model on its device.
-    pub generator: Generator,
+    pub generator: AnyGenerator,
     /// The file's name.
     pub name: String,
-    /// The device's name.
+    /// The backend and device: `CPU (N threads)` or the Vulkan device's name.
     pub device: String,
     /// Seconds the load took.
     pub load_s: f64,
+}
+
+/// Where a model runs.
+enum Target {
+    Vulkan(Device),
+    Cpu,
+}
+
+/// The backend `args` (or `VKML_DEVICE`) names, else the best GPU, else the CPU backend.
+fn target(args: &ModelArgs) -> Result<Target, String> {
+    let named = args.device.clone().or_else(|| std::env::var("VKML_DEVICE").ok().filter(|v| !v.is_empty()));
+    match named.as_deref() {
+        Some(n) if n.eq_ignore_ascii_case("cpu") => Ok(Target::Cpu),
+        Some(n) => Device::open(&DeviceSelector::parse(n), DeviceOptions::default())
+            .map(Target::Vulkan)
+            .map_err(|e| e.to_string()),
+        None => match Device::open(&DeviceSelector::Best, DeviceOptions::default()) {
+            Ok(d) if d.caps().device_type != vkml_hal::caps::DeviceType::Cpu => Ok(Target::Vulkan(d)),
+            // Only a CPU implementation of Vulkan (lavapipe), or no Vulkan at all: candle's
+            // CPU backend with the blocks kept is faster than either.
+            Ok(_) | Err(vkml_hal::Error::NoDevice { .. } | vkml_hal::Error::NoLoader(_)) => Ok(Target::Cpu),
+            Err(e) => Err(e.to_string()),
+        },
+    }
 }
 
 /// The model file `args` names (fetching the default model if none), opened.
@@ -151,23 +216,31 @@ pub fn load(
     // The architecture and its hyper-parameters first: an unsupported model is named as such.
     vkml_models::arch::hparams(file).map_err(named)?;
     check(&vkml_models::tokenizer::GgufTokenizer::from_gguf(file).map_err(named)?)?;
-    let selector = args.device.as_deref().map(DeviceSelector::parse).unwrap_or_else(DeviceSelector::from_env);
-    let dev = Device::open(&selector, DeviceOptions::default()).map_err(|e| e.to_string())?;
     let bar = indicatif::ProgressBar::new(0).with_style(
         indicatif::ProgressStyle::with_template("loading {bar:40} {bytes}/{total_bytes}").map_err(|e| e.to_string())?,
     );
-    let vdev = VulkanDevice::from_device(&dev, 0).map_err(|e| e.to_string())?;
-    let opts = LoadOptions { ctx: args.ctx, ..LoadOptions::default() };
-    let generator = Generator::from_gguf_with_progress(&vdev, file, opts, &mut |done, total| {
+    let mut progress = |done, total| {
         bar.set_length(total);
         bar.set_position(done);
-    })
-    .map_err(named)?;
+    };
+    let (generator, device) = match target(args)? {
+        Target::Vulkan(dev) => {
+            let vdev = VulkanDevice::from_device(&dev, 0).map_err(|e| e.to_string())?;
+            let opts = LoadOptions { ctx: args.ctx, ..LoadOptions::default() };
+            let g = Generator::from_gguf_with_progress(&vdev, file, opts, &mut progress).map_err(named)?;
+            (AnyGenerator::Vulkan(g), dev.caps().name.clone())
+        }
+        Target::Cpu => {
+            let opts = LoadOptions { ctx: args.ctx, weights: WeightFormat::Blocks, ..LoadOptions::default() };
+            let g = Generator::from_gguf_with_progress(&CpuDevice, file, opts, &mut progress).map_err(named)?;
+            (AnyGenerator::Cpu(g), format!("CPU ({} threads)", rayon::current_num_threads()))
+        }
+    };
     bar.finish_and_clear();
     Ok(Loaded {
         generator,
         name: path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned()),
-        device: dev.caps().name.clone(),
+        device,
         load_s: t0.elapsed().as_secs_f64(),
     })
 }

@@ -64,19 +64,26 @@ fn one_line_error(out: &std::process::Output, needle: &str) {
     assert!(last.starts_with("error: ") && last.contains(needle), "{err}");
 }
 
+/// Greedy generation repeats itself, on the CPU backend (the default where the only
+/// Vulkan device is lavapipe, and `-d cpu`) and on a named Vulkan device (`-d llvmpipe`),
+/// and the timings line names the backend that ran.
 #[test]
 fn generate_greedy_is_deterministic_and_reports_speed() {
     let m = test_model();
     let args =
         ["generate", "-m", m.to_str().unwrap(), "--chat", "-p", "What is 2 + 2?", "-n", "8", "--temperature", "0"];
-    let a = vkml(&args);
-    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
-    let b = vkml(&args);
-    let text = String::from_utf8(a.stdout).unwrap();
-    assert!(!text.trim().is_empty(), "no text generated");
-    assert_eq!(text, String::from_utf8(b.stdout).unwrap(), "greedy decoding differs between runs");
-    let err = String::from_utf8(a.stderr).unwrap();
-    assert!(err.contains("prompt ") && err.contains("tokens/s; generation "), "{err}");
+    for (device, backend) in [(None, "CPU ("), (Some("cpu"), "CPU ("), (Some("llvmpipe"), "llvmpipe")] {
+        let args: Vec<&str> = args.iter().copied().chain(device.map(|d| ["-d", d]).into_iter().flatten()).collect();
+        let a = vkml(&args);
+        assert!(a.status.success(), "{device:?}: {}", String::from_utf8_lossy(&a.stderr));
+        let b = vkml(&args);
+        let text = String::from_utf8(a.stdout).unwrap();
+        assert!(!text.trim().is_empty(), "{device:?}: no text generated");
+        assert_eq!(text, String::from_utf8(b.stdout).unwrap(), "{device:?}: greedy decoding differs between runs");
+        let err = String::from_utf8(a.stderr).unwrap();
+        assert!(err.contains("prompt ") && err.contains("tokens/s; generation "), "{err}");
+        assert!(err.contains(&format!(" on {backend}")), "{device:?} runs on {backend}: {err}");
+    }
 }
 
 /// Gemma 3 (the real 270M base model): a greedy completion through the whole command.

@@ -80,7 +80,7 @@ pub fn model_load(data: &[u8]) {
     if bytes.is_none_or(|b| b > MAX_LOAD_BYTES) {
         return;
     }
-    let opts = LoadOptions { ctx: Some(16), max_batch: 4 };
+    let opts = LoadOptions { ctx: Some(16), max_batch: 4, ..Default::default() };
     let Ok(mut m) = Runner::<CpuStorage>::load(&CpuDevice, &f, opts, &mut |_, _| {}) else { return };
     let vocab = m.hparams().vocab as u32;
     let ids: Vec<u32> = (0..3u32).map(|i| i % vocab.max(1)).collect();

@@ -39,6 +39,7 @@ pub mod tokenizer;
 pub use error::{Error, Result};
 pub use generator::{FinishReason, GenerateOptions, Generation, Generator};
 pub use runner::{LoadOptions, Runner, StepProfile};
+pub use storage::WeightFormat;
 
 /// The README's Rust samples (the HAL and the library API), compiled as doctests here,
 /// where every crate they use is a dependency.

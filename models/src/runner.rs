@@ -12,7 +12,7 @@ use vkml_quant::gguf::GgufFile;
 use crate::arch::{self, Model};
 use crate::config::Hparams;
 use crate::error::{model_err, Error, Result};
-use crate::storage::ModelStorage;
+use crate::storage::{ModelStorage, WeightFormat};
 
 /// The longest context vkml loads a model for: 2^20 positions (Qwen's YaRN-extended
 /// 1M). Its rope tables alone are then 1 GiB at a head dim of 256.
@@ -39,11 +39,14 @@ pub struct LoadOptions {
     /// Most tokens one [`Runner::forward`] call processes in one pass; longer inputs run
     /// in chunks of this size.
     pub max_batch: usize,
+    /// How weight matrices are kept where the backend offers a choice (candle's CPU):
+    /// dequantized (the default, the oracle) or in their GGML blocks.
+    pub weights: WeightFormat,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { ctx: None, max_batch: 512 }
+        LoadOptions { ctx: None, max_batch: 512, weights: WeightFormat::Dequantized }
     }
 }
 
@@ -128,7 +131,7 @@ where
             _ => {}
         }
         let max_batch = opts.max_batch.max(1);
-        let model = arch::load(dev, file, arch::Sizes { ctx, max_batch }, progress)?;
+        let model = arch::load(dev, file, arch::Sizes { ctx, max_batch, weights: opts.weights }, progress)?;
         // Stacking copies are recorded on deferred devices; finish them here, so that the
         // load time includes them.
         dev.synchronize()?;

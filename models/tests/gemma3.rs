@@ -32,7 +32,7 @@ fn teacher_forced_logits_match_candle_gemma3() {
     let path = test_model("gemma-3-270m-q4_k_m.gguf");
     let gguf = GgufFile::open(&path).unwrap();
     let tok = GgufTokenizer::from_gguf(&gguf).unwrap();
-    let opts = LoadOptions { ctx: Some(256), max_batch: 128 };
+    let opts = LoadOptions { ctx: Some(256), max_batch: 128, ..Default::default() };
     let mut model: Runner = Runner::load(&vulkan_device(), &gguf, opts, &mut |_, _| {}).unwrap();
     let prompts = [
         tok.encode(&tok.apply_chat_template(None, "What is the capital of France?").unwrap(), true).unwrap(),

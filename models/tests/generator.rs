@@ -30,7 +30,7 @@ const SHAPE: SynthShape = SynthShape {
 const MAX_BATCH: usize = 4;
 
 fn runner(f: &GgufFile) -> Runner<VulkanStorage> {
-    let opts = LoadOptions { ctx: Some(64), max_batch: MAX_BATCH };
+    let opts = LoadOptions { ctx: Some(64), max_batch: MAX_BATCH, ..Default::default() };
     Runner::load(&common::vulkan_device(), f, opts, &mut |_, _| {}).unwrap()
 }
 
@@ -69,7 +69,12 @@ fn a_truncated_cache_continues_like_a_fresh_one() {
 
 fn smollm() -> (GgufFile, Generator) {
     let f = GgufFile::open(common::test_model("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
-    let g = Generator::from_gguf(&common::vulkan_device(), &f, LoadOptions { ctx: Some(512), max_batch: 64 }).unwrap();
+    let g = Generator::from_gguf(
+        &common::vulkan_device(),
+        &f,
+        LoadOptions { ctx: Some(512), max_batch: 64, ..Default::default() },
+    )
+    .unwrap();
     (f, g)
 }
 
@@ -104,8 +109,12 @@ fn a_second_chat_turn_reuses_the_cache_and_replies_as_a_fresh_one() {
     // otherwise when re-rendered, so at least the first prompt's tokens are reused.
     let first_prompt = g.chat_tokens(&msgs[..1]).unwrap().len();
     assert!(reused >= first_prompt && reused <= cached && reused < prompt.len(), "{reused} of {cached}");
-    let mut fresh =
-        Generator::from_gguf(&common::vulkan_device(), &f, LoadOptions { ctx: Some(512), max_batch: 64 }).unwrap();
+    let mut fresh = Generator::from_gguf(
+        &common::vulkan_device(),
+        &f,
+        LoadOptions { ctx: Some(512), max_batch: 64, ..Default::default() },
+    )
+    .unwrap();
     let (again, reused, _) = reply(&mut fresh, &msgs, &greedy(12));
     assert_eq!(reused, 0);
     assert_eq!(second, again, "the second turn from the cache and from scratch");

@@ -82,7 +82,7 @@ fn teacher_forced_logits_match_candle_quantized_llama() {
     let path = test_model("SmolLM2-135M-Instruct.Q4_1.gguf");
     let gguf = GgufFile::open(&path).unwrap();
     let tok = GgufTokenizer::from_gguf(&gguf).unwrap();
-    let opts = LoadOptions { ctx: Some(256), max_batch: 128 };
+    let opts = LoadOptions { ctx: Some(256), max_batch: 128, ..Default::default() };
     let mut model: Runner = Runner::load(&vulkan_device(), &gguf, opts, &mut |_, _| {}).unwrap();
     // The same weights with prompts forced through the mat-mat kernels, which the device's
     // own choice may not use (lavapipe runs prompts as batched mat-vecs).
@@ -143,7 +143,7 @@ fn teacher_forced_logits_match_candle_quantized_llama() {
 fn context_overflow_and_bad_tokens_are_clear_errors() {
     let path = test_model("SmolLM2-135M-Instruct.Q4_1.gguf");
     let gguf = GgufFile::open(&path).unwrap();
-    let opts = LoadOptions { ctx: Some(16), max_batch: 8 };
+    let opts = LoadOptions { ctx: Some(16), max_batch: 8, ..Default::default() };
     let mut model: Runner = Runner::load(&vulkan_device(), &gguf, opts, &mut |_, _| {}).unwrap();
     let e = model.forward(&[1; 17], false).unwrap_err().to_string();
     assert!(e.contains("17 tokens exceed the context of 16 positions"), "{e}");

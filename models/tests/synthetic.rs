@@ -210,7 +210,7 @@ fn run(arch: &str, ty: GgmlType, file: &GgufFile, dev: &vkml_candle::vulkan::Vul
     let mut model: Runner =
         // Chunks of the prompt's length: a sliding-window layer's cache is then a ring of
         // window + prompt - 1 slots, which gemma3's decode steps run around.
-        Runner::load(dev, file, LoadOptions { ctx: Some(64), max_batch: prompt_len as usize }, &mut |_, _| {}).unwrap();
+        Runner::load(dev, file, LoadOptions { ctx: Some(64), max_batch: prompt_len as usize, ..Default::default() }, &mut |_, _| {}).unwrap();
     let vocab = file.header().tensor("token_embd.weight").unwrap().n_rows() as u32;
     let prompt: Vec<u32> = (0..prompt_len).map(|i| (i * 37 + 5) % vocab).collect();
     let mut want = reference.forward(&prompt, 0);

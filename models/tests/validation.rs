@@ -60,7 +60,7 @@ fn edited(arch: &str, key: &str, value: Option<GgufValue>, tensor: Option<(&str,
 }
 
 fn load_err(f: &GgufFile) -> String {
-    let opts = LoadOptions { ctx: Some(32), max_batch: 8 };
+    let opts = LoadOptions { ctx: Some(32), max_batch: 8, ..Default::default() };
     let e = Runner::<CpuStorage>::load(&CpuDevice, f, opts, &mut |_, _| {}).unwrap_err().to_string();
     assert!(!e.contains('\n'), "one line: {e}");
     e
@@ -70,7 +70,7 @@ fn load_err(f: &GgufFile) -> String {
 fn every_architecture_loads_from_its_synthetic_file() {
     for arch in vkml_models::arch::ARCHITECTURES {
         let f = synthetic_model(arch, &TINY, GgmlType::Q8_0, 3).unwrap();
-        let opts = LoadOptions { ctx: Some(32), max_batch: 8 };
+        let opts = LoadOptions { ctx: Some(32), max_batch: 8, ..Default::default() };
         let mut m = Runner::<CpuStorage>::load(&CpuDevice, &f, opts, &mut |_, _| {}).unwrap();
         let logits = m.forward(&[1, 2, 3], false).unwrap();
         assert_eq!(logits.len(), TINY.vocab, "{arch}");
@@ -177,7 +177,7 @@ fn counts_are_checked_against_the_tensors_present() {
 fn impossible_contexts_are_refused_before_allocating() {
     let f = synthetic_model("llama", &TINY, GgmlType::Q8_0, 3).unwrap();
     for ctx in [576_460_752_303_423_489usize, usize::MAX, (1 << 20) + 1] {
-        let opts = LoadOptions { ctx: Some(ctx), max_batch: 8 };
+        let opts = LoadOptions { ctx: Some(ctx), max_batch: 8, ..Default::default() };
         let e = Runner::<CpuStorage>::load(&CpuDevice, &f, opts, &mut |_, _| {}).unwrap_err().to_string();
         assert!(e.contains(&format!("a context of {ctx} positions is past the 1048576")), "{e}");
     }
@@ -187,7 +187,7 @@ fn impossible_contexts_are_refused_before_allocating() {
     let f = synthetic_model("qwen3", &wide, GgmlType::Q8_0, 3).unwrap();
     let dev = vkml_candle::vulkan::VulkanDevice::from_device(&common::device(), 0).unwrap();
     let t = std::time::Instant::now();
-    let opts = LoadOptions { ctx: Some(1 << 20), max_batch: 8 };
+    let opts = LoadOptions { ctx: Some(1 << 20), max_batch: 8, ..Default::default() };
     let e = Runner::<vkml_candle::vulkan::VulkanStorage>::load(&dev, &f, opts, &mut |_, _| {}).unwrap_err().to_string();
     assert!(
         e.contains("GiB of KV cache and rope tables for a context of 1048576 positions exceed the device's"),

@@ -36,6 +36,24 @@ fn check(ty: GgmlType, x: &[u8], y_blocks: usize, y_block: usize) -> Result<(), 
     Ok(())
 }
 
+/// `h` as f32, bit for bit as `half::f16::to_f32` converts it (NaNs quieted), in plain
+/// integer and float operations that inline and vectorise (half's own conversion calls
+/// out to a run-time-detected F16C path on builds without F16C): the magnitude's bits
+/// moved into f32's place and scaled by 2^112, which is exact for normal and subnormal
+/// values; infinities and NaNs set apart.
+#[inline(always)]
+pub(crate) fn h2f(h: half::f16) -> f32 {
+    let h = u32::from(h.to_bits());
+    let sign = (h & 0x8000) << 16;
+    let mag = h & 0x7fff;
+    let v = if mag >= 0x7c00 {
+        0x7f80_0000 | ((mag & 0x03ff) << 13) | if mag > 0x7c00 { 0x0040_0000 } else { 0 }
+    } else {
+        (f32::from_bits(mag << 13) * f32::from_bits(0x7780_0000)).to_bits()
+    };
+    f32::from_bits(sign | v)
+}
+
 #[inline]
 fn wsum(a: i32, b: i32) -> i32 {
     a.wrapping_add(b)
@@ -48,6 +66,12 @@ fn wsum(a: i32, b: i32) -> i32 {
 /// Errors: [`QuantError::Unsupported`] for other types, [`QuantError::PartialBlock`] /
 /// [`QuantError::LengthMismatch`] on size mismatches.
 pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, QuantError> {
+    dot_q8_1(ty, x, y)
+}
+
+/// [`vec_dot_q8_1`]'s body, inlined where it is compiled for a wider instruction set.
+#[inline(always)]
+fn dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, QuantError> {
     use GgmlType as T;
     if !matches!(
         ty,
@@ -67,7 +91,7 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
                     s0 = wsum(s0, v0 * yb.qs[j] as i32);
                     s1 = wsum(s1, v1 * yb.qs[j + 16] as i32);
                 }
-                sumf += wsum(s0, s1) as f32 * b.d.to_f32() * yb.d.to_f32();
+                sumf += wsum(s0, s1) as f32 * h2f(b.d) * h2f(yb.d);
             }
         }
         T::Q4_1 => {
@@ -77,7 +101,7 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
                     s0 = wsum(s0, (b.qs[j] & 0x0F) as i32 * yb.qs[j] as i32);
                     s1 = wsum(s1, (b.qs[j] >> 4) as i32 * yb.qs[j + 16] as i32);
                 }
-                sumf += (b.d.to_f32() * yb.d.to_f32()) * wsum(s0, s1) as f32 + b.m.to_f32() * yb.s.to_f32();
+                sumf += (h2f(b.d) * h2f(yb.d)) * wsum(s0, s1) as f32 + h2f(b.m) * h2f(yb.s);
             }
         }
         T::Q5_0 => {
@@ -92,7 +116,7 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
                     s0 = wsum(s0, x0 * yb.qs[j] as i32);
                     s1 = wsum(s1, x1 * yb.qs[j + 16] as i32);
                 }
-                sumf += (b.d.to_f32() * yb.d.to_f32()) * wsum(s0, s1) as f32;
+                sumf += (h2f(b.d) * h2f(yb.d)) * wsum(s0, s1) as f32;
             }
         }
         T::Q5_1 => {
@@ -107,7 +131,7 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
                     s0 = wsum(s0, x0 * yb.qs[j] as i32);
                     s1 = wsum(s1, x1 * yb.qs[j + 16] as i32);
                 }
-                sumf += (b.d.to_f32() * yb.d.to_f32()) * wsum(s0, s1) as f32 + b.m.to_f32() * yb.s.to_f32();
+                sumf += (h2f(b.d) * h2f(yb.d)) * wsum(s0, s1) as f32 + h2f(b.m) * h2f(yb.s);
             }
         }
         T::Q8_0 => {
@@ -116,12 +140,12 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
                 for j in 0..32 {
                     s = wsum(s, b.qs[j] as i32 * yb.qs[j] as i32);
                 }
-                sumf += s as f32 * (b.d.to_f32() * yb.d.to_f32());
+                sumf += s as f32 * (h2f(b.d) * h2f(yb.d));
             }
         }
         T::IQ4_NL => {
             for (b, yb) in blocks::<BlockIq4Nl>(x).zip(y) {
-                let d = yb.d.to_f32() * b.d.to_f32();
+                let d = h2f(yb.d) * h2f(b.d);
                 let (mut s1, mut s2) = (0i32, 0i32);
                 for j in 0..16 {
                     s1 = wsum(s1, yb.qs[j] as i32 * KVALUES_IQ4NL[(b.qs[j] & 0xf) as usize] as i32);
@@ -132,7 +156,7 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
         }
         T::MXFP4 => {
             for (b, yb) in blocks::<BlockMxfp4>(x).zip(y) {
-                let d = yb.d.to_f32() * e8m0_to_f32_half(b.e);
+                let d = h2f(yb.d) * e8m0_to_f32_half(b.e);
                 let (mut s1, mut s2) = (0i32, 0i32);
                 for j in 0..16 {
                     s1 = wsum(s1, yb.qs[j] as i32 * KVALUES_FP4[(b.qs[j] & 0xf) as usize] as i32);
@@ -147,7 +171,7 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
                     let d = ue4m3_to_f32(b.d[s]);
                     let yb = &ys[s / 2];
                     let off = (s % 2) * 16;
-                    let dy = yb.d.to_f32();
+                    let dy = h2f(yb.d);
                     let (mut lo, mut hi) = (0i32, 0i32);
                     for j in 0..8 {
                         let q = b.qs[8 * s + j];
@@ -160,7 +184,7 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
         }
         T::Q1_0 => {
             for (b, ys) in blocks::<BlockQ1_0>(x).zip(y.chunks_exact(4)) {
-                let d0 = b.d.to_f32();
+                let d0 = h2f(b.d);
                 let mut sumi = 0f32;
                 for (k, yb) in ys.iter().enumerate() {
                     let mut s = 0i32;
@@ -169,14 +193,14 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
                         let q = yb.qs[j] as i32;
                         s = wsum(s, if bit != 0 { q } else { -q });
                     }
-                    sumi += yb.d.to_f32() * s as f32;
+                    sumi += h2f(yb.d) * s as f32;
                 }
                 sumf += d0 * sumi;
             }
         }
         T::Q2_0 => {
             for (b, ys) in blocks::<BlockQ2_0>(x).zip(y.chunks_exact(2)) {
-                let d0 = b.d.to_f32();
+                let d0 = h2f(b.d);
                 let mut sumi = 0f32;
                 for (k, yb) in ys.iter().enumerate() {
                     let mut s = 0i32;
@@ -184,7 +208,7 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
                         let q = ((b.qs[8 * k + j / 4] >> ((j % 4) * 2)) & 3) as i32 - 1;
                         s = wsum(s, q * yb.qs[j] as i32);
                     }
-                    sumi += yb.d.to_f32() * s as f32;
+                    sumi += h2f(yb.d) * s as f32;
                 }
                 sumf += d0 * sumi;
             }
@@ -213,6 +237,12 @@ fn lanes_accumulate(aux32: &mut [i32; 8], q8: &[i8], a: &[i8], scale: i32) {
 /// IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, IQ4_XS.
 /// Errors: [`QuantError::Unsupported`] for other types, size mismatches as in [`vec_dot_q8_1`].
 pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, QuantError> {
+    dot_q8_k(ty, x, y)
+}
+
+/// [`vec_dot_q8_k`]'s body, inlined where it is compiled for a wider instruction set.
+#[inline(always)]
+fn dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, QuantError> {
     use GgmlType as T;
     if !matches!(
         ty,
@@ -250,8 +280,8 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                 for j in 0..16 {
                     summs = wsum(summs, yb.bsums[j] as i32 * (b.scales[j] >> 4) as i32);
                 }
-                let dall = yb.d * b.d.to_f32();
-                let dmin = yb.d * b.dmin.to_f32();
+                let dall = yb.d * h2f(b.d);
+                let dmin = yb.d * h2f(b.dmin);
                 let mut isum = 0i32;
                 let mut is = 0;
                 let mut q8o = 0;
@@ -302,7 +332,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                         for j in 0..16 {
                             s[j] = sc[j] as i32;
                         }
-                        (b.d.to_f32() * yb.d, s, 16, None)
+                        (h2f(b.d) * yb.d, s, 16, None)
                     }
                     T::Q4_K | T::Q5_K => {
                         let (dd, dmin, scales, qs, qh) = if ty == T::Q4_K {
@@ -333,7 +363,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                             s[j] = sc as i32;
                             mn[j] = mm as i32;
                         }
-                        (dd.to_f32() * yb.d, s, 32, Some((dmin.to_f32() * yb.d, mn)))
+                        (h2f(dd) * yb.d, s, 32, Some((h2f(dmin) * yb.d, mn)))
                     }
                     _ => {
                         let b: BlockQ6K = bytemuck::pod_read_unaligned(bytes);
@@ -352,7 +382,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                         for j in 0..16 {
                             s[j] = b.scales[j] as i32;
                         }
-                        (b.d.to_f32() * yb.d, s, 16, None)
+                        (h2f(b.d) * yb.d, s, 16, None)
                     }
                 };
                 let nsub = QK_K / sub_len;
@@ -395,7 +425,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                         sum = wsum(sum, (tq1_trit(b.qh[j], l) - 1) * yb.qs[240 + l * 4 + j] as i32);
                     }
                 }
-                sumf += sum as f32 * (b.d.to_f32() * yb.d);
+                sumf += sum as f32 * (h2f(b.d) * yb.d);
             }
         }
         T::TQ2_0 => {
@@ -409,13 +439,13 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                         }
                     }
                 }
-                let d = yb.d * b.d.to_f32();
+                let d = yb.d * h2f(b.d);
                 sumf += sumi as f32 * d;
             }
         }
         T::IQ2_XXS => {
             for (b, yb) in blocks::<BlockIq2Xxs>(x).zip(y) {
-                let d = b.d.to_f32() * yb.d;
+                let d = h2f(b.d) * yb.d;
                 let mut bsum = 0i32;
                 let mut q8 = 0;
                 for ib32 in 0..8 {
@@ -440,7 +470,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
         }
         T::IQ2_XS => {
             for (b, yb) in blocks::<BlockIq2Xs>(x).zip(y) {
-                let d = b.d.to_f32() * yb.d;
+                let d = h2f(b.d) * yb.d;
                 let mut bsum = 0i32;
                 let mut q8 = 0;
                 for ib32 in 0..8 {
@@ -465,7 +495,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
         }
         T::IQ2_S => {
             for (b, yb) in blocks::<BlockIq2S>(x).zip(y) {
-                let d = b.d.to_f32() * yb.d;
+                let d = h2f(b.d) * yb.d;
                 let mut bsum = 0i32;
                 let mut q8 = 0;
                 for ib32 in 0..8 {
@@ -488,7 +518,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
         }
         T::IQ3_XXS => {
             for (b, yb) in blocks::<BlockIq3Xxs>(x).zip(y) {
-                let d = b.d.to_f32() * yb.d;
+                let d = h2f(b.d) * yb.d;
                 let mut bsum = 0i32;
                 let mut q8 = 0;
                 for ib32 in 0..8 {
@@ -515,7 +545,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
         }
         T::IQ3_S => {
             for (b, yb) in blocks::<BlockIq3S>(x).zip(y) {
-                let d = b.d.to_f32() * yb.d;
+                let d = h2f(b.d) * yb.d;
                 let mut bsum = 0i32;
                 let mut q8 = 0;
                 for ib in 0..8 {
@@ -560,7 +590,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                     let bs = yb.bsums[2 * ib] as i32 + yb.bsums[2 * ib + 1] as i32;
                     sumi1 = wsum(sumi1, (ls * delta).wrapping_mul(bs));
                 }
-                sumf += b.d.to_f32() * yb.d * (sumi as f32 + IQ1S_DELTA * sumi1 as f32);
+                sumf += h2f(b.d) * yb.d * (sumi as f32 + IQ1S_DELTA * sumi1 as f32);
             }
         }
         T::IQ1_M => {
@@ -597,12 +627,12 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
                     sumi1 = wsum(sumi1, wsum(sum1[0].wrapping_mul(ls1), sum1[1].wrapping_mul(ls2)));
                     sumi2 = wsum(sumi2, wsum(sum2[0].wrapping_mul(ls1), sum2[1].wrapping_mul(ls2)));
                 }
-                sumf += scale.to_f32() * yb.d * (sumi1 as f32 + IQ1S_DELTA * sumi2 as f32);
+                sumf += h2f(scale) * yb.d * (sumi1 as f32 + IQ1S_DELTA * sumi2 as f32);
             }
         }
         T::IQ4_XS => {
             for (b, yb) in blocks::<BlockIq4Xs>(x).zip(y) {
-                let d4d8 = b.d.to_f32() * yb.d;
+                let d4d8 = h2f(b.d) * yb.d;
                 for ib in 0..8 {
                     let dl = d4d8 * (iq4xs_ls(&b, ib) - 32) as f32;
                     let qs = &b.qs[16 * ib..16 * ib + 16];
@@ -619,4 +649,92 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
         _ => return Err(QuantError::Unsupported(ty)),
     }
     Ok(sumf)
+}
+
+/// The dot products of consecutive rows `x` (each `x.len() / out.len()` bytes of type `ty`)
+/// with the same Q8_1 activations `y`, into `out` (one per row): a CPU mat-vec's inner
+/// loop. The same arithmetic as [`vec_dot_q8_1`], compiled for AVX2 and FMA where the CPU
+/// has them (checked at run time), so that the integer loops are vectorised.
+///
+/// # Errors
+/// As [`vec_dot_q8_1`]; [`QuantError::LengthMismatch`] when `x` is not `out.len()` rows.
+pub fn vec_dot_q8_1_rows(ty: GgmlType, x: &[u8], y: &[BlockQ8_1], out: &mut [f32]) -> Result<(), QuantError> {
+    if out.is_empty() || !x.len().is_multiple_of(out.len()) {
+        return Err(QuantError::LengthMismatch { expected: out.len(), got: x.len() });
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if crate::dot_x86::handles(ty) {
+            check(ty, &x[..x.len() / out.len()], y.len(), 32)?;
+            // SAFETY: the CPU has AVX2 and FMA (checked just above), the target features
+            // the function is compiled with; the lengths are checked (whole blocks, one
+            // activation block per block of a row).
+            if unsafe { crate::dot_x86::rows_q8_1(ty, x, y, out) }.is_some() {
+                return Ok(());
+            }
+        }
+        // SAFETY: the CPU has AVX2 and FMA (checked just above), the target features the
+        // function is compiled with; it has no other precondition.
+        return unsafe { rows_q8_1_avx2(ty, x, y, out) };
+    }
+    rows_q8_1(ty, x, y, out)
+}
+
+/// As [`vec_dot_q8_1_rows`], for the types that dot with Q8_K activations
+/// ([`vec_dot_q8_k`]).
+///
+/// # Errors
+/// As [`vec_dot_q8_k`]; [`QuantError::LengthMismatch`] when `x` is not `out.len()` rows.
+pub fn vec_dot_q8_k_rows(ty: GgmlType, x: &[u8], y: &[BlockQ8K], out: &mut [f32]) -> Result<(), QuantError> {
+    if out.is_empty() || !x.len().is_multiple_of(out.len()) {
+        return Err(QuantError::LengthMismatch { expected: out.len(), got: x.len() });
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: as in `vec_dot_q8_1_rows`: AVX2 and FMA are present.
+        return unsafe { rows_q8_k_avx2(ty, x, y, out) };
+    }
+    rows_q8_k(ty, x, y, out)
+}
+
+#[inline(always)]
+fn rows_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1], out: &mut [f32]) -> Result<(), QuantError> {
+    let n = x.len() / out.len();
+    for (row, o) in x.chunks_exact(n).zip(out) {
+        *o = dot_q8_1(ty, row, y)?;
+    }
+    Ok(())
+}
+
+#[inline(always)]
+fn rows_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K], out: &mut [f32]) -> Result<(), QuantError> {
+    let n = x.len() / out.len();
+    for (row, o) in x.chunks_exact(n).zip(out) {
+        *o = dot_q8_k(ty, row, y)?;
+    }
+    Ok(())
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn rows_q8_1_avx2(ty: GgmlType, x: &[u8], y: &[BlockQ8_1], out: &mut [f32]) -> Result<(), QuantError> {
+    rows_q8_1(ty, x, y, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn rows_q8_k_avx2(ty: GgmlType, x: &[u8], y: &[BlockQ8K], out: &mut [f32]) -> Result<(), QuantError> {
+    rows_q8_k(ty, x, y, out)
+}
+
+#[cfg(test)]
+mod h2f_tests {
+    /// Every f16 converts to the f32 `half` gives, bit for bit.
+    #[test]
+    fn h2f_matches_half_for_every_value() {
+        for bits in 0..=u16::MAX {
+            let h = half::f16::from_bits(bits);
+            assert_eq!(super::h2f(h).to_bits(), h.to_f32().to_bits(), "{bits:#06x}");
+        }
+    }
 }

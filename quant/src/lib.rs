@@ -21,13 +21,15 @@ compile_error!("vkml-quant reads GGUF/GGML little-endian data by casting and sup
 pub mod blocks;
 pub mod dequant;
 pub mod dot;
+#[cfg(target_arch = "x86_64")]
+mod dot_x86;
 pub mod gguf;
 pub mod quantize;
 pub mod tables;
 pub mod types;
 
 pub use dequant::{dequantize, dequantize_to_vec};
-pub use dot::{vec_dot_q8_1, vec_dot_q8_k};
+pub use dot::{vec_dot_q8_1, vec_dot_q8_1_rows, vec_dot_q8_k, vec_dot_q8_k_rows};
 pub use quantize::{quantize, quantize_q8_1, quantize_q8_k};
 pub use types::{GgmlType, UnknownGgmlType, QK_K};
 

@@ -5,9 +5,11 @@
 
 use std::sync::mpsc;
 
+use candle_core::backend::BackendDevice;
 use tokio::sync::mpsc::UnboundedSender;
 use vkml_models::chat_template::ChatMessage;
-use vkml_models::{Error, FinishReason, GenerateOptions};
+use vkml_models::storage::ModelStorage;
+use vkml_models::{Error, FinishReason, GenerateOptions, Generator};
 
 use super::api::{ApiError, Usage};
 use crate::model_args::{self, ModelArgs};
@@ -83,7 +85,7 @@ pub fn start(args: ModelArgs) -> Result<Worker, String> {
                 if job.events.is_closed() {
                     continue;
                 }
-                run(&mut m.generator, job);
+                crate::with_generator!(&mut m.generator, g => run(g, job));
             }
         })
         .map_err(|e| format!("cannot start the model's thread: {e}"))?;
@@ -92,7 +94,10 @@ pub fn start(args: ModelArgs) -> Result<Worker, String> {
 }
 
 /// Runs one job to its end, or until its client goes away.
-fn run(g: &mut vkml_models::Generator, job: Job) {
+fn run<S: ModelStorage>(g: &mut Generator<S>, job: Job)
+where
+    S::Device: BackendDevice<Storage = S>,
+{
     let fail = |e: ApiError| {
         let _ = job.events.send(Event::Failed(e));
     };

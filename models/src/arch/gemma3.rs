@@ -198,7 +198,7 @@ pub(super) fn load_with<S: ModelStorage>(
 where
     S::Device: BackendDevice<Storage = S>,
 {
-    let mut w = Weights::new(m.file, dev, progress);
+    let mut w = Weights::new(m.file, dev, sizes.weights, progress);
     let e = hp.n_embd;
     let embd = Embedding::load(&mut w, hp.vocab, e, Some((e as f32).sqrt()))?;
     let head = OutputHead::load(&mut w, hp.vocab, e, hp.rms_eps, cfg.final_softcap)?;

@@ -72,7 +72,7 @@ where
     ) -> Result<Self> {
         let hp = Hparams::from_meta(m)?;
         let rope_cfg = RopeConfig::from_meta(m, hp.head_dim, opts.rope_style)?;
-        let mut w = Weights::new(m.file, dev, progress);
+        let mut w = Weights::new(m.file, dev, sizes.weights, progress);
         let spec = AttentionSpec {
             n_embd: hp.n_embd,
             n_head: hp.n_head,

@@ -26,7 +26,7 @@ use crate::config::{Hparams, Meta};
 use crate::error::{model_err, Result};
 use crate::storage::ModelStorage;
 
-/// The sizes a model is loaded for.
+/// The sizes a model is loaded for, and the form of its weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
     /// Positions of the context: KV caches of global layers and rope tables.
@@ -34,6 +34,8 @@ pub struct Sizes {
     /// Most tokens one forward call runs: a sliding-window layer's KV cache is a ring of
     /// `window + max_batch - 1` slots (when that is less than `ctx`).
     pub max_batch: usize,
+    /// How weight matrices are kept where the backend offers a choice.
+    pub weights: crate::storage::WeightFormat,
 }
 
 /// The architectures [`load`] runs (`general.architecture` values).

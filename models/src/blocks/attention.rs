@@ -206,7 +206,7 @@ mod tests {
             qk_norm: false,
             eps: 1e-6,
             params: AttnParams { scale: 1.0, window, softcap: None },
-            sizes: Sizes { ctx, max_batch },
+            sizes: Sizes { ctx, max_batch, weights: Default::default() },
         };
         assert_eq!(spec(None, 64, 4).kv_slots(), 64);
         assert_eq!(spec(Some(5), 64, 4).kv_slots(), 8);

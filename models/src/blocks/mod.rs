@@ -19,7 +19,7 @@ use vkml_candle::front::Tensor;
 use vkml_quant::gguf::GgufFile;
 
 use crate::error::{model_err, Result};
-use crate::storage::ModelStorage;
+use crate::storage::{ModelStorage, WeightFormat};
 
 /// Weight matrices that one product computes as one, `[Σ rows, k]`: stacked into one
 /// matrix where they share a GGML type (one kernel run), else kept apart (llama.cpp's
@@ -58,6 +58,8 @@ pub struct Weights<'a, S: ModelStorage> {
     pub file: &'a GgufFile,
     /// The device.
     pub dev: &'a S::Device,
+    /// How weight matrices are kept.
+    pub format: WeightFormat,
     done: u64,
     total: u64,
     progress: &'a mut dyn FnMut(u64, u64),
@@ -73,10 +75,16 @@ impl<'a, S: ModelStorage> Weights<'a, S>
 where
     S::Device: BackendDevice<Storage = S>,
 {
-    /// A loader of `file` onto `dev`, calling `progress(done, total)` in bytes.
-    pub fn new(file: &'a GgufFile, dev: &'a S::Device, progress: &'a mut dyn FnMut(u64, u64)) -> Self {
+    /// A loader of `file` onto `dev`, keeping matrices as `format` says where the backend
+    /// offers a choice, calling `progress(done, total)` in bytes.
+    pub fn new(
+        file: &'a GgufFile,
+        dev: &'a S::Device,
+        format: WeightFormat,
+        progress: &'a mut dyn FnMut(u64, u64),
+    ) -> Self {
         let total = file.tensors().iter().map(|t| t.n_bytes).sum();
-        Weights { file, dev, done: 0, total, progress }
+        Weights { file, dev, format, done: 0, total, progress }
     }
 
     /// Whether the file has tensor `name`.
@@ -96,7 +104,7 @@ where
         if info.row_len() as usize != k || info.n_rows() as usize != rows || info.dims.len() > 2 {
             return Err(model_err(format!("tensor {name} has shape {:?}, expected [{k}, {rows}]", info.dims)));
         }
-        let w = S::qweight(self.dev, info, bytes)?;
+        let w = S::qweight(self.dev, info, bytes, self.format)?;
         self.done += info.n_bytes;
         (self.progress)(self.done, self.total);
         Ok(w)

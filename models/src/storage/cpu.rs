@@ -1,7 +1,9 @@
 //! [`ModelStorage`] for candle's `CpuStorage`: the model ops through candle-core and
-//! candle-nn on the CPU, with weights dequantized by vkml-quant (the CPU reference of
-//! every block format). This is the conformance oracle's side of the front: the same
-//! model code, run here, is what the Vulkan run is checked against.
+//! candle-nn on the CPU. Weight matrices are either dequantized by vkml-quant (the CPU
+//! reference of every block format) to f32 — the conformance oracle's side of the front:
+//! the same model code, run here, is what the Vulkan run is checked against — or kept in
+//! their GGML blocks and multiplied on Q8 activations ([`super::cpu_blocks`]), the fast
+//! CPU backend.
 
 use candle_core::backend::BackendStorage;
 use candle_core::cpu_backend::CpuDevice;
@@ -12,7 +14,8 @@ use vkml_quant::gguf::TensorInfo;
 
 use vkml_candle::front::scratch_alloc;
 
-use super::{AttnParams, ModelStorage};
+use super::cpu_blocks::{keeps_blocks, BlockMatrix};
+use super::{AttnParams, ModelStorage, WeightFormat};
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -42,52 +45,99 @@ pub struct CpuKvCache {
     len: usize,
 }
 
+/// A weight matrix on the CPU.
+#[derive(Debug)]
+pub enum CpuWeight {
+    /// Dequantized, `f32[rows, k]` ([`WeightFormat::Dequantized`], and types without a
+    /// block dot product).
+    Dense(Tensor),
+    /// In its GGML blocks ([`WeightFormat::Blocks`]).
+    Blocks(BlockMatrix),
+}
+
+impl CpuWeight {
+    /// `x Wᵀ` for `x: f32[t, k]`.
+    fn matmul(&self, x: &Tensor) -> CResult<Tensor> {
+        match self {
+            CpuWeight::Dense(w) => x.matmul(&w.t()?),
+            CpuWeight::Blocks(m) => {
+                let t = x.dim(0)?;
+                let y = m.matmul(&x.contiguous()?.flatten_all()?.to_vec1::<f32>()?)?;
+                Tensor::from_vec(y, (t, m.dims().0), &candle_core::Device::Cpu)
+            }
+        }
+    }
+}
+
 impl ModelStorage for CpuStorage {
-    /// The dequantized matrix, `f32[rows, k]`.
-    type QWeight = Tensor;
+    type QWeight = CpuWeight;
     type KvCache = CpuKvCache;
 
-    fn qweight(_: &CpuDevice, info: &TensorInfo, bytes: &[u8]) -> CResult<Tensor> {
+    fn qweight(_: &CpuDevice, info: &TensorInfo, bytes: &[u8], format: WeightFormat) -> CResult<CpuWeight> {
         let (rows, k) = (info.n_rows() as usize, info.row_len() as usize);
+        if format == WeightFormat::Blocks && keeps_blocks(info.ty) {
+            return Ok(CpuWeight::Blocks(BlockMatrix::new(info.ty, rows, k, bytes)?));
+        }
         let v = vkml_quant::dequant::dequantize_to_vec(info.ty, bytes).map_err(candle_core::Error::wrap)?;
         if v.len() != rows * k {
             candle_core::bail!("tensor {} holds {} values, not {rows} x {k}", info.name, v.len())
         }
-        Tensor::from_vec(v, (rows, k), &candle_core::Device::Cpu)
+        Ok(CpuWeight::Dense(Tensor::from_vec(v, (rows, k), &candle_core::Device::Cpu)?))
     }
 
-    fn qweight_dims(w: &Tensor) -> (usize, usize) {
-        let d = w.dims();
-        (d[0], d[1])
+    fn qweight_dims(w: &CpuWeight) -> (usize, usize) {
+        match w {
+            CpuWeight::Dense(t) => (t.dims()[0], t.dims()[1]),
+            CpuWeight::Blocks(m) => m.dims(),
+        }
     }
 
-    fn qweight_type(_: &Tensor) -> Option<vkml_quant::GgmlType> {
-        None
+    fn qweight_type(w: &CpuWeight) -> Option<vkml_quant::GgmlType> {
+        match w {
+            CpuWeight::Dense(_) => None,
+            CpuWeight::Blocks(m) => Some(m.ty()),
+        }
     }
 
     fn host_u32(_: &CpuDevice, n: usize) -> CResult<Self> {
         Ok(CpuStorage::U32(vec![0; n]))
     }
 
-    fn qweight_concat(_: &CpuDevice, parts: &[&Tensor]) -> CResult<Tensor> {
-        if parts.is_empty() {
-            candle_core::bail!("qweight_concat: no weights to stack")
+    fn qweight_concat(_: &CpuDevice, parts: &[&CpuWeight]) -> CResult<CpuWeight> {
+        let dense: Vec<&Tensor> = parts
+            .iter()
+            .filter_map(|p| match p {
+                CpuWeight::Dense(t) => Some(t),
+                CpuWeight::Blocks(_) => None,
+            })
+            .collect();
+        let blocks: Vec<&BlockMatrix> = parts
+            .iter()
+            .filter_map(|p| match p {
+                CpuWeight::Blocks(m) => Some(m),
+                CpuWeight::Dense(_) => None,
+            })
+            .collect();
+        match (dense.len(), blocks.len()) {
+            (0, 0) => candle_core::bail!("qweight_concat: no weights to stack"),
+            (_, 0) => Ok(CpuWeight::Dense(Tensor::cat(&dense, 0)?)),
+            (0, _) => Ok(CpuWeight::Blocks(BlockMatrix::concat(&blocks)?)),
+            _ => candle_core::bail!("qweight_concat: dequantized and block matrices do not stack"),
         }
-        Tensor::cat(parts, 0)
     }
 
-    fn qmatmul(&self, l: &Layout, w: &Tensor) -> CResult<Self> {
-        storage(&tensor(self, l)?.matmul(&w.t()?)?)
+    fn qmatmul(&self, l: &Layout, w: &CpuWeight) -> CResult<Self> {
+        storage(&w.matmul(&tensor(self, l)?)?)
     }
 
-    fn qmatmul_add(&self, l: &Layout, w: &Tensor, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
-        let sum = (tensor(acc, acc_l)? + tensor(self, l)?.matmul(&w.t()?)?)?;
+    fn qmatmul_add(&self, l: &Layout, w: &CpuWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
+        let sum = (tensor(acc, acc_l)? + w.matmul(&tensor(self, l)?)?)?;
         *acc = storage(&sum)?;
         Ok(())
     }
 
-    fn qmatmul_glu(&self, l: &Layout, w: &Tensor, act: GluActivation) -> CResult<Self> {
-        let y = tensor(self, l)?.matmul(&w.t()?)?;
+    fn qmatmul_glu(&self, l: &Layout, w: &CpuWeight, act: GluActivation) -> CResult<Self> {
+        let y = w.matmul(&tensor(self, l)?)?;
         let n = y.dim(1)? / 2;
         let (gate, up) = (y.narrow(1, 0, n)?, y.narrow(1, n, n)?);
         let gate = match act {
@@ -98,8 +148,18 @@ impl ModelStorage for CpuStorage {
         storage(&(gate * up)?)
     }
 
-    fn qembedding(w: &Tensor, ids: &Self, l: &Layout) -> CResult<Self> {
-        storage(&w.embedding(&tensor(ids, l)?)?)
+    fn qembedding(w: &CpuWeight, ids: &Self, l: &Layout) -> CResult<Self> {
+        match w {
+            CpuWeight::Dense(t) => storage(&t.embedding(&tensor(ids, l)?)?),
+            CpuWeight::Blocks(m) => {
+                let ids = tensor(ids, l)?.to_vec1::<u32>()?;
+                let mut v = Vec::with_capacity(ids.len() * m.dims().1);
+                for &i in &ids {
+                    v.extend(m.row(i as usize)?);
+                }
+                Ok(CpuStorage::F32(v))
+            }
+        }
     }
 
     fn rms_norm(&self, l: &Layout, w: &Self, wl: &Layout, eps: f32) -> CResult<Self> {

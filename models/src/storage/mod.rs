@@ -7,6 +7,7 @@
 //! methods on the front's tensors.
 
 pub mod cpu;
+pub mod cpu_blocks;
 pub mod vulkan;
 
 use candle_core::backend::{BackendDevice, BackendStorage};
@@ -53,6 +54,20 @@ pub fn rms_norm_linear_composed<S: ModelStorage>(
     }
 }
 
+/// How a backend that can do either keeps weight matrices. Vulkan always keeps them in
+/// their GGML blocks; candle's CPU storage does either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightFormat {
+    /// Dequantized to f32 once, at load: the products are exact f32 arithmetic (the
+    /// conformance oracle).
+    #[default]
+    Dequantized,
+    /// In their GGML blocks, multiplied with activations quantized to Q8_1 / Q8_K as
+    /// llama.cpp's CPU backend does ([`cpu_blocks`]); types without such a dot product
+    /// are dequantized.
+    Blocks,
+}
+
 /// The model ops candle keeps outside `BackendStorage` (in candle-nn and in
 /// `candle_core::quantized`), for the model code of this crate. Activations are F32; layouts
 /// are candle's (offsets and strides in elements).
@@ -63,11 +78,12 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// f16 on every backend (the rounding is part of the model).
     type KvCache: std::fmt::Debug + 'static;
 
-    /// Uploads a GGUF tensor (`info`, and its data `bytes`) as a weight matrix.
+    /// Uploads a GGUF tensor (`info`, and its data `bytes`) as a weight matrix, kept as
+    /// `format` asks where the backend offers a choice.
     ///
     /// # Errors
     /// Types without kernels on this backend, shapes that are not a matrix, device errors.
-    fn qweight(dev: &Self::Device, info: &TensorInfo, bytes: &[u8]) -> CResult<Self::QWeight>;
+    fn qweight(dev: &Self::Device, info: &TensorInfo, bytes: &[u8], format: WeightFormat) -> CResult<Self::QWeight>;
 
     /// `(rows, k)` of a weight matrix.
     fn qweight_dims(w: &Self::QWeight) -> (usize, usize);

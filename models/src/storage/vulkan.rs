@@ -68,7 +68,13 @@ impl ModelStorage for VulkanStorage {
     type QWeight = vkml_ops::quant::QMatrix;
     type KvCache = vkml_ops::attention::KvCache;
 
-    fn qweight(dev: &VulkanDevice, info: &vkml_quant::gguf::TensorInfo, bytes: &[u8]) -> CResult<Self::QWeight> {
+    /// Always kept in its GGML blocks (`_format` is for the CPU).
+    fn qweight(
+        dev: &VulkanDevice,
+        info: &vkml_quant::gguf::TensorInfo,
+        bytes: &[u8],
+        _format: super::WeightFormat,
+    ) -> CResult<Self::QWeight> {
         vkml_ops::quant::QMatrix::from_gguf(dev.hal(), info, bytes).map_err(cerr)
     }
 

@@ -1,0 +1,200 @@
+//! Weight matrices kept in their GGML blocks on the CPU ([`WeightFormat::Blocks`]), and
+//! their products: each activation row is quantized to Q8_1 (32-element types) or Q8_K
+//! (k-quants, i-quants) and dotted with every weight row by vkml-quant's block dot
+//! products ([`vkml_quant::vec_dot_q8_1_rows`], [`vkml_quant::vec_dot_q8_k_rows`]: ggml's
+//! integer arithmetic, vectorised with AVX2 where the CPU has it), the rows split over
+//! every core (rayon). This is how llama.cpp's CPU backend multiplies quantized weights;
+//! the rounding of the activations to 8 bits is the difference from the dequantized
+//! oracle ([`WeightFormat::Dequantized`]).
+//!
+//! [`WeightFormat::Blocks`]: super::WeightFormat::Blocks
+//! [`WeightFormat::Dequantized`]: super::WeightFormat::Dequantized
+
+use rayon::prelude::*;
+use vkml_quant::GgmlType;
+
+type CResult<T> = candle_core::Result<T>;
+
+/// The activations a weight type dots with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Activations {
+    /// Q8_1 blocks of 32 ([`vkml_quant::vec_dot_q8_1`]).
+    Q8_1,
+    /// Q8_K blocks of 256 ([`vkml_quant::vec_dot_q8_k`]).
+    Q8K,
+}
+
+fn activations(ty: GgmlType) -> Option<Activations> {
+    use GgmlType as T;
+    match ty {
+        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 | T::IQ4_NL | T::MXFP4 | T::NVFP4 | T::Q1_0 | T::Q2_0 => {
+            Some(Activations::Q8_1)
+        }
+        T::Q2_K
+        | T::Q3_K
+        | T::Q4_K
+        | T::Q5_K
+        | T::Q6_K
+        | T::TQ1_0
+        | T::TQ2_0
+        | T::IQ2_XXS
+        | T::IQ2_XS
+        | T::IQ2_S
+        | T::IQ3_XXS
+        | T::IQ3_S
+        | T::IQ1_S
+        | T::IQ1_M
+        | T::IQ4_XS => Some(Activations::Q8K),
+        _ => None,
+    }
+}
+
+/// Whether matrices of `ty` can stay in their blocks (a block dot product exists).
+pub fn keeps_blocks(ty: GgmlType) -> bool {
+    activations(ty).is_some()
+}
+
+/// A weight matrix `[rows, k]` in its GGML blocks, row after row.
+pub struct BlockMatrix {
+    ty: GgmlType,
+    rows: usize,
+    k: usize,
+    row_bytes: usize,
+    bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for BlockMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BlockMatrix({:?}, {} x {})", self.ty, self.rows, self.k)
+    }
+}
+
+/// Rows per parallel task: enough work to outweigh scheduling (a task's rows are a few
+/// tens of kilobytes of blocks).
+const ROWS_PER_TASK: usize = 64;
+
+impl BlockMatrix {
+    /// `bytes` (`rows` rows of `k` values of `ty`) kept as they are.
+    ///
+    /// # Errors
+    /// A type without a block dot product, `k` not a whole number of blocks, or `bytes`
+    /// of another length.
+    pub fn new(ty: GgmlType, rows: usize, k: usize, bytes: &[u8]) -> CResult<BlockMatrix> {
+        let Some(act) = activations(ty) else { candle_core::bail!("{ty:?} has no CPU block dot product") };
+        let act_block = if act == Activations::Q8K { vkml_quant::QK_K } else { 32 };
+        if k == 0 || !k.is_multiple_of(ty.block_size()) || !k.is_multiple_of(act_block) {
+            candle_core::bail!("rows of {k} values are not whole {ty:?} and Q8 activation blocks")
+        }
+        let row_bytes = k / ty.block_size() * ty.type_size();
+        if rows.checked_mul(row_bytes) != Some(bytes.len()) {
+            candle_core::bail!("{} bytes are not {rows} rows of {k} {ty:?} values", bytes.len())
+        }
+        Ok(BlockMatrix { ty, rows, k, row_bytes, bytes: bytes.to_vec() })
+    }
+
+    /// `(rows, k)`.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.rows, self.k)
+    }
+
+    /// The GGML type.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// The rows of `parts`, in order, as one matrix.
+    ///
+    /// # Errors
+    /// No parts, or parts of different types or row lengths.
+    pub fn concat(parts: &[&BlockMatrix]) -> CResult<BlockMatrix> {
+        let Some(first) = parts.first() else { candle_core::bail!("no matrices to stack") };
+        if parts.iter().any(|p| p.ty != first.ty || p.k != first.k) {
+            candle_core::bail!("stacked matrices differ in type or row length")
+        }
+        let bytes: Vec<u8> = parts.iter().flat_map(|p| p.bytes.iter().copied()).collect();
+        BlockMatrix::new(first.ty, parts.iter().map(|p| p.rows).sum(), first.k, &bytes)
+    }
+
+    /// Row `r` dequantized.
+    ///
+    /// # Errors
+    /// `r` past the rows.
+    pub fn row(&self, r: usize) -> CResult<Vec<f32>> {
+        if r >= self.rows {
+            candle_core::bail!("row {r} is past the {} rows", self.rows)
+        }
+        vkml_quant::dequantize_to_vec(self.ty, &self.bytes[r * self.row_bytes..(r + 1) * self.row_bytes])
+            .map_err(candle_core::Error::wrap)
+    }
+
+    /// `x Wᵀ` for `x: f32[t, k]` (row-major): `f32[t, rows]`.
+    ///
+    /// # Errors
+    /// `x` not a whole number of rows of `k`.
+    pub fn matmul(&self, x: &[f32]) -> CResult<Vec<f32>> {
+        if !x.len().is_multiple_of(self.k) {
+            candle_core::bail!("{} activations are not rows of {}", x.len(), self.k)
+        }
+        let t = x.len() / self.k;
+        let mut y = vec![0f32; t * self.rows];
+        let err = |e: vkml_quant::QuantError| candle_core::Error::wrap(e);
+        for (xr, yr) in x.chunks_exact(self.k).zip(y.chunks_exact_mut(self.rows)) {
+            let chunks = self.bytes.par_chunks(ROWS_PER_TASK * self.row_bytes).zip(yr.par_chunks_mut(ROWS_PER_TASK));
+            match activations(self.ty) {
+                Some(Activations::Q8_1) => {
+                    let q = vkml_quant::quantize_q8_1(xr).map_err(err)?;
+                    chunks.try_for_each(|(w, o)| vkml_quant::vec_dot_q8_1_rows(self.ty, w, &q, o)).map_err(err)?;
+                }
+                Some(Activations::Q8K) => {
+                    let q = vkml_quant::quantize_q8_k(xr).map_err(err)?;
+                    chunks.try_for_each(|(w, o)| vkml_quant::vec_dot_q8_k_rows(self.ty, w, &q, o)).map_err(err)?;
+                }
+                None => unreachable!("BlockMatrix::new admits only types with a dot product"),
+            }
+        }
+        Ok(y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The block product equals the f32 product of the dequantized weights with the
+    /// activations rounded to Q8 (the dot products' own arithmetic), within f32 summation
+    /// order, for a 32-block and a k-quant type over several tokens.
+    #[test]
+    fn block_products_match_dequantized_weights_on_q8_activations() {
+        let (rows, k) = (130, 512);
+        let w: Vec<f32> = (0..rows * k).map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0).collect();
+        let x: Vec<f32> = (0..3 * k).map(|i| ((i * 31 % 97) as f32 / 48.0) - 1.0).collect();
+        for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+            let bytes = vkml_quant::quantize(ty, &w).unwrap();
+            let m = BlockMatrix::new(ty, rows, k, &bytes).unwrap();
+            let y = m.matmul(&x).unwrap();
+            let wd = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
+            for (ti, xr) in x.chunks(k).enumerate() {
+                let xq = match activations(ty).unwrap() {
+                    Activations::Q8_1 => vkml_quant::dequantize_to_vec(
+                        GgmlType::Q8_1,
+                        bytemuck::cast_slice(&vkml_quant::quantize_q8_1(xr).unwrap()),
+                    )
+                    .unwrap(),
+                    Activations::Q8K => vkml_quant::dequantize_to_vec(
+                        GgmlType::Q8_K,
+                        bytemuck::cast_slice(&vkml_quant::quantize_q8_k(xr).unwrap()),
+                    )
+                    .unwrap(),
+                };
+                for r in 0..rows {
+                    let want: f64 = (0..k).map(|c| f64::from(wd[r * k + c]) * f64::from(xq[c])).sum();
+                    let scale: f64 = (0..k).map(|c| (f64::from(wd[r * k + c]) * f64::from(xq[c])).abs()).sum();
+                    let got = f64::from(y[ti * rows + r]);
+                    assert!((got - want).abs() <= 1e-4 * scale.max(1.0), "{ty:?} token {ti} row {r}: {got} vs {want}");
+                }
+            }
+        }
+        assert!(BlockMatrix::new(GgmlType::F16, 1, 32, &[0; 64]).is_err());
+        assert!(BlockMatrix::new(GgmlType::Q4_K, 1, 32, &[0; 18]).is_err());
+    }
+}
