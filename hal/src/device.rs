@@ -215,7 +215,10 @@ impl Device {
         if use_push {
             ext_names.push(ash::khr::push_descriptor::NAME.as_ptr());
         }
-        let opt_exts: [(&CStr, bool); 7] = [
+        let opt_exts: [(&CStr, bool); 8] = [
+            // The spec requires enabling it where a device exposes it (MoltenVK, other
+            // non-conformant implementations listed through portability enumeration).
+            (ash::khr::portability_subset::NAME, true),
             (ash::ext::memory_budget::NAME, true),
             (ash::ext::subgroup_size_control::NAME, !is13),
             (ash::khr::shader_integer_dot_product::NAME, !is13),
