@@ -512,7 +512,7 @@ fn limit_name(l: Limit) -> &'static str {
 /// their GGML blocks (no GPU counters or profile).
 fn models_cpu(a: &ModelArgs, list: &[Source]) -> Result<(), String> {
     let reps = a.repetitions as usize;
-    let threads = rayon::current_num_threads();
+    let threads = vkml_models::storage::cpu_blocks::cpu_threads();
     let max_p = a.n_prompt.iter().copied().max().unwrap_or(0);
     let max_n = a.n_gen.iter().copied().max().unwrap_or(0);
     let mut rows = Vec::new();

@@ -233,7 +233,7 @@ pub fn load(
         Target::Cpu => {
             let opts = LoadOptions { ctx: args.ctx, weights: WeightFormat::Blocks, ..LoadOptions::default() };
             let g = Generator::from_gguf_with_progress(&CpuDevice, file, opts, &mut progress).map_err(named)?;
-            (AnyGenerator::Cpu(g), format!("CPU ({} threads)", rayon::current_num_threads()))
+            (AnyGenerator::Cpu(g), format!("CPU ({} threads)", vkml_models::storage::cpu_blocks::cpu_threads()))
         }
     };
     bar.finish_and_clear();

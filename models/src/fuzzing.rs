@@ -18,6 +18,7 @@ use crate::arch;
 use crate::config::{Hparams, Meta};
 use crate::rope::RopeConfig;
 use crate::runner::{LoadOptions, Runner};
+use crate::storage::WeightFormat;
 use crate::tokenizer::GgufTokenizer;
 
 /// Largest tensor data (in bytes) [`model_load`] loads: the CPU backend dequantizes every
@@ -72,7 +73,8 @@ pub fn template(data: &[u8]) {
 }
 
 /// `data` as a GGUF file loaded as a model on candle's CPU backend (16 positions, chunks
-/// of 4), then a prompt of three tokens and one decode step; files with more than
+/// of 4), weights dequantized and then kept in their blocks, then a prompt of three
+/// tokens and one decode step; files with more than
 /// [`MAX_LOAD_BYTES`] of tensor data are skipped.
 pub fn model_load(data: &[u8]) {
     let Ok(f) = GgufFile::from_vec(data.to_vec()) else { return };
@@ -80,11 +82,13 @@ pub fn model_load(data: &[u8]) {
     if bytes.is_none_or(|b| b > MAX_LOAD_BYTES) {
         return;
     }
-    let opts = LoadOptions { ctx: Some(16), max_batch: 4, ..Default::default() };
-    let Ok(mut m) = Runner::<CpuStorage>::load(&CpuDevice, &f, opts, &mut |_, _| {}) else { return };
-    let vocab = m.hparams().vocab as u32;
-    let ids: Vec<u32> = (0..3u32).map(|i| i % vocab.max(1)).collect();
-    if m.forward(&ids, false).is_ok() {
-        let _ = m.forward(&[0], false);
+    for weights in [WeightFormat::Dequantized, WeightFormat::Blocks] {
+        let opts = LoadOptions { ctx: Some(16), max_batch: 4, weights };
+        let Ok(mut m) = Runner::<CpuStorage>::load(&CpuDevice, &f, opts, &mut |_, _| {}) else { return };
+        let vocab = m.hparams().vocab as u32;
+        let ids: Vec<u32> = (0..3u32).map(|i| i % vocab.max(1)).collect();
+        if m.forward(&ids, false).is_ok() {
+            let _ = m.forward(&[0], false);
+        }
     }
 }

@@ -10,7 +10,6 @@
 //! [`WeightFormat::Blocks`]: super::WeightFormat::Blocks
 //! [`WeightFormat::Dequantized`]: super::WeightFormat::Dequantized
 
-use rayon::prelude::*;
 use vkml_quant::GgmlType;
 
 type CResult<T> = candle_core::Result<T>;
@@ -69,8 +68,31 @@ impl std::fmt::Debug for BlockMatrix {
     }
 }
 
-/// Rows per parallel task: enough work to outweigh scheduling (a task's rows are a few
-/// tens of kilobytes of blocks).
+/// Threads the CPU backend's products run on: `VKML_CPU_THREADS` if set, else every core.
+pub fn cpu_threads() -> usize {
+    std::env::var("VKML_CPU_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The pool that works beside the calling thread: [`cpu_threads`] - 1 threads (at least
+/// one), so that with the caller every core has one thread. (Rayon's global pool has a
+/// thread per core besides the caller, and its idle threads yielding in a loop took the
+/// cores the caller's serial work needed: several seconds of system time per benchmark.)
+fn pool() -> &'static rayon::ThreadPool {
+    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(cpu_threads().saturating_sub(1).max(1))
+            .thread_name(|i| format!("vkml-cpu-{i}"))
+            .build()
+            .expect("a thread pool (threads could not be started)")
+    })
+}
+
+/// Fewest rows per thread's share: enough work to outweigh handing it over.
 const ROWS_PER_TASK: usize = 64;
 
 impl BlockMatrix {
@@ -127,6 +149,37 @@ impl BlockMatrix {
             .map_err(candle_core::Error::wrap)
     }
 
+    /// `rows(weights, out)` over the matrix's rows split into one contiguous share per
+    /// thread of the CPU backend's pool plus one for the calling thread, which works too
+    /// (handing every share to the pool and sleeping until it is done cost as much as the
+    /// work on small matrices).
+    fn split_rows<E: Send>(
+        &self,
+        out: &mut [f32],
+        rows: impl Fn(&[u8], &mut [f32]) -> Result<(), E> + Sync,
+    ) -> Result<(), E> {
+        let pool = pool();
+        let shares = pool.current_num_threads() + 1;
+        let per = self.rows.div_ceil(shares).max(ROWS_PER_TASK.min(self.rows));
+        let mut jobs = self.bytes.chunks(per * self.row_bytes).zip(out.chunks_mut(per));
+        let Some((w0, o0)) = jobs.next() else { return Ok(()) };
+        let errors = parking_lot::Mutex::new(None);
+        pool.in_place_scope(|s| {
+            for (w, o) in jobs {
+                let (rows, errors) = (&rows, &errors);
+                s.spawn(move |_| {
+                    if let Err(e) = rows(w, o) {
+                        *errors.lock() = Some(e);
+                    }
+                });
+            }
+            if let Err(e) = rows(w0, o0) {
+                *errors.lock() = Some(e);
+            }
+        });
+        errors.into_inner().map_or(Ok(()), Err)
+    }
+
     /// `x Wᵀ` for `x: f32[t, k]` (row-major): `f32[t, rows]`.
     ///
     /// # Errors
@@ -139,15 +192,14 @@ impl BlockMatrix {
         let mut y = vec![0f32; t * self.rows];
         let err = |e: vkml_quant::QuantError| candle_core::Error::wrap(e);
         for (xr, yr) in x.chunks_exact(self.k).zip(y.chunks_exact_mut(self.rows)) {
-            let chunks = self.bytes.par_chunks(ROWS_PER_TASK * self.row_bytes).zip(yr.par_chunks_mut(ROWS_PER_TASK));
             match activations(self.ty) {
                 Some(Activations::Q8_1) => {
                     let q = vkml_quant::quantize_q8_1(xr).map_err(err)?;
-                    chunks.try_for_each(|(w, o)| vkml_quant::vec_dot_q8_1_rows(self.ty, w, &q, o)).map_err(err)?;
+                    self.split_rows(yr, |w, o| vkml_quant::vec_dot_q8_1_rows(self.ty, w, &q, o)).map_err(err)?;
                 }
                 Some(Activations::Q8K) => {
                     let q = vkml_quant::quantize_q8_k(xr).map_err(err)?;
-                    chunks.try_for_each(|(w, o)| vkml_quant::vec_dot_q8_k_rows(self.ty, w, &q, o)).map_err(err)?;
+                    self.split_rows(yr, |w, o| vkml_quant::vec_dot_q8_k_rows(self.ty, w, &q, o)).map_err(err)?;
                 }
                 None => unreachable!("BlockMatrix::new admits only types with a dot product"),
             }
