@@ -222,6 +222,26 @@ where
     Ok(t.elapsed().as_secs_f64())
 }
 
+/// The label and the opened (or made) GGUF file of a benchmark source.
+fn open_source(src: &Source, seed: u64) -> Result<(String, GgufFile), String> {
+    Ok(match src {
+        Source::File(p) => (
+            p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned()),
+            GgufFile::open(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        ),
+        Source::Synthetic(sh, ty) => (
+            format!("{} {ty:?} (synthetic)", sh.name),
+            synth::synthetic_model(sh.arch, sh, *ty, seed).map_err(|e| format!("synthetic {}: {e}", sh.name))?,
+        ),
+    })
+}
+
+/// The `(n_prompt, n_gen)` tests `-p` and `-n` ask for: each prompt length, then each
+/// generation length.
+fn tests(a: &ModelArgs) -> impl Iterator<Item = (usize, usize)> + '_ {
+    a.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0)).chain(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)))
+}
+
 fn models(a: ModelArgs) -> Result<(), String> {
     let list = sources(&a)?;
     if a.n_prompt.iter().chain(&a.n_gen).all(|&n| n == 0) {
@@ -251,16 +271,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
     }
     for src in &list {
         let t0 = Instant::now();
-        let (label, file) = match src {
-            Source::File(p) => (
-                p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned()),
-                GgufFile::open(p).map_err(|e| format!("{}: {e}", p.display()))?,
-            ),
-            Source::Synthetic(sh, ty) => (
-                format!("{} {ty:?} (synthetic)", sh.name),
-                synth::synthetic_model(sh.arch, sh, *ty, a.seed).map_err(|e| format!("synthetic {}: {e}", sh.name))?,
-            ),
-        };
+        let (label, file) = open_source(src, a.seed)?;
         let made_s = t0.elapsed().as_secs_f64();
         let size: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
         let params: u64 = file.tensors().iter().map(|t| t.n_elements).sum();
@@ -274,12 +285,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
         if vocab == 0 {
             return Err(format!("{label}: the model has an empty vocabulary"));
         }
-        let tests = a
-            .n_prompt
-            .iter()
-            .filter(|&&p| p > 0)
-            .map(|&p| (p, 0))
-            .chain(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
+        let tests = tests(&a);
         for (n_prompt, n_gen) in tests {
             let run = |model: &mut Runner<VulkanStorage>, prof: &mut vkml_models::StepProfile| {
                 one_run(model, n_prompt, n_gen, vocab, prof).map_err(|e| format!("{label}: {e}"))
@@ -525,16 +531,7 @@ fn models_cpu(a: &ModelArgs, list: &[Source]) -> Result<(), String> {
         println!("| model | size | params | backend | test | t/s |\n| --- | ---: | ---: | --- | --- | ---: |");
     }
     for src in list {
-        let (label, file) = match src {
-            Source::File(p) => (
-                p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned()),
-                GgufFile::open(p).map_err(|e| format!("{}: {e}", p.display()))?,
-            ),
-            Source::Synthetic(sh, ty) => (
-                format!("{} {ty:?} (synthetic)", sh.name),
-                synth::synthetic_model(sh.arch, sh, *ty, a.seed).map_err(|e| format!("synthetic {}: {e}", sh.name))?,
-            ),
-        };
+        let (label, file) = open_source(src, a.seed)?;
         let size: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
         let params: u64 = file.tensors().iter().map(|t| t.n_elements).sum();
         let opts = LoadOptions {
@@ -550,12 +547,7 @@ fn models_cpu(a: &ModelArgs, list: &[Source]) -> Result<(), String> {
         if vocab == 0 {
             return Err(format!("{label}: the model has an empty vocabulary"));
         }
-        let tests = a
-            .n_prompt
-            .iter()
-            .filter(|&&p| p > 0)
-            .map(|&p| (p, 0))
-            .chain(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
+        let tests = tests(a);
         for (n_prompt, n_gen) in tests {
             let mut prof = vkml_models::StepProfile::default();
             let mut run =

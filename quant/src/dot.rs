@@ -59,6 +59,34 @@ fn wsum(a: i32, b: i32) -> i32 {
     a.wrapping_add(b)
 }
 
+/// The activations rows of `ty` dot with, as ggml pairs them: Q8_1 (32-element types,
+/// [`vec_dot_q8_1`]) or Q8_K (k-quants, ternary and i-quants, [`vec_dot_q8_k`]); `None`
+/// for types without a block dot product (floats, integers, the Q8 types themselves).
+pub fn dot_activations(ty: GgmlType) -> Option<GgmlType> {
+    use GgmlType as T;
+    match ty {
+        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 | T::IQ4_NL | T::MXFP4 | T::NVFP4 | T::Q1_0 | T::Q2_0 => {
+            Some(T::Q8_1)
+        }
+        T::Q2_K
+        | T::Q3_K
+        | T::Q4_K
+        | T::Q5_K
+        | T::Q6_K
+        | T::TQ1_0
+        | T::TQ2_0
+        | T::IQ2_XXS
+        | T::IQ2_XS
+        | T::IQ2_S
+        | T::IQ3_XXS
+        | T::IQ3_S
+        | T::IQ1_S
+        | T::IQ1_M
+        | T::IQ4_XS => Some(T::Q8_K),
+        _ => None,
+    }
+}
+
 /// Dot product of one row of type `ty` (`x`: whole blocks, little-endian bytes) with Q8_1
 /// activations `y` (`y.len() == elements / 32`).
 ///
@@ -73,10 +101,7 @@ pub fn vec_dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, Quan
 #[inline(always)]
 fn dot_q8_1(ty: GgmlType, x: &[u8], y: &[BlockQ8_1]) -> Result<f32, QuantError> {
     use GgmlType as T;
-    if !matches!(
-        ty,
-        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 | T::IQ4_NL | T::MXFP4 | T::NVFP4 | T::Q1_0 | T::Q2_0
-    ) {
+    if dot_activations(ty) != Some(T::Q8_1) {
         return Err(QuantError::Unsupported(ty));
     }
     check(ty, x, y.len(), 32)?;
@@ -244,24 +269,7 @@ pub fn vec_dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, Quant
 #[inline(always)]
 fn dot_q8_k(ty: GgmlType, x: &[u8], y: &[BlockQ8K]) -> Result<f32, QuantError> {
     use GgmlType as T;
-    if !matches!(
-        ty,
-        T::Q2_K
-            | T::Q3_K
-            | T::Q4_K
-            | T::Q5_K
-            | T::Q6_K
-            | T::TQ1_0
-            | T::TQ2_0
-            | T::IQ2_XXS
-            | T::IQ2_XS
-            | T::IQ2_S
-            | T::IQ3_XXS
-            | T::IQ3_S
-            | T::IQ1_S
-            | T::IQ1_M
-            | T::IQ4_XS
-    ) {
+    if dot_activations(ty) != Some(T::Q8_K) {
         return Err(QuantError::Unsupported(ty));
     }
     check(ty, x, y.len(), QK_K)?;

@@ -29,7 +29,7 @@ pub mod tables;
 pub mod types;
 
 pub use dequant::{dequantize, dequantize_to_vec};
-pub use dot::{vec_dot_q8_1, vec_dot_q8_1_rows, vec_dot_q8_k, vec_dot_q8_k_rows};
+pub use dot::{dot_activations, vec_dot_q8_1, vec_dot_q8_1_rows, vec_dot_q8_k, vec_dot_q8_k_rows};
 pub use quantize::{quantize, quantize_q8_1, quantize_q8_k};
 pub use types::{GgmlType, UnknownGgmlType, QK_K};
 

@@ -24,27 +24,9 @@ enum Activations {
 }
 
 fn activations(ty: GgmlType) -> Option<Activations> {
-    use GgmlType as T;
-    match ty {
-        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 | T::IQ4_NL | T::MXFP4 | T::NVFP4 | T::Q1_0 | T::Q2_0 => {
-            Some(Activations::Q8_1)
-        }
-        T::Q2_K
-        | T::Q3_K
-        | T::Q4_K
-        | T::Q5_K
-        | T::Q6_K
-        | T::TQ1_0
-        | T::TQ2_0
-        | T::IQ2_XXS
-        | T::IQ2_XS
-        | T::IQ2_S
-        | T::IQ3_XXS
-        | T::IQ3_S
-        | T::IQ1_S
-        | T::IQ1_M
-        | T::IQ4_XS => Some(Activations::Q8K),
-        _ => None,
+    match vkml_quant::dot_activations(ty)? {
+        GgmlType::Q8_K => Some(Activations::Q8K),
+        _ => Some(Activations::Q8_1),
     }
 }
 
