@@ -131,9 +131,12 @@ pub fn render(
     std::thread::Builder::new()
         .name("chat-template".into())
         .spawn(move || {
-            let _slot = slot;
             let (template, messages, bos, eos) = job;
-            let _ = tx.send(render_here(&template, &messages, &bos, &eos, add_generation_prompt));
+            let rendered = render_here(&template, &messages, &bos, &eos, add_generation_prompt);
+            // The slot is free before the caller hears back, so that a caller that renders
+            // again at once never finds its own finished rendering still counted.
+            drop(slot);
+            let _ = tx.send(rendered);
         })
         .map_err(|e| err(format!("cannot start its thread: {e}")))?;
     match rx.recv_timeout(TEMPLATE_MAX_TIME) {
