@@ -248,8 +248,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
         return Err("no test to run: -p and -n are all 0".into());
     }
     let reps = a.repetitions as usize;
-    let named = a.device.clone().or_else(|| std::env::var("VKML_DEVICE").ok());
-    if named.as_deref().is_some_and(|d| d.eq_ignore_ascii_case("cpu")) {
+    if crate::model_args::is_cpu(crate::model_args::named_device(a.device.as_deref()).as_deref()) {
         return models_cpu(&a, &list);
     }
     let dev = open_device(a.device.as_deref())?;

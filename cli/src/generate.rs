@@ -5,7 +5,6 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use candle_core::backend::BackendDevice;
-use vkml_models::chat_template::ChatMessage;
 use vkml_models::storage::ModelStorage;
 use vkml_models::{GenerateOptions, Generator};
 
@@ -61,14 +60,13 @@ pub fn run(a: Args) -> Result<(), String> {
     // Checked before anything is loaded.
     opts.sampling.validate().map_err(|e| e.to_string())?;
     let (path, file) = model_args::open_model(&a.model)?;
-    let mut messages = Vec::new();
-    if let Some(s) = &a.system {
-        messages.push(ChatMessage::new("system", s.as_str()));
-    }
-    messages.push(ChatMessage::new("user", text.as_str()));
     // The prompt (and the file's chat template, which may fail) before any weight loads.
     let encode = |tok: &vkml_models::tokenizer::GgufTokenizer| -> Result<Vec<u32>, String> {
-        let text = if a.chat { tok.render_chat(&messages, true).map_err(|e| e.to_string())? } else { text.clone() };
+        let text = if a.chat {
+            tok.apply_chat_template(a.system.as_deref(), &text).map_err(|e| e.to_string())?
+        } else {
+            text.clone()
+        };
         tok.encode(&text, true).map_err(|e| e.to_string())
     };
     let mut prompt = Vec::new();

@@ -63,9 +63,7 @@ pub struct SamplingArgs {
 impl SamplingArgs {
     /// The options these flags give, the seed drawn from the clock when not given.
     pub fn options(&self) -> GenerateOptions {
-        let seed = self.seed.unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-        });
+        let seed = self.seed.unwrap_or_else(clock_seed);
         GenerateOptions {
             max_tokens: self.max_tokens,
             sampling: SamplingConfig {
@@ -168,11 +166,26 @@ enum Target {
     Cpu,
 }
 
+/// The device `-d` names, else `VKML_DEVICE` (when set and not empty).
+pub fn named_device(flag: Option<&str>) -> Option<String> {
+    flag.map(str::to_string).or_else(|| std::env::var("VKML_DEVICE").ok().filter(|v| !v.is_empty()))
+}
+
+/// Whether `named` (from [`named_device`]) asks for the CPU backend.
+pub fn is_cpu(named: Option<&str>) -> bool {
+    named.is_some_and(|n| n.eq_ignore_ascii_case("cpu"))
+}
+
+/// A sampler seed from the clock, for runs that give none.
+pub fn clock_seed() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// The backend `args` (or `VKML_DEVICE`) names, else the best GPU, else the CPU backend.
 fn target(args: &ModelArgs) -> Result<Target, String> {
-    let named = args.device.clone().or_else(|| std::env::var("VKML_DEVICE").ok().filter(|v| !v.is_empty()));
+    let named = named_device(args.device.as_deref());
     match named.as_deref() {
-        Some(n) if n.eq_ignore_ascii_case("cpu") => Ok(Target::Cpu),
+        n if is_cpu(n) => Ok(Target::Cpu),
         Some(n) => Device::open(&DeviceSelector::parse(n), DeviceOptions::default())
             .map(Target::Vulkan)
             .map_err(|e| e.to_string()),

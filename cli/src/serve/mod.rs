@@ -54,7 +54,7 @@ pub struct Args {
 }
 
 struct AppState {
-    jobs: parking_lot::Mutex<std::sync::mpsc::Sender<Job>>,
+    jobs: std::sync::mpsc::Sender<Job>,
     model: String,
     created: u64,
     next_id: AtomicU64,
@@ -87,12 +87,7 @@ pub fn run(a: Args) -> Result<(), String> {
         }
     };
     let Worker { jobs, context, device } = worker::start(a.model.clone())?;
-    let state = Arc::new(AppState {
-        jobs: parking_lot::Mutex::new(jobs),
-        model: model.clone(),
-        created: now(),
-        next_id: AtomicU64::new(1),
-    });
+    let state = Arc::new(AppState { jobs, model: model.clone(), created: now(), next_id: AtomicU64::new(1) });
     let app = Router::new()
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/v1/models", get(models))
@@ -173,9 +168,7 @@ fn options(s: &Sampling) -> Result<(GenerateOptions, Option<usize>), ApiError> {
         min_p: s.min_p,
         repeat_penalty: 1.0,
         repeat_last_n: 64,
-        seed: s.seed.unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-        }),
+        seed: s.seed.unwrap_or_else(crate::model_args::clock_seed),
     };
     let max = max_tokens.map(|m| usize::try_from(m).unwrap_or(usize::MAX));
     Ok((GenerateOptions { max_tokens: max.unwrap_or(usize::MAX), sampling, stop }, max))
@@ -204,7 +197,6 @@ async fn submit(
 ) -> Result<UnboundedReceiver<Event>, ApiError> {
     let (tx, mut rx) = unbounded_channel();
     s.jobs
-        .lock()
         .send(Job { input, opts, max_tokens: max, events: tx })
         .map_err(|_| ApiError::server("the model's thread has ended"))?;
     match rx.recv().await {
