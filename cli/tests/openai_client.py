@@ -68,6 +68,12 @@ except openai.BadRequestError as e:
     assert e.body["code"] == "context_length_exceeded", e.body
     print("too long:", e.status_code, e.body["message"])
 try:
+    client.chat.completions.create(model=model, messages=question, stop=["x" * 300])
+    raise SystemExit("a 300-byte stop text was accepted")
+except openai.BadRequestError as e:
+    assert "a stop text of 300 bytes" in e.body["message"], e.body
+    print("long stop:", e.status_code)
+try:
     urllib.request.urlopen(base + "/v1/chat/completions", data=b'{"model": ', timeout=30)
     raise SystemExit("malformed JSON was accepted")
 except urllib.error.HTTPError as e:

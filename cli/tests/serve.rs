@@ -1,7 +1,7 @@
 //! `vkml serve` on 127.0.0.1 with SmolLM2-135M on lavapipe, driven by OpenAI's Python
 //! client (`tests/openai_client.py`): a streamed and a non-streamed chat completion, a
 //! completion with a stop text, a field of the wrong type, an unknown model, a prompt
-//! past the context, malformed JSON, and a stream dropped mid-way (the next request is
+//! past the context, a stop text past the bound, malformed JSON, and a stream dropped mid-way (the next request is
 //! served at once).
 
 use std::io::{BufRead as _, BufReader};
@@ -61,7 +61,9 @@ fn openai_client_against_vkml_serve() {
         .unwrap_or_else(|e| panic!("python3 could not be started ({e}): {SETUP}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    for check in ["chat:", "stream:", "completion:", "wrong type: 400", "unknown model: 404", "too long: 400"] {
+    for check in
+        ["chat:", "stream:", "completion:", "wrong type: 400", "unknown model: 404", "too long: 400", "long stop: 400"]
+    {
         assert!(stdout.contains(check), "{check} missing from:\n{stdout}");
     }
     assert!(stdout.contains("malformed JSON: 400") && stdout.contains("after a dropped stream"), "{stdout}");

@@ -47,7 +47,9 @@ pub struct GenerateOptions {
     /// Temperature, top-k, top-p, min-p, repeat penalty, seed.
     pub sampling: SamplingConfig,
     /// Texts that end the generation where they appear; the text returned stops before
-    /// the first of them (OpenAI's `stop`).
+    /// the first of them (OpenAI's `stop`). At most [`MAX_STOP_TEXTS`] of at most
+    /// [`MAX_STOP_BYTES`] bytes each: each piece is checked against every prefix of every
+    /// stop text, so their lengths bound the work per token.
     pub stop: Vec<String>,
 }
 
@@ -56,6 +58,12 @@ impl Default for GenerateOptions {
         GenerateOptions { max_tokens: 256, sampling: SamplingConfig::default(), stop: Vec::new() }
     }
 }
+
+/// Most stop texts one generation takes ([`GenerateOptions::stop`]).
+pub const MAX_STOP_TEXTS: usize = 16;
+
+/// Longest stop text, in bytes ([`GenerateOptions::stop`]).
+pub const MAX_STOP_BYTES: usize = 256;
 
 /// Why a generation ended (OpenAI's `finish_reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,9 +198,16 @@ where
     ///
     /// # Errors
     /// [`Error::Model`] for an empty prompt; [`Error::Context`] when the prompt fills the
-    /// context (no room for a token); [`Error::Sampling`] for bad options; device errors.
+    /// context (no room for a token); [`Error::Sampling`] for bad sampling options or stop
+    /// texts past [`MAX_STOP_TEXTS`] / [`MAX_STOP_BYTES`]; device errors.
     pub fn generate_tokens(&mut self, prompt: &[u32], opts: &GenerateOptions) -> Result<Generation<'_, S>> {
         let sampler = Sampler::new(opts.sampling)?;
+        if opts.stop.len() > MAX_STOP_TEXTS {
+            return Err(Error::Sampling(format!("{} stop texts: at most {MAX_STOP_TEXTS}", opts.stop.len())));
+        }
+        if let Some(s) = opts.stop.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+            return Err(Error::Sampling(format!("a stop text of {} bytes: at most {MAX_STOP_BYTES}", s.len())));
+        }
         if prompt.is_empty() {
             return Err(crate::error::model_err("the prompt is empty after tokenization"));
         }

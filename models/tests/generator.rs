@@ -142,6 +142,12 @@ fn stop_texts_and_max_tokens_end_generations() {
     let mut gen = g.generate(prompt, &greedy(0)).unwrap();
     assert!(gen.next().is_none());
     assert_eq!(gen.finish_reason(), Some(FinishReason::Length));
+    // Stop texts are bounded (each piece is checked against every prefix of each).
+    let long_stop = GenerateOptions { stop: vec!["x".repeat(257)], ..greedy(4) };
+    let e = g.generate(prompt, &long_stop).unwrap_err().to_string();
+    assert!(e.contains("a stop text of 257 bytes: at most 256"), "{e}");
+    let many = GenerateOptions { stop: vec![".".into(); 17], ..greedy(4) };
+    assert!(g.generate(prompt, &many).unwrap_err().to_string().contains("17 stop texts: at most 16"));
     // A prompt as long as the context is refused by name.
     let long = "word ".repeat(600);
     let e = g.generate(&long, &greedy(4)).unwrap_err().to_string();
