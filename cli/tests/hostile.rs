@@ -41,28 +41,12 @@ fn scratch(test: &str) -> PathBuf {
 /// A tiny synthetic llama at `dir/name` with metadata `edits` applied (a key set to a
 /// value, or removed with `None`) and tensor `zeroed` (if any) set to zeros.
 fn model(dir: &Path, name: &str, edits: &[(&str, Option<GgufValue>)], zeroed: Option<&str>) -> PathBuf {
-    let src = synthetic_model("llama", &TINY, GgmlType::F32, 5).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, v) in src.metadata() {
-        match edits.iter().find(|(e, _)| e == k) {
-            Some((_, Some(nv))) => {
-                w.push_kv(k.clone(), nv.clone());
-            }
-            Some((_, None)) => {}
-            None => {
-                w.push_kv(k.clone(), v.clone());
-            }
-        }
-    }
+    let mut w = GgufWriter::from_file(&synthetic_model("llama", &TINY, GgmlType::F32, 5).unwrap());
     for (k, v) in edits {
-        if let (None, Some(v)) = (src.get(k), v) {
-            w.push_kv(*k, v.clone());
-        }
+        w.set_kv(k, v.clone());
     }
-    for t in src.tensors() {
-        let data = src.tensor_data(t);
-        let data = if zeroed == Some(t.name.as_str()) { vec![0; data.len()] } else { data.to_vec() };
-        w.push_tensor(t.name.clone(), t.ty, t.dims.clone(), data);
+    for t in w.tensors.iter_mut().filter(|t| Some(t.name.as_str()) == zeroed) {
+        t.data.fill(0);
     }
     let p = dir.join(name);
     std::fs::write(&p, w.to_bytes().unwrap()).unwrap();

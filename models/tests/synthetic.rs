@@ -182,16 +182,9 @@ fn check_shape(arch: &str, shape: &SynthShape, ty: GgmlType, prompt_len: u32) {
 /// [`check_shape`] with metadata `keys` added to the synthetic file.
 fn check_file(arch: &str, shape: &SynthShape, ty: GgmlType, prompt_len: u32, keys: &[(&str, GgufValue)]) {
     std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1");
-    let src = synthetic_model(arch, shape, ty, 7).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, v) in src.metadata() {
-        w.push_kv(k.clone(), v.clone());
-    }
+    let mut w = GgufWriter::from_file(&synthetic_model(arch, shape, ty, 7).unwrap());
     for (k, v) in keys {
-        w.push_kv(*k, v.clone());
-    }
-    for t in src.tensors() {
-        w.push_tensor(t.name.clone(), t.ty, t.dims.clone(), src.tensor_data(t).to_vec());
+        w.set_kv(k, Some(v.clone()));
     }
     let file = GgufFile::from_vec(w.to_bytes().unwrap()).unwrap();
     let f32_x = vulkan_device_mat_mat_from_with(9, |c| c.integer_dot.packed_4x8_signed_accelerated = false);

@@ -30,30 +30,11 @@ const TINY: SynthShape = SynthShape {
 /// A synthetic `arch` model with key `key` set to `value` (added, or removed with
 /// `None`) and tensor `tensor` (if given) replaced by f32 data of `len` values.
 fn edited(arch: &str, key: &str, value: Option<GgufValue>, tensor: Option<(&str, usize)>) -> GgufFile {
-    let src = synthetic_model(arch, &TINY, GgmlType::Q8_0, 3).unwrap();
-    let mut w = GgufWriter::new();
-    let mut seen = false;
-    for (k, v) in src.metadata() {
-        if k == key {
-            seen = true;
-            if let Some(v) = &value {
-                w.push_kv(k.clone(), v.clone());
-            }
-        } else {
-            w.push_kv(k.clone(), v.clone());
-        }
-    }
-    if let (false, Some(v)) = (seen, &value) {
-        w.push_kv(key, v.clone());
-    }
-    for t in src.tensors() {
-        match tensor {
-            Some((name, len)) if name == t.name => {
-                w.push_tensor(name, GgmlType::F32, vec![len as u64], bytemuck::cast_slice(&vec![1f32; len]).to_vec());
-            }
-            _ => {
-                w.push_tensor(t.name.clone(), t.ty, t.dims.clone(), src.tensor_data(t).to_vec());
-            }
+    let mut w = GgufWriter::from_file(&synthetic_model(arch, &TINY, GgmlType::Q8_0, 3).unwrap());
+    w.set_kv(key, value);
+    if let Some((name, len)) = tensor {
+        for t in w.tensors.iter_mut().filter(|t| t.name == name) {
+            (t.ty, t.dims, t.data) = (GgmlType::F32, vec![len as u64], bytemuck::cast_slice(&vec![1f32; len]).to_vec());
         }
     }
     GgufFile::from_vec(w.to_bytes().unwrap()).unwrap()

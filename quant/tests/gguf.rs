@@ -426,3 +426,26 @@ fn non_regular_files_are_refused_before_opening() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A writer made from a file writes that file again, byte for byte; `set_kv` replaces a
+/// key in place, appends a new one and removes one.
+#[test]
+fn writer_from_file_round_trips_and_edits_keys() {
+    let mut w = GgufWriter::new();
+    w.push_kv("general.architecture", GgufValue::String("llama".into()));
+    w.push_kv("llama.block_count", GgufValue::U32(2));
+    w.push_tensor("t", GgmlType::F32, vec![4, 2], (0u8..32).collect());
+    let bytes = w.to_bytes().unwrap();
+    let f = GgufFile::from_vec(bytes.clone()).unwrap();
+    let mut again = GgufWriter::from_file(&f);
+    assert_eq!(again.to_bytes().unwrap(), bytes);
+    again.set_kv("llama.block_count", Some(GgufValue::U32(7)));
+    again.set_kv("llama.context_length", Some(GgufValue::U32(64)));
+    again.set_kv("general.architecture", None);
+    let keys: Vec<_> = again.metadata.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    assert_eq!(keys, [("llama.block_count", GgufValue::U32(7)), ("llama.context_length", GgufValue::U32(64))]);
+    assert_eq!(
+        GgufFile::from_vec(again.to_bytes().unwrap()).unwrap().tensor_data_by_name("t").unwrap().1,
+        &bytes[bytes.len() - 32..]
+    );
+}

@@ -92,6 +92,33 @@ impl GgufWriter {
         Self::default()
     }
 
+    /// A writer holding `f`'s metadata and tensors (their data copied), in `f`'s order:
+    /// a file to change in a few keys or tensors ([`GgufWriter::set_kv`], `tensors`) and
+    /// write again.
+    pub fn from_file(f: &GgufFile) -> Self {
+        let mut w = Self::new();
+        w.metadata = f.metadata().to_vec();
+        for t in f.tensors() {
+            w.push_tensor(t.name.clone(), t.ty, t.dims.clone(), f.tensor_data(t).to_vec());
+        }
+        w
+    }
+
+    /// Sets metadata entry `key` to `value` in its place (appended if it is new), or
+    /// removes it with `None`.
+    pub fn set_kv(&mut self, key: &str, value: Option<GgufValue>) -> &mut Self {
+        let at = self.metadata.iter().position(|(k, _)| k == key);
+        match (at, value) {
+            (Some(i), Some(v)) => self.metadata[i].1 = v,
+            (Some(i), None) => {
+                self.metadata.remove(i);
+            }
+            (None, Some(v)) => self.metadata.push((key.to_string(), v)),
+            (None, None) => {}
+        }
+        self
+    }
+
     /// Appends a metadata entry.
     pub fn push_kv(&mut self, key: impl Into<String>, value: GgufValue) -> &mut Self {
         self.metadata.push((key.into(), value));
