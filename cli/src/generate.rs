@@ -74,14 +74,6 @@ pub fn run(a: Args) -> Result<(), String> {
         prompt = encode(tok)?;
         Ok(())
     })?;
-    let ctx = m.generator.context();
-    if prompt.len() >= ctx {
-        return Err(format!(
-            "the prompt has {} tokens; the context holds {ctx} (raise --ctx, up to the model's {})",
-            prompt.len(),
-            m.generator.model_context()
-        ));
-    }
     crate::with_generator!(&mut m.generator, g => stream(g, &prompt, &opts, &m.name, &m.device, m.load_s))
 }
 
@@ -97,7 +89,14 @@ fn stream<S: ModelStorage>(
 where
     S::Device: BackendDevice<Storage = S>,
 {
-    let mut generation = g.generate_tokens(prompt, opts).map_err(|e| e.to_string())?;
+    let model_ctx = g.runner().hparams().context_length;
+    let mut generation = g.generate_tokens(prompt, opts).map_err(|e| match e {
+        vkml_models::Error::Context { ctx, .. } => format!(
+            "the prompt has {} tokens; the context holds {ctx} (raise --ctx, up to the model's {model_ctx})",
+            prompt.len()
+        ),
+        e => e.to_string(),
+    })?;
     let mut out = std::io::stdout().lock();
     for piece in &mut generation {
         let _ = out.write_all(piece.map_err(|e| e.to_string())?.as_bytes());

@@ -137,11 +137,6 @@ impl AnyGenerator {
         with_generator!(self, g => g.context())
     }
 
-    /// The model's context length (its `context_length` key).
-    pub fn model_context(&self) -> usize {
-        with_generator!(self, g => g.runner().hparams().context_length)
-    }
-
     /// Empties the KV cache.
     pub fn reset(&mut self) {
         with_generator!(self, g => g.reset())

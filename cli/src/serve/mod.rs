@@ -140,8 +140,9 @@ fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
 }
 
 /// The generation options of a request's sampling fields (OpenAI's defaults: temperature
-/// 1, top-p 1), each range checked.
-fn options(s: &Sampling) -> Result<(GenerateOptions, Option<usize>), ApiError> {
+/// 1, top-p 1; no `max_tokens`: `default_max_tokens`, `usize::MAX` for to the end of the
+/// context), each range checked.
+fn options(s: &Sampling, default_max_tokens: usize) -> Result<GenerateOptions, ApiError> {
     let bad = |param: &str, need: &str| ApiError::invalid(format!("{param}: {need}"), Some(param), None);
     if s.n.is_some_and(|n| n != 1) {
         return Err(bad("n", "only n = 1 is supported"));
@@ -170,8 +171,8 @@ fn options(s: &Sampling) -> Result<(GenerateOptions, Option<usize>), ApiError> {
         repeat_last_n: 64,
         seed: s.seed.unwrap_or_else(crate::model_args::clock_seed),
     };
-    let max = max_tokens.map(|m| usize::try_from(m).unwrap_or(usize::MAX));
-    Ok((GenerateOptions { max_tokens: max.unwrap_or(usize::MAX), sampling, stop }, max))
+    let max_tokens = max_tokens.map_or(default_max_tokens, |m| usize::try_from(m).unwrap_or(usize::MAX));
+    Ok(GenerateOptions { max_tokens, sampling, stop })
 }
 
 fn check_model(s: &AppState, model: &str) -> Result<(), ApiError> {
@@ -189,16 +190,9 @@ fn check_model(s: &AppState, model: &str) -> Result<(), ApiError> {
 
 /// Queues `input` and waits for the prompt to run: the events after `Started`, or the
 /// request's error.
-async fn submit(
-    s: &AppState,
-    input: Input,
-    opts: GenerateOptions,
-    max: Option<usize>,
-) -> Result<UnboundedReceiver<Event>, ApiError> {
+async fn submit(s: &AppState, input: Input, opts: GenerateOptions) -> Result<UnboundedReceiver<Event>, ApiError> {
     let (tx, mut rx) = unbounded_channel();
-    s.jobs
-        .send(Job { input, opts, max_tokens: max, events: tx })
-        .map_err(|_| ApiError::server("the model's thread has ended"))?;
+    s.jobs.send(Job { input, opts, events: tx }).map_err(|_| ApiError::server("the model's thread has ended"))?;
     match rx.recv().await {
         Some(Event::Started) => Ok(rx),
         Some(Event::Failed(e)) => Err(e),
@@ -244,13 +238,13 @@ async fn chat_completions(State(s): State<Shared>, body: Bytes) -> Result<Respon
     let req: ChatRequest = parse(&body)?;
     let sampling: Sampling = parse(&body)?;
     check_model(&s, &req.model)?;
-    let (opts, max) = options(&sampling)?;
+    let opts = options(&sampling, usize::MAX)?;
     let messages =
         req.messages.iter().enumerate().map(|(i, m)| api::message_text(i, m)).collect::<Result<Vec<_>, _>>()?;
     if messages.is_empty() {
         return Err(ApiError::invalid("messages: at least one message is needed", Some("messages"), None));
     }
-    let rx = submit(&s, Input::Chat(messages), opts, max).await?;
+    let rx = submit(&s, Input::Chat(messages), opts).await?;
     let id = format!("chatcmpl-{}", s.next_id.fetch_add(1, Ordering::Relaxed));
     let created = now();
     let model = s.model.clone();
@@ -286,18 +280,14 @@ async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Response, A
     let req: CompletionRequest = parse(&body)?;
     let sampling: Sampling = parse(&body)?;
     check_model(&s, &req.model)?;
-    let (mut opts, mut max) = options(&sampling)?;
     // OpenAI's completions default to 16 tokens.
-    if max.is_none() {
-        max = Some(16);
-        opts.max_tokens = 16;
-    }
+    let opts = options(&sampling, 16)?;
     let prompt = match req.prompt {
         Prompt::One(p) => p,
         Prompt::Many(mut v) if v.len() == 1 => v.remove(0),
         Prompt::Many(_) => return Err(ApiError::invalid("prompt: only one prompt per request", Some("prompt"), None)),
     };
-    let rx = submit(&s, Input::Text(prompt), opts, max).await?;
+    let rx = submit(&s, Input::Text(prompt), opts).await?;
     let id = format!("cmpl-{}", s.next_id.fetch_add(1, Ordering::Relaxed));
     let created = now();
     let model = s.model.clone();

@@ -28,10 +28,8 @@ pub enum Input {
 pub struct Job {
     /// The prompt.
     pub input: Input,
-    /// Sampling, stop texts; `max_tokens` of `None`: to the end of the context.
+    /// Sampling, stop texts, `max_tokens` (`usize::MAX`: to the end of the context).
     pub opts: GenerateOptions,
-    /// `max_tokens` as asked (`None`: as many as the context leaves).
-    pub max_tokens: Option<usize>,
     /// Where the events go.
     pub events: UnboundedSender<Event>,
 }
@@ -111,21 +109,19 @@ where
         // alternate, ...), or rendering passed a bound.
         Err(e) => return fail(ApiError::invalid(e.to_string(), Some("messages"), None)),
     };
-    let ctx = g.context();
-    if prompt.len() >= ctx {
-        return fail(ApiError::invalid(
-            format!(
-                "This model's maximum context length is {ctx} tokens. However, your prompt resulted in {} tokens.",
-                prompt.len()
-            ),
-            Some(if matches!(job.input, Input::Chat(_)) { "messages" } else { "prompt" }),
-            Some("context_length_exceeded"),
-        ));
-    }
-    let mut opts = job.opts.clone();
-    opts.max_tokens = job.max_tokens.unwrap_or(usize::MAX).min(ctx - prompt.len());
-    let mut generation = match g.generate_tokens(&prompt, &opts) {
+    // `generate_tokens` bounds max_tokens by the context left.
+    let mut generation = match g.generate_tokens(&prompt, &job.opts) {
         Ok(gen) => gen,
+        Err(Error::Context { ctx, .. }) => {
+            return fail(ApiError::invalid(
+                format!(
+                    "This model's maximum context length is {ctx} tokens. However, your prompt resulted in {} tokens.",
+                    prompt.len()
+                ),
+                Some(if matches!(job.input, Input::Chat(_)) { "messages" } else { "prompt" }),
+                Some("context_length_exceeded"),
+            ))
+        }
         Err(Error::Sampling(e)) => return fail(ApiError::invalid(e, None, None)),
         Err(e) => return fail(ApiError::server(e.to_string())),
     };
