@@ -75,15 +75,6 @@ enum GgufCommand {
 }
 
 fn main() -> ExitCode {
-    // candle's CPU matmul asks for its thread count on every call, reading /proc/cpuinfo
-    // unless RAYON_NUM_THREADS is set (4 % of a CPU-backend token), and its small
-    // attention products only pay for waking rayon's pool. The CPU backend's own products
-    // run on their pool (VKML_CPU_THREADS); candle's run on the calling thread.
-    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        // Sound: nothing else runs yet (the first thing main does), so no thread reads the
-        // environment concurrently.
-        std::env::set_var("RAYON_NUM_THREADS", "1");
-    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("VKML_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)

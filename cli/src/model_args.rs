@@ -37,8 +37,8 @@ pub struct SamplingArgs {
     /// Most tokens to generate (generation also stops at end-of-sequence).
     #[arg(long, short = 'n', default_value_t = 256)]
     pub max_tokens: usize,
-    /// Sampling temperature; 0 is greedy (argmax).
-    #[arg(long, default_value_t = 0.8, value_parser = non_negative, allow_negative_numbers = true)]
+    /// Sampling temperature; 0 is greedy (argmax). `--temp` as llama.cpp spells it.
+    #[arg(long, visible_alias = "temp", default_value_t = 0.8, value_parser = non_negative, allow_negative_numbers = true)]
     pub temperature: f64,
     /// Sample among the k most likely tokens only (0: all).
     #[arg(long, default_value_t = 40)]

@@ -70,8 +70,7 @@ fn one_line_error(out: &std::process::Output, needle: &str) {
 #[test]
 fn generate_greedy_is_deterministic_and_reports_speed() {
     let m = test_model();
-    let args =
-        ["generate", "-m", m.to_str().unwrap(), "--chat", "-p", "What is 2 + 2?", "-n", "8", "--temperature", "0"];
+    let args = ["generate", "-m", m.to_str().unwrap(), "--chat", "-p", "What is 2 + 2?", "-n", "8", "--temp", "0"];
     for (device, backend) in [(None, "CPU ("), (Some("cpu"), "CPU ("), (Some("llvmpipe"), "llvmpipe")] {
         let args: Vec<&str> = args.iter().copied().chain(device.map(|d| ["-d", d]).into_iter().flatten()).collect();
         let a = vkml(&args);

@@ -1,5 +1,5 @@
-//! [`ModelStorage`] for candle's `CpuStorage`: the model ops through candle-core and
-//! candle-nn on the CPU. Weight matrices are either dequantized by vkml-quant (the CPU
+//! [`ModelStorage`] for candle's `CpuStorage`: norms, rope, activations and attention as
+//! loops with candle-nn's arithmetic ([`super::cpu_loops`]). Weight matrices are either dequantized by vkml-quant (the CPU
 //! reference of every block format) to f32 — the conformance oracle's side of the front:
 //! the same model code, run here, is what the Vulkan run is checked against — or kept in
 //! their GGML blocks and multiplied on Q8 activations ([`super::cpu_blocks`]), the fast
@@ -8,13 +8,15 @@
 use candle_core::backend::BackendStorage;
 use candle_core::cpu_backend::CpuDevice;
 use candle_core::op::BackpropOp;
-use candle_core::{CpuStorage, DType, Layout, Storage, Tensor, D};
+use candle_core::{CpuStorage, Layout, Storage, Tensor};
 use vkml_ops::nn::{GluActivation, RopeStyle};
 use vkml_quant::gguf::TensorInfo;
 
 use vkml_candle::front::scratch_alloc;
 
 use super::cpu_blocks::{keeps_blocks, BlockMatrix};
+pub use super::cpu_loops::CpuKvCache;
+use super::cpu_loops::{self, f32s};
 use super::{AttnParams, ModelStorage, WeightFormat};
 
 type CResult<T> = candle_core::Result<T>;
@@ -34,15 +36,6 @@ fn storage(t: &Tensor) -> CResult<CpuStorage> {
     let mut packed = scratch_alloc(&CpuDevice, l.shape(), t.dtype())?;
     cpu.copy_strided_src(&mut packed, 0, l)?;
     Ok(packed)
-}
-
-/// Keys or values so far, `[n_kv_heads, len, d]`, f16 (as the Vulkan cache stores them):
-/// every position, also where the Vulkan cache is a ring.
-#[derive(Debug)]
-pub struct CpuKvCache {
-    data: Option<Tensor>,
-    ctx: usize,
-    len: usize,
 }
 
 /// A weight matrix on the CPU.
@@ -127,25 +120,33 @@ impl ModelStorage for CpuStorage {
     }
 
     fn qmatmul(&self, l: &Layout, w: &CpuWeight) -> CResult<Self> {
-        storage(&w.matmul(&tensor(self, l)?)?)
+        match w {
+            CpuWeight::Dense(_) => storage(&w.matmul(&tensor(self, l)?)?),
+            CpuWeight::Blocks(m) => Ok(CpuStorage::F32(m.matmul(&f32s(self, l)?)?)),
+        }
     }
 
     fn qmatmul_add(&self, l: &Layout, w: &CpuWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
-        let sum = (tensor(acc, acc_l)? + w.matmul(&tensor(self, l)?)?)?;
-        *acc = storage(&sum)?;
-        Ok(())
+        let y = match w {
+            CpuWeight::Dense(_) => w.matmul(&tensor(self, l)?)?.flatten_all()?.to_vec1::<f32>()?,
+            CpuWeight::Blocks(m) => m.matmul(&f32s(self, l)?)?,
+        };
+        match (acc, acc_l.contiguous_offsets()) {
+            (CpuStorage::F32(a), Some((0, n))) if n == y.len() => {
+                a.iter_mut().zip(&y).for_each(|(a, y)| *a += y);
+                Ok(())
+            }
+            _ => candle_core::bail!("qmatmul_add: the sum is not f32[{}] contiguous from 0", y.len()),
+        }
     }
 
     fn qmatmul_glu(&self, l: &Layout, w: &CpuWeight, act: GluActivation) -> CResult<Self> {
-        let y = w.matmul(&tensor(self, l)?)?;
-        let n = y.dim(1)? / 2;
-        let (gate, up) = (y.narrow(1, 0, n)?, y.narrow(1, n, n)?);
-        let gate = match act {
-            GluActivation::Silu => candle_nn::ops::silu(&gate)?,
-            GluActivation::Gelu => gate.gelu()?,
-            GluActivation::GeluErf => gate.gelu_erf()?,
+        let t = l.dims().first().copied().unwrap_or(1);
+        let y = match w {
+            CpuWeight::Dense(_) => w.matmul(&tensor(self, l)?)?.flatten_all()?.to_vec1::<f32>()?,
+            CpuWeight::Blocks(m) => m.matmul(&f32s(self, l)?)?,
         };
-        storage(&(gate * up)?)
+        Ok(CpuStorage::F32(cpu_loops::glu(&y, t, act)?))
     }
 
     fn qembedding(w: &CpuWeight, ids: &Self, l: &Layout) -> CResult<Self> {
@@ -163,7 +164,7 @@ impl ModelStorage for CpuStorage {
     }
 
     fn rms_norm(&self, l: &Layout, w: &Self, wl: &Layout, eps: f32) -> CResult<Self> {
-        storage(&candle_nn::ops::rms_norm(&tensor(self, l)?, &tensor(w, wl)?, eps)?)
+        Ok(CpuStorage::F32(cpu_loops::rms_norm(&f32s(self, l)?, &f32s(w, wl)?, eps)?))
     }
 
     fn rope(
@@ -176,25 +177,15 @@ impl ModelStorage for CpuStorage {
         rot: usize,
         style: RopeStyle,
     ) -> CResult<Self> {
-        let x = tensor(self, l)?;
-        let (t, _, d) = x.dims3()?;
-        let table = |s: &CpuStorage| -> CResult<Tensor> {
-            tensor(s, &Layout::contiguous((positions, rot / 2)))?.narrow(0, pos0, t)
-        };
-        let (c, s) = (table(cos)?, table(sin)?);
-        // candle-nn's rope takes [batch, heads, t, d].
-        let xr = x.narrow(D::Minus1, 0, rot)?.transpose(0, 1)?.unsqueeze(0)?.contiguous()?;
-        let yr = match style {
-            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&xr, &c, &s)?,
-            RopeStyle::Neox => candle_nn::rotary_emb::rope(&xr, &c, &s)?,
-        };
-        let yr = yr.squeeze(0)?.transpose(0, 1)?;
-        let y = if rot < d { Tensor::cat(&[&yr, &x.narrow(D::Minus1, rot, d - rot)?], D::Minus1)? } else { yr };
-        storage(&y)
+        let (t, heads, d) = l.shape().dims3()?;
+        let table = Layout::contiguous((positions, rot / 2));
+        let (cos, sin) = (f32s(cos, &table)?, f32s(sin, &table)?);
+        let y = cpu_loops::rope(&f32s(self, l)?, (t, heads, d), &cos, &sin, pos0, rot, style)?;
+        Ok(CpuStorage::F32(y))
     }
 
-    fn kv_cache(_: &CpuDevice, _: usize, ctx: usize, _: usize) -> CResult<CpuKvCache> {
-        Ok(CpuKvCache { data: None, ctx, len: 0 })
+    fn kv_cache(_: &CpuDevice, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<CpuKvCache> {
+        Ok(CpuKvCache::new(n_kv_heads * d, ctx))
     }
 
     fn attention(
@@ -206,56 +197,8 @@ impl ModelStorage for CpuStorage {
         pos0: usize,
         p: AttnParams,
     ) -> CResult<Self> {
-        let q = tensor(q.0, q.1)?; // [t, h, d]
-        let (t, h, d) = q.dims3()?;
-        // This cache keeps every position, but refuses what a ring of `ctx` slots could not
-        // hold (the visible keys of the call), as the Vulkan cache does.
-        let first = match p.window {
-            Some(w) if pos0 + 1 > w => pos0 + 1 - w,
-            _ => 0,
-        };
-        let append = |c: &mut CpuKvCache, x: Tensor| -> CResult<Tensor> {
-            if pos0 + t - first > c.ctx {
-                candle_core::bail!("positions {first}..{} run past the cache of {}", pos0 + t, c.ctx)
-            }
-            // Positions from pos0 on are overwritten (as the GPU cache is).
-            let new = x.transpose(0, 1)?.to_dtype(DType::F16)?; // [hk, t, d]
-            let kept = match &c.data {
-                Some(old) if pos0 > 0 => Some(old.narrow(1, 0, pos0.min(c.len))?),
-                _ => None,
-            };
-            if kept.as_ref().map_or(0, |k| k.dim(1).unwrap_or(0)) != pos0 {
-                candle_core::bail!("attention at position {pos0} with {} cached positions", c.len)
-            }
-            let all = match kept {
-                Some(k) => Tensor::cat(&[&k, &new], 1)?,
-                None => new,
-            };
-            c.len = pos0 + t;
-            c.data = Some(all.clone());
-            all.to_dtype(DType::F32)
-        };
-        let kk = append(k_cache, tensor(k.0, k.1)?)?; // [hk, L, d]
-        let vv = append(v_cache, tensor(v.0, v.1)?)?;
-        let (hk, len, _) = kk.dims3()?;
-        if h % hk != 0 {
-            candle_core::bail!("{h} query heads over {hk} KV heads")
-        }
-        let g = h / hk;
-        let repeat = |x: Tensor| x.unsqueeze(1)?.broadcast_as((hk, g, len, d))?.reshape((h, len, d));
-        let (kk, vv) = (repeat(kk)?, repeat(vv)?);
-        let qh = q.transpose(0, 1)?.contiguous()?; // [h, t, d]
-        let att = (qh.matmul(&kk.t()?)? * f64::from(p.scale))?; // [h, t, L]
-        let att = match p.softcap {
-            Some(c) => ((att / f64::from(c))?.tanh()? * f64::from(c))?,
-            None => att,
-        };
-        let visible = |i: usize, j: usize| j <= pos0 + i && p.window.is_none_or(|w| pos0 + i - j < w);
-        let mask: Vec<f32> =
-            (0..t).flat_map(|i| (0..len).map(move |j| if visible(i, j) { 0.0 } else { f32::NEG_INFINITY })).collect();
-        let mask = Tensor::from_vec(mask, (t, len), &candle_core::Device::Cpu)?;
-        let att = candle_nn::ops::softmax_last_dim(&att.broadcast_add(&mask)?)?;
-        let y = att.matmul(&vv)?.transpose(0, 1)?.reshape((t, h * d))?;
-        storage(&y)
+        let (_, heads, d) = q.1.shape().dims3()?;
+        let (q, k, v) = (f32s(q.0, q.1)?, f32s(k.0, k.1)?, f32s(v.0, v.1)?);
+        Ok(CpuStorage::F32(cpu_loops::attention(&q, &k, &v, (heads, d), k_cache, v_cache, pos0, p)?))
     }
 }

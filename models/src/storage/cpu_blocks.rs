@@ -77,6 +77,39 @@ fn pool() -> &'static rayon::ThreadPool {
 /// Fewest rows per thread's share: enough work to outweigh handing it over.
 const ROWS_PER_TASK: usize = 64;
 
+/// `work(first, out_share)` over `out` (units of `unit` values) split into one contiguous
+/// share per thread of the CPU backend's pool plus one for the calling thread, which works
+/// too (handing every share to the pool and sleeping until it is done cost as much as the
+/// work on small matrices); shares of at least `min_units` units. The first error wins.
+pub(super) fn split<E: Send>(
+    out: &mut [f32],
+    unit: usize,
+    min_units: usize,
+    work: impl Fn(usize, &mut [f32]) -> Result<(), E> + Sync,
+) -> Result<(), E> {
+    let pool = pool();
+    let units = out.len() / unit.max(1);
+    let shares = pool.current_num_threads() + 1;
+    let per = units.div_ceil(shares).max(min_units.min(units)).max(1);
+    let mut jobs = out.chunks_mut(per * unit).enumerate();
+    let Some((_, o0)) = jobs.next() else { return Ok(()) };
+    let errors = parking_lot::Mutex::new(None);
+    pool.in_place_scope(|s| {
+        for (i, o) in jobs {
+            let (work, errors) = (&work, &errors);
+            s.spawn(move |_| {
+                if let Err(e) = work(i * per, o) {
+                    *errors.lock() = Some(e);
+                }
+            });
+        }
+        if let Err(e) = work(0, o0) {
+            *errors.lock() = Some(e);
+        }
+    });
+    errors.into_inner().map_or(Ok(()), Err)
+}
+
 impl BlockMatrix {
     /// `bytes` (`rows` rows of `k` values of `ty`) kept as they are.
     ///
@@ -131,38 +164,19 @@ impl BlockMatrix {
             .map_err(candle_core::Error::wrap)
     }
 
-    /// `rows(weights, out)` over the matrix's rows split into one contiguous share per
-    /// thread of the CPU backend's pool plus one for the calling thread, which works too
-    /// (handing every share to the pool and sleeping until it is done cost as much as the
-    /// work on small matrices).
+    /// `rows(weights, out)` over the matrix's rows split as [`split`] splits them.
     fn split_rows<E: Send>(
         &self,
         out: &mut [f32],
         rows: impl Fn(&[u8], &mut [f32]) -> Result<(), E> + Sync,
     ) -> Result<(), E> {
-        let pool = pool();
-        let shares = pool.current_num_threads() + 1;
-        let per = self.rows.div_ceil(shares).max(ROWS_PER_TASK.min(self.rows));
-        let mut jobs = self.bytes.chunks(per * self.row_bytes).zip(out.chunks_mut(per));
-        let Some((w0, o0)) = jobs.next() else { return Ok(()) };
-        let errors = parking_lot::Mutex::new(None);
-        pool.in_place_scope(|s| {
-            for (w, o) in jobs {
-                let (rows, errors) = (&rows, &errors);
-                s.spawn(move |_| {
-                    if let Err(e) = rows(w, o) {
-                        *errors.lock() = Some(e);
-                    }
-                });
-            }
-            if let Err(e) = rows(w0, o0) {
-                *errors.lock() = Some(e);
-            }
-        });
-        errors.into_inner().map_or(Ok(()), Err)
+        split(out, 1, ROWS_PER_TASK, |r0, o| rows(&self.bytes[r0 * self.row_bytes..][..o.len() * self.row_bytes], o))
     }
 
-    /// `x Wᵀ` for `x: f32[t, k]` (row-major): `f32[t, rows]`.
+    /// `x Wᵀ` for `x: f32[t, k]` (row-major): `f32[t, rows]`. Every token's activations
+    /// are quantized first; the weight rows are then split over the threads once, each
+    /// share dotted with every token (a prompt's tokens read each weight row once per
+    /// share, not once per token).
     ///
     /// # Errors
     /// `x` not a whole number of rows of `k`.
@@ -171,22 +185,59 @@ impl BlockMatrix {
             candle_core::bail!("{} activations are not rows of {}", x.len(), self.k)
         }
         let t = x.len() / self.k;
-        let mut y = vec![0f32; t * self.rows];
         let err = |e: vkml_quant::QuantError| candle_core::Error::wrap(e);
-        for (xr, yr) in x.chunks_exact(self.k).zip(y.chunks_exact_mut(self.rows)) {
-            match activations(self.ty) {
-                Some(Activations::Q8_1) => {
-                    let q = vkml_quant::quantize_q8_1(xr).map_err(err)?;
-                    self.split_rows(yr, |w, o| vkml_quant::vec_dot_q8_1_rows(self.ty, w, &q, o)).map_err(err)?;
-                }
-                Some(Activations::Q8K) => {
-                    let q = vkml_quant::quantize_q8_k(xr).map_err(err)?;
-                    self.split_rows(yr, |w, o| vkml_quant::vec_dot_q8_k_rows(self.ty, w, &q, o)).map_err(err)?;
-                }
-                None => unreachable!("BlockMatrix::new admits only types with a dot product"),
+        // yᵀ: `[rows, t]`, so that a share of weight rows owns a contiguous run of it.
+        let mut yt = vec![0f32; t * self.rows];
+        match activations(self.ty) {
+            Some(Activations::Q8_1) => {
+                let q: Vec<_> =
+                    x.chunks_exact(self.k).map(vkml_quant::quantize_q8_1).collect::<Result<_, _>>().map_err(err)?;
+                self.split_tokens(&mut yt, t, |w, o, i| vkml_quant::vec_dot_q8_1_rows(self.ty, w, &q[i], o))
+                    .map_err(err)?;
+            }
+            Some(Activations::Q8K) => {
+                let q: Vec<_> =
+                    x.chunks_exact(self.k).map(vkml_quant::quantize_q8_k).collect::<Result<_, _>>().map_err(err)?;
+                self.split_tokens(&mut yt, t, |w, o, i| vkml_quant::vec_dot_q8_k_rows(self.ty, w, &q[i], o))
+                    .map_err(err)?;
+            }
+            None => unreachable!("BlockMatrix::new admits only types with a dot product"),
+        }
+        if t == 1 {
+            return Ok(yt);
+        }
+        let mut y = vec![0f32; t * self.rows];
+        for (r, col) in yt.chunks_exact(t).enumerate() {
+            for (i, v) in col.iter().enumerate() {
+                y[i * self.rows + r] = *v;
             }
         }
         Ok(y)
+    }
+
+    /// `yt: [rows, t]` from `dot(weight rows, out, token i)`, the weight rows split over
+    /// the threads.
+    fn split_tokens<E: Send>(
+        &self,
+        yt: &mut [f32],
+        t: usize,
+        dot: impl Fn(&[u8], &mut [f32], usize) -> Result<(), E> + Sync,
+    ) -> Result<(), E> {
+        if t == 1 {
+            return self.split_rows(yt, |w, o| dot(w, o, 0));
+        }
+        split(yt, t, ROWS_PER_TASK, |r0, o| {
+            let n = o.len() / t;
+            let w = &self.bytes[r0 * self.row_bytes..][..n * self.row_bytes];
+            let mut tmp = vec![0f32; n];
+            for i in 0..t {
+                dot(w, &mut tmp, i)?;
+                for (r, v) in tmp.iter().enumerate() {
+                    o[r * t + i] = *v;
+                }
+            }
+            Ok(())
+        })
     }
 }
 

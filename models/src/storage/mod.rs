@@ -2,12 +2,13 @@
 //! `candle_core::quantized`'s matmul and embedding, attention over a KV cache), as one
 //! trait over a backend's storage: [`ModelStorage`]. The blocks and architectures of this
 //! crate are written once against it; [`vulkan`] implements it on vkml-ops' kernels (what
-//! `vkml generate` runs), [`cpu`] on candle's `CpuStorage` through candle-core and candle-nn
-//! (the conformance oracle). [`crate::tensor::ModelTensor`] gives the ops candle-style
+//! `vkml generate` runs), [`cpu`] on candle's `CpuStorage` with candle-nn's arithmetic (the
+//! conformance oracle, and the CPU backend). [`crate::tensor::ModelTensor`] gives the ops candle-style
 //! methods on the front's tensors.
 
 pub mod cpu;
 pub mod cpu_blocks;
+mod cpu_loops;
 pub mod vulkan;
 
 use candle_core::backend::{BackendDevice, BackendStorage};
