@@ -246,6 +246,12 @@ where
         })
     }
 
+    /// The tables and pairing, as [`crate::tensor::ModelTensor::attention`] takes them:
+    /// `(cos, sin, style)`, tables `f32[positions, rot / 2]`.
+    pub fn tables(&self) -> (&Tensor<S>, &Tensor<S>, RopeStyle) {
+        (&self.cos, &self.sin, self.style)
+    }
+
     /// Rotates `x: f32[t, heads, d]` at positions `pos0..pos0 + t`.
     ///
     /// # Errors

@@ -6,7 +6,7 @@ use candle_core::backend::BackendDevice;
 use vkml_candle::front::Tensor;
 use vkml_ops::nn::{GluActivation, RopeStyle};
 
-use crate::storage::{AttnParams, ModelStorage};
+use crate::storage::{AttnParams, AttnRope, ModelStorage};
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -61,7 +61,9 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     fn rope(&self, cos: &Self, sin: &Self, pos0: usize, style: RopeStyle) -> CResult<Self>;
 
     /// Causal GQA attention over a KV cache ([`ModelStorage::attention`]): `q:
-    /// f32[t, n_heads, d]`, `k`, `v: f32[t, n_kv_heads, d]`; returns `f32[t, n_heads · d]`.
+    /// f32[t, n_heads, d]`, `k`, `v: f32[t, n_kv_heads, d]`, q and k first rotated by
+    /// `rope` = `(cos, sin, style)` where given (tables as [`ModelTensor::rope`] takes);
+    /// returns `f32[t, n_heads · d]`.
     ///
     /// # Errors
     /// As [`ModelStorage::attention`].
@@ -69,6 +71,7 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
         q: &Self,
         k: &Self,
         v: &Self,
+        rope: Option<(&Self, &Self, RopeStyle)>,
         caches: (&mut S::KvCache, &mut S::KvCache),
         pos0: usize,
         p: AttnParams,
@@ -166,6 +169,7 @@ where
         q: &Self,
         k: &Self,
         v: &Self,
+        rope: Option<(&Self, &Self, RopeStyle)>,
         caches: (&mut S::KvCache, &mut S::KvCache),
         pos0: usize,
         p: AttnParams,
@@ -174,10 +178,37 @@ where
         if k.dims() != v.dims() || k.dims().len() != 3 || k.dims()[0] != t || k.dims()[2] != d {
             candle_core::bail!("attention: q {:?}, k {:?}, v {:?} do not fit", q.dims(), k.dims(), v.dims())
         }
+        let tables = match rope {
+            Some((cos, sin, style)) => {
+                let &[positions, half] = cos.dims() else {
+                    candle_core::bail!("rope tables are [positions, rot/2], got {:?}", cos.dims())
+                };
+                if sin.dims() != cos.dims() || 2 * half > d || pos0 + t > positions {
+                    candle_core::bail!(
+                        "rope: tables {:?}/{:?} do not fit q {:?} at {pos0}",
+                        cos.dims(),
+                        sin.dims(),
+                        q.dims()
+                    )
+                }
+                Some((cos.contiguous()?, sin.contiguous()?, positions, 2 * half, style))
+            }
+            None => None,
+        };
+        // Tables that are views start at an offset the backends do not take: `contiguous`
+        // above packs them (a no-op for the model's own tables).
+        let rope = match &tables {
+            Some((c, s, positions, rot, style)) if c.layout().start_offset() == 0 && s.layout().start_offset() == 0 => {
+                Some(AttnRope { cos: c.storage(), sin: s.storage(), positions: *positions, rot: *rot, style: *style })
+            }
+            Some(_) => candle_core::bail!("rope tables at an offset into their storage"),
+            None => None,
+        };
         let out = S::attention(
             (q.storage(), q.layout()),
             (k.storage(), k.layout()),
             (v.storage(), v.layout()),
+            rope,
             caches.0,
             caches.1,
             pos0,

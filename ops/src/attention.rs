@@ -1,8 +1,10 @@
 //! Attention over an f16 KV cache: flash attention (streaming softmax) for prefill and
 //! decode, with grouped-query heads, causal masking and, for decode, a split over the KV
-//! length merged by a second pass. Kernels: `shader-src/shaders/flash_attn.comp`,
-//! `flash_attn_combine.comp`, `kv_append.comp`; `flash_attn_gqa.comp` (the query heads of
-//! one KV head in one workgroup) where the device has subgroup arithmetic; and for prefill
+//! length merged in the same dispatch (grouped-query kernel) or by a second pass.
+//! Kernels: `shader-src/shaders/flash_attn.comp`, `flash_attn_combine.comp`,
+//! `kv_append.comp`, `rope_kv.comp` (rotary embedding of Q and K with the cache append);
+//! `flash_attn_gqa.comp` (the query heads of one KV head in one workgroup) where the device
+//! has subgroup arithmetic; and for prefill
 //! on devices with f16 cooperative matrices `flash_attn_cm.comp` ([`tensor_core_prefill`]).
 //! The algorithm is FlashAttention's online softmax (Dao et al., 2022; the tensor-core loop
 //! of FlashAttention-2, Dao, 2023) with FlashDecoding's split-KV (Dao et al., 2023).
@@ -24,6 +26,21 @@ use crate::tuning;
 /// operands at little cost).
 pub const TENSOR_CORE_MIN_TOKENS: usize = 16;
 
+/// Most query tokens for which a split attention merges its splits in the same dispatch
+/// ([`SplitMerge::InPlace`]); more take the merge dispatch.
+pub const IN_PLACE_MERGE_TOKENS: usize = 16;
+
+/// How [`flash_attn_with`] merges the splits of a split-KV attention (`n_splits > 1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitMerge {
+    /// In the attention dispatch itself where the grouped-query kernel runs and at most
+    /// [`IN_PLACE_MERGE_TOKENS`] queries: the last workgroup of each (query, KV head) to
+    /// finish merges (counted with a device-scope atomic); else as [`SplitMerge::Dispatch`].
+    InPlace,
+    /// By a second dispatch, `flash_attn_combine.comp`.
+    Dispatch,
+}
+
 /// Largest head dimension the kernel takes.
 pub const MAX_HEAD_DIM: usize = 256;
 
@@ -34,6 +51,10 @@ pub const MAX_HEAD_DIM: usize = 256;
 #[derive(Debug, Clone)]
 pub struct KvCache {
     buffer: Buffer,
+    /// Per (query token < [`IN_PLACE_MERGE_TOKENS`], KV head): the count of finished
+    /// splits of a split decode attention whose splits merge in place, zero between
+    /// dispatches (`flash_attn_gqa.comp`'s `combine_*` variants).
+    split_counts: Buffer,
     /// KV heads.
     pub n_kv_heads: usize,
     /// Slots: positions the cache holds at once.
@@ -57,10 +78,13 @@ impl KvCache {
         // 2 bytes per element and d even: a whole number of 32-bit words.
         let bytes = 2 * (n_kv_heads * ctx * d) as u64;
         let buffer = dev.alloc(bytes, MemoryKind::DeviceLocal)?;
+        let count_bytes = 4 * (IN_PLACE_MERGE_TOKENS * n_kv_heads.max(1)) as u64;
+        let split_counts = dev.alloc(count_bytes, MemoryKind::DeviceLocal)?;
         let mut s = Stream::new(dev)?;
         s.fill(&buffer, 0, bytes, 0)?;
+        s.fill(&split_counts, 0, count_bytes, 0)?;
         s.finish_and_wait()?;
-        Ok(KvCache { buffer, n_kv_heads, ctx, d })
+        Ok(KvCache { buffer, split_counts, n_kv_heads, ctx, d })
     }
 
     /// The device buffer (packed f16).
@@ -139,6 +163,126 @@ pub fn kv_append_pair_from(
     let [gx, gy, _] = append_grid(&dev, t_new, k_cache)?;
     let bindings = [k.0.into(), k_cache.buffer().into(), v.0.into(), v_cache.buffer().into()];
     s.dispatch(&p, &bindings, &pc, [gx, gy, 2])?;
+    Ok(())
+}
+
+/// One source of [`rope_kv_append`]: token `i`'s heads start at element `off + i * stride`
+/// of `buffer` (f32); a view of the stacked Q|K|V rows of one mat-vec, or a buffer of
+/// its own (`off` 0, `stride` heads · d).
+#[derive(Debug, Clone, Copy)]
+pub struct HeadRows<'a> {
+    /// The f32 values.
+    pub buffer: &'a Buffer,
+    /// First element of token 0's heads.
+    pub off: usize,
+    /// Elements from one token's heads to the next's.
+    pub stride: usize,
+}
+
+/// The rotary embedding of [`rope_kv_append`]: `cos`, `sin`: `f32[positions, rot / 2]`
+/// (the tables of [`crate::nn::rope`]), the first `rot` dims of each head rotated as
+/// `style` pairs them.
+#[derive(Debug, Clone, Copy)]
+pub struct RopeTables<'a> {
+    /// cos of the angles, `f32[positions, rot / 2]`.
+    pub cos: &'a Buffer,
+    /// sin of the angles, `f32[positions, rot / 2]`.
+    pub sin: &'a Buffer,
+    /// Rows of the tables.
+    pub positions: usize,
+    /// Rotated dims of each head (even, ≤ d).
+    pub rot: usize,
+    /// How dims pair up.
+    pub style: crate::nn::RopeStyle,
+}
+
+/// The decode step's attention prologue in one dispatch (`rope_kv.comp`): for `t_new`
+/// tokens at positions `pos0..`, the query heads `q` (`n_heads` per token) rotated into
+/// `q_out: f32[t_new, n_heads, d]`, the key heads `k` rotated into `k_cache` and the value
+/// heads `v` copied into `v_cache` (f16) — [`crate::nn::rope`] of Q and K, then
+/// [`kv_append_pair_from`], with the same results.
+///
+/// # Errors
+/// [`OpsError::Shape`] for caches of different shapes, positions past the tables or the
+/// cache, sources or `q_out` too small; HAL errors.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_kv_append(
+    s: &mut Stream,
+    rope: RopeTables<'_>,
+    (q, k, v): (HeadRows<'_>, HeadRows<'_>, HeadRows<'_>),
+    n_heads: usize,
+    t_new: usize,
+    pos0: usize,
+    (k_cache, v_cache): (&KvCache, &KvCache),
+    q_out: &Buffer,
+) -> Result<()> {
+    let bad = |reason: String| Err(OpsError::Shape { op: "rope_kv_append", reason });
+    if (k_cache.n_kv_heads, k_cache.ctx, k_cache.d) != (v_cache.n_kv_heads, v_cache.ctx, v_cache.d) {
+        return bad("K and V caches differ in shape".into());
+    }
+    let d = k_cache.d;
+    if !rope.rot.is_multiple_of(2) || rope.rot > d {
+        return bad(format!("rotary dims {} must be even and at most the head dim {d}", rope.rot));
+    }
+    if pos0 + t_new > rope.positions {
+        return bad(format!("positions {pos0}..{} exceed the {}-row cos/sin tables", pos0 + t_new, rope.positions));
+    }
+    for (what, b) in [("cos", rope.cos), ("sin", rope.sin)] {
+        if b.size() < 4 * (rope.positions * rope.rot / 2) as u64 {
+            return bad(format!(
+                "{what} holds {} bytes, less than {} x {} f32",
+                b.size(),
+                rope.positions,
+                rope.rot / 2
+            ));
+        }
+    }
+    check_append(Dtype::F32, k.buffer, k.off, k.stride, t_new, pos0, k_cache)?;
+    check_append(Dtype::F32, v.buffer, v.off, v.stride, t_new, pos0, v_cache)?;
+    let q_row = n_heads * d;
+    let q_end = if t_new == 0 { 0 } else { q.off + (t_new - 1) * q.stride + q_row };
+    if q.stride < q_row || q.buffer.size() < 4 * q_end as u64 || q_out.size() < 4 * (t_new * q_row) as u64 {
+        return bad(format!("q rows of stride {} at {} or q_out do not hold {t_new} x {q_row} f32", q.stride, q.off));
+    }
+    if t_new == 0 || d == 0 {
+        return Ok(());
+    }
+    let dev = s.device().clone();
+    let name = match rope.style {
+        crate::nn::RopeStyle::Neox => "rope_kv.neox_f32",
+        crate::nn::RopeStyle::Interleaved => "rope_kv.interleaved_f32",
+    };
+    let p = pipeline(&dev, name, 64)?;
+    let pc = push_words(&[
+        t_new as u32,
+        n_heads as u32,
+        k_cache.n_kv_heads as u32,
+        d as u32,
+        rope.rot as u32,
+        pos0 as u32,
+        k_cache.ctx as u32,
+        q.off as u32,
+        q.stride as u32,
+        k.off as u32,
+        k.stride as u32,
+        v.off as u32,
+        v.stride as u32,
+    ]);
+    let rows = t_new * (n_heads + 2 * k_cache.n_kv_heads);
+    let max_y = dev.caps().limits.max_workgroup_count[1] as usize;
+    let gy = rows.min(max_y);
+    let grid = [(d / 2).div_ceil(64) as u32, gy as u32, rows.div_ceil(gy) as u32];
+    let bindings = [
+        q.buffer.into(),
+        k.buffer.into(),
+        v.buffer.into(),
+        rope.cos.into(),
+        rope.sin.into(),
+        q_out.into(),
+        k_cache.buffer().into(),
+        v_cache.buffer().into(),
+    ];
+    s.dispatch(&p, &bindings, &pc, grid)?;
     Ok(())
 }
 
@@ -301,6 +445,26 @@ pub fn flash_attn(
     out: &Buffer,
     scratch: Option<(&Buffer, &Buffer)>,
 ) -> Result<()> {
+    flash_attn_with(s, dt, q, k, v, sh, out, scratch, SplitMerge::InPlace)
+}
+
+/// [`flash_attn`] with the splits merged as `merge` says (the same results either way;
+/// tests compare the two).
+///
+/// # Errors
+/// As [`flash_attn`].
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn_with(
+    s: &mut Stream,
+    dt: Dtype,
+    q: &Buffer,
+    k: &KvCache,
+    v: &KvCache,
+    sh: AttnShape,
+    out: &Buffer,
+    scratch: Option<(&Buffer, &Buffer)>,
+    merge: SplitMerge,
+) -> Result<()> {
     dt.require_activation(s.device(), "flash_attn")?;
     let bad = |reason: String| Err(OpsError::Shape { op: "flash_attn", reason });
     let d = k.d;
@@ -369,11 +533,18 @@ pub fn flash_attn(
         return Ok(());
     }
     let g = sh.n_heads / k.n_kv_heads;
-    let (p, groups) = match gqa_kernel(dev.caps(), d, g) {
+    let gqa = gqa_kernel(dev.caps(), d, g);
+    let in_place = splits > 1 && merge == SplitMerge::InPlace && gqa.is_some() && sh.t_q <= IN_PLACE_MERGE_TOKENS;
+    let (p, groups) = match gqa {
         // The query heads of one KV head together: x over KV heads.
         Some((wg, npl)) => {
-            let name = format!("flash_attn_gqa.{}", dt.name());
-            let p = pipeline_spec(&dev, &name, wg, &[(1, g as u32), (2, npl)])?;
+            let name = match (in_place, dt) {
+                (false, Dtype::F32) => "flash_attn_gqa.f32",
+                (false, _) => "flash_attn_gqa.f16",
+                (true, Dtype::F32) => "flash_attn_gqa.combine_f32",
+                (true, _) => "flash_attn_gqa.combine_f16",
+            };
+            let p = pipeline_spec(&dev, name, wg, &[(1, g as u32), (2, npl)])?;
             (p, [k.n_kv_heads as u32, sh.t_q as u32, splits as u32])
         }
         None => (
@@ -399,6 +570,12 @@ pub fn flash_attn(
     // The final-output binding is unused: bind `out`.
     let bindings: [BufferArg<'_>; 6] =
         [q.into(), k.buffer().into(), v.buffer().into(), out.into(), po.into(), ml.into()];
+    if in_place {
+        let mut bindings = bindings.to_vec();
+        bindings.push((&k.split_counts).into());
+        s.dispatch(&p, &bindings, &pc_words(splits), groups)?;
+        return Ok(());
+    }
     s.dispatch(&p, &bindings, &pc_words(splits), groups)?;
     let c = pipeline(&dev, &variant(&dev, "flash_attn_combine", "", dt, false), 64)?;
     let rows = (sh.t_q * sh.n_heads) as u32;

@@ -13,7 +13,7 @@ use candle_core::Tensor;
 use common::{alloc, download, reduce_devices, round, upload, DTYPES};
 use proptest::prelude::*;
 use vkml_hal::Stream;
-use vkml_ops::attention::{self, AttnShape, KvCache};
+use vkml_ops::attention::{self, AttnShape, KvCache, SplitMerge};
 use vkml_ops::{Dtype, OpsError};
 
 const CPU: candle_core::Device = candle_core::Device::Cpu;
@@ -150,6 +150,17 @@ proptest! {
                 prop_assert_eq!(got.len(), want.len());
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     prop_assert!((g - w).abs() <= tol * w.abs().max(1.0), "{:?} {} [{}]: gpu {} cpu {} ({:?})", dt, path, i, g, w, sh);
+                }
+                // Splits merged by a second dispatch give the same bits as merged in place
+                // (the default), and so does a second in-place run (its split counts reset
+                // by the first).
+                let (o2, o3) = (alloc(dev, dt, t_q * h * d), alloc(dev, dt, t_q * h * d));
+                attention::flash_attn_with(&mut s, dt, &qb, &kc, &vc, sh, &o2, Some((&po, &ml)), SplitMerge::Dispatch).unwrap();
+                attention::flash_attn(&mut s, dt, &qb, &kc, &vc, sh, &o3, Some((&po, &ml))).unwrap();
+                s.finish_and_wait().unwrap();
+                for (which, o) in [("merge dispatch", &o2), ("second in-place run", &o3)] {
+                    let other = download(dt, o);
+                    prop_assert!(got.iter().zip(&other).all(|(a, b)| a.to_bits() == b.to_bits()), "{:?} {} {}: {:?}", dt, path, which, sh);
                 }
                 let errs = dev.instance().take_validation_errors();
                 prop_assert!(errs.is_empty(), "validation errors: {:?}", errs);
@@ -312,5 +323,79 @@ fn kv_append_from_stacked_rows_equals_contiguous_append() {
         let e = attention::kv_append_pair_from(&mut s, dt, (&xs, hq * d, stride), (&xv, 0, hkv * d), t, 2, &kc, &short)
             .unwrap_err();
         assert!(e.to_string().contains("differ in shape"), "{e}");
+    }
+}
+
+/// The fused attention prologue (`rope_kv_append`) equals its composition: `nn::rope` of
+/// the query and key heads, then `kv_append_pair_from` of the rotated keys and the values,
+/// bit for bit, for both pairings, partial and full rotary dims, several tokens at an
+/// offset into a ring of slots, from the stacked Q|K|V rows of one mat-vec and from
+/// buffers of their own; one dispatch instead of three.
+#[test]
+fn rope_kv_append_equals_rope_then_append() {
+    use vkml_ops::attention::{HeadRows, RopeTables};
+    use vkml_ops::nn::{self, RopeShape, RopeStyle};
+    let dev = common::device();
+    let mut seed = 0x5EED_0001u64;
+    for (style, d, rot, hq, hkv, t, pos0, ctx) in [
+        (RopeStyle::Neox, 8usize, 8usize, 4usize, 2usize, 1usize, 5usize, 16usize),
+        (RopeStyle::Interleaved, 8, 8, 4, 2, 1, 5, 16),
+        (RopeStyle::Neox, 16, 10, 3, 1, 3, 6, 7),
+        (RopeStyle::Interleaved, 64, 32, 9, 3, 2, 0, 4),
+    ] {
+        let positions = pos0 + t + 2;
+        let cos = rand_vec(positions * rot / 2, &mut seed);
+        let sin = rand_vec(positions * rot / 2, &mut seed);
+        let (cb, sb) = (upload(dev, Dtype::F32, &cos), upload(dev, Dtype::F32, &sin));
+        let stride = (hq + 2 * hkv) * d;
+        let rows = rand_vec(t * stride, &mut seed);
+        let xs = upload(dev, Dtype::F32, &rows);
+        let part = |h0: usize, n: usize| -> Vec<f32> {
+            (0..t).flat_map(|i| rows[i * stride + h0 * d..i * stride + (h0 + n) * d].to_vec()).collect()
+        };
+        let (q, k, v) = (part(0, hq), part(hq, hkv), part(hq + hkv, hkv));
+        // The composition, from buffers of their own.
+        let mut s = Stream::new(dev).unwrap();
+        let rope = |s: &mut Stream, x: &[f32], heads: usize| {
+            let (xb, yb) = (upload(dev, Dtype::F32, x), alloc(dev, Dtype::F32, x.len()));
+            let sh = RopeShape { bh: heads, t, d, rot, pos_offset: pos0, positions, token_major: true };
+            nn::rope(s, Dtype::F32, style, &xb, &cb, &sb, sh, &yb).unwrap();
+            yb
+        };
+        let (qr, kr) = (rope(&mut s, &q, hq), rope(&mut s, &k, hkv));
+        let vb = upload(dev, Dtype::F32, &v);
+        let (kc0, vc0) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
+        attention::kv_append_pair_from(&mut s, Dtype::F32, (&kr, 0, hkv * d), (&vb, 0, hkv * d), t, pos0, &kc0, &vc0)
+            .unwrap();
+        s.finish_and_wait().unwrap();
+        let want_q = download(Dtype::F32, &qr);
+        let want = (kc0.buffer().to_vec::<u32>().unwrap(), vc0.buffer().to_vec::<u32>().unwrap());
+        assert!(want.0.iter().any(|&w| w != 0) && want.1.iter().any(|&w| w != 0));
+        let tables = RopeTables { cos: &cb, sin: &sb, positions, rot, style };
+        let (qb, kb) = (upload(dev, Dtype::F32, &q), upload(dev, Dtype::F32, &k));
+        let stacked = |off: usize| HeadRows { buffer: &xs, off, stride };
+        let own = |b, heads: usize| HeadRows { buffer: b, off: 0, stride: heads * d };
+        for (what, srcs) in [
+            ("stacked rows", (stacked(0), stacked(hq * d), stacked((hq + hkv) * d))),
+            ("own buffers", (own(&qb, hq), own(&kb, hkv), own(&vb, hkv))),
+        ] {
+            let (kc, vc) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
+            let q_out = alloc(dev, Dtype::F32, t * hq * d);
+            let d0 = s.stats().dispatches;
+            attention::rope_kv_append(&mut s, tables, srcs, hq, t, pos0, (&kc, &vc), &q_out).unwrap();
+            assert_eq!(s.stats().dispatches, d0 + 1);
+            s.finish_and_wait().unwrap();
+            let case = format!("{style:?} d {d} rot {rot} t {t} at {pos0}, {what}");
+            let got_q = download(Dtype::F32, &q_out);
+            assert!(got_q.iter().zip(&want_q).all(|(a, b)| a.to_bits() == b.to_bits()), "{case}: queries");
+            assert_eq!(kc.buffer().to_vec::<u32>().unwrap(), want.0, "{case}: keys");
+            assert_eq!(vc.buffer().to_vec::<u32>().unwrap(), want.1, "{case}: values");
+        }
+        // Positions past the tables are refused.
+        let (kc, vc) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
+        let q_out = alloc(dev, Dtype::F32, t * hq * d);
+        let srcs = (stacked(0), stacked(hq * d), stacked((hq + hkv) * d));
+        let e = attention::rope_kv_append(&mut s, tables, srcs, hq, t, positions, (&kc, &vc), &q_out).unwrap_err();
+        assert!(e.to_string().contains("cos/sin tables"), "{e}");
     }
 }

@@ -1,5 +1,7 @@
 //! variant f32
 //! variant f16 F16=1
+//! variant combine_f32 ATTN_COMBINE_IN_PLACE=1
+//! variant combine_f16 F16=1 ATTN_COMBINE_IN_PLACE=1
 // Flash attention with the query heads of one KV head together (grouped-query attention):
 // the same function, layouts, bindings, push constants and split outputs as
 // flash_attn.comp, but one workgroup per (KV head, query token, split) takes all
@@ -12,6 +14,11 @@
 // subgroups' states are merged through shared memory (each scaled by exp(m_s - m)), and
 // written as flash_attn.comp writes them: out = acc / l, or with n_splits > 1 the
 // unnormalised output to po and (m, l) to ml for flash_attn_combine.comp.
+// combine_*: with n_splits > 1, the splits merge in the same dispatch: each workgroup,
+// having written its split, counts itself on a device-scope atomic (binding 6, cnt: one
+// uint per (query token, KV head), zero before the dispatch); the last of the n_splits
+// workgroups of a (token, KV head) merges them as flash_attn_combine.comp does and resets
+// its count to zero for the next dispatch.
 // Specialization constants: 0 = workgroup size (at most MAX_SG subgroups), 1 = GQ (G, at
 // most 8), 2 = NPL (pairs per lane per head: at least ceil(d / 2 / subgroup size)).
 // G * d <= MAX_GD. Needs subgroup arithmetic.
@@ -32,6 +39,10 @@ layout(std430, set = 0, binding = 0) readonly buffer Q { ACT q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K { uint kw[]; };
 layout(std430, set = 0, binding = 2) readonly buffer V { uint vw[]; };
 #include "flash_attn_io.glsl"
+#ifdef ATTN_COMBINE_IN_PLACE
+layout(std430, set = 0, binding = 6) coherent buffer CNT { uint cnt[]; };
+shared uint is_last;
+#endif
 
 // (ops/src/attention.rs mirrors these two as GQA_MAX_GD and GQA_MAX_SG.)
 #define MAX_GD 1024u
@@ -121,4 +132,35 @@ void main() {
         }
         attn_store(split, t, h0 + g, dd, at, mt, lt, dd == 0u);
     }
+#ifdef ATTN_COMBINE_IN_PLACE
+    if (p.n_splits == 1u) return;
+    // Publish this split's po / ml writes, then count it.
+    memoryBarrierBuffer();
+    barrier();
+    if (tid == 0u) {
+        uint done = atomicAdd(cnt[t * p.n_kv_heads + kvh], 1u);
+        is_last = done + 1u == p.n_splits ? 1u : 0u;
+    }
+    barrier();
+    if (is_last == 0u) return;
+    memoryBarrierBuffer();
+    uint stride = p.t_q * p.n_heads;
+    for (uint i = tid; i < GQ * p.d; i += wg) {
+        uint row = t * p.n_heads + h0 + i / p.d, dd = i % p.d;
+        float m = NEG_INF;
+        for (uint s = 0; s < p.n_splits; s++) m = max(m, ml[(s * stride + row) * 2u]);
+        float l = 0.0, a = 0.0;
+        if (!isinf(m)) {
+            for (uint s = 0; s < p.n_splits; s++) {
+                float ms = ml[(s * stride + row) * 2u];
+                if (isinf(ms)) continue; // a split with no visible key
+                float w = exp(ms - m);
+                l += ml[(s * stride + row) * 2u + 1u] * w;
+                a += po[(s * stride + row) * p.d + dd] * w;
+            }
+        }
+        o[row * p.d + dd] = ACT(l > 0.0 ? a / l : 0.0);
+    }
+    if (tid == 0u) cnt[t * p.n_kv_heads + kvh] = 0u;
+#endif
 }

@@ -153,18 +153,10 @@ where
                     qkv = qkv.broadcast_add(b)?;
                 }
                 let heads = qkv.reshape((t, nh + 2 * nkv, d))?;
-                let v = heads.narrow(1, nh + nkv, nkv)?;
+                let (q, k, v) = (heads.narrow(1, 0, nh)?, heads.narrow(1, nh, nkv)?, heads.narrow(1, nh + nkv, nkv)?);
                 match &self.qk_norm {
-                    // Q and K heads are adjacent: one rope call rotates both.
-                    None => {
-                        let qk = rope.apply(&heads.narrow(1, 0, nh + nkv)?, pos)?;
-                        (qk.narrow(1, 0, nh)?, qk.narrow(1, nh, nkv)?, v)
-                    }
-                    Some((qn, kn)) => (
-                        rope.apply(&qn.forward(&heads.narrow(1, 0, nh)?)?, pos)?,
-                        rope.apply(&kn.forward(&heads.narrow(1, nh, nkv)?)?, pos)?,
-                        v,
-                    ),
+                    None => (q, k, v),
+                    Some((qn, kn)) => (qn.forward(&q)?, kn.forward(&k)?, v),
                 }
             }
             Stacked::Parts(ws) => {
@@ -180,14 +172,15 @@ where
                     out.push(y.reshape((t, heads, d))?);
                 }
                 let (q, k, v) = (out[0].clone(), out[1].clone(), out[2].clone());
-                let (q, k) = match &self.qk_norm {
-                    None => (q, k),
-                    Some((qn, kn)) => (qn.forward(&q)?, kn.forward(&k)?),
-                };
-                (rope.apply(&q, pos)?, rope.apply(&k, pos)?, v)
+                match &self.qk_norm {
+                    None => (q, k, v),
+                    Some((qn, kn)) => (qn.forward(&q)?, kn.forward(&k)?, v),
+                }
             }
         };
-        Ok(Tensor::attention(&q, &k, &v, (&mut self.k_cache, &mut self.v_cache), pos, s.params)?)
+        // The rotation of q and k goes with the cache append (one dispatch on Vulkan).
+        let caches = (&mut self.k_cache, &mut self.v_cache);
+        Ok(Tensor::attention(&q, &k, &v, Some(rope.tables()), caches, pos, s.params)?)
     }
 }
 

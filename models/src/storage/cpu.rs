@@ -17,7 +17,7 @@ use vkml_candle::front::scratch_alloc;
 use super::cpu_blocks::{keeps_blocks, BlockMatrix};
 pub use super::cpu_loops::CpuKvCache;
 use super::cpu_loops::{self, f32s};
-use super::{AttnParams, ModelStorage, WeightFormat};
+use super::{AttnParams, AttnRope, ModelStorage, WeightFormat};
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -192,13 +192,21 @@ impl ModelStorage for CpuStorage {
         q: (&Self, &Layout),
         k: (&Self, &Layout),
         v: (&Self, &Layout),
+        rope: Option<AttnRope<'_, Self>>,
         k_cache: &mut CpuKvCache,
         v_cache: &mut CpuKvCache,
         pos0: usize,
         p: AttnParams,
     ) -> CResult<Self> {
-        let (_, heads, d) = q.1.shape().dims3()?;
-        let (q, k, v) = (f32s(q.0, q.1)?, f32s(k.0, k.1)?, f32s(v.0, v.1)?);
+        let (t, heads, d) = q.1.shape().dims3()?;
+        let (mut q, mut k, v) = (f32s(q.0, q.1)?, f32s(k.0, k.1)?, f32s(v.0, v.1)?);
+        if let Some(r) = rope {
+            let table = Layout::contiguous((r.positions, r.rot / 2));
+            let (cos, sin) = (f32s(r.cos, &table)?, f32s(r.sin, &table)?);
+            let hk = k.len() / (t * d).max(1);
+            q = cpu_loops::rope(&q, (t, heads, d), &cos, &sin, pos0, r.rot, r.style)?.into();
+            k = cpu_loops::rope(&k, (t, hk, d), &cos, &sin, pos0, r.rot, r.style)?.into();
+        }
         Ok(CpuStorage::F32(cpu_loops::attention(&q, &k, &v, (heads, d), k_cache, v_cache, pos0, p)?))
     }
 }

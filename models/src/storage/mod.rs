@@ -32,6 +32,23 @@ pub struct AttnParams {
     pub softcap: Option<f32>,
 }
 
+/// The rotary embedding an attention call applies to its queries and keys before
+/// appending the keys ([`ModelStorage::attention`]): the tables and pairing of
+/// [`ModelStorage::rope`].
+#[derive(Debug, Clone, Copy)]
+pub struct AttnRope<'a, S> {
+    /// cos of the angles, `f32[positions, rot / 2]`, contiguous.
+    pub cos: &'a S,
+    /// sin of the angles, `f32[positions, rot / 2]`, contiguous.
+    pub sin: &'a S,
+    /// Rows of the tables.
+    pub positions: usize,
+    /// Rotated dims of each head (even, ≤ the head dim).
+    pub rot: usize,
+    /// How dims pair up.
+    pub style: RopeStyle,
+}
+
 /// [`ModelStorage::rms_norm_linear`] as its two calls, for backends without a fused form
 /// (and for the shapes a backend does not fuse).
 ///
@@ -188,19 +205,22 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// Device errors, odd or too large `d`.
     fn kv_cache(dev: &Self::Device, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<Self::KvCache>;
 
-    /// Causal grouped-query attention with a KV cache: appends `k`, `v`
+    /// Causal grouped-query attention with a KV cache: rotates `q` and `k` by `rope`
+    /// where given ([`ModelStorage::rope`] at positions `pos0..pos0 + t`), appends `k`, `v`
     /// (`f32[t, n_kv_heads, d]`) at positions `pos0..pos0 + t` of the caches (rounded to
     /// f16), then returns `softmax(q Kᵀ · p.scale + mask) V` over the first
     /// `pos0 + t` positions (causal, within `p.window`) for `q: f32[t, n_heads, d]`, as `f32[t, n_heads · d]`
-    /// (contiguous). Query head `h` reads KV head `h / (n_heads / n_kv_heads)`.
+    /// (contiguous). Query head `h` reads KV head `h / (n_heads / n_kv_heads)`. Taking the
+    /// rotation here lets a backend fuse it with the cache append.
     ///
     /// # Errors
-    /// Shapes that do not fit, positions past the cache, device errors.
+    /// Shapes that do not fit, positions past the cache or the rope tables, device errors.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         q: (&Self, &Layout),
         k: (&Self, &Layout),
         v: (&Self, &Layout),
+        rope: Option<AttnRope<'_, Self>>,
         k_cache: &mut Self::KvCache,
         v_cache: &mut Self::KvCache,
         pos0: usize,

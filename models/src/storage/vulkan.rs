@@ -11,7 +11,7 @@ use vkml_ops::nn::{GluActivation, RopeStyle};
 use vkml_ops::quant::MatVecEpilogue;
 use vkml_ops::Dtype;
 
-use super::{rms_norm_linear_composed, AttnParams, ModelStorage};
+use super::{rms_norm_linear_composed, AttnParams, AttnRope, ModelStorage};
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -62,6 +62,11 @@ fn kv_rows(x: &VulkanStorage, l: &Layout) -> CResult<(VulkanStorage, usize, usiz
         return Ok((x.device().shared_storage(x.buffer().clone(), x.dtype(), x.len()), l.start_offset(), stride));
     }
     Ok((x.packed(l)?, 0, row))
+}
+
+/// A [`kv_rows`] view as rope_kv_append takes it.
+fn head_rows((x, off, stride): &(VulkanStorage, usize, usize)) -> vkml_ops::attention::HeadRows<'_> {
+    vkml_ops::attention::HeadRows { buffer: x.buffer(), off: *off, stride: *stride }
 }
 
 impl ModelStorage for VulkanStorage {
@@ -218,17 +223,17 @@ impl ModelStorage for VulkanStorage {
         q: (&Self, &Layout),
         k: (&Self, &Layout),
         v: (&Self, &Layout),
+        rope: Option<AttnRope<'_, Self>>,
         k_cache: &mut Self::KvCache,
         v_cache: &mut Self::KvCache,
         pos0: usize,
         p: AttnParams,
     ) -> CResult<Self> {
-        use vkml_ops::attention::{self, AttnShape};
+        use vkml_ops::attention::{self, AttnShape, RopeTables};
         for (x, _) in [q, k, v] {
             f32_only(x, "attention")?;
         }
         let &[t, h, d] = q.1.dims() else { candle_core::bail!("attention takes q [t, heads, d]") };
-        let qp = q.0.packed(q.1)?;
         let (kr, vr) = (kv_rows(k.0, k.1)?, kv_rows(v.0, v.1)?);
         let dev = q.0.device();
         let kv_len = pos0 + t;
@@ -256,13 +261,39 @@ impl ModelStorage for VulkanStorage {
             None
         };
         let y = dev.alloc(t * h * d, DType::F32)?;
+        // With a rotation: rope of Q and K, and the cache append, in one dispatch
+        // (`rope_kv_append`) into a rotated copy of q; else the append alone.
+        let (qr, q_rot) = match rope {
+            Some(_) => (kv_rows(q.0, q.1)?, Some(dev.alloc(t * h * d, DType::F32)?)),
+            None => ((q.0.packed(q.1)?, 0, h * d), None),
+        };
         let record = |s: &mut Stream| -> vkml_ops::Result<()> {
-            let (kx, vx) = ((kr.0.buffer(), kr.1, kr.2), (vr.0.buffer(), vr.1, vr.2));
-            attention::kv_append_pair_from(s, Dtype::F32, kx, vx, t, pos0, k_cache, v_cache)?;
+            let q_in = match (&rope, &q_rot) {
+                (Some(r), Some(q_rot)) => {
+                    let tables = RopeTables {
+                        cos: r.cos.buffer(),
+                        sin: r.sin.buffer(),
+                        positions: r.positions,
+                        rot: r.rot,
+                        style: r.style,
+                    };
+                    let srcs = (head_rows(&qr), head_rows(&kr), head_rows(&vr));
+                    attention::rope_kv_append(s, tables, srcs, h, t, pos0, (k_cache, v_cache), q_rot)?;
+                    q_rot
+                }
+                _ => {
+                    let (kx, vx) = ((kr.0.buffer(), kr.1, kr.2), (vr.0.buffer(), vr.1, vr.2));
+                    attention::kv_append_pair_from(s, Dtype::F32, kx, vx, t, pos0, k_cache, v_cache)?;
+                    qr.0.buffer()
+                }
+            };
             let sc = scratch.as_ref().map(|(a, b)| (a, b));
-            attention::flash_attn(s, Dtype::F32, qp.buffer(), k_cache, v_cache, sh, &y, sc)
+            attention::flash_attn(s, Dtype::F32, q_in, k_cache, v_cache, sh, &y, sc)
         };
         dev.with_stream(|s| record(s).map_err(cerr))?;
+        if let Some(b) = q_rot {
+            dev.recycle(b);
+        }
         if let Some((a, b)) = scratch {
             dev.recycle(a);
             dev.recycle(b);

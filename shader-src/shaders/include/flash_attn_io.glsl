@@ -31,8 +31,16 @@ uint attn_slot(uint j) {
 }
 
 #ifndef ATTN_NO_SPLITS
+#ifdef ATTN_COMBINE_IN_PLACE
+// The split outputs are read back by the last workgroup of a (token, KV head): coherent,
+// so that its reads see the other workgroups' writes (ordered before their atomic count
+// by memoryBarrierBuffer).
+layout(std430, set = 0, binding = 4) coherent buffer PO { float po[]; };
+layout(std430, set = 0, binding = 5) coherent buffer ML { float ml[]; };
+#else
 layout(std430, set = 0, binding = 4) writeonly buffer PO { float po[]; };
 layout(std430, set = 0, binding = 5) writeonly buffer ML { float ml[]; };
+#endif
 
 // Element dd of query token t, head h, from split `split`'s unnormalised sum acc over its
 // keys, running max m and sum l: out = acc / l (zeros where no key was visible) without a
