@@ -15,6 +15,7 @@
 use vkml_hal::{BufferArg, Device, MemoryKind, PipelineOptions, Stream};
 use vkml_quant::GgmlType;
 
+use crate::dtype::Dtype;
 use crate::error::{OpsError, Result};
 use crate::launch::{grid, pipeline, push_words};
 use crate::nn::GluActivation;
@@ -562,7 +563,7 @@ pub fn mat_vec_fused(
     cfg: MatVecConfig,
     epilogue: MatVecEpilogue,
 ) -> Result<()> {
-    mat_vec_core(s, m, x, false, batch, y, cfg, epilogue)
+    mat_vec_core(s, m, x, false, None, batch, y, cfg, epilogue)
 }
 
 /// The integer-dot mat-vec on activations already quantized to Q8_1 by [`quantize_q8_1`]
@@ -599,7 +600,7 @@ pub fn mat_vec_q8_1_fused(
     epilogue: MatVecEpilogue,
 ) -> Result<()> {
     let cfg = MatVecConfig { integer_dot: true, ..cfg };
-    mat_vec_core(s, m, xq, true, batch, y, cfg, epilogue)
+    mat_vec_core(s, m, xq, true, None, batch, y, cfg, epilogue)
 }
 
 /// Whether [`mat_vec_fused`] with `cfg` runs `m` on the integer-dot kernel, quantizing x
@@ -616,12 +617,66 @@ pub fn mat_vec_uses_q8_1(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVe
         && DOT_TYPES.contains(&m.ty)
 }
 
+/// Whether [`rms_norm_mat_vec`] runs the norm inside the mat-vec (`include/mat_vec_norm.glsl`)
+/// for `m` and `batch` rows of x: on the subgroup-row kernels (the block kernels and the
+/// integer-dot one, whose workgroups then quantize x into shared memory, which must hold
+/// it), for a matrix in one part, `k` a multiple of 32.
+pub fn mat_vec_fuses_norm(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &MatVecConfig) -> bool {
+    let row_sg = tuning::row_subgroup_size(caps).is_some() && cfg.subgroup_rows && block_kernel(m.ty).is_some();
+    let shared_ok = !mat_vec_uses_q8_1(caps, m, cfg)
+        || 36 * batch.min(MAX_MAT_VEC_BATCH) * m.k / 32 + 4 * 128 <= caps.limits.max_shared_memory as usize;
+    row_sg && shared_ok && m.parts.len() == 1 && m.k.is_multiple_of(32) && cfg.workgroup <= 128
+}
+
+/// The mat-vec of a normalised x: `y = rms_norm(x) Wᵀ` (candle-nn's `rms_norm` with
+/// weight `nw: f32[k]` and `eps`, then [`mat_vec_fused`] with `epilogue`) for `x:
+/// f32[batch, k]`. Where [`mat_vec_fuses_norm`] holds, one dispatch: each workgroup
+/// normalises x itself (and, on the integer-dot kernel, quantizes it to Q8_1 in shared
+/// memory); else the norm's own kernel first (`norm.rms_q8_1_f32` where the integer-dot
+/// kernel runs, `norm.rms_f32` otherwise). The results agree to float rounding (the sum
+/// of squares is reduced in another order).
+///
+/// # Errors
+/// As [`mat_vec_fused`]; [`OpsError::Shape`] for a norm weight shorter than `k`.
+#[allow(clippy::too_many_arguments)]
+pub fn rms_norm_mat_vec(
+    s: &mut Stream,
+    x: &vkml_hal::Buffer,
+    nw: &vkml_hal::Buffer,
+    eps: f32,
+    m: &QMatrix,
+    batch: usize,
+    y: &vkml_hal::Buffer,
+    cfg: MatVecConfig,
+    epilogue: MatVecEpilogue,
+) -> Result<()> {
+    if nw.size() < 4 * m.k as u64 {
+        return Err(OpsError::Shape {
+            op: "rms_norm_mat_vec",
+            reason: format!("the norm weight holds {} bytes, less than {} f32", nw.size(), m.k),
+        });
+    }
+    let dev = s.device().clone();
+    if mat_vec_fuses_norm(dev.caps(), m, batch, &cfg) {
+        return mat_vec_core(s, m, x, false, Some((nw, eps)), batch, y, cfg, epilogue);
+    }
+    if mat_vec_uses_q8_1(dev.caps(), m, &cfg) && m.k.is_multiple_of(32) {
+        let xq = dev.alloc(36 * (batch * m.k / 32) as u64, MemoryKind::DeviceLocal)?;
+        crate::nn::rms_norm_q8_1(s, x, Some(nw), batch, m.k, eps, &xq)?;
+        return mat_vec_q8_1_fused(s, m, &xq, batch, y, cfg, epilogue);
+    }
+    let xn = dev.alloc(4 * (batch * m.k) as u64, MemoryKind::DeviceLocal)?;
+    crate::nn::rms_norm(s, Dtype::F32, x, Some(nw), batch, m.k, eps, &xn)?;
+    mat_vec_fused(s, m, &xn, batch, y, cfg, epilogue)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn mat_vec_core(
     s: &mut Stream,
     m: &QMatrix,
     x: &vkml_hal::Buffer,
     pre_quantized: bool,
+    norm: Option<(&vkml_hal::Buffer, f32)>,
     batch: usize,
     y: &vkml_hal::Buffer,
     cfg: MatVecConfig,
@@ -675,7 +730,7 @@ fn mat_vec_core(
         // The gate and up rows of a split matrix lie in different parts: both halves into
         // a scratch [batch, 2 out_rows], then act(gate) * up on its strided halves.
         let both = dev.alloc(4 * (batch * m.rows) as u64, MemoryKind::DeviceLocal)?;
-        mat_vec_core(s, m, x, pre_quantized, batch, &both, cfg, MatVecEpilogue::Store)?;
+        mat_vec_core(s, m, x, pre_quantized, norm, batch, &both, cfg, MatVecEpilogue::Store)?;
         let MatVecEpilogue::Glu(act) = epilogue else { unreachable!("glu is a Glu epilogue") };
         return crate::nn::glu_halves(s, act, &both, batch, out_rows, y);
     }
@@ -694,8 +749,15 @@ fn mat_vec_core(
             ),
         });
     }
-    // x as Q8_1 for the integer-dot kernel: 36 bytes per 32 values, all batch rows.
-    let xq = if pre_quantized {
+    if norm.is_some() && (pre_quantized || row_sg.is_none()) {
+        return Err(OpsError::Shape {
+            op: "mat_vec",
+            reason: "the norm prologue needs a subgroup-row kernel on f32 x (see mat_vec_fuses_norm)".into(),
+        });
+    }
+    // x as Q8_1 for the integer-dot kernel: 36 bytes per 32 values, all batch rows (made
+    // by each workgroup itself with the norm prologue).
+    let xq = if pre_quantized || norm.is_some() {
         None
     } else if use_dot {
         let xq = dev.alloc(36 * (batch * m.k / 32) as u64, MemoryKind::DeviceLocal)?;
@@ -718,7 +780,20 @@ fn mat_vec_core(
                     variant("mat_vec", m.ty)?
                 ),
                 PipelineOptions {
-                    spec_constants: vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, nr), (10, epilogue.spec())],
+                    spec_constants: {
+                        let mut spec = vec![
+                            (0, cfg.workgroup.max(sg)),
+                            (1, nb as u32),
+                            (2, nr),
+                            (10, epilogue.spec()),
+                            (11, u32::from(norm.is_some())),
+                        ];
+                        if use_dot && norm.is_some() {
+                            // The shared Q8_1 words of the integer-dot kernel's norm prologue.
+                            spec.push((12, (9 * nb * m.k / 32) as u32));
+                        }
+                        spec
+                    },
                     required_subgroup_size: require.then_some(sg),
                     full_subgroups: caps.subgroup.full_subgroups,
                 },
@@ -777,9 +852,19 @@ fn mat_vec_core(
         // with the matrix's row stride. A gated product has one part (handled above).
         for part in &m.parts {
             let rows = if glu { out_rows } else { part.rows };
-            let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, nb as u32, out_rows as u32]);
+            let eps = norm.map_or(0, |(_, e)| e.to_bits());
+            let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, nb as u32, out_rows as u32, eps]);
             let y_arg = BufferArg::range(y, y_off + 4 * part.row0 as u64, (4 * ((nb - 1) * out_rows + rows)) as u64);
-            s.dispatch(&p, &[(&part.buffer).into(), x_arg, y_arg], &pc, groups(rows)?)?;
+            let mut args = vec![(&part.buffer).into(), x_arg, y_arg];
+            if row_sg.is_some() {
+                // The norm weight (binding 3 of the subgroup-row kernels; unread without the
+                // prologue, where x stands in).
+                args.push(match norm {
+                    Some((nw, _)) => BufferArg::range(nw, 0, 4 * m.k as u64),
+                    None => x_arg,
+                });
+            }
+            s.dispatch(&p, &args, &pc, groups(rows)?)?;
         }
     }
     Ok(())

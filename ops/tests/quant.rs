@@ -1174,3 +1174,92 @@ fn matrix_past_one_binding_runs_in_parts() {
     }
     assert_clean(&dev);
 }
+
+/// The norm folded into the mat-vec (`quant::rms_norm_mat_vec`): one dispatch where
+/// `mat_vec_fuses_norm` holds (the block kernels normalising x as they load it; the
+/// integer-dot kernel quantizing the normalised x to Q8_1 in shared memory), else the
+/// norm's kernel first; against the f64 product of the dequantized weights with x
+/// normalised on the host (candle-nn's `rms_norm`), through Store, Add and Glu.
+/// Tolerances: the mat-vec bound 1e-5 · Σ|products| (carried through the add and the
+/// activation as in `fused_mat_vec_epilogues_match_cpu`); on the integer-dot kernel, x as
+/// vkml-quant quantizes the normalised row to Q8_1 plus one quant step per block (the GPU's
+/// sum of squares, reduced in another order, may move a value across a rounding boundary).
+#[test]
+fn rms_norm_mat_vec_matches_cpu() {
+    let dev = device();
+    let base = vkml_ops::tuning::mat_vec_config(dev.caps());
+    let block = MatVecConfig { subgroup_rows: true, integer_dot: false, rows_per_subgroup: 2, ..base };
+    let dot = MatVecConfig { subgroup_rows: true, integer_dot: true, dot_rows_per_subgroup: 2, ..base };
+    let plain = MatVecConfig { subgroup_rows: false, integer_dot: false, ..base };
+    let silu = MatVecEpilogue::Glu(GluActivation::Silu);
+    let (n, k, eps) = (37usize, 256usize, 1e-5f32);
+    for (ty, cfg, ep, batch) in [
+        (GgmlType::Q4_1, block, MatVecEpilogue::Store, 3usize),
+        (GgmlType::Q4_K, block, silu, 1),
+        (GgmlType::Q4_0, dot, MatVecEpilogue::Add, 2),
+        (GgmlType::Q8_0, dot, silu, 1),
+        (GgmlType::Q4_1, plain, MatVecEpilogue::Add, 1),
+    ] {
+        let glu = matches!(ep, MatVecEpilogue::Glu(_));
+        let rows = if glu { 2 * n } else { n };
+        let bytes = encode(ty, &weights(rows, k, 31));
+        let w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
+        let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+        let x: Vec<f32> = weights(batch, k, 32).iter().map(|v| 2.5 * v).collect();
+        let nw: Vec<f32> = weights(1, k, 33).iter().map(|v| 1.0 + v).collect();
+        let y0 = weights(batch, n, 34);
+        let (xb, nwb, yb) = (dev.upload(&x).unwrap(), dev.upload(&nw).unwrap(), dev.upload(&y0).unwrap());
+        let mut s = Stream::new(&dev).unwrap();
+        let d0 = s.stats().dispatches;
+        quant::rms_norm_mat_vec(&mut s, &xb, &nwb, eps, &m, batch, &yb, cfg, ep).unwrap();
+        let fused = quant::mat_vec_fuses_norm(dev.caps(), &m, batch, &cfg);
+        let dispatches = s.stats().dispatches - d0;
+        s.finish_and_wait().unwrap();
+        let uses_dot = quant::mat_vec_uses_q8_1(dev.caps(), &m, &cfg);
+        assert!(!fused || dispatches == 1, "{ty:?} {cfg:?}: fused in {dispatches} dispatches");
+        let row_sg = vkml_ops::tuning::row_subgroup_size(dev.caps()).is_some();
+        assert_eq!(fused, row_sg && cfg.subgroup_rows, "{ty:?} {cfg:?}: the prologue where subgroup rows run");
+        assert!(fused || cfg.subgroup_rows || dispatches == 2, "{ty:?}: {dispatches} dispatches unfused");
+        let y = yb.to_vec::<f32>().unwrap();
+        for b in 0..batch {
+            let row = &x[b * k..(b + 1) * k];
+            let scale = 1.0 / (row.iter().map(|v| v * v).sum::<f32>() / k as f32 + eps).sqrt();
+            let xn: Vec<f32> = row.iter().zip(&nw).map(|(v, wi)| v * scale * wi).collect();
+            // The x the kernel multiplies, and per block the value of one quant step.
+            let (xs, step): (Vec<f32>, Vec<f32>) = if uses_dot {
+                let q = vkml_quant::quantize_q8_1(&xn).unwrap();
+                let values = q.iter().flat_map(|b| b.qs.iter().map(|&v| b.d.to_f32() * f32::from(v))).collect();
+                (values, q.iter().map(|b| b.d.to_f32()).collect())
+            } else {
+                (xn.clone(), vec![0.0; k / 32])
+            };
+            let dotp = |r: usize| -> (f64, f64) {
+                let (mut d, mut tol) = (0f64, 0f64);
+                for c in 0..k {
+                    let p = f64::from(w[r * k + c]) * f64::from(xs[c]);
+                    d += p;
+                    tol += 1e-5 * p.abs();
+                }
+                for (blk, st) in step.iter().enumerate() {
+                    let wmax = (0..32).map(|c| w[r * k + blk * 32 + c].abs()).fold(0f32, f32::max);
+                    tol += f64::from(st * wmax);
+                }
+                (d, tol + 1e-6)
+            };
+            for r in 0..n {
+                let got = f64::from(y[b * n + r]);
+                let (g, tg) = dotp(r);
+                let (want, tol) = match ep {
+                    MatVecEpilogue::Store => (g, tg),
+                    MatVecEpilogue::Add => (f64::from(y0[b * n + r]) + g, tg + 1e-6 * g.abs()),
+                    MatVecEpilogue::Glu(a) => {
+                        let (u, tu) = dotp(n + r);
+                        (act(a, g) * u, 1.13 * tg * u.abs() + act(a, g).abs() * tu + 1.13 * tg * tu)
+                    }
+                };
+                assert!((got - want).abs() <= tol, "{ty:?} {ep:?} batch {b} row {r}: gpu {got} cpu {want} (tol {tol})");
+            }
+        }
+    }
+    assert_clean(&dev);
+}

@@ -76,7 +76,7 @@
 layout(local_size_x_id = 0, local_size_x = 128) in;
 #include "quant.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; uint y_stride; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; uint y_stride; float eps; } p;
 #include "mat_vec_out.glsl"
 
 #define MAX_BATCH 8

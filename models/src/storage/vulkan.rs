@@ -168,31 +168,22 @@ impl ModelStorage for VulkanStorage {
         w: &Self::QWeight,
         act: Option<GluActivation>,
     ) -> CResult<Self> {
-        use vkml_ops::quant;
-        let (t, k) = (l.dims()[0], *l.dims().last().unwrap_or(&0));
+        let t = l.dims()[0];
         let dev = self.device();
-        let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
-        let fused = t < dev.mat_mat_min_tokens()
-            && k.is_multiple_of(32)
-            && quant::mat_vec_uses_q8_1(dev.hal().caps(), w, &cfg)
-            && self.dtype() == DType::F32
-            && nw.dtype() == DType::F32;
-        if !fused {
+        // Prompts run the mat-mat: the norm stays a kernel of its own there.
+        if t >= dev.mat_mat_min_tokens() || self.dtype() != DType::F32 || nw.dtype() != DType::F32 {
             return rms_norm_linear_composed(self, l, nw, nwl, eps, w, act);
         }
+        let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
         let (x, nw) = (self.packed(l)?, nw.packed(nwl)?);
         let (ep, out) = match act {
             None => (MatVecEpilogue::Store, w.rows()),
             Some(a) => (MatVecEpilogue::Glu(a), w.rows() / 2),
         };
-        // 36 bytes (9 words) per 32 values.
-        let xq = dev.alloc(9 * t * k / 32, DType::U32)?;
         let y = dev.alloc(t * out, DType::F32)?;
         dev.with_stream(|s| {
-            vkml_ops::nn::rms_norm_q8_1(s, x.buffer(), Some(nw.buffer()), t, k, eps, &xq).map_err(cerr)?;
-            quant::mat_vec_q8_1_fused(s, w, &xq, t, &y, cfg, ep).map_err(cerr)
+            vkml_ops::quant::rms_norm_mat_vec(s, x.buffer(), nw.buffer(), eps, w, t, &y, cfg, ep).map_err(cerr)
         })?;
-        dev.recycle(xq);
         Ok(dev.storage(y, DType::F32, t * out))
     }
 

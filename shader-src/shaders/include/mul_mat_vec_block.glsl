@@ -6,7 +6,8 @@
 //           2 = y (f32[NB * rows]; epilogue per include/mat_vec_out.glsl: with the gated
 //           products each subgroup also computes the NR up rows beside its gate rows).
 // Push constants: w_offset, row_bytes, k, rows (output rows), batch (unused: NB), y_stride
-// (include/mat_vec_out.glsl).
+// (include/mat_vec_out.glsl), eps (include/mat_vec_norm.glsl: x normalised first with
+// specialization constant 11; then binding 3 = the norm weight).
 // Specialization: 0 = workgroup size (a multiple of the subgroup size; subgroups must be
 // full), 1 = NB, the batch count (1..8), 2 = NR, rows per subgroup: each x vec4 loaded once
 // serves NR rows.
@@ -28,8 +29,10 @@
 #define VKML_MUL_MAT_VEC_BLOCK_GLSL
 
 layout(std430, set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; uint y_stride; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; uint y_stride; float eps; } p;
 #include "mat_vec_out.glsl"
+#define MV_X4(i) x4[i]
+#include "mat_vec_norm.glsl"
 
 // N words from the 4-byte-aligned byte offset `at`.
 #define LOAD_ALIGNED(q, N, at) { uint w_ = (at) >> 2; [[unroll]] for (uint i_ = 0; i_ < N; i_++) q[i_] = qw[w_ + i_]; }
@@ -54,11 +57,15 @@ void main() {
     init_shared();
     barrier();
 #endif
-    uint r0 = ((gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups + gl_SubgroupID) * NR;
+    uint wg0 = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups;
+    if (MV_NORM) {
+        if (wg0 * NR >= p.rows) return; // the whole workgroup, before the norm's barriers
+        mv_norm_scales();
+    }
+    uint r0 = (wg0 + gl_SubgroupID) * NR;
     if (r0 >= p.rows) return; // uniform across the subgroup
     uint lane = gl_SubgroupInvocationID;
     uint nslices = p.k / uint(QK) * uint(SPB);
-    uint k4 = p.k / 4u;
     float acc[NR * NB], acc2[NR * NB]; // acc2: the up rows of the gated products
     [[unroll]] for (uint i = 0; i < NR * NB; i++) { acc[i] = 0.0; acc2[i] = 0.0; }
     for (uint i = lane; i < nslices; i += gl_SubgroupSize) {
@@ -66,7 +73,7 @@ void main() {
         uint x0 = ib * uint(QK / 4);
         [[unroll]] for (uint b = 0; b < NB; b++) {
             vec4 xv[XV];
-            [[unroll]] for (uint j = 0; j < uint(XV); j++) xv[j] = x4[b * k4 + x0 + x_at(s, j)];
+            [[unroll]] for (uint j = 0; j < uint(XV); j++) xv[j] = mv_x4(b, x0 + x_at(s, j));
             [[unroll]] for (uint rr = 0; rr < NR; rr++) {
                 uint r = min(r0 + rr, p.rows - 1u); // rows past the end recompute the last row, unstored
                 uint blk = p.w_offset + r * p.row_bytes + ib * uint(QBYTES);
