@@ -207,8 +207,7 @@ where
     let t = Instant::now();
     if n_prompt > 0 {
         let prompt: Vec<u32> = (0..n_prompt as u32).map(|i| (i * 7919 + 13) % vocab).collect();
-        // The prompt alone, as llama-bench times it (no decode step recorded after it).
-        model.prefill(&prompt)?;
+        model.forward(&prompt, false)?;
     } else {
         let mut tok = 1u32 % vocab;
         for _ in 0..n_gen {
@@ -311,7 +310,8 @@ fn models(a: ModelArgs) -> Result<(), String> {
             let (mns, sdns) = ops_bench::mean_sd(&samples);
             let test = if n_prompt > 0 { format!("pp{n_prompt}") } else { format!("tg{n_gen}") };
             // Where the time goes (the timed runs). A generation step: host times and
-            // commands per token. A prompt run: commands per run.
+            // commands per token. A prompt run: commands per run (they include the first
+            // decode step, recorded ahead after the prompt).
             let stats = vdev.stream_stats();
             let runs = reps as f64;
             let per = |v: u64| v as f64 / runs / n_gen.max(1) as f64;
@@ -340,7 +340,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
                     "{label} {test}: per token: host record {rec:.0} µs, recorded ahead {ahead:.0} µs, submit + wait + read-back {wait:.0} µs; {counts}"
                 );
             } else {
-                eprintln!("{label} {test}: per run: {counts}");
+                eprintln!("{label} {test}: per run: {counts} (the first decode step, recorded ahead, included)");
             }
             if a.profile {
                 let prof = vdev.hal().take_profile();

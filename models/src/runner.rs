@@ -217,27 +217,12 @@ where
     /// [`Error::Context`] when the cache cannot take the tokens; [`Error::Model`] for an
     /// empty input or a token id past the vocabulary; kernel and device errors.
     pub fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
-        self.run(tokens, all_logits, true)
-    }
-
-    /// [`Runner::forward`] of a prompt without recording the decode step after it: the
-    /// last token's logits, and nothing left to run at the next submission (a step
-    /// recorded ahead and not used would run there). What `vkml bench`'s pp test times,
-    /// as llama-bench times a prompt alone; a following one-token call records its step.
-    ///
-    /// # Errors
-    /// As [`Runner::forward`].
-    pub fn prefill(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.run(tokens, false, false)
-    }
-
-    fn run(&mut self, tokens: &[u32], all_logits: bool, record_next: bool) -> Result<Vec<f32>> {
         self.check_input(tokens)?;
         let mut out = Vec::new();
         let n_chunks = tokens.len().div_ceil(self.max_batch);
         for (i, chunk) in tokens.chunks(self.max_batch).enumerate() {
             let last = i + 1 == n_chunks;
-            if let Some(l) = self.run_chunk(chunk, all_logits, all_logits || last, last && record_next)? {
+            if let Some(l) = self.run_chunk(chunk, all_logits, all_logits || last, last)? {
                 out.extend_from_slice(&l);
             }
         }

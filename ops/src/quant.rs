@@ -618,26 +618,40 @@ pub fn mat_vec_uses_q8_1(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVe
 }
 
 /// Whether [`rms_norm_mat_vec`] runs the norm inside the mat-vec (`include/mat_vec_norm.glsl`)
-/// for `m` and `batch` rows of x: on the subgroup-row kernels (the block kernels and the
-/// integer-dot one, whose workgroups then quantize x into shared memory, which must hold
-/// it), for a matrix in one part, `k` a multiple of 32.
-pub fn mat_vec_fuses_norm(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &MatVecConfig) -> bool {
+/// for `m`: on the block kernels with subgroup rows (not the integer-dot kernel, whose
+/// workgroups would each quantize the whole normalised x: on the H100 that made llama-8b
+/// Q4_0 decode 259 -> 139 t/s, every workgroup of 4 rows reading x's 16 KiB beside its
+/// 9 KiB of weights; benches/RESULTS.md), for a matrix in one part.
+pub fn mat_vec_fuses_norm(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVecConfig) -> bool {
     let row_sg = tuning::row_subgroup_size(caps).is_some() && cfg.subgroup_rows && block_kernel(m.ty).is_some();
-    let shared_ok = !mat_vec_uses_q8_1(caps, m, cfg)
-        || 36 * batch.min(MAX_MAT_VEC_BATCH) * m.k / 32 + 4 * 128 <= caps.limits.max_shared_memory as usize;
-    row_sg && shared_ok && m.parts.len() == 1 && m.k.is_multiple_of(32) && cfg.workgroup <= 128
+    row_sg && !mat_vec_uses_q8_1(caps, m, cfg) && m.parts.len() == 1 && cfg.workgroup <= 128
+}
+
+/// Bytes of scratch [`rms_norm_mat_vec`] needs for `m` and `batch` rows of x: 0 where the
+/// norm runs inside the mat-vec, else room for the normalised x (Q8_1 where the
+/// integer-dot kernel runs, f32 otherwise). A caller with a buffer pool passes one of
+/// these from it.
+pub fn rms_norm_mat_vec_scratch(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &MatVecConfig) -> u64 {
+    if mat_vec_fuses_norm(caps, m, cfg) {
+        0
+    } else if mat_vec_uses_q8_1(caps, m, cfg) && m.k.is_multiple_of(32) {
+        36 * (batch * m.k / 32) as u64
+    } else {
+        4 * (batch * m.k) as u64
+    }
 }
 
 /// The mat-vec of a normalised x: `y = rms_norm(x) Wᵀ` (candle-nn's `rms_norm` with
 /// weight `nw: f32[k]` and `eps`, then [`mat_vec_fused`] with `epilogue`) for `x:
 /// f32[batch, k]`. Where [`mat_vec_fuses_norm`] holds, one dispatch: each workgroup
-/// normalises x itself (and, on the integer-dot kernel, quantizes it to Q8_1 in shared
-/// memory); else the norm's own kernel first (`norm.rms_q8_1_f32` where the integer-dot
-/// kernel runs, `norm.rms_f32` otherwise). The results agree to float rounding (the sum
-/// of squares is reduced in another order).
+/// normalises x itself as it loads it; else the norm's own kernel first into `scratch`
+/// (at least [`rms_norm_mat_vec_scratch`] bytes): `norm.rms_q8_1_f32`, writing Q8_1,
+/// where the integer-dot kernel runs, `norm.rms_f32` otherwise. The results agree to
+/// float rounding (the sum of squares is reduced in another order).
 ///
 /// # Errors
-/// As [`mat_vec_fused`]; [`OpsError::Shape`] for a norm weight shorter than `k`.
+/// As [`mat_vec_fused`]; [`OpsError::Shape`] for a norm weight shorter than `k` or a
+/// scratch buffer too small.
 #[allow(clippy::too_many_arguments)]
 pub fn rms_norm_mat_vec(
     s: &mut Stream,
@@ -649,25 +663,26 @@ pub fn rms_norm_mat_vec(
     y: &vkml_hal::Buffer,
     cfg: MatVecConfig,
     epilogue: MatVecEpilogue,
+    scratch: Option<&vkml_hal::Buffer>,
 ) -> Result<()> {
-    if nw.size() < 4 * m.k as u64 {
-        return Err(OpsError::Shape {
-            op: "rms_norm_mat_vec",
-            reason: format!("the norm weight holds {} bytes, less than {} f32", nw.size(), m.k),
-        });
-    }
     let dev = s.device().clone();
-    if mat_vec_fuses_norm(dev.caps(), m, batch, &cfg) {
+    let need = rms_norm_mat_vec_scratch(dev.caps(), m, batch, &cfg);
+    let bad = |reason: String| Err(OpsError::Shape { op: "rms_norm_mat_vec", reason });
+    if nw.size() < 4 * m.k as u64 {
+        return bad(format!("the norm weight holds {} bytes, less than {} f32", nw.size(), m.k));
+    }
+    if need == 0 {
         return mat_vec_core(s, m, x, false, Some((nw, eps)), batch, y, cfg, epilogue);
     }
+    let Some(scratch) = scratch.filter(|b| b.size() >= need) else {
+        return bad(format!("the normalised x needs a scratch buffer of {need} bytes"));
+    };
     if mat_vec_uses_q8_1(dev.caps(), m, &cfg) && m.k.is_multiple_of(32) {
-        let xq = dev.alloc(36 * (batch * m.k / 32) as u64, MemoryKind::DeviceLocal)?;
-        crate::nn::rms_norm_q8_1(s, x, Some(nw), batch, m.k, eps, &xq)?;
-        return mat_vec_q8_1_fused(s, m, &xq, batch, y, cfg, epilogue);
+        crate::nn::rms_norm_q8_1(s, x, Some(nw), batch, m.k, eps, scratch)?;
+        return mat_vec_q8_1_fused(s, m, scratch, batch, y, cfg, epilogue);
     }
-    let xn = dev.alloc(4 * (batch * m.k) as u64, MemoryKind::DeviceLocal)?;
-    crate::nn::rms_norm(s, Dtype::F32, x, Some(nw), batch, m.k, eps, &xn)?;
-    mat_vec_fused(s, m, &xn, batch, y, cfg, epilogue)
+    crate::nn::rms_norm(s, Dtype::F32, x, Some(nw), batch, m.k, eps, scratch)?;
+    mat_vec_fused(s, m, scratch, batch, y, cfg, epilogue)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -749,15 +764,14 @@ fn mat_vec_core(
             ),
         });
     }
-    if norm.is_some() && (pre_quantized || row_sg.is_none()) {
+    if norm.is_some() && (pre_quantized || use_dot || row_sg.is_none()) {
         return Err(OpsError::Shape {
             op: "mat_vec",
-            reason: "the norm prologue needs a subgroup-row kernel on f32 x (see mat_vec_fuses_norm)".into(),
+            reason: "the norm prologue needs a block kernel with subgroup rows (see mat_vec_fuses_norm)".into(),
         });
     }
-    // x as Q8_1 for the integer-dot kernel: 36 bytes per 32 values, all batch rows (made
-    // by each workgroup itself with the norm prologue).
-    let xq = if pre_quantized || norm.is_some() {
+    // x as Q8_1 for the integer-dot kernel: 36 bytes per 32 values, all batch rows.
+    let xq = if pre_quantized {
         None
     } else if use_dot {
         let xq = dev.alloc(36 * (batch * m.k / 32) as u64, MemoryKind::DeviceLocal)?;
@@ -781,16 +795,9 @@ fn mat_vec_core(
                 ),
                 PipelineOptions {
                     spec_constants: {
-                        let mut spec = vec![
-                            (0, cfg.workgroup.max(sg)),
-                            (1, nb as u32),
-                            (2, nr),
-                            (10, epilogue.spec()),
-                            (11, u32::from(norm.is_some())),
-                        ];
-                        if use_dot && norm.is_some() {
-                            // The shared Q8_1 words of the integer-dot kernel's norm prologue.
-                            spec.push((12, (9 * nb * m.k / 32) as u32));
+                        let mut spec = vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, nr), (10, epilogue.spec())];
+                        if !use_dot {
+                            spec.push((11, u32::from(norm.is_some())));
                         }
                         spec
                     },
@@ -856,8 +863,8 @@ fn mat_vec_core(
             let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, nb as u32, out_rows as u32, eps]);
             let y_arg = BufferArg::range(y, y_off + 4 * part.row0 as u64, (4 * ((nb - 1) * out_rows + rows)) as u64);
             let mut args = vec![(&part.buffer).into(), x_arg, y_arg];
-            if row_sg.is_some() {
-                // The norm weight (binding 3 of the subgroup-row kernels; unread without the
+            if row_sg.is_some() && !use_dot {
+                // The norm weight (binding 3 of the block kernels; unread without the
                 // prologue, where x stands in).
                 args.push(match norm {
                     Some((nw, _)) => BufferArg::range(nw, 0, 4 * m.k as u64),

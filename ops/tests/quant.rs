@@ -1176,14 +1176,14 @@ fn matrix_past_one_binding_runs_in_parts() {
 }
 
 /// The norm folded into the mat-vec (`quant::rms_norm_mat_vec`): one dispatch where
-/// `mat_vec_fuses_norm` holds (the block kernels normalising x as they load it; the
-/// integer-dot kernel quantizing the normalised x to Q8_1 in shared memory), else the
-/// norm's kernel first; against the f64 product of the dequantized weights with x
-/// normalised on the host (candle-nn's `rms_norm`), through Store, Add and Glu.
+/// `mat_vec_fuses_norm` holds (the block kernels normalising x as they load it), else the
+/// norm's kernel first (on the integer-dot kernel, writing Q8_1); against the f64 product
+/// of the dequantized weights with x normalised on the host (candle-nn's `rms_norm`),
+/// through Store, Add and Glu.
 /// Tolerances: the mat-vec bound 1e-5 · Σ|products| (carried through the add and the
 /// activation as in `fused_mat_vec_epilogues_match_cpu`); on the integer-dot kernel, x as
 /// vkml-quant quantizes the normalised row to Q8_1 plus one quant step per block (the GPU's
-/// sum of squares, reduced in another order, may move a value across a rounding boundary).
+/// sum of squares, reduced in its own order, may move a value across a rounding boundary).
 #[test]
 fn rms_norm_mat_vec_matches_cpu() {
     let dev = device();
@@ -1211,15 +1211,22 @@ fn rms_norm_mat_vec_matches_cpu() {
         let (xb, nwb, yb) = (dev.upload(&x).unwrap(), dev.upload(&nw).unwrap(), dev.upload(&y0).unwrap());
         let mut s = Stream::new(&dev).unwrap();
         let d0 = s.stats().dispatches;
-        quant::rms_norm_mat_vec(&mut s, &xb, &nwb, eps, &m, batch, &yb, cfg, ep).unwrap();
-        let fused = quant::mat_vec_fuses_norm(dev.caps(), &m, batch, &cfg);
+        let need = quant::rms_norm_mat_vec_scratch(dev.caps(), &m, batch, &cfg);
+        let scratch = dev.alloc(need.max(4), MemoryKind::DeviceLocal).unwrap();
+        if need > 0 {
+            let small = dev.alloc(need - 4, MemoryKind::DeviceLocal).unwrap();
+            let e = quant::rms_norm_mat_vec(&mut s, &xb, &nwb, eps, &m, batch, &yb, cfg, ep, Some(&small)).unwrap_err();
+            assert!(e.to_string().contains("scratch"), "{e}");
+        }
+        quant::rms_norm_mat_vec(&mut s, &xb, &nwb, eps, &m, batch, &yb, cfg, ep, Some(&scratch)).unwrap();
+        let fused = quant::mat_vec_fuses_norm(dev.caps(), &m, &cfg);
         let dispatches = s.stats().dispatches - d0;
         s.finish_and_wait().unwrap();
-        let uses_dot = quant::mat_vec_uses_q8_1(dev.caps(), &m, &cfg);
         assert!(!fused || dispatches == 1, "{ty:?} {cfg:?}: fused in {dispatches} dispatches");
         let row_sg = vkml_ops::tuning::row_subgroup_size(dev.caps()).is_some();
-        assert_eq!(fused, row_sg && cfg.subgroup_rows, "{ty:?} {cfg:?}: the prologue where subgroup rows run");
-        assert!(fused || cfg.subgroup_rows || dispatches == 2, "{ty:?}: {dispatches} dispatches unfused");
+        let uses_dot = quant::mat_vec_uses_q8_1(dev.caps(), &m, &cfg);
+        assert_eq!(fused, row_sg && cfg.subgroup_rows && !uses_dot, "{ty:?} {cfg:?}: the prologue on block kernels");
+        assert!(fused || dispatches == 2, "{ty:?} {cfg:?}: {dispatches} dispatches unfused");
         let y = yb.to_vec::<f32>().unwrap();
         for b in 0..batch {
             let row = &x[b * k..(b + 1) * k];

@@ -10,9 +10,8 @@
 // (epilogue per include/mat_vec_out.glsl: with the gated products each subgroup also
 // computes the NR up rows, at r + rows, beside its gate rows; x is loaded once for both).
 // Push: w_offset, row_bytes, k, rows (output rows), batch, y_stride (include/mat_vec_out.glsl),
-// eps (include/mat_vec_norm.glsl).
-// Specialization: 0 = workgroup, 1 = NB, 2 = NR, 10 = epilogue, 11 = MV_NORM (then binding
-// 3 = the norm weight), 12 = XQ_WORDS.
+// eps (unused: the push block the mat-vec kernels share).
+// Specialization: 0 = workgroup, 1 = NB, 2 = NR, 10 = epilogue.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -26,36 +25,6 @@ layout(constant_id = 2) const uint NR = 1;
 layout(std430, set = 0, binding = 1) readonly buffer XQ { uint xq[]; };
 layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; uint y_stride; float eps; } p;
 #include "mat_vec_out.glsl"
-// With MV_NORM (include/mat_vec_norm.glsl) binding 1 holds x itself, f32 [NB, k] read as
-// words, and each workgroup quantizes its normalised rows to Q8_1 into shared memory
-// (XQ_WORDS = NB * k / 32 * 9 words, specialization constant 12) as norm.comp's
-// rms_q8_1 variant would have written them.
-#define MV_X4(i) uintBitsToFloat(uvec4(xq[4u * (i)], xq[4u * (i) + 1u], xq[4u * (i) + 2u], xq[4u * (i) + 3u]))
-#include "mat_vec_norm.glsl"
-#define Q8_1_NO_X
-#include "q8_1.glsl"
-layout(constant_id = 12) const uint XQ_WORDS = 1;
-shared uint xqs[XQ_WORDS];
-
-// Word i of the Q8_1 activations: from shared memory where this workgroup made them.
-uint xq_at(uint i) { return MV_NORM ? xqs[i] : xq[i]; }
-
-// Quantizes the NB normalised rows of x into xqs, block by block over the workgroup.
-void mv_norm_quantize() {
-    uint nblocks = p.k / 32u;
-    for (uint blk = gl_LocalInvocationID.x; blk < NB * nblocks; blk += gl_WorkGroupSize.x) {
-        uint b = blk / nblocks, e0 = (blk % nblocks) * 32u;
-        float v[32];
-        [[unroll]] for (uint j = 0; j < 8u; j++) {
-            vec4 x = mv_x4(b, e0 / 4u + j);
-            v[4u * j] = x.x; v[4u * j + 1u] = x.y; v[4u * j + 2u] = x.z; v[4u * j + 3u] = x.w;
-        }
-        uint qs[8];
-        xqs[blk * 9u] = q8_1_pack(v, qs);
-        [[unroll]] for (uint j = 0; j < 8u; j++) xqs[blk * 9u + 1u + j] = qs[j];
-    }
-    barrier();
-}
 
 // The exact integer dot of one weight block (at byte blk) with the Q8_1 quants xv; for
 // Q4_0, xsum is the sum of those quants (the -8 offset of the nibbles).
@@ -79,13 +48,7 @@ int block_dot(uint blk, uint xv[8], int xsum) {
 
 
 void main() {
-    uint wg0 = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups;
-    if (MV_NORM) {
-        if (wg0 * NR >= p.rows) return; // the whole workgroup, before the norm's barriers
-        mv_norm_scales();
-        mv_norm_quantize();
-    }
-    uint r0 = (wg0 + gl_SubgroupID) * NR;
+    uint r0 = ((gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups + gl_SubgroupID) * NR;
     if (r0 >= p.rows) return;
     uint lane = gl_SubgroupInvocationID;
     uint nblocks = p.k / 32u;
@@ -94,9 +57,9 @@ void main() {
     for (uint ib = lane; ib < nblocks; ib += gl_SubgroupSize) {
         [[unroll]] for (uint b = 0; b < NB; b++) {
             uint xb = (b * nblocks + ib) * 9u;
-            float dx = unpackHalf2x16(xq_at(xb)).x;
+            float dx = unpackHalf2x16(xq[xb]).x;
             uint xv[8];
-            [[unroll]] for (uint i = 0; i < 8u; i++) xv[i] = xq_at(xb + 1u + i);
+            [[unroll]] for (uint i = 0; i < 8u; i++) xv[i] = xq[xb + 1u + i];
             int xsum = 0;
 #if QTYPE == 2
             [[unroll]] for (uint i = 0; i < 8u; i++) xsum += dotPacked4x8EXT(int(xv[i]), 0x01010101u);

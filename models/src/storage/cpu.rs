@@ -1,9 +1,9 @@
 //! [`ModelStorage`] for candle's `CpuStorage`: norms, rope, activations and attention as
-//! loops with candle-nn's arithmetic ([`super::cpu_loops`]). Weight matrices are either dequantized by vkml-quant (the CPU
-//! reference of every block format) to f32 — the conformance oracle's side of the front:
-//! the same model code, run here, is what the Vulkan run is checked against — or kept in
-//! their GGML blocks and multiplied on Q8 activations ([`super::cpu_blocks`]), the fast
-//! CPU backend.
+//! loops with candle-nn's arithmetic (`cpu_loops.rs`). Weight matrices are either
+//! dequantized by vkml-quant (the CPU reference of every block format) to f32 — the
+//! conformance oracle's side of the front: the same model code, run here, is what the
+//! Vulkan run is checked against — or kept in their GGML blocks and multiplied on Q8
+//! activations ([`super::cpu_blocks`]), the fast CPU backend.
 
 use candle_core::backend::BackendStorage;
 use candle_core::cpu_backend::CpuDevice;

@@ -181,9 +181,16 @@ impl ModelStorage for VulkanStorage {
             Some(a) => (MatVecEpilogue::Glu(a), w.rows() / 2),
         };
         let y = dev.alloc(t * out, DType::F32)?;
+        // Room for the normalised x where the norm is a kernel of its own (from the pool).
+        let need = vkml_ops::quant::rms_norm_mat_vec_scratch(dev.hal().caps(), w, t, &cfg);
+        let scratch = if need > 0 { Some(dev.alloc(need.div_ceil(4) as usize, DType::U32)?) } else { None };
         dev.with_stream(|s| {
-            vkml_ops::quant::rms_norm_mat_vec(s, x.buffer(), nw.buffer(), eps, w, t, &y, cfg, ep).map_err(cerr)
+            vkml_ops::quant::rms_norm_mat_vec(s, x.buffer(), nw.buffer(), eps, w, t, &y, cfg, ep, scratch.as_ref())
+                .map_err(cerr)
         })?;
+        if let Some(b) = scratch {
+            dev.recycle(b);
+        }
         Ok(dev.storage(y, DType::F32, t * out))
     }
 
