@@ -1,0 +1,296 @@
+//! The quantized mat-mats: `y = W x` for many activation rows (prompts), scalar or on
+//! cooperative matrices ([`MatMatPath`]).
+
+use super::*;
+
+/// Rows and tokens per tile of the scalar quantized mat-mat (`mul_mat_q.comp`).
+pub const MAT_MAT_TILE: usize = 64;
+
+/// Tokens per tile of the cooperative-matrix mat-mats, and rows per tile of
+/// `mul_mat_cm.comp` (`mul_mat_cm256.comp`'s tiles have 256 rows; [`mat_mat_kernel`]).
+pub const MAT_MAT_CM_TILE: usize = 128;
+
+/// Workgroups the cooperative-matrix mat-mats aim to launch: a grid of fewer tiles is
+/// split over k (split-K) up to this many.
+const MAT_MAT_TARGET_GROUPS: u64 = 128;
+
+/// The kernel `mat_mat_with` runs on `path` for a `rows x k` matrix of type `ty` times
+/// `n_tok` tokens on a device with `caps`, and its tile: (name, rows, tokens) per
+/// workgroup ([`MAT_MAT_TILE`] square for the scalar kernel, [`MAT_MAT_CM_TILE`] tokens for
+/// every cooperative-matrix one). [`MatMatPath::CoopMat`] runs `mul_mat_cm256`
+/// (256 rows) where [`tuning::mat_mat_tall_tile`] says so and its grid alone has at least
+/// 128 tiles, else `mul_mat_cm` (128 rows). A smaller grid would need split-K, whose
+/// partial products cost more in a model's prompt than the taller tile saves (measured
+/// with Q4_0 on tall tiles: llama-8b pp512 on the H100 at 3 460 t/s against 4 670 on
+/// 128-row tiles; benches/RESULTS.md).
+pub fn mat_mat_kernel(
+    caps: &vkml_hal::Capabilities,
+    path: MatMatPath,
+    ty: GgmlType,
+    rows: usize,
+    n_tok: usize,
+) -> (&'static str, usize, usize) {
+    let tall_tiles = rows.div_ceil(256) as u64 * n_tok.div_ceil(MAT_MAT_CM_TILE) as u64;
+    match path {
+        MatMatPath::Scalar => ("mul_mat_q", MAT_MAT_TILE, MAT_MAT_TILE),
+        MatMatPath::CoopMat2 => ("mul_mat_cm2", MAT_MAT_CM_TILE, MAT_MAT_CM_TILE),
+        MatMatPath::CoopMatInt8 => ("mul_mat_cm_i8", MAT_MAT_CM_TILE, MAT_MAT_CM_TILE),
+        MatMatPath::CoopMat if tuning::mat_mat_tall_tile(caps, ty) && tall_tiles >= MAT_MAT_TARGET_GROUPS => {
+            ("mul_mat_cm256", 256, MAT_MAT_CM_TILE)
+        }
+        MatMatPath::CoopMat => ("mul_mat_cm", MAT_MAT_CM_TILE, MAT_MAT_CM_TILE),
+    }
+}
+
+/// Which quantized mat-mat kernel to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatMatPath {
+    /// `mul_mat_q.comp`: f32 FMA on 64 x 64 tiles; runs on every device. Results equal
+    /// the f32 dot products of the dequantized weights (up to summation order).
+    Scalar,
+    /// `mul_mat_cm.comp`: f16 cooperative matrices (tensor cores) with f32 accumulation
+    /// on 128 x 128 tiles (`mul_mat_cm256.comp`'s 256 x 128 for Q8_0 on big grids where
+    /// [`tuning::mat_mat_tall_tile`] says so: [`mat_mat_kernel`]); needs
+    /// [`tuning::coopmat_subgroup_size`] and `k % 32 == 0`.
+    /// Weights and activations are rounded to f16 before the products.
+    CoopMat,
+    /// `mul_mat_cm2.comp`: workgroup-scope cooperative matrices (`VK_NV_cooperative_matrix2`)
+    /// on 128 x 128 tiles, weights decoded inside the tensor loads; the same rounding as
+    /// [`MatMatPath::CoopMat`]. Needs [`tuning::coopmat2`], `k % 32 == 0` and a type in
+    /// [`COOPMAT2_TYPES`]. On the H100 (driver 580.159.04) it runs at 35–62 TFLOP/s against
+    /// 99–161 for [`MatMatPath::CoopMat`] (benches/RESULTS.md), so [`MatMatPath::best`]
+    /// does not pick it.
+    CoopMat2,
+    /// `mul_mat_cm_i8.comp`: int8 cooperative matrices (16x16x32, int32 accumulation) on
+    /// `x` quantized to Q8_1 (as [`quantize_q8_1`], in a tiled layout of
+    /// `quantize_q8_1_tiles.comp`), each 32-block's scales applied to its exact int32
+    /// product (ggml's `vec_dot_q4_0_q8_1` / `vec_dot_q8_0_q8_1` per pair), 128 x 128
+    /// tiles, warp-specialized. Needs [`tuning::coopmat_int8`], `k % 32 == 0` and a type
+    /// in [`COOPMAT_INT8_TYPES`]. Results carry the Q8_1 rounding of `x`. On the H100 it
+    /// runs at 114-124 TFLOP/s against 148-159 for [`MatMatPath::CoopMat`]
+    /// (benches/RESULTS.md), so [`MatMatPath::best`] does not pick it.
+    CoopMatInt8,
+}
+
+/// The types [`MatMatPath::CoopMatInt8`] runs (`mul_mat_cm_i8.comp`'s variants).
+pub const COOPMAT_INT8_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q8_0];
+
+/// The types [`MatMatPath::CoopMat2`] has a decode for (`mul_mat_cm2.comp`'s variants).
+pub const COOPMAT2_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K];
+
+impl MatMatPath {
+    /// The fastest path for `m` on a device: [`MatMatPath::CoopMat`] where
+    /// [`tuning::coopmat_subgroup_size`] allows it and `k % 32 == 0`, else
+    /// [`MatMatPath::Scalar`]. [`MatMatPath::CoopMat2`] is never chosen: on the H100 it is
+    /// slower (benches/RESULTS.md).
+    pub fn best(caps: &vkml_hal::Capabilities, m: &QMatrix) -> MatMatPath {
+        if tuning::coopmat_subgroup_size(caps).is_some() && m.k.is_multiple_of(32) {
+            MatMatPath::CoopMat
+        } else {
+            MatMatPath::Scalar
+        }
+    }
+}
+
+/// Launch options of [`mat_mat_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatMatOptions {
+    /// The kernel.
+    pub path: MatMatPath,
+    /// Add the product to `y` instead of overwriting it (a residual add folded into the
+    /// producing kernel).
+    pub accumulate: bool,
+    /// Split-K for [`MatMatPath::CoopMat`]: how many workgroups share each output tile's
+    /// `k` range (their partial products are added by a second kernel). `None` splits
+    /// only grids of fewer than 128 tiles, up to about 128 workgroups with chunks of at
+    /// least 1024 `k` (on the H100 a split of a 128-tile grid is slower, benches/RESULTS.md).
+    /// A matrix held in several [`QPart`]s runs without a split (its outputs are written
+    /// in place per part).
+    pub split_k: Option<u32>,
+}
+
+impl MatMatOptions {
+    /// `path`, overwriting `y`, automatic split-K.
+    pub fn new(path: MatMatPath) -> Self {
+        MatMatOptions { path, accumulate: false, split_k: None }
+    }
+}
+
+/// Records the quantized mat-mat for prompts, `y[n, r] = sum_c m[r, c] * x[n, c]` for
+/// `n < n_tok` (`x`: f32 `[n_tok, k]`, `y`: f32 `[n_tok, rows]`, row-major), on the
+/// fastest path the device offers ([`MatMatPath::CoopMat`] where it applies, else
+/// [`MatMatPath::Scalar`]). Weight blocks are decoded into shared memory once per tile and
+/// reused by every token of the tile. Use [`mat_vec`] for a few tokens and this from
+/// about 8 on.
+///
+/// # Errors
+/// [`OpsError::Shape`] for buffers too small or a grid past the device's limits;
+/// [`OpsError::UnsupportedType`]; HAL errors.
+pub fn mat_mat(s: &mut Stream, m: &QMatrix, x: &vkml_hal::Buffer, n_tok: usize, y: &vkml_hal::Buffer) -> Result<()> {
+    let path = MatMatPath::best(s.device().caps(), m);
+    mat_mat_with(s, m, x, n_tok, y, MatMatOptions::new(path))
+}
+
+/// [`mat_mat`] with explicit [`MatMatOptions`].
+///
+/// # Errors
+/// As [`mat_mat`]; [`OpsError::Shape`] when the path is [`MatMatPath::CoopMat`] and the
+/// device lacks cooperative matrices (f16, 16x16x16, subgroups of 32) or `k % 32 != 0`,
+/// or for a split-K of 0.
+pub fn mat_mat_with(
+    s: &mut Stream,
+    m: &QMatrix,
+    x: &vkml_hal::Buffer,
+    n_tok: usize,
+    y: &vkml_hal::Buffer,
+    opts: MatMatOptions,
+) -> Result<()> {
+    let dev = s.device().clone();
+    check_io("mat_mat", m, x, n_tok, y)?;
+    let (_, tile_rows, tile_tokens) = mat_mat_kernel(dev.caps(), opts.path, m.ty, m.rows, n_tok);
+    let options = match opts.path {
+        MatMatPath::Scalar => PipelineOptions::default(),
+        MatMatPath::CoopMat | MatMatPath::CoopMat2 | MatMatPath::CoopMatInt8 => {
+            // The special paths' own needs first: (path, what it is, device check, what
+            // the device needs, the types it has).
+            let special = match opts.path {
+                MatMatPath::CoopMat2 => Some((
+                    "workgroup-scope",
+                    tuning::coopmat2(dev.caps()),
+                    "VK_NV_cooperative_matrix2 (workgroup scope, flexible dimensions, tensor addressing, block loads) and bufferDeviceAddress",
+                    COOPMAT2_TYPES,
+                )),
+                MatMatPath::CoopMatInt8 => Some((
+                    "int8",
+                    tuning::coopmat_int8(dev.caps()),
+                    "VK_KHR_cooperative_matrix with 16x16x32 s8 x s8 + s32 and 16x16x16 f16 x f16 + f32 subgroup shapes, int8 arithmetic and subgroups of 32",
+                    COOPMAT_INT8_TYPES,
+                )),
+                _ => None,
+            };
+            if let Some((what, offered, needs, types)) = special {
+                if !offered {
+                    return Err(OpsError::Shape {
+                        op: "mat_mat",
+                        reason: format!("the {what} cooperative-matrix path needs {needs}; this device lacks them"),
+                    });
+                }
+                if !m.k.is_multiple_of(32) || !types.contains(&m.ty) {
+                    return Err(OpsError::Shape {
+                        op: "mat_mat",
+                        reason: format!(
+                            "the {what} cooperative-matrix path needs k % 32 == 0 and one of {types:?}; got {:?} with k = {}",
+                            m.ty, m.k
+                        ),
+                    });
+                }
+            }
+            // Every kernel tiles subgroups of 32 (tuning::coopmat2 and coopmat_int8 imply it);
+            // specialization constants per part's kernel, below.
+            let Some(options) = tuning::coopmat_pipeline_options(dev.caps(), Vec::new()) else {
+                return Err(OpsError::Shape {
+                    op: "mat_mat",
+                    reason: "the cooperative-matrix path needs VK_KHR_cooperative_matrix with a 16x16x16 f16 x f16 + f32 shape and subgroups of 32; this device has none".into(),
+                });
+            };
+            if !m.k.is_multiple_of(32) {
+                return Err(OpsError::Shape {
+                    op: "mat_mat",
+                    reason: format!("the cooperative-matrix path needs k % 32 == 0, k = {}", m.k),
+                });
+            }
+            options
+        }
+    };
+    if opts.split_k == Some(0) {
+        return Err(OpsError::Shape { op: "mat_mat", reason: "split_k must be at least 1".into() });
+    }
+    if n_tok == 0 || m.rows == 0 {
+        return Ok(());
+    }
+    let gx = m.rows.div_ceil(tile_rows) as u64;
+    let gy = n_tok.div_ceil(tile_tokens) as u64;
+    let lim = dev.caps().limits.max_workgroup_count;
+    if gx > u64::from(lim[0]) || gy > u64::from(lim[1]) {
+        return Err(OpsError::Shape { op: "mat_mat", reason: format!("{gx} x {gy} tiles exceed the device's grid") });
+    }
+    // y from row `row0` on, with the matrix's row stride: a part's outputs (QPart rows
+    // start at offsets meeting the storage-buffer alignment).
+    let y_from =
+        |row0: usize, rows: usize| BufferArg::range(y, 4 * row0 as u64, (4 * ((n_tok - 1) * m.rows + rows)) as u64);
+    // Split-K: each output tile's k range is shared by `splits` workgroups (chunks a
+    // multiple of 256, so no block straddles two), so that a grid of few tiles still
+    // keeps every multiprocessor's memory pipeline busy.
+    let max_splits = (m.k / 1024).max(1) as u64;
+    // (The scalar kernel has none; a matrix in several parts is large and runs without
+    // one, each part's outputs written in place.)
+    let want = if m.parts.len() > 1 || opts.path == MatMatPath::Scalar {
+        1
+    } else {
+        opts.split_k.map_or_else(|| MAT_MAT_TARGET_GROUPS.div_ceil(gx * gy).min(max_splits), u64::from).max(1)
+    };
+    let k_chunk = (m.k as u64).div_ceil(want).next_multiple_of(256);
+    let splits = (m.k as u64).div_ceil(k_chunk);
+    if splits > u64::from(lim[2]) {
+        return Err(OpsError::Shape { op: "mat_mat", reason: format!("split-K {splits} exceeds the device's grid") });
+    }
+    // The tensor-core kernels read x as f16 or Q8_1: converted once here, it is half the
+    // bytes (or less) each of the rows / 128 workgroup columns re-reads from L2.
+    let x16 = if opts.path == MatMatPath::Scalar {
+        None
+    } else if opts.path == MatMatPath::CoopMatInt8 {
+        // Q8_1 in the kernel's tiled layout (quantize_q8_1_tiles.comp): per 128-token tile
+        // and k-block, 4 KiB of quants; then the f16 scales, 256 bytes per tile and block.
+        let n_pad = (gy as usize) * tile_tokens;
+        let xq = dev.alloc((n_pad * m.k + n_pad * m.k / 16) as u64, MemoryKind::DeviceLocal)?;
+        let qp = pipeline(&dev, "quantize_q8_1_tiles", Q8_1_WORKGROUP)?;
+        let pairs = (n_pad / 2 * m.k / 32) as u64;
+        let groups = grid(&dev, "mat_mat", pairs.div_ceil(u64::from(Q8_1_WORKGROUP)))?;
+        s.dispatch(&qp, &[x.into(), (&xq).into()], &push_words(&[n_tok as u32, m.k as u32, n_pad as u32]), groups)?;
+        Some(xq)
+    } else {
+        let n4 = (n_tok * m.k / 4) as u64;
+        let x16 = dev.alloc(8 * n4, MemoryKind::DeviceLocal)?;
+        let cvt = pipeline(&dev, "convert_f16", ELEMENTWISE_WORKGROUP)?;
+        let groups = grid(&dev, "mat_mat", n4.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
+        s.dispatch(&cvt, &[x.into(), (&x16).into()], &push_words(&[n4 as u32]), groups)?;
+        Some(x16)
+    };
+    let x_arg = x16.as_ref().unwrap_or(x);
+    let out_len = (n_tok * m.rows) as u64;
+    let partials = if splits > 1 { Some(dev.alloc(4 * splits * out_len, MemoryKind::DeviceLocal)?) } else { None };
+    let accumulate = opts.accumulate && partials.is_none();
+    for part in &m.parts {
+        // Each part its own kernel choice and grid (one kernel but for a short last part).
+        let (name, tile_rows, _) = mat_mat_kernel(dev.caps(), opts.path, m.ty, part.rows, n_tok);
+        let options = if opts.path == MatMatPath::Scalar {
+            options.clone()
+        } else {
+            PipelineOptions {
+                spec_constants: tuning::mat_mat_spec_constants(dev.caps(), name, m.ty),
+                ..options.clone()
+            }
+        };
+        let p = dev.pipeline(&dev.kernel(&format!("{name}.{}", variant("mat_mat", m.ty)?))?, &options)?;
+        let pc = push_words(&[
+            0,
+            m.row_bytes as u32,
+            m.k as u32,
+            part.rows as u32,
+            n_tok as u32,
+            u32::from(accumulate),
+            k_chunk as u32,
+            m.rows as u32,
+        ]);
+        let c_arg = partials.as_ref().map_or_else(|| y_from(part.row0, part.rows), Into::into);
+        let groups = [part.rows.div_ceil(tile_rows) as u32, gy as u32, splits as u32];
+        s.dispatch(&p, &[(&part.buffer).into(), x_arg.into(), c_arg], &pc, groups)?;
+    }
+    if let Some(part) = &partials {
+        let red = pipeline(&dev, "reduce_partials", ELEMENTWISE_WORKGROUP)?;
+        let groups = grid(&dev, "mat_mat", out_len.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
+        let pc = push_words(&[out_len as u32, splits as u32, u32::from(opts.accumulate)]);
+        s.dispatch(&red, &[part.into(), y.into()], &pc, groups)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,389 @@
+//! The quantized mat-vecs: `y = W x` for a few activation rows (decode), with their
+//! fused epilogues ([`MatVecEpilogue`]) and the norm folded in ([`rms_norm_mat_vec`]).
+
+use super::*;
+
+/// Records the fused mat-vec `y[b, r] = sum_c m[r, c] * x[b, c]` for `b < batch`
+/// (`x`: f32[batch * k], `y`: f32[batch * rows], both row-major), with the launch from
+/// [`tuning::mat_vec_config`]. Batches above [`MAX_MAT_VEC_BATCH`] are split into
+/// several dispatches.
+///
+/// # Errors
+/// [`OpsError::Shape`] for buffers too small; HAL errors.
+pub fn mat_vec(s: &mut Stream, m: &QMatrix, x: &vkml_hal::Buffer, batch: usize, y: &vkml_hal::Buffer) -> Result<()> {
+    let cfg = tuning::mat_vec_config(s.device().caps());
+    mat_vec_with(s, m, x, batch, y, cfg)
+}
+
+/// [`mat_vec`] with an explicit launch configuration (tests use it to run every path).
+///
+/// # Errors
+/// As [`mat_vec`]; [`OpsError::Shape`] for a workgroup size that is not a power of two
+/// in 1..=128.
+pub fn mat_vec_with(
+    s: &mut Stream,
+    m: &QMatrix,
+    x: &vkml_hal::Buffer,
+    batch: usize,
+    y: &vkml_hal::Buffer,
+    cfg: MatVecConfig,
+) -> Result<()> {
+    mat_vec_fused(s, m, x, batch, y, cfg, MatVecEpilogue::Store)
+}
+
+/// What a mat-vec does with its dot products (`include/mat_vec_out.glsl`): the decode
+/// step's fusions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatVecEpilogue {
+    /// `y[b, r] = t`.
+    Store,
+    /// `y[b, r] += t`: a residual add folded into the producing kernel.
+    Add,
+    /// Gated products in one pass: the matrix holds the gate rows then the up rows
+    /// ([`QMatrix::concat_rows`] of gate and up, `2 n` rows), and `y[b, r] = act(gate_r . x)
+    /// * (up_r . x)` for `r < n` (`y`: f32 `[batch, n]`), each `x` load serving both.
+    Glu(GluActivation),
+}
+
+impl MatVecEpilogue {
+    fn spec(self) -> u32 {
+        match self {
+            MatVecEpilogue::Store => 0,
+            MatVecEpilogue::Add => 1,
+            MatVecEpilogue::Glu(GluActivation::Silu) => 2,
+            MatVecEpilogue::Glu(GluActivation::Gelu) => 3,
+            MatVecEpilogue::Glu(GluActivation::GeluErf) => 4,
+        }
+    }
+}
+
+/// [`mat_vec_with`] with an output [`MatVecEpilogue`]: `y = W x` ([`MatVecEpilogue::Store`]),
+/// `y += W x` ([`MatVecEpilogue::Add`]) or the gated product of a gate/up matrix
+/// ([`MatVecEpilogue::Glu`]; `y` then has `m.rows() / 2` rows per batch column). Every
+/// mat-vec kernel has every epilogue, the integer-dot one (`cfg.integer_dot`, x quantized
+/// to Q8_1 by this call) included.
+///
+/// # Errors
+/// As [`mat_vec_with`]; [`OpsError::Shape`] for a gated product over an odd row count.
+pub fn mat_vec_fused(
+    s: &mut Stream,
+    m: &QMatrix,
+    x: &vkml_hal::Buffer,
+    batch: usize,
+    y: &vkml_hal::Buffer,
+    cfg: MatVecConfig,
+    epilogue: MatVecEpilogue,
+) -> Result<()> {
+    mat_vec_core(s, m, x, false, None, batch, y, cfg, epilogue)
+}
+
+/// The integer-dot mat-vec on activations already quantized to Q8_1 by [`quantize_q8_1`]
+/// (`xq`: `batch * k / 32` blocks of 36 bytes): quantize once per decode step and share
+/// `xq` between every matrix that reads the same activations (Q, K, V; gate, up).
+///
+/// # Errors
+/// [`OpsError::Shape`] where the integer-dot kernel does not apply (a type outside
+/// [`DOT_TYPES`], a device without integer dot products or subgroup rows, `cfg` without
+/// `subgroup_rows`) or `xq` is too small; as [`mat_vec_with`] otherwise.
+pub fn mat_vec_q8_1(
+    s: &mut Stream,
+    m: &QMatrix,
+    xq: &vkml_hal::Buffer,
+    batch: usize,
+    y: &vkml_hal::Buffer,
+    cfg: MatVecConfig,
+) -> Result<()> {
+    mat_vec_q8_1_fused(s, m, xq, batch, y, cfg, MatVecEpilogue::Store)
+}
+
+/// [`mat_vec_q8_1`] with an output stage ([`MatVecEpilogue`], as [`mat_vec_fused`]):
+/// `y += x Wᵀ`, or the gated product of a stacked gate/up matrix into `y: f32[batch, rows / 2]`.
+///
+/// # Errors
+/// As [`mat_vec_q8_1`]; for [`MatVecEpilogue::Glu`], [`OpsError::Shape`] for an odd row count.
+pub fn mat_vec_q8_1_fused(
+    s: &mut Stream,
+    m: &QMatrix,
+    xq: &vkml_hal::Buffer,
+    batch: usize,
+    y: &vkml_hal::Buffer,
+    cfg: MatVecConfig,
+    epilogue: MatVecEpilogue,
+) -> Result<()> {
+    let cfg = MatVecConfig { integer_dot: true, ..cfg };
+    mat_vec_core(s, m, xq, true, None, batch, y, cfg, epilogue)
+}
+
+/// Whether [`mat_vec_fused`] with `cfg` runs `m` on the integer-dot kernel, quantizing x
+/// to Q8_1 first: then [`mat_vec_q8_1_fused`] on x quantized elsewhere (by
+/// [`quantize_q8_1`], or by [`crate::nn::rms_norm_q8_1`] as it normalises) gives the same
+/// result. Needs `cfg.integer_dot` and `cfg.subgroup_rows`, a type in [`DOT_TYPES`], and
+/// a device with integer dot products and a usable subgroup size.
+pub fn mat_vec_uses_q8_1(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVecConfig) -> bool {
+    cfg.subgroup_rows
+        && cfg.integer_dot
+        && block_kernel(m.ty).is_some()
+        && tuning::row_subgroup_size(caps).is_some()
+        && caps.integer_dot.supported
+        && DOT_TYPES.contains(&m.ty)
+}
+
+/// Whether [`rms_norm_mat_vec`] runs the norm inside the mat-vec (`include/mat_vec_norm.glsl`)
+/// for `m`: on the block kernels with subgroup rows (not the integer-dot kernel, whose
+/// workgroups would each quantize the whole normalised x: on the H100 that made llama-8b
+/// Q4_0 decode 259 -> 139 t/s, every workgroup of 4 rows reading x's 16 KiB beside its
+/// 9 KiB of weights; benches/RESULTS.md), for a matrix in one part.
+pub fn mat_vec_fuses_norm(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVecConfig) -> bool {
+    let row_sg = tuning::row_subgroup_size(caps).is_some() && cfg.subgroup_rows && block_kernel(m.ty).is_some();
+    row_sg && !mat_vec_uses_q8_1(caps, m, cfg) && m.parts.len() == 1 && cfg.workgroup <= 128
+}
+
+/// Bytes of scratch [`rms_norm_mat_vec`] needs for `m` and `batch` rows of x: 0 where the
+/// norm runs inside the mat-vec, else room for the normalised x (Q8_1 where the
+/// integer-dot kernel runs, f32 otherwise). A caller with a buffer pool passes one of
+/// these from it.
+pub fn rms_norm_mat_vec_scratch(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &MatVecConfig) -> u64 {
+    if mat_vec_fuses_norm(caps, m, cfg) {
+        0
+    } else if mat_vec_uses_q8_1(caps, m, cfg) && m.k.is_multiple_of(32) {
+        36 * (batch * m.k / 32) as u64
+    } else {
+        4 * (batch * m.k) as u64
+    }
+}
+
+/// The mat-vec of a normalised x: `y = rms_norm(x) Wᵀ` (candle-nn's `rms_norm` with
+/// weight `nw: f32[k]` and `eps`, then [`mat_vec_fused`] with `epilogue`) for `x:
+/// f32[batch, k]`. Where [`mat_vec_fuses_norm`] holds, one dispatch: each workgroup
+/// normalises x itself as it loads it; else the norm's own kernel first into `scratch`
+/// (at least [`rms_norm_mat_vec_scratch`] bytes): `norm.rms_q8_1_f32`, writing Q8_1,
+/// where the integer-dot kernel runs, `norm.rms_f32` otherwise. The results agree to
+/// float rounding (the sum of squares is reduced in another order).
+///
+/// # Errors
+/// As [`mat_vec_fused`]; [`OpsError::Shape`] for a norm weight shorter than `k` or a
+/// scratch buffer too small.
+#[allow(clippy::too_many_arguments)]
+pub fn rms_norm_mat_vec(
+    s: &mut Stream,
+    x: &vkml_hal::Buffer,
+    nw: &vkml_hal::Buffer,
+    eps: f32,
+    m: &QMatrix,
+    batch: usize,
+    y: &vkml_hal::Buffer,
+    cfg: MatVecConfig,
+    epilogue: MatVecEpilogue,
+    scratch: Option<&vkml_hal::Buffer>,
+) -> Result<()> {
+    let dev = s.device().clone();
+    let need = rms_norm_mat_vec_scratch(dev.caps(), m, batch, &cfg);
+    let bad = |reason: String| Err(OpsError::Shape { op: "rms_norm_mat_vec", reason });
+    if nw.size() < 4 * m.k as u64 {
+        return bad(format!("the norm weight holds {} bytes, less than {} f32", nw.size(), m.k));
+    }
+    if need == 0 {
+        return mat_vec_core(s, m, x, false, Some((nw, eps)), batch, y, cfg, epilogue);
+    }
+    let Some(scratch) = scratch.filter(|b| b.size() >= need) else {
+        return bad(format!("the normalised x needs a scratch buffer of {need} bytes"));
+    };
+    if mat_vec_uses_q8_1(dev.caps(), m, &cfg) && m.k.is_multiple_of(32) {
+        crate::nn::rms_norm_q8_1(s, x, Some(nw), batch, m.k, eps, scratch)?;
+        return mat_vec_q8_1_fused(s, m, scratch, batch, y, cfg, epilogue);
+    }
+    crate::nn::rms_norm(s, Dtype::F32, x, Some(nw), batch, m.k, eps, scratch)?;
+    mat_vec_fused(s, m, scratch, batch, y, cfg, epilogue)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn mat_vec_core(
+    s: &mut Stream,
+    m: &QMatrix,
+    x: &vkml_hal::Buffer,
+    pre_quantized: bool,
+    norm: Option<(&vkml_hal::Buffer, f32)>,
+    batch: usize,
+    y: &vkml_hal::Buffer,
+    cfg: MatVecConfig,
+    epilogue: MatVecEpilogue,
+) -> Result<()> {
+    let dev = s.device().clone();
+    let glu = matches!(epilogue, MatVecEpilogue::Glu(_));
+    if glu && !m.rows.is_multiple_of(2) {
+        return Err(OpsError::Shape {
+            op: "mat_vec",
+            reason: format!("a gated product needs the gate and up rows stacked (an even count), got {}", m.rows),
+        });
+    }
+    let out_rows = if glu { m.rows / 2 } else { m.rows };
+    if pre_quantized {
+        let need = 36 * (batch * m.k / 32) as u64;
+        if x.size() < need || y.size() < 4 * (batch * out_rows) as u64 {
+            return Err(OpsError::Shape {
+                op: "mat_vec_q8_1",
+                reason: format!(
+                    "{batch} Q8_1 rows of {} need xq of {need} bytes and y of {} bytes, got {} and {}",
+                    m.k,
+                    4 * batch * out_rows,
+                    x.size(),
+                    y.size()
+                ),
+            });
+        }
+    } else {
+        check_io_rows("mat_vec", m, out_rows, x, batch, y)?;
+    }
+    if !(1..=8).contains(&cfg.rows_per_subgroup) || !(1..=8).contains(&cfg.dot_rows_per_subgroup) {
+        return Err(OpsError::Shape {
+            op: "mat_vec",
+            reason: format!(
+                "rows_per_subgroup {} and dot_rows_per_subgroup {} must be in 1..=8",
+                cfg.rows_per_subgroup, cfg.dot_rows_per_subgroup
+            ),
+        });
+    }
+    if !cfg.workgroup.is_power_of_two() || cfg.workgroup > 128 {
+        return Err(OpsError::Shape {
+            op: "mat_vec",
+            reason: format!("workgroup {} is not a power of two ≤ 128", cfg.workgroup),
+        });
+    }
+    if batch == 0 || m.rows == 0 {
+        return Ok(());
+    }
+    if glu && m.parts.len() > 1 {
+        // The gate and up rows of a split matrix lie in different parts: both halves into
+        // a scratch [batch, 2 out_rows], then act(gate) * up on its strided halves.
+        let both = dev.alloc(4 * (batch * m.rows) as u64, MemoryKind::DeviceLocal)?;
+        mat_vec_core(s, m, x, pre_quantized, norm, batch, &both, cfg, MatVecEpilogue::Store)?;
+        let MatVecEpilogue::Glu(act) = epilogue else { unreachable!("glu is a Glu epilogue") };
+        return crate::nn::glu_halves(s, act, &both, batch, out_rows, y);
+    }
+    let caps = dev.caps();
+    let block = block_kernel(m.ty);
+    let row_sg = tuning::row_subgroup_size(caps).filter(|_| cfg.subgroup_rows && block.is_some());
+    let use_dot = mat_vec_uses_q8_1(caps, m, &cfg);
+    if pre_quantized && !use_dot {
+        return Err(OpsError::Shape {
+            op: "mat_vec_q8_1",
+            reason: format!(
+                "Q8_1 activations need the integer-dot kernel: a type in {DOT_TYPES:?} (got {:?}), integer dot products and subgroup rows on the device (integer dot {}, subgroup rows {}), and cfg.subgroup_rows",
+                m.ty,
+                caps.integer_dot.supported,
+                tuning::row_subgroup_size(caps).is_some()
+            ),
+        });
+    }
+    if norm.is_some() && (pre_quantized || use_dot || row_sg.is_none()) {
+        return Err(OpsError::Shape {
+            op: "mat_vec",
+            reason: "the norm prologue needs a block kernel with subgroup rows (see mat_vec_fuses_norm)".into(),
+        });
+    }
+    // x as Q8_1 for the integer-dot kernel: 36 bytes per 32 values, all batch rows.
+    let xq = if pre_quantized {
+        None
+    } else if use_dot {
+        let xq = dev.alloc(36 * (batch * m.k / 32) as u64, MemoryKind::DeviceLocal)?;
+        quantize_q8_1(s, x, batch * m.k / 32, &xq)?;
+        Some(xq)
+    } else {
+        None
+    };
+    let nr = if use_dot { cfg.dot_rows_per_subgroup } else { cfg.rows_per_subgroup };
+    let groups = |rows: usize| match row_sg {
+        Some((sg, _)) => grid(&dev, "mat_vec", (rows as u64).div_ceil(u64::from(cfg.workgroup.max(sg) / sg * nr))),
+        None => grid(&dev, "mat_vec", rows as u64),
+    };
+    let pipeline_for = |nb: usize| -> Result<std::sync::Arc<vkml_hal::Pipeline>> {
+        let (name, options) = match row_sg {
+            Some((sg, require)) => (
+                format!(
+                    "{}.{}",
+                    if use_dot { "mul_mat_vec_dot" } else { block.unwrap_or("mul_mat_vec_q32") },
+                    variant("mat_vec", m.ty)?
+                ),
+                PipelineOptions {
+                    spec_constants: {
+                        let mut spec = vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, nr), (10, epilogue.spec())];
+                        if !use_dot {
+                            spec.push((11, u32::from(norm.is_some())));
+                        }
+                        spec
+                    },
+                    required_subgroup_size: require.then_some(sg),
+                    full_subgroups: caps.subgroup.full_subgroups,
+                },
+            ),
+            None => {
+                let kernel = if cfg.vec4 && m.k.is_multiple_of(4) && VEC4_TYPES.contains(&m.ty) {
+                    "mul_mat_vec_vec4"
+                } else {
+                    "mul_mat_vec"
+                };
+                let sg = if cfg.subgroup_reduce { "_sg" } else { "" };
+                (
+                    format!("{kernel}.{}{sg}", variant("mat_vec", m.ty)?),
+                    PipelineOptions {
+                        spec_constants: vec![(0, cfg.workgroup), (10, epilogue.spec())],
+                        ..Default::default()
+                    },
+                )
+            }
+        };
+        Ok(dev.pipeline(&dev.kernel(&name)?, &options)?)
+    };
+    for b0 in (0..batch).step_by(MAX_MAT_VEC_BATCH) {
+        let nb = (batch - b0).min(MAX_MAT_VEC_BATCH);
+        // Later batch chunks bind sub-ranges of x and y, which must meet the device's
+        // storage-buffer offset alignment.
+        let x_off = (4 * b0 * m.k) as u64;
+        let y_off = (4 * b0 * out_rows) as u64;
+        let align = dev.caps().limits.min_storage_buffer_offset_alignment.max(1);
+        if !x_off.is_multiple_of(align) || !y_off.is_multiple_of(align) {
+            return Err(OpsError::Shape {
+                op: "mat_vec",
+                reason: format!("batch > {MAX_MAT_VEC_BATCH} needs k and rows giving {align}-byte aligned chunks"),
+            });
+        }
+        let p = pipeline_for(nb)?;
+        let xq_ref = if pre_quantized { Some(x) } else { xq.as_ref() };
+        let x_arg = match xq_ref {
+            // Q8_1 rows: 36 bytes per 32 values; the chunk's offset must be aligned as well.
+            Some(xq) => {
+                let off = (36 * b0 * m.k / 32) as u64;
+                if !off.is_multiple_of(align) {
+                    return Err(OpsError::Shape {
+                        op: "mat_vec",
+                        reason: format!(
+                            "batch > {MAX_MAT_VEC_BATCH} with integer dot needs {align}-byte aligned Q8_1 rows"
+                        ),
+                    });
+                }
+                BufferArg::range(xq, off, (36 * nb * m.k / 32) as u64)
+            }
+            None => BufferArg::range(x, x_off, (4 * nb * m.k) as u64),
+        };
+        // One dispatch per part: its rows of each batch column, y bound from the part's
+        // first output (an aligned offset: QPart rows start at multiples of the alignment)
+        // with the matrix's row stride. A gated product has one part (handled above).
+        for part in &m.parts {
+            let rows = if glu { out_rows } else { part.rows };
+            let eps = norm.map_or(0, |(_, e)| e.to_bits());
+            let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, nb as u32, out_rows as u32, eps]);
+            let y_arg = BufferArg::range(y, y_off + 4 * part.row0 as u64, (4 * ((nb - 1) * out_rows + rows)) as u64);
+            let mut args = vec![(&part.buffer).into(), x_arg, y_arg];
+            if row_sg.is_some() && !use_dot {
+                // The norm weight (binding 3 of the block kernels; unread without the
+                // prologue, where x stands in).
+                args.push(match norm {
+                    Some((nw, _)) => BufferArg::range(nw, 0, 4 * m.k as u64),
+                    None => x_arg,
+                });
+            }
+            s.dispatch(&p, &args, &pc, groups(rows)?)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! Quantized weights on the GPU: raw GGUF block bytes uploaded once and read directly by
+//! the kernels (`shader-src/shaders/{dequant,get_rows,mul_mat_vec}.comp`, block decoding
+//! in `include/quant.glsl`).
+//!
+//! Mat-vec kernels, fastest first ([`mat_vec_with`] picks by [`MatVecConfig`] and type):
+//! block-wise, one subgroup per `rows_per_subgroup` rows with lanes decoding 32-element
+//! slices of blocks ([`BLOCK_TYPES`]: `mul_mat_vec_q32.comp`, `mul_mat_vec_k.comp`,
+//! `mul_mat_vec_iq.comp`; optionally integer dot, [`DOT_TYPES`]); one workgroup per row
+//! with 4 elements per step ([`VEC4_TYPES`], `mul_mat_vec_vec4.comp`); one workgroup per
+//! row decoding element by element with `dq()` (every type, `mul_mat_vec.comp`).
+//!
+//! Layout: a matrix of `rows` rows of `k` elements, GGUF/ggml order (`ne[0] = k` is the
+//! contiguous dimension); each row is `k / block_size` blocks, `row_bytes` bytes.
+//!
+//! By concept: the types and their kernels here; [`QMatrix`], dequantize and get_rows in
+//! `matrix.rs`; the mat-vecs (with their fused epilogues and norm) in `mat_vec.rs`; the
+//! Q8_1 activation quantizer in `q8_1.rs`; the mat-mats in `mat_mat.rs`.
+
+mod mat_mat;
+mod mat_vec;
+mod matrix;
+mod q8_1;
+
+pub use mat_mat::*;
+pub use mat_vec::*;
+pub use matrix::*;
+pub use q8_1::*;
+
+use vkml_hal::{BufferArg, Device, MemoryKind, PipelineOptions, Stream};
+use vkml_quant::GgmlType;
+
+use crate::dtype::Dtype;
+use crate::error::{OpsError, Result};
+use crate::launch::{grid, pipeline, push_words};
+use crate::nn::GluActivation;
+use crate::tuning::{self, MatVecConfig, ELEMENTWISE_WORKGROUP};
+
+/// Types with GPU dequantize, get_rows and mat-vec kernels today.
+pub const SUPPORTED: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q8_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::Q8_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
+    GgmlType::NVFP4,
+    GgmlType::TQ1_0,
+    GgmlType::TQ2_0,
+    GgmlType::Q1_0,
+    GgmlType::Q2_0,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
+];
+
+/// Types with a vectorised mat-vec kernel (`mul_mat_vec_vec4.comp`, decoders in
+/// `include/quant_vec4.glsl`).
+pub const VEC4_TYPES: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+];
+
+/// The 32-element types of the block-wise mat-vec kernel `mul_mat_vec_q32.comp` (a lane
+/// decodes whole blocks).
+pub const Q32_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0];
+
+/// Types with a block-wise mat-vec kernel: one subgroup per `rows_per_subgroup` rows, each
+/// lane decoding 32-element slices of blocks with 32-bit loads, subgroup add at the end
+/// (see [`MatVecConfig::subgroup_rows`]). The kernel per type ([`block_kernel`]):
+/// [`Q32_TYPES`] in `mul_mat_vec_q32.comp`; the K-quants (256-element super-blocks, 8 lanes
+/// each) in `mul_mat_vec_k.comp`; the code-book, FP4, ternary/binary and IQ2/IQ3 grid
+/// types in `mul_mat_vec_iq.comp` (launch scheme in `include/mul_mat_vec_block.glsl`). The
+/// other [`SUPPORTED`] types use the per-workgroup kernels `mul_mat_vec_vec4.comp` /
+/// `mul_mat_vec.comp`: F32, F16, BF16, Q8_1, and IQ1_S and IQ1_M, whose 2048-entry grid
+/// as an indexed constant array makes lavapipe's compile of an unrolled block kernel take
+/// many minutes (a shared-memory copy of the grids needs a workgroup barrier, with which
+/// lavapipe compiled the grid kernels far too slowly as well).
+pub const BLOCK_TYPES: &[GgmlType] = &[
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::Q8_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
+    GgmlType::NVFP4,
+    GgmlType::TQ1_0,
+    GgmlType::TQ2_0,
+    GgmlType::Q1_0,
+    GgmlType::Q2_0,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+];
+
+/// The block-wise mat-vec shader (file stem) for `ty`, `None` for types not in
+/// [`BLOCK_TYPES`].
+pub fn block_kernel(ty: GgmlType) -> Option<&'static str> {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => Some("mul_mat_vec_q32"),
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q8_K => {
+            Some("mul_mat_vec_k")
+        }
+        GgmlType::IQ4_NL
+        | GgmlType::IQ4_XS
+        | GgmlType::MXFP4
+        | GgmlType::NVFP4
+        | GgmlType::TQ1_0
+        | GgmlType::TQ2_0
+        | GgmlType::Q1_0
+        | GgmlType::Q2_0
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S => Some("mul_mat_vec_iq"),
+        _ => None,
+    }
+}
+
+/// Types with an integer-dot mat-vec kernel (`mul_mat_vec_dot.comp`).
+pub const DOT_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q8_0];
+
+/// Most batch columns one mat-vec dispatch handles (`MAX_BATCH` in the shader).
+pub const MAX_MAT_VEC_BATCH: usize = 8;
+
+fn variant(op: &'static str, ty: GgmlType) -> Result<&'static str> {
+    Ok(match ty {
+        GgmlType::F32 => "f32",
+        GgmlType::F16 => "f16",
+        GgmlType::BF16 => "bf16",
+        GgmlType::Q4_0 => "q4_0",
+        GgmlType::Q4_1 => "q4_1",
+        GgmlType::Q5_0 => "q5_0",
+        GgmlType::Q5_1 => "q5_1",
+        GgmlType::Q8_0 => "q8_0",
+        GgmlType::Q8_1 => "q8_1",
+        GgmlType::Q2_K => "q2_k",
+        GgmlType::Q3_K => "q3_k",
+        GgmlType::Q4_K => "q4_k",
+        GgmlType::Q5_K => "q5_k",
+        GgmlType::Q6_K => "q6_k",
+        GgmlType::Q8_K => "q8_k",
+        GgmlType::IQ4_NL => "iq4_nl",
+        GgmlType::IQ4_XS => "iq4_xs",
+        GgmlType::MXFP4 => "mxfp4",
+        GgmlType::NVFP4 => "nvfp4",
+        GgmlType::TQ1_0 => "tq1_0",
+        GgmlType::TQ2_0 => "tq2_0",
+        GgmlType::Q1_0 => "q1_0",
+        GgmlType::Q2_0 => "q2_0",
+        GgmlType::IQ2_XXS => "iq2_xxs",
+        GgmlType::IQ2_XS => "iq2_xs",
+        GgmlType::IQ2_S => "iq2_s",
+        GgmlType::IQ3_XXS => "iq3_xxs",
+        GgmlType::IQ3_S => "iq3_s",
+        GgmlType::IQ1_S => "iq1_s",
+        GgmlType::IQ1_M => "iq1_m",
+        ty => {
+            let supported = SUPPORTED.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ");
+            return Err(OpsError::UnsupportedType { op, ty, supported });
+        }
+    })
+}
