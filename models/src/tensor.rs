@@ -149,19 +149,8 @@ where
     }
 
     fn rope(&self, cos: &Self, sin: &Self, pos0: usize, style: RopeStyle) -> CResult<Self> {
-        let (&[t, _, d], &[positions, half]) = (self.dims(), cos.dims()) else {
-            candle_core::bail!("rope takes x [t, heads, d] and tables [positions, rot/2], got {:?}", self.dims())
-        };
-        if sin.dims() != cos.dims() || 2 * half > d || pos0 + t > positions {
-            candle_core::bail!(
-                "rope: tables {:?}/{:?} do not fit x {:?} at {pos0}",
-                cos.dims(),
-                sin.dims(),
-                self.dims()
-            )
-        }
-        let (c, s) = (cos.contiguous()?, sin.contiguous()?);
-        let out = self.storage().rope(self.layout(), c.storage(), s.storage(), positions, pos0, 2 * half, style)?;
+        let (c, s, positions, rot) = rope_tables(self.dims(), cos, sin, pos0)?;
+        let out = self.storage().rope(self.layout(), c.storage(), s.storage(), positions, pos0, rot, style)?;
         Ok(Self::from_storage(out, self.shape().clone()))
     }
 
@@ -179,31 +168,16 @@ where
             candle_core::bail!("attention: q {:?}, k {:?}, v {:?} do not fit", q.dims(), k.dims(), v.dims())
         }
         let tables = match rope {
-            Some((cos, sin, style)) => {
-                let &[positions, half] = cos.dims() else {
-                    candle_core::bail!("rope tables are [positions, rot/2], got {:?}", cos.dims())
-                };
-                if sin.dims() != cos.dims() || 2 * half > d || pos0 + t > positions {
-                    candle_core::bail!(
-                        "rope: tables {:?}/{:?} do not fit q {:?} at {pos0}",
-                        cos.dims(),
-                        sin.dims(),
-                        q.dims()
-                    )
-                }
-                Some((cos.contiguous()?, sin.contiguous()?, positions, 2 * half, style))
-            }
+            Some((cos, sin, style)) => Some((rope_tables(q.dims(), cos, sin, pos0)?, style)),
             None => None,
         };
-        // Tables that are views start at an offset the backends do not take: `contiguous`
-        // above packs them (a no-op for the model's own tables).
-        let rope = match &tables {
-            Some((c, s, positions, rot, style)) if c.layout().start_offset() == 0 && s.layout().start_offset() == 0 => {
-                Some(AttnRope { cos: c.storage(), sin: s.storage(), positions: *positions, rot: *rot, style: *style })
-            }
-            Some(_) => candle_core::bail!("rope tables at an offset into their storage"),
-            None => None,
-        };
+        let rope = tables.as_ref().map(|((c, s, positions, rot), style)| AttnRope {
+            cos: c.storage(),
+            sin: s.storage(),
+            positions: *positions,
+            rot: *rot,
+            style: *style,
+        });
         let out = S::attention(
             (q.storage(), q.layout()),
             (k.storage(), k.layout()),
@@ -216,4 +190,30 @@ where
         )?;
         Ok(Self::from_storage(out, (t, h * d)))
     }
+}
+
+/// The rotary tables `cos`, `sin: f32[positions, rot / 2]` for `x: [t, heads, d]` at
+/// positions `pos0..pos0 + t`, packed from element 0 (as the backends read them), with
+/// `(positions, rot)`.
+#[allow(clippy::type_complexity)]
+fn rope_tables<S: ModelStorage>(
+    x: &[usize],
+    cos: &Tensor<S>,
+    sin: &Tensor<S>,
+    pos0: usize,
+) -> CResult<(Tensor<S>, Tensor<S>, usize, usize)>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    let (&[t, _, d], &[positions, half]) = (x, cos.dims()) else {
+        candle_core::bail!("rope takes x [t, heads, d] and tables [positions, rot/2], got {x:?} and {:?}", cos.dims())
+    };
+    if sin.dims() != cos.dims() || 2 * half > d || pos0 + t > positions {
+        candle_core::bail!("rope: tables {:?}/{:?} do not fit x {x:?} at {pos0}", cos.dims(), sin.dims())
+    }
+    let (c, s) = (cos.contiguous()?, sin.contiguous()?);
+    if c.layout().start_offset() != 0 || s.layout().start_offset() != 0 {
+        candle_core::bail!("rope tables at an offset into their storage")
+    }
+    Ok((c, s, positions, 2 * half))
 }
