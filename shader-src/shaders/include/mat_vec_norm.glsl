@@ -1,5 +1,5 @@
-// RMS-norm prologue of the subgroup-row mat-vec kernels (include/mul_mat_vec_block.glsl,
-// mul_mat_vec_dot.comp), on with specialization constant 11, MV_NORM: x is used
+// RMS-norm prologue of the block mat-vec kernels (include/mul_mat_vec_block.glsl: q32, k,
+// iq), on with specialization constant 11, MV_NORM: x is used
 // normalised as norm.comp's rms variant makes it, (x * (1 / sqrt(mean(x²) + eps))) * w,
 // with w = binding 3 (f32 [k]) and eps = p.eps. Each workgroup computes the scales of its
 // NB batch rows itself, reading the whole of each row of x: the norm folded into the
