@@ -18,7 +18,7 @@ use vkml_hal::{Buffer, BufferArg, Capabilities, Device, MemoryKind, Stream};
 
 use crate::dtype::Dtype;
 use crate::error::{OpsError, Result};
-use crate::launch::{pipeline, pipeline_spec, push_words, variant};
+use crate::launch::{pipeline, pipeline_spec, push_words};
 use crate::tuning;
 
 /// Fewest query tokens for which [`flash_attn`] takes the tensor-core prefill kernel
@@ -126,7 +126,8 @@ pub fn kv_append_from(
         return Ok(());
     }
     let dev = s.device().clone();
-    let p = pipeline(&dev, &variant(&dev, "kv_append", "", dt, false), 64)?;
+    let name = if dt == Dtype::F16 { "kv_append.f16" } else { "kv_append.f32" };
+    let p = pipeline(&dev, name, 64)?;
     let pc = append_push(t_new, pos0, cache, &[(x_off, x_stride)]);
     s.dispatch(&p, &[x.into(), cache.buffer().into()], &pc, append_grid(&dev, t_new, cache)?)?;
     Ok(())
@@ -158,7 +159,8 @@ pub fn kv_append_pair_from(
         return Ok(());
     }
     let dev = s.device().clone();
-    let p = pipeline(&dev, &variant(&dev, "kv_append", "pair_", dt, false), 64)?;
+    let name = if dt == Dtype::F16 { "kv_append.pair_f16" } else { "kv_append.pair_f32" };
+    let p = pipeline(&dev, name, 64)?;
     let pc = append_push(t_new, pos0, k_cache, &[(k.1, k.2), (v.1, v.2)]);
     let [gx, gy, _] = append_grid(&dev, t_new, k_cache)?;
     let bindings = [k.0.into(), k_cache.buffer().into(), v.0.into(), v_cache.buffer().into()];
@@ -316,6 +318,9 @@ fn check_append(
     cache: &KvCache,
 ) -> Result<()> {
     let bad = |reason: String| Err(OpsError::Shape { op: "kv_append", reason });
+    if !matches!(dt, Dtype::F32 | Dtype::F16) {
+        return bad(format!("{} keys and values are not supported (f32 or f16)", dt.name()));
+    }
     // Positions wrap around the slots (a ring); more new ones than slots would overwrite
     // each other.
     if t_new > cache.ctx {
@@ -519,7 +524,15 @@ pub fn flash_attn_with(
     if tensor_core_prefill(dev.caps(), d, &sh) {
         let opts =
             tuning::coopmat_pipeline_options(dev.caps(), vec![(0, 128)]).expect("checked by tensor_core_prefill");
-        let p = dev.pipeline(&dev.kernel(&format!("flash_attn_cm.{}_d{d}", dt.name()))?, &opts)?;
+        let name = match (dt, d) {
+            (Dtype::F16, 64) => "flash_attn_cm.f16_d64",
+            (Dtype::F16, 96) => "flash_attn_cm.f16_d96",
+            (Dtype::F16, _) => "flash_attn_cm.f16_d128",
+            (_, 64) => "flash_attn_cm.f32_d64",
+            (_, 96) => "flash_attn_cm.f32_d96",
+            _ => "flash_attn_cm.f32_d128",
+        }; // d is 64, 96 or 128 (tensor_core_prefill)
+        let p = dev.pipeline(&dev.kernel(name)?, &opts)?;
         let blocks = sh.t_q.div_ceil(64);
         if blocks as u64 > u64::from(lim[1]) {
             return bad("query blocks exceed the device's grid".into());
@@ -548,7 +561,16 @@ pub fn flash_attn_with(
             (p, [k.n_kv_heads as u32, sh.t_q as u32, splits as u32])
         }
         None => (
-            pipeline(&dev, &variant(&dev, "flash_attn", "", dt, true), 64)?,
+            pipeline(
+                &dev,
+                match (dt == Dtype::F16, tuning::subgroup_reduce(dev.caps())) {
+                    (false, false) => "flash_attn.f32",
+                    (false, true) => "flash_attn.f32_sg",
+                    (true, false) => "flash_attn.f16",
+                    (true, true) => "flash_attn.f16_sg",
+                },
+                64,
+            )?,
             [sh.n_heads as u32, sh.t_q as u32, splits as u32],
         ),
     };
@@ -577,7 +599,8 @@ pub fn flash_attn_with(
         return Ok(());
     }
     s.dispatch(&p, &bindings, &pc_words(splits), groups)?;
-    let c = pipeline(&dev, &variant(&dev, "flash_attn_combine", "", dt, false), 64)?;
+    let combine = if dt == Dtype::F16 { "flash_attn_combine.f16" } else { "flash_attn_combine.f32" };
+    let c = pipeline(&dev, combine, 64)?;
     let rows = (sh.t_q * sh.n_heads) as u32;
     if rows > lim[1] {
         return bad("tokens x heads exceed the device's grid".into());
