@@ -5,9 +5,7 @@ use std::sync::Arc;
 
 use vkml_hal::{Device, Pipeline, PipelineOptions};
 
-use crate::dtype::Dtype;
 use crate::error::{OpsError, Result};
-use crate::tuning;
 
 /// The pipeline of kernel `name` with specialization constant 0 (workgroup size) set to
 /// `workgroup`.
@@ -21,14 +19,6 @@ pub(crate) fn pipeline_spec(dev: &Device, name: &str, workgroup: u32, spec: &[(u
     let mut spec_constants = vec![(0, workgroup)];
     spec_constants.extend_from_slice(spec);
     Ok(dev.pipeline(&k, &PipelineOptions { spec_constants, ..Default::default() })?)
-}
-
-/// The kernel variant `{file}.{kind}{dtype}[_sg]` (`kind` empty or ending in `_`, e.g.
-/// `norm.rms_f16_sg`): `_sg` for kernels that reduce (`reduces`) on a device where
-/// [`tuning::subgroup_reduce`] holds.
-pub(crate) fn variant(dev: &Device, file: &str, kind: &str, dt: Dtype, reduces: bool) -> String {
-    let sg = if reduces && tuning::subgroup_reduce(dev.caps()) { "_sg" } else { "" };
-    format!("{file}.{kind}{}{sg}", dt.name())
 }
 
 /// Push constants from 32-bit words (little-endian, the kernels' `uint`/`float` fields).

@@ -17,7 +17,8 @@ use vkml_hal::{Buffer, BufferArg, MemoryKind, Stream};
 use crate::dtype::Dtype;
 use crate::elementwise::{self, BinaryOp, UnaryOp, View};
 use crate::error::{OpsError, Result};
-use crate::launch::{grid, pipeline, push_words, variant};
+use crate::launch::{grid, pipeline, push_words};
+use crate::tuning;
 
 /// Workgroup size of the row kernels (norms, softmax): a power of two.
 pub const ROW_WORKGROUP: u32 = 256;
@@ -86,7 +87,8 @@ pub fn rms_norm_q8_1(
         return Ok(());
     }
     let dev = s.device().clone();
-    let p = pipeline(&dev, &variant(&dev, "norm", "rms_q8_1_", Dtype::F32, true), ROW_WORKGROUP)?;
+    let name = if tuning::subgroup_reduce(dev.caps()) { "norm.rms_q8_1_f32_sg" } else { "norm.rms_q8_1_f32" };
+    let p = pipeline(&dev, name, ROW_WORKGROUP)?;
     let pc = push_words(&[n as u32, rows as u32, eps.to_bits(), w.is_some() as u32, 0]);
     // An unused weight binding gets x (never read: has_w is 0).
     s.dispatch(&p, &[x.into(), w.unwrap_or(x).into(), xq.into()], &pc, grid(&dev, op, rows as u64)?)?;
@@ -157,10 +159,10 @@ fn norm(
     eps: f32,
     y: &Buffer,
 ) -> Result<()> {
-    let (op, kernel) = match kind {
-        Norm::Rms => ("rms_norm", "rms_"),
-        Norm::Layer => ("layer_norm", "layer_"),
-        Norm::AddRms { .. } => ("add_rms_norm", "add_rms_"),
+    let op = match kind {
+        Norm::Rms => "rms_norm",
+        Norm::Layer => "layer_norm",
+        Norm::AddRms { .. } => "add_rms_norm",
     };
     let dev = s.device().clone();
     dt.require_activation(&dev, op)?;
@@ -179,7 +181,21 @@ fn norm(
     if rows == 0 || n == 0 {
         return Ok(());
     }
-    let p = pipeline(&dev, &variant(&dev, "norm", kernel, dt, true), ROW_WORKGROUP)?;
+    let name = match (kind, dt == Dtype::F16, tuning::subgroup_reduce(dev.caps())) {
+        (Norm::Rms, false, false) => "norm.rms_f32",
+        (Norm::Rms, false, true) => "norm.rms_f32_sg",
+        (Norm::Rms, true, false) => "norm.rms_f16",
+        (Norm::Rms, true, true) => "norm.rms_f16_sg",
+        (Norm::Layer, false, false) => "norm.layer_f32",
+        (Norm::Layer, false, true) => "norm.layer_f32_sg",
+        (Norm::Layer, true, false) => "norm.layer_f16",
+        (Norm::Layer, true, true) => "norm.layer_f16_sg",
+        (Norm::AddRms { .. }, false, false) => "norm.add_rms_f32",
+        (Norm::AddRms { .. }, false, true) => "norm.add_rms_f32_sg",
+        (Norm::AddRms { .. }, true, false) => "norm.add_rms_f16",
+        (Norm::AddRms { .. }, true, true) => "norm.add_rms_f16_sg",
+    };
+    let p = pipeline(&dev, name, ROW_WORKGROUP)?;
     // An unused weight or bias binding gets x (never read: has_w / has_b are 0).
     let wb = w.unwrap_or(x);
     let mut bindings: Vec<BufferArg<'_>> = vec![x.into(), wb.into(), y.into()];
@@ -224,7 +240,13 @@ pub fn softmax(
     if rows == 0 || n == 0 {
         return Ok(());
     }
-    let p = pipeline(&dev, &variant(&dev, "softmax", "", dt, true), ROW_WORKGROUP)?;
+    let name = match (dt == Dtype::F16, tuning::subgroup_reduce(dev.caps())) {
+        (false, false) => "softmax.f32",
+        (false, true) => "softmax.f32_sg",
+        (true, false) => "softmax.f16",
+        (true, true) => "softmax.f16_sg",
+    };
+    let p = pipeline(&dev, name, ROW_WORKGROUP)?;
     let (mb, mr) = mask.unwrap_or((x, 0));
     let pc = push_words(&[n as u32, rows as u32, scale.to_bits(), mr as u32]);
     s.dispatch(&p, &[x.into(), mb.into(), y.into()], &pc, grid(&dev, "softmax", rows as u64)?)?;
@@ -302,11 +324,13 @@ pub fn rope(
     if rows == 0 || sh.d == 0 {
         return Ok(());
     }
-    let kind = match style {
-        RopeStyle::Neox => "neox_",
-        RopeStyle::Interleaved => "interleaved_",
+    let name = match (style, dt == Dtype::F16) {
+        (RopeStyle::Neox, false) => "rope.neox_f32",
+        (RopeStyle::Neox, true) => "rope.neox_f16",
+        (RopeStyle::Interleaved, false) => "rope.interleaved_f32",
+        (RopeStyle::Interleaved, true) => "rope.interleaved_f16",
     };
-    let p = pipeline(&dev, &variant(&dev, "rope", kind, dt, false), 64)?;
+    let p = pipeline(&dev, name, 64)?;
     let gx = (sh.d / 2).div_ceil(64) as u32;
     let max_y = dev.caps().limits.max_workgroup_count[1] as usize;
     let gy = rows.min(max_y);
@@ -333,7 +357,7 @@ pub fn add_bias(s: &mut Stream, dt: Dtype, x: &Buffer, b: &Buffer, rows: usize, 
     }
     let total = u32::try_from(rows * n)
         .map_err(|_| OpsError::Shape { op: "add_bias", reason: format!("{rows} x {n} elements exceed 2^32") })?;
-    let p = pipeline(&dev, &variant(&dev, "bias_add", "", dt, false), 256)?;
+    let p = pipeline(&dev, if dt == Dtype::F16 { "bias_add.f16" } else { "bias_add.f32" }, 256)?;
     let groups = grid(&dev, "add_bias", u64::from(total).div_ceil(256))?;
     s.dispatch(&p, &[x.into(), b.into()], &push_words(&[total, n as u32]), groups)?;
     Ok(())
@@ -394,12 +418,15 @@ pub fn glu(
     if n == 0 {
         return Ok(());
     }
-    let kind = match act {
-        GluActivation::Silu => "silu_",
-        GluActivation::Gelu => "gelu_",
-        GluActivation::GeluErf => "gelu_erf_",
+    let name = match (act, dt == Dtype::F16) {
+        (GluActivation::Silu, false) => "glu.silu_f32",
+        (GluActivation::Silu, true) => "glu.silu_f16",
+        (GluActivation::Gelu, false) => "glu.gelu_f32",
+        (GluActivation::Gelu, true) => "glu.gelu_f16",
+        (GluActivation::GeluErf, false) => "glu.gelu_erf_f32",
+        (GluActivation::GeluErf, true) => "glu.gelu_erf_f16",
     };
-    let p = pipeline(&dev, &variant(&dev, "glu", kind, dt, false), 256)?;
+    let p = pipeline(&dev, name, 256)?;
     let groups = grid(&dev, "glu", (n as u64).div_ceil(256))?;
     s.dispatch(&p, &[gate.into(), up.into(), y.into()], &push_words(&[n as u32]), groups)?;
     Ok(())
