@@ -10,7 +10,6 @@ use vkml_ops::nn::RopeStyle;
 use crate::config::Meta;
 use crate::error::{model_err, Result};
 use crate::storage::ModelStorage;
-use crate::tensor::ModelTensor;
 
 /// YaRN context extension (`{arch}.rope.scaling.type = "yarn"`), with llama.cpp's
 /// parameters.
@@ -250,14 +249,6 @@ where
     /// `(cos, sin, style)`, tables `f32[positions, rot / 2]`.
     pub fn tables(&self) -> (&Tensor<S>, &Tensor<S>, RopeStyle) {
         (&self.cos, &self.sin, self.style)
-    }
-
-    /// Rotates `x: f32[t, heads, d]` at positions `pos0..pos0 + t`.
-    ///
-    /// # Errors
-    /// Positions past the tables; device errors.
-    pub fn apply(&self, x: &Tensor<S>, pos0: usize) -> Result<Tensor<S>> {
-        Ok(x.rope(&self.cos, &self.sin, pos0, self.style)?)
     }
 }
 

@@ -53,16 +53,9 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     /// As [`ModelTensor::rms_norm`], [`ModelTensor::qmatmul`] and [`ModelTensor::qmatmul_glu`].
     fn rms_norm_linear(&self, nw: &Self, eps: f32, w: &S::QWeight, act: Option<GluActivation>) -> CResult<Self>;
 
-    /// Rotary embedding ([`ModelStorage::rope`]) of `self: f32[t, heads, d]` with tables
-    /// `cos`, `sin: f32[positions, rot / 2]`.
-    ///
-    /// # Errors
-    /// As [`ModelStorage::rope`].
-    fn rope(&self, cos: &Self, sin: &Self, pos0: usize, style: RopeStyle) -> CResult<Self>;
-
     /// Causal GQA attention over a KV cache ([`ModelStorage::attention`]): `q:
     /// f32[t, n_heads, d]`, `k`, `v: f32[t, n_kv_heads, d]`, q and k first rotated by
-    /// `rope` = `(cos, sin, style)` where given (tables as [`ModelTensor::rope`] takes);
+    /// `rope` = `(cos, sin, style)` where given (tables `f32[positions, rot / 2]`);
     /// returns `f32[t, n_heads · d]`.
     ///
     /// # Errors
@@ -146,12 +139,6 @@ where
         let out = if act.is_some() { rows / 2 } else { rows };
         let st = self.storage().rms_norm_linear(self.layout(), nw.storage(), nw.layout(), eps, w, act)?;
         Ok(Self::from_storage(st, (t, out)))
-    }
-
-    fn rope(&self, cos: &Self, sin: &Self, pos0: usize, style: RopeStyle) -> CResult<Self> {
-        let (c, s, positions, rot) = rope_tables(self.dims(), cos, sin, pos0)?;
-        let out = self.storage().rope(self.layout(), c.storage(), s.storage(), positions, pos0, rot, style)?;
-        Ok(Self::from_storage(out, self.shape().clone()))
     }
 
     fn attention(

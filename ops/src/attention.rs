@@ -18,7 +18,7 @@ use vkml_hal::{Buffer, BufferArg, Capabilities, Device, MemoryKind, Stream};
 
 use crate::dtype::Dtype;
 use crate::error::{OpsError, Result};
-use crate::launch::{pipeline, pipeline_spec, push_words};
+use crate::launch::{pipeline, pipeline_spec, push_words, rows_grid};
 use crate::tuning;
 
 /// Fewest query tokens for which [`flash_attn`] takes the tensor-core prefill kernel
@@ -223,22 +223,16 @@ pub fn rope_kv_append(
         return bad("K and V caches differ in shape".into());
     }
     let d = k_cache.d;
-    if !rope.rot.is_multiple_of(2) || rope.rot > d {
-        return bad(format!("rotary dims {} must be even and at most the head dim {d}", rope.rot));
-    }
-    if pos0 + t_new > rope.positions {
-        return bad(format!("positions {pos0}..{} exceed the {}-row cos/sin tables", pos0 + t_new, rope.positions));
-    }
-    for (what, b) in [("cos", rope.cos), ("sin", rope.sin)] {
-        if b.size() < 4 * (rope.positions * rope.rot / 2) as u64 {
-            return bad(format!(
-                "{what} holds {} bytes, less than {} x {} f32",
-                b.size(),
-                rope.positions,
-                rope.rot / 2
-            ));
-        }
-    }
+    let sh = crate::nn::RopeShape {
+        bh: n_heads,
+        t: t_new,
+        d,
+        rot: rope.rot,
+        pos_offset: pos0,
+        positions: rope.positions,
+        token_major: true,
+    };
+    crate::nn::check_rope_tables("rope_kv_append", rope.cos, rope.sin, sh)?;
     check_append(Dtype::F32, k.buffer, k.off, k.stride, t_new, pos0, k_cache)?;
     check_append(Dtype::F32, v.buffer, v.off, v.stride, t_new, pos0, v_cache)?;
     let q_row = n_heads * d;
@@ -270,10 +264,7 @@ pub fn rope_kv_append(
         v.off as u32,
         v.stride as u32,
     ]);
-    let rows = t_new * (n_heads + 2 * k_cache.n_kv_heads);
-    let max_y = dev.caps().limits.max_workgroup_count[1] as usize;
-    let gy = rows.min(max_y);
-    let grid = [(d / 2).div_ceil(64) as u32, gy as u32, rows.div_ceil(gy) as u32];
+    let grid = rows_grid(&dev, (d / 2).div_ceil(64) as u32, t_new * (n_heads + 2 * k_cache.n_kv_heads));
     let bindings = [
         q.buffer.into(),
         k.buffer.into(),

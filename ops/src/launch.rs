@@ -60,3 +60,12 @@ pub(crate) fn grid(dev: &Device, op: &'static str, groups: u64) -> Result<[u32; 
     }
     Ok([x as u32, y as u32, 1])
 }
+
+/// The grid of a kernel with `gx` workgroups along x per row and one row per workgroup
+/// along y, `rows` rows split over y and z where they exceed the device's y limit (the
+/// kernel reads its row as `gl_GlobalInvocationID.y + gl_GlobalInvocationID.z *
+/// gl_NumWorkGroups.y`). `rows` is at least 1.
+pub(crate) fn rows_grid(dev: &Device, gx: u32, rows: usize) -> [u32; 3] {
+    let gy = rows.clamp(1, dev.caps().limits.max_workgroup_count[1] as usize);
+    [gx, gy as u32, rows.div_ceil(gy) as u32]
+}

@@ -17,7 +17,7 @@ use vkml_hal::{Buffer, BufferArg, MemoryKind, Stream};
 use crate::dtype::Dtype;
 use crate::elementwise::{self, BinaryOp, UnaryOp, View};
 use crate::error::{OpsError, Result};
-use crate::launch::{grid, pipeline, push_words};
+use crate::launch::{grid, pipeline, push_words, rows_grid};
 use crate::tuning;
 
 /// Workgroup size of the row kernels (norms, softmax): a power of two.
@@ -304,7 +304,33 @@ pub fn rope(
 ) -> Result<()> {
     let dev = s.device().clone();
     dt.require_activation(&dev, "rope")?;
-    let bad = |reason: String| Err(OpsError::Shape { op: "rope", reason });
+    check_rope_tables("rope", cos, sin, sh)?;
+    let rows = sh.bh * sh.t;
+    need("rope", "x", x, rows * sh.d, dt)?;
+    need("rope", "y", y, rows * sh.d, dt)?;
+    if rows == 0 || sh.d == 0 {
+        return Ok(());
+    }
+    let name = match (style, dt == Dtype::F16) {
+        (RopeStyle::Neox, false) => "rope.neox_f32",
+        (RopeStyle::Neox, true) => "rope.neox_f16",
+        (RopeStyle::Interleaved, false) => "rope.interleaved_f32",
+        (RopeStyle::Interleaved, true) => "rope.interleaved_f16",
+    };
+    let p = pipeline(&dev, name, 64)?;
+    let tok_div = if sh.token_major { sh.bh.max(1) } else { 1 };
+    let pc = push_words(&[sh.d as u32, sh.t as u32, rows as u32, sh.rot as u32, sh.pos_offset as u32, tok_div as u32]);
+    let grid = rows_grid(&dev, (sh.d / 2).div_ceil(64) as u32, rows);
+    s.dispatch(&p, &[x.into(), cos.into(), sin.into(), y.into()], &pc, grid)?;
+    Ok(())
+}
+
+/// Checks the rotary shape of [`rope`] and [`crate::attention::rope_kv_append`] (named
+/// `op` in the error): head dim `sh.d` and rotary dims `sh.rot` even with `rot <= d`,
+/// positions `sh.pos_offset..+ sh.t` inside the tables, and `cos`, `sin` holding
+/// `f32[sh.positions, sh.rot / 2]`.
+pub(crate) fn check_rope_tables(op: &'static str, cos: &Buffer, sin: &Buffer, sh: RopeShape) -> Result<()> {
+    let bad = |reason: String| Err(OpsError::Shape { op, reason });
     if !sh.d.is_multiple_of(2) || !sh.rot.is_multiple_of(2) || sh.rot > sh.d {
         return bad(format!("head dim {} and rotary dims {} must be even with rot <= d", sh.d, sh.rot));
     }
@@ -316,29 +342,8 @@ pub fn rope(
             sh.positions
         ));
     }
-    let rows = sh.bh * sh.t;
-    need("rope", "x", x, rows * sh.d, dt)?;
-    need("rope", "y", y, rows * sh.d, dt)?;
-    need("rope", "cos", cos, sh.positions * sh.rot / 2, Dtype::F32)?;
-    need("rope", "sin", sin, sh.positions * sh.rot / 2, Dtype::F32)?;
-    if rows == 0 || sh.d == 0 {
-        return Ok(());
-    }
-    let name = match (style, dt == Dtype::F16) {
-        (RopeStyle::Neox, false) => "rope.neox_f32",
-        (RopeStyle::Neox, true) => "rope.neox_f16",
-        (RopeStyle::Interleaved, false) => "rope.interleaved_f32",
-        (RopeStyle::Interleaved, true) => "rope.interleaved_f16",
-    };
-    let p = pipeline(&dev, name, 64)?;
-    let gx = (sh.d / 2).div_ceil(64) as u32;
-    let max_y = dev.caps().limits.max_workgroup_count[1] as usize;
-    let gy = rows.min(max_y);
-    let gz = rows.div_ceil(gy);
-    let tok_div = if sh.token_major { sh.bh.max(1) } else { 1 };
-    let pc = push_words(&[sh.d as u32, sh.t as u32, rows as u32, sh.rot as u32, sh.pos_offset as u32, tok_div as u32]);
-    s.dispatch(&p, &[x.into(), cos.into(), sin.into(), y.into()], &pc, [gx, gy as u32, gz as u32])?;
-    Ok(())
+    need(op, "cos", cos, sh.positions * sh.rot / 2, Dtype::F32)?;
+    need(op, "sin", sin, sh.positions * sh.rot / 2, Dtype::F32)
 }
 
 /// Records the row-broadcast bias add `x[r, :] += b` in place for `r < rows` (`x`:

@@ -14,19 +14,9 @@ use crate::blocks::BlockQ8_1;
 use crate::dot::h2f;
 use crate::types::GgmlType;
 
-/// Row bytes per block of the types handled here.
-fn block_bytes(ty: GgmlType) -> Option<usize> {
-    match ty {
-        GgmlType::Q4_0 => Some(18),
-        GgmlType::Q4_1 => Some(20),
-        GgmlType::Q8_0 => Some(34),
-        _ => None,
-    }
-}
-
 /// Whether [`rows_q8_1`] handles `ty`.
 pub(crate) fn handles(ty: GgmlType) -> bool {
-    block_bytes(ty).is_some()
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
 }
 
 /// 32 bytes at `p[at..at + 32]`.
@@ -151,7 +141,7 @@ mod tests {
             let quantized = crate::quantize(ty, &w).unwrap();
             // Random bytes with finite scales (f16 0x3C00 = 1.0 in every scale slot).
             let mut random: Vec<u8> = (0..quantized.len()).map(|_| next() as u8).collect();
-            let bb = super::block_bytes(ty).unwrap();
+            let bb = ty.type_size();
             for blk in random.chunks_exact_mut(bb) {
                 blk[0..2].copy_from_slice(&0x3C00u16.to_le_bytes());
                 if ty == GgmlType::Q4_1 {

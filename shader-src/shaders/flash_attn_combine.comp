@@ -1,7 +1,6 @@
 //! variant f32
 //! variant f16 F16=1
-// Merges the n_splits partial results of flash_attn.comp:
-//   M = max_s m_s; L = sum_s l_s exp(m_s - M); out = sum_s o_s exp(m_s - M) / L.
+// Merges the n_splits partial results of flash_attn.comp (include/flash_attn_merge.glsl).
 // Bindings: 0 = partial o f32 [n_splits, t_q, n_heads, d], 1 = ml f32 [n_splits, t_q, n_heads, 2],
 // 2 = out [t_q, n_heads, d] of type ACT (f32, or f16 with F16).
 // Push: t_q, n_heads, d, n_splits. Grid: x over d, y = t_q * n_heads.
@@ -16,22 +15,10 @@ layout(std430, set = 0, binding = 0) readonly buffer PO { float po[]; };
 layout(std430, set = 0, binding = 1) readonly buffer ML { float ml[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer O { ACT o[]; };
 layout(push_constant) uniform P { uint t_q; uint n_heads; uint d; uint n_splits; } p;
+#include "flash_attn_merge.glsl"
 
 void main() {
     uint dd = gl_GlobalInvocationID.x, row = gl_GlobalInvocationID.y;
     if (dd >= p.d || row >= p.t_q * p.n_heads) return;
-    uint stride = p.t_q * p.n_heads;
-    float m = uintBitsToFloat(0xFF800000u);
-    for (uint s = 0; s < p.n_splits; s++) m = max(m, ml[(s * stride + row) * 2u]);
-    float l = 0.0, a = 0.0;
-    if (!isinf(m)) {
-        for (uint s = 0; s < p.n_splits; s++) {
-            float ms = ml[(s * stride + row) * 2u];
-            if (isinf(ms)) continue; // a split with no visible key
-            float w = exp(ms - m);
-            l += ml[(s * stride + row) * 2u + 1u] * w;
-            a += po[(s * stride + row) * p.d + dd] * w;
-        }
-    }
-    o[row * p.d + dd] = ACT(l > 0.0 ? a / l : 0.0);
+    o[row * p.d + dd] = ACT(attn_merge(row, dd));
 }

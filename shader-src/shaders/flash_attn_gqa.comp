@@ -17,7 +17,7 @@
 // combine_*: with n_splits > 1, the splits merge in the same dispatch: each workgroup,
 // having written its split, counts itself on a device-scope atomic (binding 6, cnt: one
 // uint per (query token, KV head), zero before the dispatch); the last of the n_splits
-// workgroups of a (token, KV head) merges them as flash_attn_combine.comp does and resets
+// workgroups of a (token, KV head) merges them (include/flash_attn_merge.glsl) and resets
 // its count to zero for the next dispatch.
 // Specialization constants: 0 = workgroup size (at most MAX_SG subgroups), 1 = GQ (G, at
 // most 8), 2 = NPL (pairs per lane per head: at least ceil(d / 2 / subgroup size)).
@@ -41,6 +41,7 @@ layout(std430, set = 0, binding = 2) readonly buffer V { uint vw[]; };
 #include "flash_attn_io.glsl"
 #ifdef ATTN_COMBINE_IN_PLACE
 layout(std430, set = 0, binding = 6) coherent buffer CNT { uint cnt[]; };
+#include "flash_attn_merge.glsl"
 shared uint is_last;
 #endif
 
@@ -144,22 +145,9 @@ void main() {
     barrier();
     if (is_last == 0u) return;
     memoryBarrierBuffer();
-    uint stride = p.t_q * p.n_heads;
     for (uint i = tid; i < GQ * p.d; i += wg) {
-        uint row = t * p.n_heads + h0 + i / p.d, dd = i % p.d;
-        float m = NEG_INF;
-        for (uint s = 0; s < p.n_splits; s++) m = max(m, ml[(s * stride + row) * 2u]);
-        float l = 0.0, a = 0.0;
-        if (!isinf(m)) {
-            for (uint s = 0; s < p.n_splits; s++) {
-                float ms = ml[(s * stride + row) * 2u];
-                if (isinf(ms)) continue; // a split with no visible key
-                float w = exp(ms - m);
-                l += ml[(s * stride + row) * 2u + 1u] * w;
-                a += po[(s * stride + row) * p.d + dd] * w;
-            }
-        }
-        o[row * p.d + dd] = ACT(l > 0.0 ? a / l : 0.0);
+        uint row = t * p.n_heads + h0 + i / p.d;
+        o[row * p.d + i % p.d] = ACT(attn_merge(row, i % p.d));
     }
     if (tid == 0u) cnt[t * p.n_kv_heads + kvh] = 0u;
 #endif

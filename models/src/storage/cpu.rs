@@ -9,7 +9,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::cpu_backend::CpuDevice;
 use candle_core::op::BackpropOp;
 use candle_core::{CpuStorage, Layout, Storage, Tensor};
-use vkml_ops::nn::{GluActivation, RopeStyle};
+use vkml_ops::nn::GluActivation;
 use vkml_quant::gguf::TensorInfo;
 
 use vkml_candle::front::scratch_alloc;
@@ -49,15 +49,11 @@ pub enum CpuWeight {
 }
 
 impl CpuWeight {
-    /// `x Wᵀ` for `x: f32[t, k]`.
-    fn matmul(&self, x: &Tensor) -> CResult<Tensor> {
+    /// `x Wᵀ` for `x: f32[t, k]` (`l`), as `f32[t, rows]` row-major.
+    fn matmul(&self, x: &CpuStorage, l: &Layout) -> CResult<Vec<f32>> {
         match self {
-            CpuWeight::Dense(w) => x.matmul(&w.t()?),
-            CpuWeight::Blocks(m) => {
-                let t = x.dim(0)?;
-                let y = m.matmul(&x.contiguous()?.flatten_all()?.to_vec1::<f32>()?)?;
-                Tensor::from_vec(y, (t, m.dims().0), &candle_core::Device::Cpu)
-            }
+            CpuWeight::Dense(w) => tensor(x, l)?.matmul(&w.t()?)?.flatten_all()?.to_vec1::<f32>(),
+            CpuWeight::Blocks(m) => m.matmul(&f32s(x, l)?),
         }
     }
 }
@@ -120,17 +116,11 @@ impl ModelStorage for CpuStorage {
     }
 
     fn qmatmul(&self, l: &Layout, w: &CpuWeight) -> CResult<Self> {
-        match w {
-            CpuWeight::Dense(_) => storage(&w.matmul(&tensor(self, l)?)?),
-            CpuWeight::Blocks(m) => Ok(CpuStorage::F32(m.matmul(&f32s(self, l)?)?)),
-        }
+        Ok(CpuStorage::F32(w.matmul(self, l)?))
     }
 
     fn qmatmul_add(&self, l: &Layout, w: &CpuWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
-        let y = match w {
-            CpuWeight::Dense(_) => w.matmul(&tensor(self, l)?)?.flatten_all()?.to_vec1::<f32>()?,
-            CpuWeight::Blocks(m) => m.matmul(&f32s(self, l)?)?,
-        };
+        let y = w.matmul(self, l)?;
         match (acc, acc_l.contiguous_offsets()) {
             (CpuStorage::F32(a), Some((0, n))) if n == y.len() => {
                 a.iter_mut().zip(&y).for_each(|(a, y)| *a += y);
@@ -142,11 +132,7 @@ impl ModelStorage for CpuStorage {
 
     fn qmatmul_glu(&self, l: &Layout, w: &CpuWeight, act: GluActivation) -> CResult<Self> {
         let t = l.dims().first().copied().unwrap_or(1);
-        let y = match w {
-            CpuWeight::Dense(_) => w.matmul(&tensor(self, l)?)?.flatten_all()?.to_vec1::<f32>()?,
-            CpuWeight::Blocks(m) => m.matmul(&f32s(self, l)?)?,
-        };
-        Ok(CpuStorage::F32(cpu_loops::glu(&y, t, act)?))
+        Ok(CpuStorage::F32(cpu_loops::glu(&w.matmul(self, l)?, t, act)?))
     }
 
     fn qembedding(w: &CpuWeight, ids: &Self, l: &Layout) -> CResult<Self> {
@@ -165,23 +151,6 @@ impl ModelStorage for CpuStorage {
 
     fn rms_norm(&self, l: &Layout, w: &Self, wl: &Layout, eps: f32) -> CResult<Self> {
         Ok(CpuStorage::F32(cpu_loops::rms_norm(&f32s(self, l)?, &f32s(w, wl)?, eps)?))
-    }
-
-    fn rope(
-        &self,
-        l: &Layout,
-        cos: &Self,
-        sin: &Self,
-        positions: usize,
-        pos0: usize,
-        rot: usize,
-        style: RopeStyle,
-    ) -> CResult<Self> {
-        let (t, heads, d) = l.shape().dims3()?;
-        let table = Layout::contiguous((positions, rot / 2));
-        let (cos, sin) = (f32s(cos, &table)?, f32s(sin, &table)?);
-        let y = cpu_loops::rope(&f32s(self, l)?, (t, heads, d), &cos, &sin, pos0, rot, style)?;
-        Ok(CpuStorage::F32(y))
     }
 
     fn kv_cache(_: &CpuDevice, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<CpuKvCache> {

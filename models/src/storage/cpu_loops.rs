@@ -123,13 +123,12 @@ pub struct CpuKvCache {
     rows: Vec<f32>,
     width: usize,
     ctx: usize,
-    len: usize,
 }
 
 impl CpuKvCache {
     /// An empty cache of rows of `width` values, bounded as a cache of `ctx` slots is.
     pub(super) fn new(width: usize, ctx: usize) -> CpuKvCache {
-        CpuKvCache { rows: Vec::new(), width, ctx, len: 0 }
+        CpuKvCache { rows: Vec::new(), width, ctx }
     }
 
     /// Writes `x: f32[t, width]` at positions `pos0..pos0 + t` (dropping what was cached
@@ -144,12 +143,12 @@ impl CpuKvCache {
         if pos0 + t - first > self.ctx {
             candle_core::bail!("positions {first}..{} run past the cache of {}", pos0 + t, self.ctx)
         }
-        if pos0 > self.len {
-            candle_core::bail!("attention at position {pos0} with {} cached positions", self.len)
+        let len = self.rows.len() / self.width;
+        if pos0 > len {
+            candle_core::bail!("attention at position {pos0} with {len} cached positions")
         }
         self.rows.truncate(pos0 * self.width);
         self.rows.extend(x.iter().map(|&v| half::f16::from_f32(v).to_f32()));
-        self.len = pos0 + t;
         Ok(())
     }
 

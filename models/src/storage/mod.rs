@@ -33,8 +33,9 @@ pub struct AttnParams {
 }
 
 /// The rotary embedding an attention call applies to its queries and keys before
-/// appending the keys ([`ModelStorage::attention`]): the tables and pairing of
-/// [`ModelStorage::rope`].
+/// appending the keys ([`ModelStorage::attention`]): the first `rot` dims of each head
+/// rotate, paired interleaved (candle-nn's `rotary_emb::rope_i`) or neox-style
+/// (`rotary_emb::rope`); the rest pass through.
 #[derive(Debug, Clone, Copy)]
 pub struct AttnRope<'a, S> {
     /// cos of the angles, `f32[positions, rot / 2]`, contiguous.
@@ -177,25 +178,6 @@ pub trait ModelStorage: BackendStorage + 'static {
         rms_norm_linear_composed(self, l, nw, nwl, eps, w, act)
     }
 
-    /// Rotary embedding of `x: f32[t, heads, d]` (`l`) at positions `pos0..pos0 + t`:
-    /// the first `rot` dims of each head rotate, paired interleaved (candle-nn's
-    /// `rotary_emb::rope_i`) or neox-style (`rotary_emb::rope`); the rest pass through.
-    /// `cos`, `sin`: `f32[positions, rot / 2]` tables. Contiguous output.
-    ///
-    /// # Errors
-    /// Shape mismatches, positions past the tables, device errors.
-    #[allow(clippy::too_many_arguments)]
-    fn rope(
-        &self,
-        l: &Layout,
-        cos: &Self,
-        sin: &Self,
-        positions: usize,
-        pos0: usize,
-        rot: usize,
-        style: RopeStyle,
-    ) -> CResult<Self>;
-
     /// An empty (zeroed) cache of `ctx` slots: position `p` in slot `p % ctx`, so a cache
     /// of a model's whole context, or for a sliding-window layer a ring of fewer slots (at
     /// least the window plus a call's tokens less one; [`ModelStorage::attention`] refuses
@@ -206,7 +188,7 @@ pub trait ModelStorage: BackendStorage + 'static {
     fn kv_cache(dev: &Self::Device, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<Self::KvCache>;
 
     /// Causal grouped-query attention with a KV cache: rotates `q` and `k` by `rope`
-    /// where given ([`ModelStorage::rope`] at positions `pos0..pos0 + t`), appends `k`, `v`
+    /// where given (at positions `pos0..pos0 + t`, [`AttnRope`]), appends `k`, `v`
     /// (`f32[t, n_kv_heads, d]`) at positions `pos0..pos0 + t` of the caches (rounded to
     /// f16), then returns `softmax(q Kᵀ · p.scale + mask) V` over the first
     /// `pos0 + t` positions (causal, within `p.window`) for `q: f32[t, n_heads, d]`, as `f32[t, n_heads · d]`

@@ -7,7 +7,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout};
 use vkml_candle::vulkan::{cerr, VulkanDevice, VulkanStorage};
 use vkml_hal::{Buffer, MemoryKind, Stream};
-use vkml_ops::nn::{GluActivation, RopeStyle};
+use vkml_ops::nn::GluActivation;
 use vkml_ops::quant::MatVecEpilogue;
 use vkml_ops::Dtype;
 
@@ -194,25 +194,6 @@ impl ModelStorage for VulkanStorage {
         Ok(dev.storage(y, DType::F32, t * out))
     }
 
-    fn rope(
-        &self,
-        l: &Layout,
-        cos: &Self,
-        sin: &Self,
-        positions: usize,
-        pos0: usize,
-        rot: usize,
-        style: RopeStyle,
-    ) -> CResult<Self> {
-        f32_only(self, "rope")?;
-        let x = self.packed(l)?;
-        let &[t, heads, d] = l.dims() else { candle_core::bail!("rope takes [t, heads, d]") };
-        let sh = vkml_ops::nn::RopeShape { bh: heads, t, d, rot, pos_offset: pos0, positions, token_major: true };
-        x.map(&Layout::contiguous(l.shape()), DType::F32, |s, y| {
-            vkml_ops::nn::rope(s, Dtype::F32, style, x.buffer(), cos.buffer(), sin.buffer(), sh, y)
-        })
-    }
-
     fn kv_cache(dev: &VulkanDevice, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<Self::KvCache> {
         vkml_ops::attention::KvCache::new(dev.hal(), n_kv_heads, ctx, d).map_err(cerr)
     }
@@ -261,13 +242,13 @@ impl ModelStorage for VulkanStorage {
         let y = dev.alloc(t * h * d, DType::F32)?;
         // With a rotation: rope of Q and K, and the cache append, in one dispatch
         // (`rope_kv_append`) into a rotated copy of q; else the append alone.
-        let (qr, q_rot) = match rope {
-            Some(_) => (kv_rows(q.0, q.1)?, Some(dev.alloc(t * h * d, DType::F32)?)),
+        let (qr, rotate) = match rope {
+            Some(r) => (kv_rows(q.0, q.1)?, Some((r, dev.alloc(t * h * d, DType::F32)?))),
             None => ((q.0.packed(q.1)?, 0, h * d), None),
         };
         let record = |s: &mut Stream| -> vkml_ops::Result<()> {
-            let q_in = match (&rope, &q_rot) {
-                (Some(r), Some(q_rot)) => {
+            let q_in = match &rotate {
+                Some((r, q_rot)) => {
                     let tables = RopeTables {
                         cos: r.cos.buffer(),
                         sin: r.sin.buffer(),
@@ -279,7 +260,7 @@ impl ModelStorage for VulkanStorage {
                     attention::rope_kv_append(s, tables, srcs, h, t, pos0, (k_cache, v_cache), q_rot)?;
                     q_rot
                 }
-                _ => {
+                None => {
                     let (kx, vx) = ((kr.0.buffer(), kr.1, kr.2), (vr.0.buffer(), vr.1, vr.2));
                     attention::kv_append_pair_from(s, Dtype::F32, kx, vx, t, pos0, k_cache, v_cache)?;
                     qr.0.buffer()
@@ -289,7 +270,7 @@ impl ModelStorage for VulkanStorage {
             attention::flash_attn(s, Dtype::F32, q_in, k_cache, v_cache, sh, &y, sc)
         };
         dev.with_stream(|s| record(s).map_err(cerr))?;
-        if let Some(b) = q_rot {
+        if let Some((_, b)) = rotate {
             dev.recycle(b);
         }
         if let Some((a, b)) = scratch {

@@ -138,17 +138,36 @@ pub fn mat_vec_fuses_norm(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatV
     row_sg && !mat_vec_uses_q8_1(caps, m, cfg) && m.parts.len() == 1 && cfg.workgroup <= 128
 }
 
+/// Where [`rms_norm_mat_vec`] normalises x for `m`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum NormPath {
+    /// Inside the block mat-vec ([`mat_vec_fuses_norm`]).
+    InKernel,
+    /// `norm.rms_q8_1_f32` into Q8_1 scratch, then the integer-dot mat-vec.
+    Q8_1,
+    /// `norm.rms_f32` into f32 scratch, then the mat-vec.
+    F32,
+}
+
+fn norm_path(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVecConfig) -> NormPath {
+    if mat_vec_fuses_norm(caps, m, cfg) {
+        NormPath::InKernel
+    } else if mat_vec_uses_q8_1(caps, m, cfg) && m.k.is_multiple_of(32) {
+        NormPath::Q8_1
+    } else {
+        NormPath::F32
+    }
+}
+
 /// Bytes of scratch [`rms_norm_mat_vec`] needs for `m` and `batch` rows of x: 0 where the
 /// norm runs inside the mat-vec, else room for the normalised x (Q8_1 where the
 /// integer-dot kernel runs, f32 otherwise). A caller with a buffer pool passes one of
 /// these from it.
 pub fn rms_norm_mat_vec_scratch(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &MatVecConfig) -> u64 {
-    if mat_vec_fuses_norm(caps, m, cfg) {
-        0
-    } else if mat_vec_uses_q8_1(caps, m, cfg) && m.k.is_multiple_of(32) {
-        36 * (batch * m.k / 32) as u64
-    } else {
-        4 * (batch * m.k) as u64
+    match norm_path(caps, m, cfg) {
+        NormPath::InKernel => 0,
+        NormPath::Q8_1 => 36 * (batch * m.k / 32) as u64,
+        NormPath::F32 => 4 * (batch * m.k) as u64,
     }
 }
 
@@ -177,18 +196,19 @@ pub fn rms_norm_mat_vec(
     scratch: Option<&vkml_hal::Buffer>,
 ) -> Result<()> {
     let dev = s.device().clone();
-    let need = rms_norm_mat_vec_scratch(dev.caps(), m, batch, &cfg);
     let bad = |reason: String| Err(OpsError::Shape { op: "rms_norm_mat_vec", reason });
     if nw.size() < 4 * m.k as u64 {
         return bad(format!("the norm weight holds {} bytes, less than {} f32", nw.size(), m.k));
     }
-    if need == 0 {
+    let path = norm_path(dev.caps(), m, &cfg);
+    if path == NormPath::InKernel {
         return mat_vec_core(s, m, x, false, Some((nw, eps)), batch, y, cfg, epilogue);
     }
+    let need = rms_norm_mat_vec_scratch(dev.caps(), m, batch, &cfg);
     let Some(scratch) = scratch.filter(|b| b.size() >= need) else {
         return bad(format!("the normalised x needs a scratch buffer of {need} bytes"));
     };
-    if mat_vec_uses_q8_1(dev.caps(), m, &cfg) && m.k.is_multiple_of(32) {
+    if path == NormPath::Q8_1 {
         crate::nn::rms_norm_q8_1(s, x, Some(nw), batch, m.k, eps, scratch)?;
         return mat_vec_q8_1_fused(s, m, scratch, batch, y, cfg, epilogue);
     }
