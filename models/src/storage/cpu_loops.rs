@@ -15,6 +15,10 @@ use super::AttnParams;
 
 type CResult<T> = candle_core::Result<T>;
 
+/// √(2/π) as candle's `gelu` takes it (`SQRT_TWO_OVER_PI_F32`: the f32 nearest the exact
+/// value).
+const SQRT_TWO_OVER_PI: f32 = 0.797_884_6;
+
 /// The f32 elements of `(s, l)` in row-major order: borrowed where the layout is
 /// contiguous, else copied.
 ///
@@ -106,9 +110,7 @@ pub(super) fn glu(y: &[f32], t: usize, act: GluActivation) -> CResult<Vec<f32>> 
     let n = width / 2;
     let f: fn(f32) -> f32 = match act {
         GluActivation::Silu => |v| v / (1.0 + (-v).exp()),
-        GluActivation::Gelu => {
-            |v| 0.5 * v * (1.0 + f32::tanh((2.0f32 / std::f32::consts::PI).sqrt() * v * (1.0 + 0.044715 * v * v)))
-        }
+        GluActivation::Gelu => |v| 0.5 * v * (1.0 + f32::tanh(SQRT_TWO_OVER_PI * v * (1.0 + 0.044715 * v * v))),
         GluActivation::GeluErf => {
             |v| (candle_core::cpu::erf::erf_f32(v * std::f32::consts::FRAC_1_SQRT_2) + 1.) * 0.5 * v
         }
