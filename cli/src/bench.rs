@@ -87,6 +87,12 @@ struct ModelArgs {
     /// timestamps can serialize commands, so the t/s of a profiled run are lower.
     #[arg(long)]
     profile: bool,
+    #[command(flatten)]
+    split: crate::model_args::SplitArgs,
+    /// With --devices: tokens per micro-batch of a prompt (llama-bench's `-ub`); default
+    /// a quarter of the prompt.
+    #[arg(long)]
+    micro_batch: Option<usize>,
 }
 
 /// Arguments of `vkml bench ops`.
@@ -251,12 +257,45 @@ fn models(a: ModelArgs) -> Result<(), String> {
     if crate::model_args::is_cpu(crate::model_args::named_device(a.device.as_deref()).as_deref()) {
         return models_cpu(&a, &list);
     }
-    let dev = open_device(a.device.as_deref())?;
-    let head = header(&dev);
-    let vdev = VulkanDevice::from_device(&dev, 0).map_err(|e| e.to_string())?;
-    if a.profile {
-        dev.set_profiling(true).map_err(|e| e.to_string())?;
+    let (vdevs, shares) = match a.split.open()? {
+        Some(s) => s,
+        None => {
+            let dev = open_device(a.device.as_deref())?;
+            (vec![VulkanDevice::from_device(&dev, 0).map_err(|e| e.to_string())?], None)
+        }
+    };
+    let mut head = header(vdevs[0].hal());
+    if vdevs.len() > 1 {
+        head["device"] = vdevs.iter().map(|d| d.hal().caps().name.clone()).collect::<Vec<_>>().join(" + ").into();
     }
+    if a.profile {
+        for d in &vdevs {
+            d.hal().set_profiling(true).map_err(|e| e.to_string())?;
+        }
+    }
+    // Counters and profiles summed over the devices.
+    let stream_stats = || {
+        vdevs.iter().map(|d| d.stream_stats()).fold(vkml_hal::StreamStats::default(), |a, s| vkml_hal::StreamStats {
+            dispatches: a.dispatches + s.dispatches,
+            barriers: a.barriers + s.barriers,
+            transfers: a.transfers + s.transfers,
+            submissions: a.submissions + s.submissions,
+        })
+    };
+    let take_profile = || {
+        let mut all: Vec<vkml_hal::KernelTime> = Vec::new();
+        for k in vdevs.iter().flat_map(|d| d.hal().take_profile()) {
+            match all.iter_mut().find(|x| x.name == k.name) {
+                Some(x) => {
+                    x.calls += k.calls;
+                    x.seconds += k.seconds;
+                }
+                None => all.push(k),
+            }
+        }
+        all.sort_by(|x, y| y.seconds.total_cmp(&x.seconds));
+        all
+    };
     let max_p = a.n_prompt.iter().copied().max().unwrap_or(0);
     let max_n = a.n_gen.iter().copied().max().unwrap_or(0);
     let mut rows = Vec::new();
@@ -275,9 +314,17 @@ fn models(a: ModelArgs) -> Result<(), String> {
         let size: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
         let params: u64 = file.tensors().iter().map(|t| t.n_elements).sum();
         let t1 = Instant::now();
-        let opts = LoadOptions { ctx: Some(max_p.max(max_n) + 1), max_batch: max_p.max(1), ..Default::default() };
-        let mut model =
-            Runner::<VulkanStorage>::load(&vdev, &file, opts, &mut |_, _| {}).map_err(|e| format!("{label}: {e}"))?;
+        let opts = LoadOptions {
+            ctx: Some(max_p.max(max_n) + 1),
+            max_batch: max_p.max(1),
+            micro_batch: a.micro_batch,
+            ..Default::default()
+        };
+        let mut model = Runner::<VulkanStorage>::load_split(&vdevs, shares.as_deref(), &file, opts, &mut |_, _| {})
+            .map_err(|e| format!("{label}: {e}"))?;
+        if model.devices().is_split() {
+            eprintln!("{label}: {}", crate::model_args::split_label(&model));
+        }
         drop(file);
         tracing::info!("{label}: made/opened in {made_s:.1} s, loaded in {:.1} s", t1.elapsed().as_secs_f64());
         let vocab = model.hparams().vocab as u32;
@@ -299,9 +346,9 @@ fn models(a: ModelArgs) -> Result<(), String> {
                 warm_runs += 1;
             }
             prof = vkml_models::StepProfile::default();
-            let stats0 = vdev.stream_stats();
+            let stats0 = stream_stats();
             if a.profile {
-                vdev.hal().take_profile(); // loading, earlier tests, warm-up
+                take_profile(); // loading, earlier tests, warm-up
             }
             let samples = (0..reps).map(|_| run(&mut model, &mut prof)).collect::<Result<Vec<f64>, String>>()?;
             let tokens = (n_prompt + n_gen) as f64;
@@ -312,7 +359,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
             // Where the time goes (the timed runs). A generation step: host times and
             // commands per token. A prompt run: commands per run (they include the first
             // decode step, recorded ahead after the prompt).
-            let stats = vdev.stream_stats();
+            let stats = stream_stats();
             let runs = reps as f64;
             let per = |v: u64| v as f64 / runs / n_gen.max(1) as f64;
             let per_ms = |seconds: f64| seconds / runs / n_gen.max(1) as f64 * 1e3;
@@ -343,7 +390,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
                 eprintln!("{label} {test}: per run: {counts} (the first decode step, recorded ahead, included)");
             }
             if a.profile {
-                let prof = vdev.hal().take_profile();
+                let prof = take_profile();
                 let total: f64 = prof.iter().map(|k| k.seconds).sum();
                 eprintln!(
                     "{label} {test}: GPU time per {} ({reps} timed runs after {warm_runs} warm-up): {:.3} ms",
@@ -537,6 +584,7 @@ fn models_cpu(a: &ModelArgs, list: &[Source]) -> Result<(), String> {
             ctx: Some(max_p.max(max_n) + 1),
             max_batch: max_p.max(1),
             weights: vkml_models::WeightFormat::Blocks,
+            micro_batch: None,
         };
         let mut model =
             Runner::<candle_core::CpuStorage>::load(&candle_core::cpu_backend::CpuDevice, &file, opts, &mut |_, _| {})

@@ -24,6 +24,12 @@ pub fn run(json: bool) -> Result<(), String> {
             .collect();
         println!("{}", serde_json::to_string_pretty(&list).expect("JSON values serialise"));
     } else {
+        let n = inst.device_count().map_err(|e| e.to_string())?;
+        println!("{n} Vulkan device{}:", if n == 1 { "" } else { "s" });
+        for a in &adapters {
+            println!("  {}", summary(a.ordinal, Some(a.ordinal) == best, &a.caps));
+        }
+        println!("(`--devices 0,1` or VKML_DEVICES=0,1 splits a model's layers over several)\n");
         for a in &adapters {
             print!("{}", table(a.ordinal, Some(a.ordinal) == best, &a.caps));
         }
@@ -45,6 +51,21 @@ fn mib(bytes: u64) -> String {
     } else {
         format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
     }
+}
+
+/// One line per device: ordinal, name, type, device-local memory and its budget (free
+/// memory where the driver reports it).
+pub fn summary(ordinal: usize, best: bool, c: &Capabilities) -> String {
+    let m = &c.memory;
+    let free = if m.budget_extension { format!(", {} budget", mib(m.device_local_budget)) } else { String::new() };
+    format!(
+        "{ordinal}: {} ({}, {} device-local{free}){}{}",
+        c.name,
+        format!("{:?}", c.device_type).to_lowercase(),
+        mib(m.device_local_bytes),
+        if best { " [best]" } else { "" },
+        c.unusable.as_ref().map_or(String::new(), |u| format!(" UNUSABLE: {u}")),
+    )
 }
 
 /// Renders one device as an aligned two-column table.

@@ -29,6 +29,72 @@ pub struct ModelArgs {
     /// Context length (KV cache positions); default: the model's, at most 4096.
     #[arg(long)]
     pub ctx: Option<usize>,
+    #[command(flatten)]
+    pub split: SplitArgs,
+}
+
+/// A model's layers split over several Vulkan devices.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SplitArgs {
+    /// Split the model's layers over these Vulkan devices (llama.cpp's `--split-mode
+    /// layer`), in pipeline order: comma-separated indices from `vkml info` or parts of
+    /// names; `VKML_DEVICES` when not given. The embedding goes on the first, the output
+    /// head on the last. A device named twice is opened twice (two logical devices).
+    #[arg(long, value_delimiter = ',', conflicts_with = "device")]
+    pub devices: Vec<String>,
+    /// Shares of the layers for the devices of --devices (e.g. `3,1`), as llama.cpp's
+    /// `--tensor-split`; default: in proportion to each device's free memory.
+    #[arg(long, value_delimiter = ',')]
+    pub tensor_split: Vec<f64>,
+}
+
+impl SplitArgs {
+    /// The devices to split over (opened) and their shares, from the flags or
+    /// `VKML_DEVICES`; `None` when no list is given.
+    ///
+    /// # Errors
+    /// A device that cannot be opened (naming it), or shares without a device list or
+    /// not one per device.
+    pub fn open(&self) -> Result<Option<(Vec<VulkanDevice>, Option<Vec<f64>>)>, String> {
+        let names: Vec<String> = if self.devices.is_empty() {
+            std::env::var("VKML_DEVICES")
+                .ok()
+                .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+                .unwrap_or_default()
+        } else {
+            self.devices.clone()
+        };
+        if names.is_empty() {
+            if !self.tensor_split.is_empty() {
+                return Err("--tensor-split needs a device list (--devices or VKML_DEVICES)".into());
+            }
+            return Ok(None);
+        }
+        if !self.tensor_split.is_empty() && self.tensor_split.len() != names.len() {
+            return Err(format!("--tensor-split has {} shares for {} devices", self.tensor_split.len(), names.len()));
+        }
+        let devs = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let dev = Device::open(&DeviceSelector::parse(n), DeviceOptions::default())
+                    .map_err(|e| format!("device {n:?}: {e}"))?;
+                VulkanDevice::from_device(&dev, i).map_err(|e| format!("device {n:?}: {e}"))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Some((devs, (!self.tensor_split.is_empty()).then(|| self.tensor_split.clone()))))
+    }
+}
+
+/// `"name + name (layers a..b, c..d)"`: the devices of a split runner and their layers.
+pub fn split_label(r: &vkml_models::Runner<VulkanStorage>) -> String {
+    let map = r.devices();
+    let names: Vec<String> = map.devices().iter().map(|d| d.hal().caps().name.clone()).collect();
+    if !map.is_split() {
+        return names.join("");
+    }
+    let ranges: Vec<String> = map.ranges().iter().map(|r| format!("{}..{}", r.start, r.end)).collect();
+    format!("{} (layers {})", names.join(" + "), ranges.join(", "))
 }
 
 /// How tokens are sampled.
@@ -158,6 +224,8 @@ pub struct Loaded {
 /// Where a model runs.
 enum Target {
     Vulkan(Device),
+    /// Layers split over these devices, with these shares.
+    Split((Vec<VulkanDevice>, Option<Vec<f64>>)),
     Cpu,
 }
 
@@ -231,7 +299,20 @@ pub fn load(
         bar.set_length(total);
         bar.set_position(done);
     };
-    let (generator, device) = match target(args)? {
+    let split = args.split.open()?;
+    let target = match split {
+        Some(s) => Target::Split(s),
+        None => target(args)?,
+    };
+    let (generator, device) = match target {
+        Target::Split((devs, shares)) => {
+            let opts = LoadOptions { ctx: args.ctx, ..LoadOptions::default() };
+            let runner =
+                vkml_models::Runner::load_split(&devs, shares.as_deref(), file, opts, &mut progress).map_err(named)?;
+            let label = split_label(&runner);
+            let tok = vkml_models::tokenizer::GgufTokenizer::from_gguf(file).map_err(named)?;
+            (AnyGenerator::Vulkan(Generator::new(runner, tok)), label)
+        }
         Target::Vulkan(dev) => {
             let vdev = VulkanDevice::from_device(&dev, 0).map_err(|e| e.to_string())?;
             let opts = LoadOptions { ctx: args.ctx, ..LoadOptions::default() };

@@ -238,6 +238,18 @@ impl Instance {
         }
     }
 
+    /// How many physical devices the loader reports (usable or not): the ordinals run
+    /// from 0 below it.
+    ///
+    /// # Errors
+    /// [`Error::Vulkan`] when enumeration fails.
+    pub fn device_count(&self) -> Result<usize> {
+        // SAFETY: the instance is alive (we hold it).
+        let pds =
+            unsafe { self.inner.raw.enumerate_physical_devices() }.map_err(Error::vk("vkEnumeratePhysicalDevices"))?;
+        Ok(pds.len())
+    }
+
     /// Every physical device the loader reports, with probed capabilities (devices below
     /// Vulkan 1.2 are listed with `caps.unusable` set).
     ///

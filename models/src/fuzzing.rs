@@ -83,7 +83,7 @@ pub fn model_load(data: &[u8]) {
         return;
     }
     for weights in [WeightFormat::Dequantized, WeightFormat::Blocks] {
-        let opts = LoadOptions { ctx: Some(16), max_batch: 4, weights };
+        let opts = LoadOptions { ctx: Some(16), max_batch: 4, weights, micro_batch: None };
         let Ok(mut m) = Runner::<CpuStorage>::load(&CpuDevice, &f, opts, &mut |_, _| {}) else { return };
         let vocab = m.hparams().vocab as u32;
         let ids: Vec<u32> = (0..3u32).map(|i| i % vocab.max(1)).collect();

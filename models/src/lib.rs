@@ -11,6 +11,7 @@
 //! - [`arch`]: one file per architecture (`llama`, `mistral`, `qwen2`, `qwen3`, `gemma2`,
 //!   `gemma3`, `phi3`),
 //!   and [`arch::load`], which picks one by `general.architecture`.
+//! - [`device_map`]: which device each layer runs on (one, or a layer split over several).
 //! - [`runner`]: [`runner::Runner`], the decode runner: chunked prompts, one submission and
 //!   host wait per chunk, the next decode step recorded ahead on Vulkan.
 //! - [`generator`]: [`generator::Generator`], the library API: load a GGUF model on a
@@ -25,6 +26,7 @@ pub mod arch;
 pub mod blocks;
 pub mod chat_template;
 pub mod config;
+pub mod device_map;
 pub mod error;
 pub mod fuzzing;
 pub mod generator;
@@ -36,6 +38,7 @@ pub mod synth;
 pub mod tensor;
 pub mod tokenizer;
 
+pub use device_map::DeviceMap;
 pub use error::{Error, Result};
 pub use generator::{FinishReason, GenerateOptions, Generation, Generator};
 pub use runner::{LoadOptions, Runner, StepProfile};

@@ -11,6 +11,7 @@ use vkml_quant::gguf::GgufFile;
 
 use crate::arch::{self, Model};
 use crate::config::Hparams;
+use crate::device_map::{split_layers, DeviceMap};
 use crate::error::{model_err, Error, Result};
 use crate::storage::{ModelStorage, WeightFormat};
 
@@ -31,6 +32,51 @@ fn bytes_needed(hp: &Hparams, file: &GgufFile, ctx: usize) -> Option<(u64, u64)>
     Some((weights, kv.checked_add(rope)?))
 }
 
+/// The context `opts` asks for (the model's, at most 4096, by default), checked against
+/// [`MAX_CONTEXT`].
+fn context(hp: &Hparams, opts: LoadOptions) -> Result<usize> {
+    let ctx = opts.ctx.unwrap_or(hp.context_length.min(4096)).max(1);
+    if ctx > MAX_CONTEXT {
+        return Err(model_err(format!(
+            "a context of {ctx} positions is past the {MAX_CONTEXT} vkml loads a model for"
+        )));
+    }
+    Ok(ctx)
+}
+
+/// Bytes each of `n_dev` devices holds when layer `i` sits on device `layer[i]`: its
+/// layers' tensors (`blk.{i}.*`) and KV caches, rope tables on each, the token embedding
+/// on the first, every other tensor (output norm and projection) on the last, and there
+/// the token embedding again where the head is tied to it. Saturating sums.
+fn split_bytes(hp: &Hparams, file: &GgufFile, ctx: usize, layer: &[usize], n_dev: usize) -> Vec<u64> {
+    let mut need = vec![0u64; n_dev];
+    let last = n_dev - 1;
+    let kv = (2 * 2 * hp.n_kv_head as u64).saturating_mul(hp.head_dim as u64).saturating_mul(ctx as u64);
+    let rope = (ctx as u64).saturating_mul(hp.head_dim as u64 / 2 * 4 * 2 * 2);
+    for n in &mut need {
+        *n = rope;
+    }
+    for &d in layer {
+        need[d] = need[d].saturating_add(kv);
+    }
+    let tied = file.header().tensor("output.weight").is_none();
+    for t in file.tensors() {
+        let block = t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok());
+        let d = match block {
+            Some(i) => layer.get(i).copied().unwrap_or(last),
+            None if t.name == "token_embd.weight" => {
+                if tied {
+                    need[last] = need[last].saturating_add(t.n_bytes);
+                }
+                0
+            }
+            None => last,
+        };
+        need[d] = need[d].saturating_add(t.n_bytes);
+    }
+    need
+}
+
 /// How to load a model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoadOptions {
@@ -42,11 +88,17 @@ pub struct LoadOptions {
     /// How weight matrices are kept where the backend offers a choice (candle's CPU):
     /// dequantized (the default, the oracle) or in their GGML blocks.
     pub weights: WeightFormat,
+    /// On a layer split over several devices ([`Runner::load_split`]), the tokens of
+    /// one micro-batch: a chunk runs as micro-batches submitted in turn, so that the
+    /// first device runs batch i + 1 while the next runs batch i (llama.cpp's pipeline
+    /// parallelism). `None`: a quarter of `max_batch` (rounded up). One device runs whole
+    /// chunks.
+    pub micro_batch: Option<usize>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { ctx: None, max_batch: 512, weights: WeightFormat::Dequantized }
+        LoadOptions { ctx: None, max_batch: 512, weights: WeightFormat::Dequantized, micro_batch: None }
     }
 }
 
@@ -76,10 +128,12 @@ pub struct StepProfile {
 /// A model of any architecture ([`arch::load`]) with its KV cache and position, on any
 /// [`ModelStorage`] (default: Vulkan).
 pub struct Runner<S: ModelStorage = VulkanStorage> {
-    dev: S::Device,
+    devs: DeviceMap<S>,
     model: Box<dyn Model<S>>,
     ctx: usize,
     max_batch: usize,
+    /// Tokens per pass: `max_batch` on one device, the micro-batch on a split.
+    pass: usize,
     pos: usize,
     pending: Option<Pending<S>>,
     profile: StepProfile,
@@ -100,7 +154,8 @@ where
     ///
     /// # Errors
     /// [`Error::Model`] for unsupported or inconsistent models and missing or misshapen
-    /// tensors (see [`arch::load`]); [`Error::Candle`] for tensor types without kernels
+    /// tensors (see [`arch::load`]), and for a model and context that do not fit the
+    /// device's memory budget; [`Error::Candle`] for tensor types without kernels
     /// on the backend, tensors past the device's limits and device errors (out of device
     /// memory names the size).
     pub fn load(
@@ -110,12 +165,7 @@ where
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self> {
         let hp = arch::hparams(file)?;
-        let ctx = opts.ctx.unwrap_or(hp.context_length.min(4096)).max(1);
-        if ctx > MAX_CONTEXT {
-            return Err(model_err(format!(
-                "a context of {ctx} positions is past the {MAX_CONTEXT} vkml loads a model for"
-            )));
-        }
+        let ctx = context(&hp, opts)?;
         let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
         match (bytes_needed(&hp, file, ctx), S::memory_budget(dev)) {
             (None, _) => return Err(model_err(format!("the memory a context of {ctx} positions needs overflows"))),
@@ -130,12 +180,86 @@ where
             }
             _ => {}
         }
+        Self::load_on(DeviceMap::single(dev), file, ctx, opts, progress)
+    }
+
+    /// Loads `file` split by layers over `devices` (llama.cpp's `--split-mode layer`): the
+    /// embedding on the first device, the output head on the last, layer `i` on the
+    /// device [`split_layers`] gives it for `shares` (one per device, any scale;
+    /// llama.cpp's `--tensor-split`), or, without shares, for each device's memory budget
+    /// ([`ModelStorage::memory_budget`]; equal shares where the backend knows none). The
+    /// hidden state crosses between devices once per boundary and pass; on a deferred
+    /// backend each device records and submits its own work. One device is
+    /// [`Runner::load`].
+    ///
+    /// # Errors
+    /// As [`Runner::load`]; [`Error::Model`] for no devices, shares that are not one per
+    /// device or not positive, and a device whose layers (with their KV caches and rope
+    /// tables, and the embedding or the head) exceed its memory budget, naming it. An
+    /// error on one device names it; the devices already loaded are released.
+    pub fn load_split(
+        devices: &[S::Device],
+        shares: Option<&[f64]>,
+        file: &GgufFile,
+        opts: LoadOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
+        match devices {
+            [] => return Err(model_err("a layer split needs at least one device")),
+            [one] if shares.is_none_or(|s| s.len() == 1) => return Self::load(one, file, opts, progress),
+            _ => {}
+        }
+        let hp = arch::hparams(file)?;
+        let ctx = context(&hp, opts)?;
+        let budgets: Vec<Option<u64>> = devices.iter().map(S::memory_budget).collect();
+        let shares: Vec<f64> = match shares {
+            Some(s) if s.len() != devices.len() => {
+                return Err(model_err(format!("{} split shares for {} devices", s.len(), devices.len())))
+            }
+            Some(s) => s.to_vec(),
+            None => budgets.iter().map(|b| b.map_or(1.0, |b| b as f64)).collect(),
+        };
+        let layer = split_layers(hp.n_layers, &shares)?;
+        let need = split_bytes(&hp, file, ctx, &layer, devices.len());
+        for (d, (dev, (&need, budget))) in devices.iter().zip(need.iter().zip(&budgets)).enumerate() {
+            if let Some(budget) = budget.filter(|&b| need > b) {
+                let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+                let n = layer.iter().filter(|&&x| x == d).count();
+                return Err(model_err(format!(
+                    "device {d} ({dev:?}) would hold {:.2} GiB ({n} layers with their KV caches for a context of \
+                     {ctx} positions{}{}) but has {:.2} GiB: give it a smaller share, add devices or use a smaller \
+                     context",
+                    gib(need),
+                    if d == 0 { ", the token embedding" } else { "" },
+                    if d + 1 == devices.len() { ", the output head" } else { "" },
+                    gib(budget),
+                )));
+            }
+        }
+        Self::load_on(DeviceMap::new(devices.to_vec(), layer)?, file, ctx, opts, progress)
+    }
+
+    /// Loads onto `devs`, budgets already checked.
+    fn load_on(
+        devs: DeviceMap<S>,
+        file: &GgufFile,
+        ctx: usize,
+        opts: LoadOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
         let max_batch = opts.max_batch.max(1);
-        let model = arch::load(dev, file, arch::Sizes { ctx, max_batch, weights: opts.weights }, progress)?;
+        let model = arch::load(&devs, file, arch::Sizes { ctx, max_batch, weights: opts.weights }, progress)?;
         // Stacking copies are recorded on deferred devices; finish them here, so that the
         // load time includes them.
-        dev.synchronize()?;
-        Ok(Runner { dev: dev.clone(), model, ctx, max_batch, pos: 0, pending: None, profile: StepProfile::default() })
+        for d in devs.devices() {
+            d.synchronize().map_err(|e| model_err(format!("{d:?}: {e}")))?;
+        }
+        let pass = if devs.is_split() {
+            opts.micro_batch.unwrap_or(max_batch.div_ceil(4)).clamp(1, max_batch)
+        } else {
+            max_batch
+        };
+        Ok(Runner { devs, model, ctx, max_batch, pass, pos: 0, pending: None, profile: StepProfile::default() })
     }
 
     /// The shared hyper-parameters.
@@ -158,9 +282,28 @@ where
         self.pos
     }
 
-    /// The device.
+    /// The (first) device: where token ids go.
     pub fn device(&self) -> &S::Device {
-        &self.dev
+        self.devs.first()
+    }
+
+    /// Every device and the device of each layer.
+    pub fn devices(&self) -> &DeviceMap<S> {
+        &self.devs
+    }
+
+    /// Submissions so far, over every device.
+    fn submissions(&self) -> u64 {
+        self.devs.devices().iter().map(S::submissions).sum()
+    }
+
+    /// Submits what each device recorded, in pipeline order (each waits, on the host, for
+    /// the values it takes from the one before; see [`ModelStorage::to_device`]).
+    fn submit(&self) -> Result<()> {
+        for d in self.devs.devices() {
+            S::submit(d)?;
+        }
+        Ok(())
     }
 
     /// Host timings of the last chunk run.
@@ -208,8 +351,9 @@ where
 
     /// Runs `tokens` at positions `position() ..`, appending them to the KV cache, and
     /// returns the logits (f32, `vocab` per token) of the last token, or of every token
-    /// with `all_logits`. Inputs longer than the batch run in chunks, each one submission
-    /// with one host wait. On a deferred device (Vulkan), while the last chunk runs, the
+    /// with `all_logits`. Inputs longer than the batch run in chunks (on a layer split, in
+    /// micro-batches: [`LoadOptions::micro_batch`]), each one submission per device; the
+    /// host waits for the logits only. On a deferred device (Vulkan), while the last chunk runs, the
     /// decode step at the next position is recorded ahead, so a following one-token call
     /// only writes its id and submits.
     ///
@@ -219,8 +363,8 @@ where
     pub fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
         self.check_input(tokens)?;
         let mut out = Vec::new();
-        let n_chunks = tokens.len().div_ceil(self.max_batch);
-        for (i, chunk) in tokens.chunks(self.max_batch).enumerate() {
+        let n_chunks = tokens.len().div_ceil(self.pass);
+        for (i, chunk) in tokens.chunks(self.pass).enumerate() {
             let last = i + 1 == n_chunks;
             if let Some(l) = self.run_chunk(chunk, all_logits, all_logits || last, last)? {
                 out.extend_from_slice(&l);
@@ -246,9 +390,10 @@ where
     ) -> Result<Option<Vec<f32>>> {
         let t = tokens.len();
         let t0 = Instant::now();
-        let reuse = self.pending.as_ref().is_some_and(|p| {
-            t == 1 && want && !all_logits && p.pos == self.pos && p.submissions == S::submissions(&self.dev)
-        });
+        let reuse = self
+            .pending
+            .as_ref()
+            .is_some_and(|p| t == 1 && want && !all_logits && p.pos == self.pos && p.submissions == self.submissions());
         let mut record_s = 0.0;
         let logits = match self.pending.take() {
             Some(p) if reuse => {
@@ -256,20 +401,20 @@ where
                 Some(p.logits)
             }
             _ => {
-                let ids = Tensor::from_slice(tokens, t, &self.dev)?;
+                let ids = Tensor::from_slice(tokens, t, self.devs.first())?;
                 let l = self.step(&ids, self.pos, all_logits, want)?;
                 record_s = t0.elapsed().as_secs_f64();
                 l
             }
         };
         let w = Instant::now();
-        S::submit(&self.dev)?;
+        self.submit()?;
         self.pos += t;
         let a = Instant::now();
-        if record_next && self.pos < self.ctx && S::is_deferred(&self.dev) {
-            let ids = Tensor::from_storage(S::host_u32(&self.dev, 1)?, 1);
+        if record_next && self.pos < self.ctx && S::is_deferred(self.devs.first()) {
+            let ids = Tensor::from_storage(S::host_u32(self.devs.first(), 1)?, 1);
             let logits = self.step(&ids, self.pos, false, true)?.expect("logits wanted");
-            let submissions = S::submissions(&self.dev);
+            let submissions = self.submissions();
             self.pending = Some(Pending { pos: self.pos, ids, logits, submissions });
         }
         let ahead_s = a.elapsed().as_secs_f64();

@@ -53,6 +53,13 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     /// As [`ModelTensor::rms_norm`], [`ModelTensor::qmatmul`] and [`ModelTensor::qmatmul_glu`].
     fn rms_norm_linear(&self, nw: &Self, eps: f32, w: &S::QWeight, act: Option<GluActivation>) -> CResult<Self>;
 
+    /// This tensor on `dev` ([`ModelStorage::to_device`]): itself where it is already
+    /// there, else a contiguous copy.
+    ///
+    /// # Errors
+    /// As [`ModelStorage::to_device`].
+    fn to_device(&self, dev: &S::Device) -> CResult<Self>;
+
     /// Causal GQA attention over a KV cache ([`ModelStorage::attention`]): `q:
     /// f32[t, n_heads, d]`, `k`, `v: f32[t, n_kv_heads, d]`, q and k first rotated by
     /// `rope` = `(cos, sin, style)` where given (tables `f32[positions, rot / 2]`);
@@ -105,6 +112,13 @@ where
             candle_core::bail!("qmatmul_glu: activations [{t}, {kk}] against a [{rows}, {k}] stacked gate/up weight")
         }
         Ok(Self::from_storage(self.storage().qmatmul_glu(self.layout(), w, act)?, (t, rows / 2)))
+    }
+
+    fn to_device(&self, dev: &S::Device) -> CResult<Self> {
+        if self.storage().device().same_device(dev) {
+            return Ok(self.clone());
+        }
+        Ok(Self::from_storage(self.storage().to_device(self.layout(), dev)?, self.shape().clone()))
     }
 
     fn qembedding(ids: &Self, w: &S::QWeight) -> CResult<Self> {

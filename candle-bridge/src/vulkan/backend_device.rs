@@ -91,7 +91,8 @@ impl BackendDevice for VulkanDevice {
     }
 
     fn synchronize(&self) -> CResult<()> {
-        self.inner.stream.lock().finish_and_wait().map_err(cerr)?;
+        self.run_hops()?;
+        self.inner.stream.lock().finish_and_wait().map_err(|e| self.named(e))?;
         self.check_status()
     }
 }

@@ -66,6 +66,7 @@ impl VulkanDevice {
                     ..Recycler::default()
                 }),
                 status,
+                hops: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -103,13 +104,16 @@ impl VulkanDevice {
     }
 
     /// Submits what was recorded (no wait). Buffer reads then wait for the work that
-    /// wrote them.
+    /// wrote them. Values copied in from another device ([`VulkanStorage::to_device`])
+    /// are copied first, after that device's work that produces them (which this
+    /// submits, and waits for).
     ///
     /// # Errors
-    /// Device errors (device lost).
+    /// Device errors (device lost), naming the device.
     pub fn flush(&self) -> CResult<()> {
+        self.run_hops()?;
         let mut s = self.inner.stream.lock();
-        s.submit().map_err(cerr)?;
+        s.submit().map_err(|e| self.named(e))?;
         Ok(())
     }
 

@@ -47,6 +47,7 @@ mod backend_storage;
 mod candle_compat;
 mod device;
 mod storage;
+mod transfer;
 
 use std::fmt;
 use std::sync::atomic::AtomicUsize;
@@ -59,6 +60,7 @@ use vkml_hal::{Buffer, Device, Stream};
 use vkml_ops::Dtype;
 
 use device::Recycler;
+use transfer::Hop;
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -88,6 +90,9 @@ struct Inner {
     /// One u32 the indexing kernels OR their out-of-range bits into
     /// (`vkml_ops::index::Mode::bit`); host-visible, read and cleared after each wait.
     status: Buffer,
+    /// Host copies from other devices that this device's recorded work reads, done
+    /// before its next submission (`transfer.rs`).
+    hops: Mutex<Vec<Hop>>,
 }
 
 /// A Vulkan device as a candle backend device: a [`vkml_hal::Device`] plus the stream

@@ -52,7 +52,7 @@ pub fn config(m: &Meta<'_>, hp: &Hparams) -> Result<GemmaConfig> {
 /// As [`super::load`] and [`config`].
 pub fn load<S: ModelStorage>(
     m: &Meta<'_>,
-    dev: &S::Device,
+    devs: &crate::device_map::DeviceMap<S>,
     sizes: Sizes,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Gemma<S>>
@@ -61,5 +61,5 @@ where
 {
     let hp = Hparams::from_meta(m)?;
     let cfg = config(m, &hp)?;
-    load_with(m, dev, sizes, progress, hp, cfg)
+    load_with(m, devs, sizes, progress, hp, cfg)
 }

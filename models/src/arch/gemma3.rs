@@ -26,6 +26,7 @@ use crate::blocks::{
     Attention, AttentionSpec, Embedding, FeedForward, GateUpLayout, OutputHead, QkvLayout, RmsNorm, Weights,
 };
 use crate::config::{Hparams, Meta};
+use crate::device_map::DeviceMap;
 use crate::error::{model_err, Result};
 use crate::rope::{Rope, RopeConfig};
 use crate::storage::{AttnParams, ModelStorage};
@@ -148,8 +149,9 @@ pub struct Gemma<S: ModelStorage> {
     embd: Embedding<S>,
     layers: Vec<Layer<S>>,
     head: OutputHead<S>,
-    rope_global: Rope<S>,
-    rope_local: Rope<S>,
+    /// Rope tables of global and local layers, one pair per device of `devs`.
+    rope: Vec<(Rope<S>, Rope<S>)>,
+    devs: DeviceMap<S>,
 }
 
 impl<S: ModelStorage> std::fmt::Debug for Gemma<S> {
@@ -171,7 +173,7 @@ impl<S: ModelStorage> Gemma<S> {
 /// As [`super::load`] and [`config`].
 pub fn load<S: ModelStorage>(
     m: &Meta<'_>,
-    dev: &S::Device,
+    devs: &DeviceMap<S>,
     sizes: Sizes,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Gemma<S>>
@@ -180,7 +182,7 @@ where
 {
     let hp = Hparams::from_meta(m)?;
     let cfg = config(m, &hp)?;
-    load_with(m, dev, sizes, progress, hp, cfg)
+    load_with(m, devs, sizes, progress, hp, cfg)
 }
 
 /// Loads the Gemma wiring of `m`'s file with `cfg`.
@@ -189,7 +191,7 @@ where
 /// As [`super::load`].
 pub(super) fn load_with<S: ModelStorage>(
     m: &Meta<'_>,
-    dev: &S::Device,
+    devs: &DeviceMap<S>,
     sizes: Sizes,
     progress: &mut dyn FnMut(u64, u64),
     hp: Hparams,
@@ -198,12 +200,14 @@ pub(super) fn load_with<S: ModelStorage>(
 where
     S::Device: BackendDevice<Storage = S>,
 {
-    let mut w = Weights::new(m.file, dev, sizes.weights, progress);
+    let mut w = Weights::new(m.file, devs.first(), sizes.weights, progress);
     let e = hp.n_embd;
     let embd = Embedding::load(&mut w, hp.vocab, e, Some((e as f32).sqrt()))?;
-    let head = OutputHead::load(&mut w, hp.vocab, e, hp.rms_eps, cfg.final_softcap)?;
+    w.dev = devs.last();
+    let head = OutputHead::load(&mut w, hp.vocab, e, hp.rms_eps, cfg.final_softcap, devs.is_split())?;
     let mut layers = Vec::with_capacity(hp.n_layers.min(4096));
     for i in 0..hp.n_layers {
+        w.dev = devs.device(i);
         let p = |n: &str| format!("blk.{i}.{n}");
         let local = cfg.local[i];
         let spec = AttentionSpec {
@@ -231,9 +235,9 @@ where
             local,
         });
     }
-    let rope_global = Rope::new(&cfg.rope_global, sizes.ctx, dev)?;
-    let rope_local = Rope::new(&cfg.rope_local, sizes.ctx, dev)?;
-    Ok(Gemma { hp, cfg, embd, layers, head, rope_global, rope_local })
+    let rope = devs
+        .per_device(|d| Ok((Rope::new(&cfg.rope_global, sizes.ctx, d)?, Rope::new(&cfg.rope_local, sizes.ctx, d)?)))?;
+    Ok(Gemma { hp, cfg, embd, layers, head, rope, devs: devs.clone() })
 }
 
 impl<S: ModelStorage> Model<S> for Gemma<S>
@@ -246,14 +250,16 @@ where
 
     fn forward(&mut self, ids: &Tensor<S>, pos: usize) -> Result<Tensor<S>> {
         let mut x = self.embd.forward(ids)?;
-        for l in &mut self.layers {
-            let rope = if l.local { &self.rope_local } else { &self.rope_global };
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            x = x.to_device(self.devs.device(i))?;
+            let (global, local) = &self.rope[self.devs.index(i)];
+            let rope = if l.local { local } else { global };
             let a = l.attn.forward(&x, &l.attn_norm, rope, pos)?.qmatmul(&l.attn.wo)?;
             x = x.add(&l.post_attention_norm.forward(&a)?)?;
             let f = l.ffn.forward(&x, &l.ffn_norm)?;
             x = x.add(&l.post_ffw_norm.forward(&f)?)?;
         }
-        Ok(x)
+        Ok(x.to_device(self.devs.last())?)
     }
 
     fn logits(&self, x: &Tensor<S>) -> Result<Tensor<S>> {

@@ -14,6 +14,7 @@ use crate::blocks::{
     Attention, AttentionSpec, Embedding, FeedForward, GateUpLayout, OutputHead, QkvLayout, RmsNorm, Weights,
 };
 use crate::config::{Hparams, Meta};
+use crate::device_map::DeviceMap;
 use crate::error::Result;
 use crate::rope::{Rope, RopeConfig};
 use crate::storage::{AttnParams, ModelStorage};
@@ -46,7 +47,9 @@ pub struct Decoder<S: ModelStorage> {
     embd: Embedding<S>,
     layers: Vec<Layer<S>>,
     head: OutputHead<S>,
-    rope: Rope<S>,
+    /// The rope tables, one copy per device of `devs`.
+    rope: Vec<Rope<S>>,
+    devs: DeviceMap<S>,
 }
 
 impl<S: ModelStorage> std::fmt::Debug for Decoder<S> {
@@ -59,20 +62,20 @@ impl<S: ModelStorage> Decoder<S>
 where
     S::Device: BackendDevice<Storage = S>,
 {
-    /// Loads the decoder of `m`'s file with `opts` for `sizes`.
+    /// Loads the decoder of `m`'s file with `opts` for `sizes` onto `devs`.
     ///
     /// # Errors
     /// As [`super::load`].
     pub fn load(
         m: &Meta<'_>,
-        dev: &S::Device,
+        devs: &DeviceMap<S>,
         sizes: Sizes,
         progress: &mut dyn FnMut(u64, u64),
         opts: DecoderOptions,
     ) -> Result<Self> {
         let hp = Hparams::from_meta(m)?;
         let rope_cfg = RopeConfig::from_meta(m, hp.head_dim, opts.rope_style)?;
-        let mut w = Weights::new(m.file, dev, sizes.weights, progress);
+        let mut w = Weights::new(m.file, devs.first(), sizes.weights, progress);
         let spec = AttentionSpec {
             n_embd: hp.n_embd,
             n_head: hp.n_head,
@@ -85,9 +88,11 @@ where
             sizes,
         };
         let embd = Embedding::load(&mut w, hp.vocab, hp.n_embd, None)?;
-        let head = OutputHead::load(&mut w, hp.vocab, hp.n_embd, hp.rms_eps, None)?;
+        w.dev = devs.last();
+        let head = OutputHead::load(&mut w, hp.vocab, hp.n_embd, hp.rms_eps, None, devs.is_split())?;
         let mut layers = Vec::with_capacity(hp.n_layers.min(4096));
         for i in 0..hp.n_layers {
+            w.dev = devs.device(i);
             let p = |n: &str| format!("blk.{i}.{n}");
             layers.push(Layer {
                 attn_norm: RmsNorm::load(&w, &p("attn_norm.weight"), hp.n_embd, hp.rms_eps)?,
@@ -96,8 +101,8 @@ where
                 ffn: FeedForward::load(&mut w, i, hp.n_embd, hp.n_ff, opts.gate_up, GluActivation::Silu)?,
             });
         }
-        let rope = Rope::new(&rope_cfg, sizes.ctx, dev)?;
-        Ok(Decoder { hp, rope_cfg, embd, layers, head, rope })
+        let rope = devs.per_device(|d| Rope::new(&rope_cfg, sizes.ctx, d))?;
+        Ok(Decoder { hp, rope_cfg, embd, layers, head, rope, devs: devs.clone() })
     }
 
     /// The rope configuration.
@@ -116,12 +121,13 @@ where
 
     fn forward(&mut self, ids: &Tensor<S>, pos: usize) -> Result<Tensor<S>> {
         let mut x = self.embd.forward(ids)?;
-        for l in &mut self.layers {
-            let a = l.attn.forward(&x, &l.attn_norm, &self.rope, pos)?;
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            x = x.to_device(self.devs.device(i))?;
+            let a = l.attn.forward(&x, &l.attn_norm, &self.rope[self.devs.index(i)], pos)?;
             x.qmatmul_add_(&a, &l.attn.wo)?;
             l.ffn.forward_residual(&mut x, &l.ffn_norm)?;
         }
-        Ok(x)
+        Ok(x.to_device(self.devs.last())?)
     }
 
     fn logits(&self, x: &Tensor<S>) -> Result<Tensor<S>> {

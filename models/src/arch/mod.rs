@@ -23,6 +23,7 @@ use vkml_quant::gguf::GgufFile;
 
 use self::llama::Decoder;
 use crate::config::{Hparams, Meta};
+use crate::device_map::DeviceMap;
 use crate::error::{model_err, Result};
 use crate::storage::ModelStorage;
 
@@ -47,9 +48,10 @@ pub trait Model<S: ModelStorage>: std::fmt::Debug {
     /// The shared hyper-parameters.
     fn hparams(&self) -> &Hparams;
 
-    /// Runs `ids: u32[t]` at positions `pos..pos + t` through every layer, appending
-    /// their keys and values to the caches; returns the hidden states `f32[t, n_embd]`
-    /// before the output head. On a deferred device this records the work.
+    /// Runs `ids: u32[t]` (on the first device) at positions `pos..pos + t` through every
+    /// layer, appending their keys and values to the caches; returns the hidden states
+    /// `f32[t, n_embd]` before the output head, on the last device. On a deferred device
+    /// this records the work.
     ///
     /// # Errors
     /// Positions past the cache; device errors.
@@ -70,7 +72,9 @@ pub trait Model<S: ModelStorage>: std::fmt::Debug {
     }
 }
 
-/// Loads the model of `file` onto `dev` for `sizes` (KV caches, rope tables), calling `progress(done, total)` in bytes of weights uploaded.
+/// Loads the model of `file` onto the devices of `devs` (each layer on its device, the
+/// embedding on the first, the output head on the last) for `sizes` (KV caches, rope
+/// tables), calling `progress(done, total)` in bytes of weights uploaded.
 ///
 /// # Errors
 /// [`crate::Error::Model`] for an architecture not in [`ARCHITECTURES`] (naming it and
@@ -78,7 +82,7 @@ pub trait Model<S: ModelStorage>: std::fmt::Debug {
 /// missing or misshapen tensors; the backend's errors for types without kernels and
 /// device errors.
 pub fn load<S: ModelStorage>(
-    dev: &S::Device,
+    devs: &DeviceMap<S>,
     file: &GgufFile,
     sizes: Sizes,
     progress: &mut dyn FnMut(u64, u64),
@@ -88,12 +92,12 @@ where
 {
     let m = Meta::new(file)?;
     Ok(match m.arch {
-        "llama" | "mistral" => Box::new(Decoder::load(&m, dev, sizes, progress, llama::OPTIONS)?),
-        "qwen2" => Box::new(Decoder::load(&m, dev, sizes, progress, qwen2::OPTIONS)?),
-        "qwen3" => Box::new(Decoder::load(&m, dev, sizes, progress, qwen3::OPTIONS)?),
-        "gemma2" => Box::new(gemma2::load(&m, dev, sizes, progress)?),
-        "gemma3" => Box::new(gemma3::load(&m, dev, sizes, progress)?),
-        "phi3" => Box::new(Decoder::load(&m, dev, sizes, progress, phi3::options(&m))?),
+        "llama" | "mistral" => Box::new(Decoder::load(&m, devs, sizes, progress, llama::OPTIONS)?),
+        "qwen2" => Box::new(Decoder::load(&m, devs, sizes, progress, qwen2::OPTIONS)?),
+        "qwen3" => Box::new(Decoder::load(&m, devs, sizes, progress, qwen3::OPTIONS)?),
+        "gemma2" => Box::new(gemma2::load(&m, devs, sizes, progress)?),
+        "gemma3" => Box::new(gemma3::load(&m, devs, sizes, progress)?),
+        "phi3" => Box::new(Decoder::load(&m, devs, sizes, progress, phi3::options(&m))?),
         _ => return Err(unsupported(&m)),
     })
 }

@@ -106,6 +106,8 @@ where
         }
         let w = S::qweight(self.dev, info, bytes, self.format)?;
         self.done += info.n_bytes;
+        // A tied output head loaded again on another device counts twice.
+        self.total = self.total.max(self.done);
         (self.progress)(self.done, self.total);
         Ok(w)
     }

@@ -15,7 +15,7 @@ use crate::tensor::ModelTensor;
 pub struct OutputHead<S: ModelStorage> {
     /// The final norm.
     pub norm: RmsNorm<S>,
-    /// `None`: tied to the token embedding.
+    /// `None`: tied to the token embedding (on the embedding's device).
     pub weight: Option<S::QWeight>,
     /// Final logit soft-capping.
     pub softcap: Option<f32>,
@@ -25,12 +25,27 @@ impl<S: ModelStorage> OutputHead<S>
 where
     S::Device: BackendDevice<Storage = S>,
 {
-    /// `output_norm.weight` and `output.weight` (`[vocab, n_embd]`) if present.
+    /// `output_norm.weight` and `output.weight` (`[vocab, n_embd]`) if present. Where the
+    /// head is tied and `own_copy` (it sits on another device than the embedding: a layer
+    /// split), `token_embd.weight` is loaded again, onto the head's device.
     ///
     /// # Errors
     /// As [`Weights::matrix`] and [`Weights::vector`].
-    pub fn load(w: &mut Weights<'_, S>, vocab: usize, n_embd: usize, eps: f32, softcap: Option<f32>) -> Result<Self> {
-        let weight = if w.has("output.weight") { Some(w.matrix("output.weight", vocab, n_embd)?) } else { None };
+    pub fn load(
+        w: &mut Weights<'_, S>,
+        vocab: usize,
+        n_embd: usize,
+        eps: f32,
+        softcap: Option<f32>,
+        own_copy: bool,
+    ) -> Result<Self> {
+        let weight = if w.has("output.weight") {
+            Some(w.matrix("output.weight", vocab, n_embd)?)
+        } else if own_copy {
+            Some(w.matrix("token_embd.weight", vocab, n_embd)?)
+        } else {
+            None
+        };
         Ok(OutputHead { norm: RmsNorm::load(w, "output_norm.weight", n_embd, eps)?, weight, softcap })
     }
 

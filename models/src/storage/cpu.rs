@@ -62,6 +62,14 @@ impl ModelStorage for CpuStorage {
     type QWeight = CpuWeight;
     type KvCache = CpuKvCache;
 
+    /// One CPU: a contiguous copy.
+    fn to_device(&self, l: &Layout, dev: &CpuDevice) -> CResult<Self> {
+        use candle_core::backend::BackendDevice;
+        let mut dst = dev.zeros_impl(l.shape(), self.dtype())?;
+        self.copy_strided_src(&mut dst, 0, l)?;
+        Ok(dst)
+    }
+
     fn qweight(_: &CpuDevice, info: &TensorInfo, bytes: &[u8], format: WeightFormat) -> CResult<CpuWeight> {
         let (rows, k) = (info.n_rows() as usize, info.row_len() as usize);
         if format == WeightFormat::Blocks && keeps_blocks(info.ty) {

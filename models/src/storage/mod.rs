@@ -209,6 +209,15 @@ pub trait ModelStorage: BackendStorage + 'static {
         p: AttnParams,
     ) -> CResult<Self>;
 
+    /// The values of `self` under `l` as a new contiguous storage on `to`: how the hidden
+    /// state moves between the devices of a layer split ([`crate::device_map`]). On a
+    /// deferred backend the copy is recorded (Vulkan: through host-visible staging,
+    /// done before `to`'s next submission); candle's CPU copies.
+    ///
+    /// # Errors
+    /// Allocation and device errors.
+    fn to_device(&self, l: &Layout, to: &Self::Device) -> CResult<Self>;
+
     /// Bytes of memory the device can give a model (its weights, KV caches and tables),
     /// where the backend knows: a load that would need more is refused before anything is
     /// allocated. `None`: no bound beyond the allocator's own errors.

@@ -1,0 +1,80 @@
+//! Copies between two [`VulkanDevice`]s (a model's layers split over GPUs, llama.cpp's
+//! `-sm layer`), through host-visible staging on each side: the source device copies the
+//! values into a readback buffer, the host copies them into an upload buffer of the
+//! destination, which copies them into device-local memory.
+//!
+//! Both copies are recorded when [`VulkanStorage::to_device`] is called, so a decode step
+//! spanning devices is recorded (and can be recorded ahead) like one on a single device.
+//! The host copy between them is a [`Hop`] the destination keeps until its next
+//! [`VulkanDevice::flush`]: that flush first submits the source's recorded work, waits
+//! for the submission that filled the readback buffer, copies, and only then submits the
+//! destination's work. Work on the two devices therefore overlaps where the caller
+//! submits each in order and records more in between (a prompt in micro-batches: the
+//! source runs batch i + 1 while the destination runs batch i).
+
+use candle_core::backend::BackendDevice;
+use candle_core::Layout;
+use vkml_hal::{Buffer, MemoryKind};
+
+use super::{cerr, packed, CResult, VulkanDevice, VulkanStorage};
+
+/// A host copy owed between two devices: `src` (a readback buffer of `from`, written by
+/// work recorded there) into `dst` (an upload buffer of the device holding the hop, read
+/// by work recorded there).
+pub(super) struct Hop {
+    from: VulkanDevice,
+    src: Buffer,
+    dst: Buffer,
+}
+
+impl VulkanStorage {
+    /// The elements of `l` as a new contiguous storage on `to`, through host-visible
+    /// staging when `to` is another device (see the module's docs); on the same device, a
+    /// packed copy (or this storage, when `l` is already packed from element 0). The
+    /// copies are recorded: nothing waits here.
+    ///
+    /// # Errors
+    /// Out of (host-visible or device) memory on either device, naming the size.
+    pub fn to_device(&self, l: &Layout, to: &VulkanDevice) -> CResult<VulkanStorage> {
+        if self.device.same_device(to) {
+            return packed(self, l);
+        }
+        let n = l.shape().elem_count();
+        let src = packed(self, l)?;
+        let bytes = (n * self.dtype.size_in_bytes()) as u64;
+        let size = bytes.max(4);
+        let readback = self.device.hal().alloc(size, MemoryKind::Readback).map_err(cerr)?;
+        self.device.with_stream(|s| s.copy(&src.buffer, 0, &readback, 0, bytes).map_err(cerr))?;
+        let upload = to.hal().alloc(size, MemoryKind::Upload).map_err(cerr)?;
+        let y = to.alloc(n, self.dtype)?;
+        to.with_stream(|s| s.copy(&upload, 0, &y, 0, bytes).map_err(cerr))?;
+        to.inner.hops.lock().push(Hop { from: self.device.clone(), src: readback, dst: upload });
+        Ok(to.storage(y, self.dtype, n))
+    }
+}
+
+impl VulkanDevice {
+    /// Does the host copies owed to this device's recorded work ([`Hop`]s), in the order
+    /// they were recorded: each submits its source device's work (a no-op when already
+    /// submitted), waits for it, and copies.
+    ///
+    /// # Errors
+    /// Device errors of the source devices (submission, device lost), naming the device.
+    pub(super) fn run_hops(&self) -> CResult<()> {
+        let hops = std::mem::take(&mut *self.inner.hops.lock());
+        let mut staging = Vec::new();
+        for h in hops {
+            h.from.flush()?;
+            staging.resize(h.src.size() as usize, 0u8);
+            h.src.read(0, &mut staging).map_err(|e| h.from.named(e))?;
+            h.dst.write(0, &staging).map_err(|e| self.named(e))?;
+        }
+        Ok(())
+    }
+
+    /// `e` as a candle error naming this device (index and name): with several devices,
+    /// which one failed.
+    pub(super) fn named(&self, e: impl std::fmt::Display) -> candle_core::Error {
+        candle_core::Error::Msg(format!("Vulkan device {} ({}): {e}", self.inner.ordinal, self.inner.dev.caps().name))
+    }
+}
