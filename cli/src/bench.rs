@@ -51,7 +51,7 @@ struct ModelArgs {
     #[arg(long, short = 'm')]
     model: Vec<std::path::PathBuf>,
     /// Synthetic models (random weights made in-process): NAME or NAME:TYPE, comma-separated
-    /// or repeated. Names: smollm2-135m, llama-1b, llama-7b, llama-8b, qwen3-0.6b, gemma2-2b, gemma3-270m, gemma3-1b, phi3-mini.
+    /// or repeated. Names: smollm2-135m, llama-1b, llama-7b, llama-8b, llama-70b, llama-90b, qwen3-0.6b, gemma2-2b, gemma3-270m, gemma3-1b, phi3-mini.
     #[arg(long, value_delimiter = ',')]
     synthetic: Vec<String>,
     /// GGML types of the synthetic models named without one (comma-separated).
@@ -90,7 +90,7 @@ struct ModelArgs {
     #[command(flatten)]
     split: crate::model_args::SplitArgs,
     /// With --devices: tokens per micro-batch of a prompt (llama-bench's `-ub`); default
-    /// a quarter of the prompt.
+    /// half the prompt, at most 256.
     #[arg(long)]
     micro_batch: Option<usize>,
 }

@@ -12,7 +12,7 @@ use vkml_quant::GgmlType;
 /// Arguments of `vkml gguf synth`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The model shape: smollm2-135m, llama-1b, llama-7b, llama-8b, qwen3-0.6b, gemma2-2b,
+    /// The model shape: smollm2-135m, llama-1b, llama-7b, llama-8b, llama-70b, llama-90b, qwen3-0.6b, gemma2-2b,
     /// gemma3-270m, gemma3-1b or phi3-mini.
     #[arg(long)]
     shape: String,

@@ -91,8 +91,9 @@ pub struct LoadOptions {
     /// On a layer split over several devices ([`Runner::load_split`]), the tokens of
     /// one micro-batch: a chunk runs as micro-batches submitted in turn, so that the
     /// first device runs batch i + 1 while the next runs batch i (llama.cpp's pipeline
-    /// parallelism). `None`: a quarter of `max_batch` (rounded up). One device runs whole
-    /// chunks.
+    /// parallelism). `None`: half of `max_batch` (rounded up), at most 256 (on two H200s
+    /// a 512-token prompt of llama-8b ran 14 % faster than on one in halves, 6 % in
+    /// quarters, 37 % slower in eighths). One device runs whole chunks.
     pub micro_batch: Option<usize>,
 }
 
@@ -255,7 +256,7 @@ where
             d.synchronize().map_err(|e| model_err(format!("{d:?}: {e}")))?;
         }
         let pass = if devs.is_split() {
-            opts.micro_batch.unwrap_or(max_batch.div_ceil(4)).clamp(1, max_batch)
+            opts.micro_batch.unwrap_or(max_batch.div_ceil(2).min(256)).clamp(1, max_batch)
         } else {
             max_batch
         };

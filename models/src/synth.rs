@@ -82,7 +82,9 @@ impl SynthShape {
 }
 
 /// The named shapes: SmolLM2-135M, TinyLlama-1.1B, Llama-2-7B, and Llama-3-8B with a
-/// 49152 vocabulary (issue 7's benchmark shapes); Qwen3-0.6B, Gemma-2-2B, Gemma-3-270M, Gemma-3-1B
+/// 49152 vocabulary (issue 7's benchmark shapes); Llama-3-70B (131 GiB at F16: more than
+/// one 80 GB GPU holds) and the 100 layers of Llama-3.2-90B-Vision's text decoder, every
+/// one self-attention (163 GiB at F16: more than one 141 GB GPU holds), for layer splits; Qwen3-0.6B, Gemma-2-2B, Gemma-3-270M, Gemma-3-1B
 /// and Phi-3-mini-4k (as their Hugging Face configs give them).
 pub const SHAPES: &[SynthShape] = &[
     SynthShape {
@@ -133,6 +135,32 @@ pub const SHAPES: &[SynthShape] = &[
         n_head: 32,
         n_kv_head: 8,
         vocab: 49152,
+        tied: false,
+        head_dim: None,
+        sliding_window: None,
+    },
+    SynthShape {
+        name: "llama-70b",
+        arch: "llama",
+        n_layers: 80,
+        n_embd: 8192,
+        n_ff: 28672,
+        n_head: 64,
+        n_kv_head: 8,
+        vocab: 128256,
+        tied: false,
+        head_dim: None,
+        sliding_window: None,
+    },
+    SynthShape {
+        name: "llama-90b",
+        arch: "llama",
+        n_layers: 100,
+        n_embd: 8192,
+        n_ff: 28672,
+        n_head: 64,
+        n_kv_head: 8,
+        vocab: 128256,
         tied: false,
         head_dim: None,
         sliding_window: None,

@@ -47,7 +47,7 @@ fn conversation(file: &GgufFile) -> (Vec<u32>, usize) {
 
 /// The logits after the prompt and after each following token, one token at a time.
 fn vkml_steps(file: &GgufFile, weights: WeightFormat, ids: &[u32], prompt: usize) -> Vec<Vec<f32>> {
-    let opts = LoadOptions { ctx: Some(256), max_batch: 64, weights };
+    let opts = LoadOptions { ctx: Some(256), max_batch: 64, weights, micro_batch: None };
     let mut r = Runner::<CpuStorage>::load(&CpuDevice, file, opts, &mut |_, _| {}).unwrap();
     let mut out = vec![r.forward(&ids[..prompt], false).unwrap()];
     for &t in &ids[prompt..] {

@@ -113,7 +113,7 @@ impl VulkanDevice {
     pub fn flush(&self) -> CResult<()> {
         self.run_hops()?;
         let mut s = self.inner.stream.lock();
-        s.submit().map_err(|e| self.named(e))?;
+        s.submit().map_err(|e| self.named_error(e))?;
         Ok(())
     }
 
@@ -149,7 +149,7 @@ impl VulkanDevice {
                 return Ok(b);
             }
         }
-        self.inner.dev.alloc(bytes, MemoryKind::DeviceLocal).map_err(cerr)
+        self.inner.dev.alloc(bytes, MemoryKind::DeviceLocal).map_err(|e| self.named_error(e))
     }
 
     /// Hands a buffer from [`VulkanDevice::alloc`] back for reuse by later ops, once
@@ -175,7 +175,8 @@ impl VulkanDevice {
     /// Host data in a fresh buffer (never a recycled one: commands recorded but not yet
     /// run may still use those).
     pub(super) fn upload_bytes(&self, bytes: &[u8], dtype: DType, len: usize) -> CResult<VulkanStorage> {
-        let buffer = self.inner.dev.alloc(buffer_bytes(len, dtype), MemoryKind::DeviceLocal).map_err(cerr)?;
+        let buffer =
+            self.inner.dev.alloc(buffer_bytes(len, dtype), MemoryKind::DeviceLocal).map_err(|e| self.named_error(e))?;
         buffer.write(0, bytes).map_err(cerr)?;
         Ok(self.storage(buffer, dtype, len))
     }

@@ -66,15 +66,15 @@ impl VulkanDevice {
         for h in hops {
             h.from.flush()?;
             staging.resize(h.src.size() as usize, 0u8);
-            h.src.read(0, &mut staging).map_err(|e| h.from.named(e))?;
-            h.dst.write(0, &staging).map_err(|e| self.named(e))?;
+            h.src.read(0, &mut staging).map_err(|e| h.from.named_error(e))?;
+            h.dst.write(0, &staging).map_err(|e| self.named_error(e))?;
         }
         Ok(())
     }
 
-    /// `e` as a candle error naming this device (index and name): with several devices,
-    /// which one failed.
-    pub(super) fn named(&self, e: impl std::fmt::Display) -> candle_core::Error {
+    /// `e` as a candle error naming this device (its index and name): with several
+    /// devices, which one failed (out of memory, device lost).
+    pub fn named_error(&self, e: impl std::fmt::Display) -> candle_core::Error {
         candle_core::Error::Msg(format!("Vulkan device {} ({}): {e}", self.inner.ordinal, self.inner.dev.caps().name))
     }
 }

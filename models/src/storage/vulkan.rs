@@ -80,7 +80,7 @@ impl ModelStorage for VulkanStorage {
         bytes: &[u8],
         _format: super::WeightFormat,
     ) -> CResult<Self::QWeight> {
-        vkml_ops::quant::QMatrix::from_gguf(dev.hal(), info, bytes).map_err(cerr)
+        vkml_ops::quant::QMatrix::from_gguf(dev.hal(), info, bytes).map_err(|e| dev.named_error(e))
     }
 
     fn qweight_dims(w: &Self::QWeight) -> (usize, usize) {
@@ -92,7 +92,7 @@ impl ModelStorage for VulkanStorage {
     }
 
     fn qweight_concat(dev: &VulkanDevice, parts: &[&Self::QWeight]) -> CResult<Self::QWeight> {
-        dev.with_stream(|s| vkml_ops::quant::QMatrix::concat_rows(s, parts).map_err(cerr))
+        dev.with_stream(|s| vkml_ops::quant::QMatrix::concat_rows(s, parts).map_err(|e| dev.named_error(e)))
     }
 
     /// Mat-vecs below [`VulkanDevice::mat_mat_min_tokens`] rows of `x`, mat-mats
@@ -195,7 +195,7 @@ impl ModelStorage for VulkanStorage {
     }
 
     fn kv_cache(dev: &VulkanDevice, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<Self::KvCache> {
-        vkml_ops::attention::KvCache::new(dev.hal(), n_kv_heads, ctx, d).map_err(cerr)
+        vkml_ops::attention::KvCache::new(dev.hal(), n_kv_heads, ctx, d).map_err(|e| dev.named_error(e))
     }
 
     fn attention(
