@@ -258,7 +258,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
         return models_cpu(&a, &list);
     }
     let (vdevs, shares) = match a.split.open()? {
-        Some(s) => s,
+        Some(s) => (s.devices, s.shares),
         None => {
             let dev = open_device(a.device.as_deref())?;
             (vec![VulkanDevice::from_device(&dev, 0).map_err(|e| e.to_string())?], None)

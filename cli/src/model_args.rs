@@ -48,6 +48,14 @@ pub struct SplitArgs {
     pub tensor_split: Vec<f64>,
 }
 
+/// Opened devices to split a model over, and their shares (`None`: by free memory).
+pub struct Split {
+    /// The devices, in pipeline order.
+    pub devices: Vec<VulkanDevice>,
+    /// `--tensor-split`, one share per device.
+    pub shares: Option<Vec<f64>>,
+}
+
 impl SplitArgs {
     /// The devices to split over (opened) and their shares, from the flags or
     /// `VKML_DEVICES`; `None` when no list is given.
@@ -55,7 +63,7 @@ impl SplitArgs {
     /// # Errors
     /// A device that cannot be opened (naming it), or shares without a device list or
     /// not one per device.
-    pub fn open(&self) -> Result<Option<(Vec<VulkanDevice>, Option<Vec<f64>>)>, String> {
+    pub fn open(&self) -> Result<Option<Split>, String> {
         let names: Vec<String> = if self.devices.is_empty() {
             std::env::var("VKML_DEVICES")
                 .ok()
@@ -82,7 +90,7 @@ impl SplitArgs {
                 VulkanDevice::from_device(&dev, i).map_err(|e| format!("device {n:?}: {e}"))
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(Some((devs, (!self.tensor_split.is_empty()).then(|| self.tensor_split.clone()))))
+        Ok(Some(Split { devices: devs, shares: (!self.tensor_split.is_empty()).then(|| self.tensor_split.clone()) }))
     }
 }
 
@@ -224,8 +232,8 @@ pub struct Loaded {
 /// Where a model runs.
 enum Target {
     Vulkan(Device),
-    /// Layers split over these devices, with these shares.
-    Split((Vec<VulkanDevice>, Option<Vec<f64>>)),
+    /// Layers split over these devices.
+    Split(Split),
     Cpu,
 }
 
@@ -305,7 +313,7 @@ pub fn load(
         None => target(args)?,
     };
     let (generator, device) = match target {
-        Target::Split((devs, shares)) => {
+        Target::Split(Split { devices: devs, shares }) => {
             let opts = LoadOptions { ctx: args.ctx, ..LoadOptions::default() };
             let runner =
                 vkml_models::Runner::load_split(&devs, shares.as_deref(), file, opts, &mut progress).map_err(named)?;

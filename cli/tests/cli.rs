@@ -85,6 +85,38 @@ fn generate_greedy_is_deterministic_and_reports_speed() {
     }
 }
 
+/// `--devices 0,0` (two logical devices on lavapipe, the layers split between them) gives
+/// the greedy text of one device, names both devices and their layers, and is listed by
+/// `vkml info`; a share list without devices, or of another length, is a one-line error.
+#[test]
+fn generate_splits_layers_over_devices() {
+    let m = test_model();
+    let base =
+        ["generate", "-m", m.to_str().unwrap(), "-p", "The three primary colours are", "-n", "12", "--temp", "0"];
+    let run = |extra: &[&str]| vkml(&base.iter().chain(extra).copied().collect::<Vec<_>>());
+    let one = run(&["-d", "0"]);
+    assert!(one.status.success(), "{}", String::from_utf8_lossy(&one.stderr));
+    let two = run(&["--devices", "0,0", "--tensor-split", "1,2"]);
+    assert!(two.status.success(), "{}", String::from_utf8_lossy(&two.stderr));
+    assert_eq!(String::from_utf8_lossy(&two.stdout), String::from_utf8_lossy(&one.stdout));
+    let err = String::from_utf8_lossy(&two.stderr);
+    assert!(err.contains(" + ") && err.contains("(layers 0..11, 11..30)"), "{err}");
+    let env = Command::new(env!("CARGO_BIN_EXE_vkml"))
+        .args(base)
+        .env("VKML_VALIDATION", "1")
+        .env("VKML_DEVICES", "0,0")
+        .output()
+        .expect("run vkml");
+    assert_eq!(String::from_utf8_lossy(&env.stdout), String::from_utf8_lossy(&one.stdout));
+    one_line_error(&run(&["--tensor-split", "1,1"]), "--tensor-split needs a device list");
+    one_line_error(&run(&["--devices", "0,0", "--tensor-split", "1"]), "--tensor-split has 1 shares for 2 devices");
+    let info = String::from_utf8(vkml(&["info"]).stdout).unwrap();
+    assert!(
+        info.lines().next().is_some_and(|l| l.ends_with("Vulkan device:") || l.ends_with("Vulkan devices:")),
+        "{info}"
+    );
+}
+
 /// Gemma 3 (the real 270M base model): a greedy completion through the whole command.
 #[test]
 fn generate_runs_gemma3() {

@@ -41,6 +41,12 @@ pub struct DeviceOptions {
     /// Off by default (capturing may cost compile time); where the driver lacks the
     /// extension the device opens without it.
     pub pipeline_statistics: bool,
+    /// Most bytes vkml allocates from each memory heap (VMA's `pHeapSizeLimit`):
+    /// allocations past it fail as out of memory, as on a device with that much memory.
+    /// The probed capabilities (and so the memory budgets that model loads check first)
+    /// are unchanged. For keeping vkml under a size on a shared GPU, and for testing
+    /// out-of-memory paths. `None`: the heaps' own sizes.
+    pub heap_size_limit: Option<u64>,
 }
 
 /// One compiler statistic of a pipeline executable (`VkPipelineExecutableStatisticKHR`),
@@ -379,6 +385,7 @@ impl Device {
                 host_visible_device_local,
                 sharing_families: &sharing_families,
                 cache_limit,
+                heap_limit: options.heap_size_limit,
             },
         ) {
             Ok(m) => m,

@@ -99,6 +99,8 @@ pub(crate) struct MemoryConfig<'a> {
     pub sharing_families: &'a [u32],
     /// Bytes of freed buffers kept for reuse.
     pub cache_limit: u64,
+    /// Most bytes allocated from each heap (VMA's `pHeapSizeLimit`); `None`: no limit.
+    pub heap_limit: Option<u64>,
 }
 
 pub(crate) struct Memory {
@@ -138,8 +140,19 @@ impl Memory {
         physical: vk::PhysicalDevice,
         cfg: &MemoryConfig<'_>,
     ) -> Result<Memory> {
-        let MemoryConfig { api_version, budget_ext, host_visible_device_local, sharing_families, cache_limit } = *cfg;
+        let MemoryConfig {
+            api_version,
+            budget_ext,
+            host_visible_device_local,
+            sharing_families,
+            cache_limit,
+            heap_limit,
+        } = *cfg;
+        // SAFETY: `physical` is a valid handle of `instance`.
+        let heaps = unsafe { instance.get_physical_device_memory_properties(physical) }.memory_heap_count as usize;
+        let limits: Vec<vk::DeviceSize> = heap_limit.map(|l| vec![l; heaps]).unwrap_or_default();
         let mut info = vk_mem::AllocatorCreateInfo::new(instance, device, physical);
+        info.heap_size_limits = &limits;
         info.vulkan_api_version = api_version.min(vk::API_VERSION_1_3);
         if budget_ext {
             info.flags |= vk_mem::AllocatorCreateFlags::EXT_MEMORY_BUDGET;

@@ -49,13 +49,10 @@ fn context(hp: &Hparams, opts: LoadOptions) -> Result<usize> {
 /// on the first, every other tensor (output norm and projection) on the last, and there
 /// the token embedding again where the head is tied to it. Saturating sums.
 fn split_bytes(hp: &Hparams, file: &GgufFile, ctx: usize, layer: &[usize], n_dev: usize) -> Vec<u64> {
-    let mut need = vec![0u64; n_dev];
     let last = n_dev - 1;
     let kv = (2 * 2 * hp.n_kv_head as u64).saturating_mul(hp.head_dim as u64).saturating_mul(ctx as u64);
     let rope = (ctx as u64).saturating_mul(hp.head_dim as u64 / 2 * 4 * 2 * 2);
-    for n in &mut need {
-        *n = rope;
-    }
+    let mut need = vec![rope; n_dev];
     for &d in layer {
         need[d] = need[d].saturating_add(kv);
     }

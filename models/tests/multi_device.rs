@@ -21,9 +21,12 @@ fn devices(n: usize, mat_mat: bool) -> Vec<VulkanDevice> {
         .collect()
 }
 
+/// Every logit of a run (each forward call's) and its greedy tokens.
+type Run = (Vec<Vec<f32>>, Vec<u32>);
+
 /// Logits of the prompt (every token) then of `steps` greedy steps, and the tokens: the
 /// prompt in pieces of `piece` tokens (one forward call each, as the split's micro-batches).
-fn run(r: &mut Runner<VulkanStorage>, prompt: &[u32], piece: usize, steps: usize) -> (Vec<Vec<f32>>, Vec<u32>) {
+fn run(r: &mut Runner<VulkanStorage>, prompt: &[u32], piece: usize, steps: usize) -> Run {
     let mut logits = Vec::new();
     for p in prompt.chunks(piece) {
         logits.push(r.forward(p, true).unwrap());
@@ -53,13 +56,16 @@ fn check(arch: &str, file: &GgufFile, n_layers: usize) {
     let mm = vulkan_device_mat_mat_from(2);
     let mut single_mm = Runner::<VulkanStorage>::load(&mm, file, opts, &mut |_, _| {}).unwrap();
     let whole_mm = run(&mut single_mm, &prompt, 12, 6);
-    let cases: [(&str, usize, Option<&[f64]>, Option<usize>, bool, &(Vec<Vec<f32>>, Vec<u32>)); 4] = [
-        ("two devices, one pass", 2, None, Some(12), false, &whole),
-        ("two devices, micro-batches of 4", 2, Some(&[1.0, 3.0]), Some(4), false, &pieces),
-        ("three devices", 3, Some(&[1.0, 1.0, 1.0]), Some(12), false, &whole),
-        ("two mat-mat devices", 2, None, Some(12), true, &whole_mm),
+    /// One split: devices, shares, micro-batch, mat-mat kernels, and the one-device run it
+    /// must equal.
+    struct Case<'a>(&'a str, usize, Option<&'a [f64]>, Option<usize>, bool, &'a Run);
+    let cases = [
+        Case("two devices, one pass", 2, None, Some(12), false, &whole),
+        Case("two devices, micro-batches of 4", 2, Some(&[1.0, 3.0]), Some(4), false, &pieces),
+        Case("three devices", 3, Some(&[1.0, 1.0, 1.0]), Some(12), false, &whole),
+        Case("two mat-mat devices", 2, None, Some(12), true, &whole_mm),
     ];
-    for (what, n, shares, micro, mat_mat, want) in cases {
+    for Case(what, n, shares, micro, mat_mat, want) in cases {
         let devs = devices(n, mat_mat);
         let o = LoadOptions { micro_batch: micro, ..opts };
         let mut split = Runner::<VulkanStorage>::load_split(&devs, shares, file, o, &mut |_, _| {}).unwrap();
@@ -155,4 +161,51 @@ fn split_refuses_a_device_without_room() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("at least one share above 0"), "{e}");
+}
+
+/// Out of memory on one device of a split, at allocation (its memory budget passed the
+/// check first): the error names that device; the other device is left working, and
+/// nothing leaks once all is dropped.
+#[test]
+fn out_of_memory_on_one_device_names_it() {
+    use std::sync::atomic::Ordering;
+    use vkml_hal::{Device, DeviceOptions, DeviceSelector, Instance, InstanceOptions};
+    let leaked = vkml_hal::LEAKED_DEVICES.load(Ordering::Relaxed);
+    let shape = SynthShape {
+        name: "tiny",
+        arch: "llama",
+        head_dim: None,
+        sliding_window: None,
+        n_layers: 4,
+        n_embd: 128,
+        n_ff: 256,
+        n_head: 4,
+        n_kv_head: 2,
+        vocab: 512,
+        tied: true,
+    };
+    let file = synthetic_model("llama", &shape, GgmlType::Q8_0, 5).unwrap();
+    let opts = LoadOptions { ctx: Some(32), ..LoadOptions::default() };
+    {
+        let good = VulkanDevice::from_device(&device(), 0).unwrap();
+        // The second device refuses allocations past 64 KiB of each heap.
+        let inst = Instance::new(&InstanceOptions::from_env()).unwrap();
+        let adapter = inst.select(&DeviceSelector::from_env()).unwrap();
+        let small = Device::from_adapter(
+            &inst,
+            &adapter,
+            DeviceOptions { heap_size_limit: Some(64 << 10), ..DeviceOptions::default() },
+        )
+        .unwrap();
+        let small = VulkanDevice::from_device(&small, 1).unwrap();
+        let devs = [good.clone(), small];
+        let e = Runner::<VulkanStorage>::load_split(&devs, None, &file, opts, &mut |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("Vulkan device 1 (") && e.contains("out of"), "{e}");
+        drop(devs);
+        // The first device still runs the model on its own.
+        let mut alone = Runner::<VulkanStorage>::load(&good, &file, opts, &mut |_, _| {}).unwrap();
+        let l = alone.forward(&[1, 2, 3], false).unwrap();
+        assert!(l.len() == 512 && l.iter().all(|x| x.is_finite()));
+    }
+    assert_eq!(vkml_hal::LEAKED_DEVICES.load(Ordering::Relaxed), leaked, "a device was dropped with live allocations");
 }
