@@ -6,7 +6,7 @@
 //! that cannot hold its share is refused by name.
 
 mod common;
-use common::{argmax, device, vulkan_device_mat_mat_from};
+use common::{argmax, device, tiny_shape, vulkan_device_mat_mat_from};
 
 use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
 use vkml_models::synth::{synthetic_model, SynthShape};
@@ -92,19 +92,7 @@ fn check(arch: &str, file: &GgufFile, n_layers: usize) {
 /// window of 5 that the prompt runs past).
 #[test]
 fn split_over_devices_matches_one_device() {
-    let shape = SynthShape {
-        name: "tiny",
-        arch: "llama",
-        head_dim: None,
-        sliding_window: None,
-        n_layers: 4,
-        n_embd: 128,
-        n_ff: 256,
-        n_head: 4,
-        n_kv_head: 2,
-        vocab: 512,
-        tied: true,
-    };
+    let shape = tiny_shape(4);
     let qwen3 = SynthShape { arch: "qwen3", head_dim: Some(64), ..shape };
     let gemma3 = SynthShape { arch: "gemma3", head_dim: Some(64), sliding_window: Some(5), n_layers: 7, ..shape };
     for (arch, shape, ty) in [
@@ -171,19 +159,7 @@ fn out_of_memory_on_one_device_names_it() {
     use std::sync::atomic::Ordering;
     use vkml_hal::{Device, DeviceOptions, DeviceSelector, Instance, InstanceOptions};
     let leaked = vkml_hal::LEAKED_DEVICES.load(Ordering::Relaxed);
-    let shape = SynthShape {
-        name: "tiny",
-        arch: "llama",
-        head_dim: None,
-        sliding_window: None,
-        n_layers: 4,
-        n_embd: 128,
-        n_ff: 256,
-        n_head: 4,
-        n_kv_head: 2,
-        vocab: 512,
-        tied: true,
-    };
+    let shape = tiny_shape(4);
     let file = synthetic_model("llama", &shape, GgmlType::Q8_0, 5).unwrap();
     let opts = LoadOptions { ctx: Some(32), ..LoadOptions::default() };
     {

@@ -163,19 +163,7 @@ const Q8_REL_TOL_DEEP: f32 = 5e-2;
 /// window of 5 that the 12-token prompt and the decode steps run past.
 #[test]
 fn models_on_cpu_and_vulkan_agree_synthetic() {
-    let shape = SynthShape {
-        name: "tiny",
-        arch: "llama",
-        head_dim: None,
-        sliding_window: None,
-        n_layers: 2,
-        n_embd: 128,
-        n_ff: 256,
-        n_head: 4,
-        n_kv_head: 2,
-        vocab: 512,
-        tied: true,
-    };
+    let shape = common::tiny_shape(2);
     let qwen3 = SynthShape { arch: "qwen3", head_dim: Some(64), ..shape };
     let gemma3 = SynthShape { arch: "gemma3", head_dim: Some(64), sliding_window: Some(5), n_layers: 7, ..shape };
     for (arch, shape, ty) in [

@@ -38,33 +38,9 @@ const REL_TOL_Q8_1: f32 = 2e-2;
 const REL_TOL_Q8_1_DEEP: f32 = 5e-2;
 const STEPS: usize = 10;
 
-const SHAPE_QWEN3: SynthShape = SynthShape {
-    name: "tiny-qwen3",
-    arch: "qwen3",
-    head_dim: Some(64),
-    sliding_window: None,
-    n_layers: 2,
-    n_embd: 128,
-    n_ff: 256,
-    n_head: 4,
-    n_kv_head: 2,
-    vocab: 512,
-    tied: true,
-};
+const SHAPE_QWEN3: SynthShape = SynthShape { name: "tiny-qwen3", arch: "qwen3", head_dim: Some(64), ..common::TINY };
 
-const SHAPE_PHI3: SynthShape = SynthShape {
-    name: "tiny-phi3",
-    arch: "phi3",
-    head_dim: None,
-    sliding_window: None,
-    n_layers: 2,
-    n_embd: 128,
-    n_ff: 256,
-    n_head: 4,
-    n_kv_head: 2,
-    vocab: 512,
-    tied: false,
-};
+const SHAPE_PHI3: SynthShape = SynthShape { name: "tiny-phi3", arch: "phi3", tied: false, ..common::TINY };
 
 /// Gemma 2 with a window past every sequence of the test (the reference has none of its
 /// own) and soft-caps of 3 and 2, small enough to bend these random models' scores and
@@ -75,12 +51,8 @@ const SHAPE_GEMMA2: SynthShape = SynthShape {
     head_dim: Some(64),
     sliding_window: Some(64),
     n_layers: 3,
-    n_embd: 128,
-    n_ff: 256,
-    n_head: 4,
     n_kv_head: 1,
-    vocab: 512,
-    tied: true,
+    ..common::TINY
 };
 
 /// Seven layers: layers 0-4 and 6 local (window 8), layer 5 global. One KV head, as in
@@ -92,27 +64,11 @@ const SHAPE_GEMMA3: SynthShape = SynthShape {
     head_dim: Some(64),
     sliding_window: Some(8),
     n_layers: 7,
-    n_embd: 128,
-    n_ff: 256,
-    n_head: 4,
     n_kv_head: 1,
-    vocab: 512,
-    tied: true,
+    ..common::TINY
 };
 
-const SHAPE: SynthShape = SynthShape {
-    name: "tiny",
-    arch: "llama",
-    head_dim: None,
-    sliding_window: None,
-    n_layers: 2,
-    n_embd: 128,
-    n_ff: 256,
-    n_head: 4,
-    n_kv_head: 2,
-    vocab: 512,
-    tied: false,
-};
+const SHAPE: SynthShape = SynthShape { tied: false, ..common::TINY };
 
 enum CandleModel {
     Llama(candle_transformers::models::quantized_llama::ModelWeights),

@@ -9,6 +9,27 @@ mod devices;
 #[allow(unused_imports)]
 pub use devices::*;
 
+/// A small llama of two layers (128 wide, 4 heads over 2 KV heads, a vocabulary of 512,
+/// tied embeddings): the shape the synthetic-model tests vary.
+pub const TINY: vkml_models::synth::SynthShape = vkml_models::synth::SynthShape {
+    name: "tiny",
+    arch: "llama",
+    head_dim: None,
+    sliding_window: None,
+    n_layers: 2,
+    n_embd: 128,
+    n_ff: 256,
+    n_head: 4,
+    n_kv_head: 2,
+    vocab: 512,
+    tied: true,
+};
+
+/// [`TINY`] with `n_layers` layers.
+pub fn tiny_shape(n_layers: usize) -> vkml_models::synth::SynthShape {
+    vkml_models::synth::SynthShape { n_layers, ..TINY }
+}
+
 /// The index of the largest logit.
 pub fn argmax(v: &[f32]) -> u32 {
     v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32
