@@ -4,8 +4,10 @@
 //!
 //! Model tests follow llama-bench (llama.cpp `tools/llama-bench`): `ppN` runs an N-token
 //! prompt in one forward pass from an empty KV cache; `tgN` generates N tokens one at a
-//! time from an empty cache, each step one forward pass of one token (the argmax is fed
-//! back; logits are read back every step, as a sampler would). Each test runs once to warm
+//! time from an empty cache, each step one forward pass of one token whose greedy choice
+//! is fed back: chosen on the GPU, which runs the next step on it while the host reads it
+//! (`Runner::forward_greedy`, what `vkml generate --temp 0` does), or with
+//! `--sample-on-host` from the logits read back every step (what other samplers need). Each test runs once to warm
 //! up (pipelines, caches), then `-r` times; the figure is tokens per second, mean ± sample
 //! standard deviation over the repetitions. Attention is the flash-attention kernel
 //! (llama-bench's `-fa 1`); the KV cache is f16.
@@ -89,6 +91,10 @@ struct ModelArgs {
     profile: bool,
     #[command(flatten)]
     split: crate::model_args::SplitArgs,
+    /// Generation tests read every step's logits back and take the argmax on the host
+    /// (as samplers other than plain greedy do), instead of the GPU choosing it.
+    #[arg(long)]
+    sample_on_host: bool,
     /// With --devices: tokens per micro-batch of a prompt (llama-bench's `-ub`); default
     /// half the prompt, at most 256.
     #[arg(long)]
@@ -204,6 +210,7 @@ fn one_run<S: ModelStorage>(
     n_prompt: usize,
     n_gen: usize,
     vocab: u32,
+    on_host: bool,
     prof: &mut vkml_models::StepProfile,
 ) -> vkml_models::Result<f64>
 where
@@ -217,8 +224,12 @@ where
     } else {
         let mut tok = 1u32 % vocab;
         for _ in 0..n_gen {
-            let l = model.forward(&[tok], false)?;
-            tok = l.iter().enumerate().max_by(|x, y| x.1.total_cmp(y.1)).map_or(0, |m| m.0 as u32);
+            tok = if on_host {
+                let l = model.forward(&[tok], false)?;
+                l.iter().enumerate().max_by(|x, y| x.1.total_cmp(y.1)).map_or(0, |m| m.0 as u32)
+            } else {
+                model.forward_greedy(tok)?
+            };
             let p = model.last_step();
             prof.record_s += p.record_s;
             prof.ahead_s += p.ahead_s;
@@ -334,7 +345,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
         let tests = tests(&a);
         for (n_prompt, n_gen) in tests {
             let run = |model: &mut Runner<VulkanStorage>, prof: &mut vkml_models::StepProfile| {
-                one_run(model, n_prompt, n_gen, vocab, prof).map_err(|e| format!("{label}: {e}"))
+                one_run(model, n_prompt, n_gen, vocab, a.sample_on_host, prof).map_err(|e| format!("{label}: {e}"))
             };
             // Warm-up runs until a.warmup seconds have passed (at least one), then `reps`
             // timed ones; the counts and the GPU profile cover the timed runs only.
@@ -597,8 +608,10 @@ fn models_cpu(a: &ModelArgs, list: &[Source]) -> Result<(), String> {
         let tests = tests(a);
         for (n_prompt, n_gen) in tests {
             let mut prof = vkml_models::StepProfile::default();
-            let mut run =
-                || one_run(&mut model, n_prompt, n_gen, vocab, &mut prof).map_err(|e| format!("{label}: {e}"));
+            let mut run = || {
+                one_run(&mut model, n_prompt, n_gen, vocab, a.sample_on_host, &mut prof)
+                    .map_err(|e| format!("{label}: {e}"))
+            };
             let warm_start = Instant::now();
             let mut warm_runs = 0usize;
             while warm_runs == 0 || warm_start.elapsed().as_secs_f64() < a.warmup {

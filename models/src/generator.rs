@@ -241,6 +241,7 @@ where
             g: self,
             sampler,
             logits: Some(logits),
+            chosen: None,
             history: prompt.to_vec(),
             stream: TokenStream::new(),
             budget,
@@ -261,6 +262,9 @@ pub struct Generation<'g, S: ModelStorage = VulkanStorage> {
     sampler: Sampler,
     /// Logits to sample the next token from.
     logits: Option<Vec<f32>>,
+    /// The next token, where the device chose it (plain greedy decoding:
+    /// [`Runner::forward_greedy`]).
+    chosen: Option<u32>,
     /// Prompt and generated tokens (for the repeat penalty).
     history: Vec<u32>,
     stream: TokenStream,
@@ -355,8 +359,11 @@ where
             if self.finish.is_some() {
                 return Ok(None);
             }
-            let Some(logits) = self.logits.take() else { return Ok(None) };
-            let next = self.sampler.sample(logits, &self.history)?;
+            let next = match (self.chosen.take(), self.logits.take()) {
+                (Some(t), _) => t,
+                (None, Some(logits)) => self.sampler.sample(logits, &self.history)?,
+                (None, None) => return Ok(None),
+            };
             self.generated += 1;
             if self.g.tokenizer.stop.contains(&next) {
                 self.stop_at_once = (self.generated == 1).then_some(next);
@@ -368,7 +375,13 @@ where
             self.history.push(next);
             let piece = self.stream.push(&self.g.tokenizer, next)?;
             if self.generated < self.budget {
-                self.logits = Some(self.g.runner.forward(&[next], false)?);
+                // Plain greedy decoding: the device picks the argmax itself and runs the
+                // step after on it while the host reads it.
+                if self.sampler.is_plain_greedy() {
+                    self.chosen = Some(self.g.runner.forward_greedy(next)?);
+                } else {
+                    self.logits = Some(self.g.runner.forward(&[next], false)?);
+                }
                 self.g.cached.push(next);
             }
             let mut out = piece.map(|p| self.release(&p)).unwrap_or_default();

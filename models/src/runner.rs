@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use candle_core::backend::BackendDevice;
+use candle_core::Layout;
 use vkml_candle::front::Tensor;
 use vkml_candle::vulkan::VulkanStorage;
 use vkml_quant::gguf::GgufFile;
@@ -13,7 +14,7 @@ use crate::arch::{self, Model};
 use crate::config::Hparams;
 use crate::device_map::{split_layers, DeviceMap};
 use crate::error::{model_err, Error, Result};
-use crate::storage::{ModelStorage, WeightFormat};
+use crate::storage::{DeviceChoice, ModelStorage, WeightFormat};
 
 /// The longest context vkml loads a model for: 2^20 positions (Qwen's YaRN-extended
 /// 1M). Its rope tables alone are then 1 GiB at a head dim of 256.
@@ -110,6 +111,30 @@ struct Pending<S: ModelStorage> {
     submissions: u64,
 }
 
+/// A decode step submitted on the device's own greedy choice ([`Runner::forward_greedy`]),
+/// whose input the host learns by reading the step before.
+struct Greedy<S: ModelStorage> {
+    /// Position of the step's token.
+    pos: usize,
+    /// The token the step runs (the choice of the step before, once read).
+    input: u32,
+    /// The step's own choice, its logits' sum, and the choice as the next step's input.
+    choice: DeviceChoice<S>,
+}
+
+/// The choice of the step at `pos` (`chosen`, `sums` of its [`DeviceChoice`]), after
+/// waiting for the step; an error where its logits are not all finite.
+fn read_choice<S: ModelStorage>(chosen: &S, sums: &S, pos: usize) -> Result<u32> {
+    let one = Layout::contiguous(1);
+    let sum = sums.read_f32(&one)?[0];
+    if !sum.is_finite() {
+        return Err(Error::Sampling(format!(
+            "the logits at position {pos} are not all finite (their sum is {sum}): the model's output overflowed"
+        )));
+    }
+    Ok(chosen.read_u32(&one)?[0])
+}
+
 /// Where the host time of the last [`Runner::forward`] chunk went.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StepProfile {
@@ -134,6 +159,8 @@ pub struct Runner<S: ModelStorage = VulkanStorage> {
     pass: usize,
     pos: usize,
     pending: Option<Pending<S>>,
+    /// The step [`Runner::forward_greedy`] submitted ahead.
+    greedy: Option<Greedy<S>>,
     profile: StepProfile,
 }
 
@@ -257,7 +284,17 @@ where
         } else {
             max_batch
         };
-        Ok(Runner { devs, model, ctx, max_batch, pass, pos: 0, pending: None, profile: StepProfile::default() })
+        Ok(Runner {
+            devs,
+            model,
+            ctx,
+            max_batch,
+            pass,
+            pos: 0,
+            pending: None,
+            greedy: None,
+            profile: StepProfile::default(),
+        })
     }
 
     /// The shared hyper-parameters.
@@ -312,6 +349,7 @@ where
     /// Empties the KV cache (the next token is at position 0).
     pub fn reset(&mut self) {
         self.pos = 0;
+        self.greedy = None;
     }
 
     /// Cuts the KV cache back to its first `n` positions (the next token is at `n`), so
@@ -327,6 +365,7 @@ where
         let ok = n <= p && self.model.kv_ring().is_none_or(|r| p < r || p - n < self.max_batch);
         if ok {
             self.pos = n;
+            self.greedy = None;
         }
         ok
     }
@@ -360,6 +399,9 @@ where
     /// empty input or a token id past the vocabulary; kernel and device errors.
     pub fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
         self.check_input(tokens)?;
+        // A step run ahead on the device's choice has run; its K and V at this position are
+        // overwritten by these tokens.
+        self.greedy = None;
         let mut out = Vec::new();
         let n_chunks = tokens.len().div_ceil(self.pass);
         for (i, chunk) in tokens.chunks(self.pass).enumerate() {
@@ -369,6 +411,73 @@ where
             }
         }
         Ok(out)
+    }
+
+    /// Runs `token` at [`Runner::position`] and returns the index of its largest logit
+    /// (the first of equal ones, as candle's `argmax`; greedy decoding), chosen on the
+    /// device: only the index is read back. On a deferred device (Vulkan) the step at the
+    /// next position is submitted before the host reads the choice, with the device's
+    /// choice as its input, so the device does not wait for the host between tokens; a
+    /// following call with that token finds its step running. A call with another token,
+    /// or any other call, leaves that step's keys and values at the next position to be
+    /// overwritten (as a stale step recorded ahead, [`Runner::forward`]). Elsewhere this is
+    /// [`Runner::forward`] and the argmax on the host.
+    ///
+    /// # Errors
+    /// As [`Runner::forward`]; [`Error::Sampling`] where the logits are not all finite.
+    pub fn forward_greedy(&mut self, token: u32) -> Result<u32> {
+        if !S::is_deferred(self.devs.first()) {
+            let l = self.forward(&[token], false)?;
+            if let Some(i) = l.iter().position(|x| !x.is_finite()) {
+                return Err(Error::Sampling(format!("logit {i} is {}: the model's output is not finite", l[i])));
+            }
+            let first_max =
+                l.iter().enumerate().fold((0, f32::NEG_INFINITY), |m, (i, &x)| if x > m.1 { (i, x) } else { m });
+            return Ok(first_max.0 as u32);
+        }
+        self.check_input(&[token])?;
+        let t0 = Instant::now();
+        let mut record_s = 0.0;
+        // This position's step: already submitted by the call before (it ran on the choice
+        // this token is), else the step recorded ahead (its id written now), else a new one.
+        let current = match self.greedy.take() {
+            Some(g) if g.pos == self.pos && g.input == token => g,
+            _ => {
+                let logits = match self.pending.take() {
+                    Some(p) if p.pos == self.pos && p.submissions == self.submissions() => {
+                        p.ids.storage().write_u32(&[token])?;
+                        p.logits
+                    }
+                    _ => {
+                        let ids = Tensor::from_slice(&[token], 1, self.devs.first())?;
+                        self.step(&ids, self.pos, false, true)?.expect("logits wanted")
+                    }
+                };
+                let choice = logits.storage().argmax_ids(logits.layout(), self.devs.first())?;
+                self.submit()?;
+                record_s = t0.elapsed().as_secs_f64();
+                Greedy { pos: self.pos, input: token, choice }
+            }
+        };
+        self.pending = None;
+        self.pos += 1;
+        // The next step, on the device's choice, submitted before the host reads it.
+        let a = Instant::now();
+        let mut next = None;
+        let Greedy { pos, choice: DeviceChoice { ids, chosen, sums }, .. } = current;
+        if self.pos < self.ctx {
+            let ids = Tensor::from_storage(ids, 1);
+            let logits = self.step(&ids, self.pos, false, true)?.expect("logits wanted");
+            let choice = logits.storage().argmax_ids(logits.layout(), self.devs.first())?;
+            self.submit()?;
+            next = Some(Greedy { pos: self.pos, input: 0, choice });
+        }
+        let ahead_s = a.elapsed().as_secs_f64();
+        let w = Instant::now();
+        let chosen = read_choice(&chosen, &sums, pos)?;
+        self.greedy = next.map(|g| Greedy { input: chosen, ..g });
+        self.profile = StepProfile { record_s, ahead_s, wait_s: w.elapsed().as_secs_f64() };
+        Ok(chosen)
     }
 
     /// Runs one chunk: records it (unless it is the decode step recorded ahead, whose id

@@ -111,6 +111,13 @@ impl Sampler {
         Ok(Sampler { cfg, inner: LogitsProcessor::from_sampling(cfg.seed, sampling) })
     }
 
+    /// Whether this sampler is plain greedy decoding (temperature 0, no repeat penalty):
+    /// the argmax of the logits alone, which the device can choose itself
+    /// ([`crate::runner::Runner::forward_greedy`]).
+    pub fn is_plain_greedy(&self) -> bool {
+        self.cfg.temperature <= 0.0 && self.cfg.repeat_penalty == 1.0
+    }
+
     /// The next token from `logits` (one per vocabulary entry), with `history` (the
     /// tokens so far) for the repeat penalty.
     ///

@@ -2,7 +2,7 @@
 //! fills) and the recycler that serves its ops the buffers of dropped storages.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use candle_core::backend::BackendDevice;
@@ -67,6 +67,7 @@ impl VulkanDevice {
                 }),
                 status,
                 hops: Mutex::new(Vec::new()),
+                feeds: AtomicU64::new(0),
             }),
         })
     }

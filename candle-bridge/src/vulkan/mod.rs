@@ -50,7 +50,7 @@ mod storage;
 mod transfer;
 
 use std::fmt;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 
 use candle_core::backend::BackendStorage;
@@ -93,6 +93,10 @@ struct Inner {
     /// Host copies from other devices that this device's recorded work reads, done
     /// before its next submission (`transfer.rs`).
     hops: Mutex<Vec<Hop>>,
+    /// 1 + the submission number of the command buffer that last fed a hop to another
+    /// device (0: none): while that command buffer is still being recorded, a hop into
+    /// this device ends it first (`transfer.rs`).
+    feeds: AtomicU64,
 }
 
 /// A Vulkan device as a candle backend device: a [`vkml_hal::Device`] plus the stream

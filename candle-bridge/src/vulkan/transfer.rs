@@ -6,13 +6,20 @@
 //! Both copies are recorded when [`VulkanStorage::to_device`] is called, so a decode step
 //! spanning devices is recorded (and can be recorded ahead) like one on a single device.
 //! The host copy between them is a [`Hop`] the destination keeps until its next
-//! [`VulkanDevice::flush`]: that flush first submits the source's recorded work, waits
-//! for the submission that filled the readback buffer, copies, and only then submits the
-//! destination's work. Work on the two devices therefore overlaps where the caller
-//! submits each in order and records more in between (a prompt in micro-batches: the
-//! source runs batch i + 1 while the destination runs batch i).
+//! [`VulkanDevice::flush`]: that flush first submits the source's command buffer holding
+//! the copy (where it is still being recorded), waits for it, copies, and only then
+//! submits the destination's work. Work on the two devices therefore overlaps where the
+//! caller submits each in order and records more in between (a prompt in micro-batches:
+//! the source runs batch i + 1 while the destination runs batch i).
+//!
+//! A command buffer may not both feed a hop and take one that depends on it (device A's
+//! layers feed B, whose logits' argmax comes back to A): the host could run neither first.
+//! So a hop into a device whose open command buffer feeds another hop still pending ends
+//! that command buffer first (submits it), and the hop's copy opens the next.
 
 use candle_core::backend::BackendDevice;
+use std::sync::atomic::Ordering;
+
 use candle_core::Layout;
 use vkml_hal::{Buffer, MemoryKind};
 
@@ -23,6 +30,9 @@ use super::{cerr, packed, CResult, VulkanDevice, VulkanStorage};
 /// by work recorded there).
 pub(super) struct Hop {
     from: VulkanDevice,
+    /// `from`'s submission count when the hop was recorded: its command buffer holding
+    /// the copy into `src` is submission number `epoch` (counted from 0).
+    epoch: u64,
     src: Buffer,
     dst: Buffer,
 }
@@ -43,20 +53,29 @@ impl VulkanStorage {
         let src = packed(self, l)?;
         let bytes = (n * self.dtype.size_in_bytes()) as u64;
         let size = bytes.max(4);
-        let readback = self.device.hal().alloc(size, MemoryKind::Readback).map_err(cerr)?;
-        self.device.with_stream(|s| s.copy(&src.buffer, 0, &readback, 0, bytes).map_err(cerr))?;
-        let upload = to.hal().alloc(size, MemoryKind::Upload).map_err(cerr)?;
+        let from = &self.device;
+        let readback = from.hal().alloc(size, MemoryKind::Readback).map_err(|e| from.named_error(e))?;
+        let epoch = from.with_stream(|s| {
+            s.copy(&src.buffer, 0, &readback, 0, bytes).map_err(cerr)?;
+            Ok(s.stats().submissions)
+        })?;
+        from.inner.feeds.store(epoch + 1, Ordering::Release);
+        // `to`'s open command buffer feeds a pending hop: end it before it takes this one.
+        if to.inner.feeds.load(Ordering::Acquire) == to.stream_stats().submissions + 1 {
+            to.flush()?;
+        }
+        let upload = to.hal().alloc(size, MemoryKind::Upload).map_err(|e| to.named_error(e))?;
         let y = to.alloc(n, self.dtype)?;
         to.with_stream(|s| s.copy(&upload, 0, &y, 0, bytes).map_err(cerr))?;
-        to.inner.hops.lock().push(Hop { from: self.device.clone(), src: readback, dst: upload });
+        to.inner.hops.lock().push(Hop { from: from.clone(), epoch, src: readback, dst: upload });
         Ok(to.storage(y, self.dtype, n))
     }
 }
 
 impl VulkanDevice {
     /// Does the host copies owed to this device's recorded work ([`Hop`]s), in the order
-    /// they were recorded: each submits its source device's work (a no-op when already
-    /// submitted), waits for it, and copies.
+    /// they were recorded: each submits its source's command buffer holding the copy
+    /// where that is still being recorded, waits for it, and copies.
     ///
     /// # Errors
     /// Device errors of the source devices (submission, device lost), naming the device.
@@ -64,7 +83,9 @@ impl VulkanDevice {
         let hops = std::mem::take(&mut *self.inner.hops.lock());
         let mut staging = Vec::new();
         for h in hops {
-            h.from.flush()?;
+            if h.from.stream_stats().submissions == h.epoch {
+                h.from.flush()?;
+            }
             staging.resize(h.src.size() as usize, 0u8);
             h.src.read(0, &mut staging).map_err(|e| h.from.named_error(e))?;
             h.dst.write(0, &staging).map_err(|e| self.named_error(e))?;

@@ -17,7 +17,7 @@ use vkml_candle::front::scratch_alloc;
 use super::cpu_blocks::{keeps_blocks, BlockMatrix};
 pub use super::cpu_loops::CpuKvCache;
 use super::cpu_loops::{self, f32s};
-use super::{AttnParams, AttnRope, ModelStorage, WeightFormat};
+use super::{AttnParams, AttnRope, DeviceChoice, ModelStorage, WeightFormat};
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -61,6 +61,17 @@ impl CpuWeight {
 impl ModelStorage for CpuStorage {
     type QWeight = CpuWeight;
     type KvCache = CpuKvCache;
+
+    /// candle's CPU `argmax` and `sum` over the last dim; every result on the one CPU.
+    fn argmax_ids(&self, l: &Layout, _to: &CpuDevice) -> CResult<DeviceChoice<Self>> {
+        use candle_core::op::ReduceOp;
+        if l.dims().len() != 2 || self.dtype() != candle_core::DType::F32 {
+            candle_core::bail!("argmax_ids takes [t, n] f32 logits, got {:?} {:?}", self.dtype(), l.dims())
+        }
+        let chosen = self.reduce_op(ReduceOp::ArgMax, l, &[1])?;
+        let sums = self.reduce_op(ReduceOp::Sum, l, &[1])?;
+        Ok(DeviceChoice { ids: chosen.clone(), chosen, sums })
+    }
 
     /// One CPU: a contiguous copy.
     fn to_device(&self, l: &Layout, dev: &CpuDevice) -> CResult<Self> {

@@ -73,6 +73,19 @@ pub fn rms_norm_linear_composed<S: ModelStorage>(
     }
 }
 
+/// What [`ModelStorage::argmax_ids`] gives for `t` rows of logits.
+#[derive(Debug)]
+pub struct DeviceChoice<S> {
+    /// The chosen indices, `u32[t]`, on the device asked for: the next step's input.
+    pub ids: S,
+    /// The same indices, `u32[t]`, where the host reads them without waiting for later
+    /// work.
+    pub chosen: S,
+    /// Each row's sum, `f32[t]`, beside `chosen`: not finite where a logit is not, so that
+    /// a model whose output overflowed is an error, not a token.
+    pub sums: S,
+}
+
 /// How a backend that can do either keeps weight matrices. Vulkan always keeps them in
 /// their GGML blocks; candle's CPU storage does either.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -217,6 +230,30 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// # Errors
     /// Allocation and device errors.
     fn to_device(&self, l: &Layout, to: &Self::Device) -> CResult<Self>;
+
+    /// Greedy choice on the device for `self: f32[t, n]` (`l`): per row the index of the
+    /// first largest value (candle's `argmax`; NaN values skipped), and the row's sum (not
+    /// finite where a logit is not). Returns [`DeviceChoice`]: the indices as the next
+    /// step's input on `to` (the first device of a split), and indices and sums in
+    /// memory the host reads ([`ModelStorage::read_u32`], [`ModelStorage::read_f32`])
+    /// without waiting for work recorded after this call: so a decode step can run on
+    /// the device's own choice while the host reads it.
+    ///
+    /// # Errors
+    /// A dtype other than F32, a shape that is not `[t, n]`, device errors.
+    fn argmax_ids(&self, l: &Layout, to: &Self::Device) -> CResult<DeviceChoice<Self>>;
+
+    /// The U32 values of `self` under `l` (contiguous), computed by work already
+    /// submitted; work recorded since is not submitted by this read.
+    ///
+    /// # Errors
+    /// A dtype other than U32, a strided layout, device errors.
+    fn read_u32(&self, l: &Layout) -> CResult<Vec<u32>> {
+        let all = self.to_cpu_storage()?;
+        let v = all.as_slice::<u32>()?;
+        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("read_u32 of a strided layout") };
+        Ok(v[a..b].to_vec())
+    }
 
     /// Bytes of memory the device can give a model (its weights, KV caches and tables),
     /// where the backend knows: a load that would need more is refused before anything is
