@@ -26,6 +26,7 @@ pub mod nn;
 pub mod quant;
 pub mod rand;
 pub mod reduce;
+pub mod sampling;
 pub mod spatial;
 pub mod tuning;
 

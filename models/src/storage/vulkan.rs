@@ -7,10 +7,8 @@ use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::{DType, Layout};
 use vkml_candle::vulkan::{cerr, VulkanDevice, VulkanStorage};
 use vkml_hal::{Buffer, MemoryKind, Stream};
-use vkml_ops::elementwise::View;
 use vkml_ops::nn::GluActivation;
 use vkml_ops::quant::MatVecEpilogue;
-use vkml_ops::reduce::{reduce, ReduceOp};
 use vkml_ops::Dtype;
 
 use super::{rms_norm_linear_composed, AttnParams, AttnRope, DeviceChoice, ModelStorage};
@@ -320,33 +318,42 @@ impl ModelStorage for VulkanStorage {
         dev.flush()
     }
 
-    /// The argmax (`reduce.argmax`) and the sum of each row written straight into
-    /// host-visible (readback) memory, and the indices copied from there into
-    /// device-local memory for the next step (through host staging on a split): the next
-    /// step never touches the buffers the host reads, so reading them waits for this step
-    /// only.
+    /// `vkml_ops::sampling::argmax_rows` (kernel `argmax`) writing the choice and the sum
+    /// straight into host-visible (readback) memory, and the choice into device-local
+    /// memory for the next step (sent through host staging on a split): the next step
+    /// never touches the buffers the host reads, so reading them waits for this step only.
     fn argmax_ids(&self, l: &Layout, to: &VulkanDevice) -> CResult<DeviceChoice<Self>> {
         f32_only(self, "argmax_ids")?;
-        let &[t, _] = l.dims() else { candle_core::bail!("argmax_ids takes [t, n] logits, got {:?}", l.dims()) };
+        let (&[t, n], Some((start, _))) = (l.dims(), l.contiguous_offsets()) else {
+            candle_core::bail!("argmax_ids takes contiguous [t, n] logits, got {:?}", l.dims())
+        };
         let dev = self.device();
         let host = |dtype: DType| -> CResult<VulkanStorage> {
             let b = dev.hal().alloc(4 * t.max(1) as u64, MemoryKind::Readback).map_err(|e| dev.named_error(e))?;
             Ok(dev.shared_storage(b, dtype, t))
         };
         let (chosen, sums) = (host(DType::U32)?, host(DType::F32)?);
-        let x = View { buffer: self.buffer(), offset: l.start_offset(), strides: l.stride() };
+        let scratch = dev.storage(
+            dev.alloc(vkml_ops::sampling::argmax_scratch_words(t, n), DType::U32)?,
+            DType::U32,
+            vkml_ops::sampling::argmax_scratch_words(t, n),
+        );
+        let ids = dev.storage(dev.alloc(t, DType::U32)?, DType::U32, t);
         dev.with_stream(|s| {
-            reduce(s, ReduceOp::ArgMax, Dtype::F32, l.dims(), x, &[1], chosen.buffer())
-                .and_then(|()| reduce(s, ReduceOp::Sum, Dtype::F32, l.dims(), x, &[1], sums.buffer()))
-                .map_err(cerr)
+            vkml_ops::sampling::argmax_rows(
+                s,
+                self.buffer(),
+                start,
+                t,
+                n,
+                scratch.buffer(),
+                chosen.buffer(),
+                sums.buffer(),
+                ids.buffer(),
+            )
+            .map_err(cerr)
         })?;
-        let ids = if dev.same_device(to) {
-            let y = dev.alloc(t, DType::U32)?;
-            dev.with_stream(|s| s.copy(chosen.buffer(), 0, &y, 0, 4 * t as u64).map_err(cerr))?;
-            dev.storage(y, DType::U32, t)
-        } else {
-            chosen.to_device(&Layout::contiguous(t), to)?
-        };
+        let ids = if dev.same_device(to) { ids } else { ids.to_device(&Layout::contiguous(t), to)? };
         Ok(DeviceChoice { ids, chosen, sums })
     }
 
