@@ -3,7 +3,8 @@
 //! ([`vkml_ops::bench`]).
 //!
 //! Model tests follow llama-bench (llama.cpp `tools/llama-bench`): `ppN` runs an N-token
-//! prompt in one forward pass from an empty KV cache; `tgN` generates N tokens one at a
+//! prompt in one forward pass from an empty KV cache, timing the prompt alone
+//! (`Runner::prefill`: no decode step recorded ahead); `tgN` generates N tokens one at a
 //! time from an empty cache, each step one forward pass of one token whose greedy choice
 //! is fed back: chosen on the GPU, which runs the next step on it while the host reads it
 //! (`Runner::forward_greedy`, what `vkml generate --temp 0` does), or with
@@ -220,7 +221,12 @@ where
     let t = Instant::now();
     if n_prompt > 0 {
         let prompt: Vec<u32> = (0..n_prompt as u32).map(|i| (i * 7919 + 13) % vocab).collect();
-        model.forward(&prompt, false)?;
+        // The prompt alone, as llama-bench times it: no decode step recorded ahead.
+        model.prefill(&prompt)?;
+        let p = model.last_step();
+        prof.record_s += p.record_s;
+        prof.ahead_s += p.ahead_s;
+        prof.wait_s += p.wait_s;
     } else {
         let mut tok = 1u32 % vocab;
         for _ in 0..n_gen {
@@ -367,9 +373,8 @@ fn models(a: ModelArgs) -> Result<(), String> {
             let (m, sd) = ops_bench::mean_sd(&ts);
             let (mns, sdns) = ops_bench::mean_sd(&samples);
             let test = if n_prompt > 0 { format!("pp{n_prompt}") } else { format!("tg{n_gen}") };
-            // Where the time goes (the timed runs). A generation step: host times and
-            // commands per token. A prompt run: commands per run (they include the first
-            // decode step, recorded ahead after the prompt).
+            // Where the time goes (the timed runs): host times and commands per token of a
+            // generation, per run of a prompt.
             let stats = stream_stats();
             let runs = reps as f64;
             let per = |v: u64| v as f64 / runs / n_gen.max(1) as f64;
@@ -398,7 +403,13 @@ fn models(a: ModelArgs) -> Result<(), String> {
                     "{label} {test}: per token: host record {rec:.0} µs, recorded ahead {ahead:.0} µs, submit + wait + read-back {wait:.0} µs; {counts}"
                 );
             } else {
-                eprintln!("{label} {test}: per run: {counts} (the first decode step, recorded ahead, included)");
+                let ms = |v: f64| v / runs * 1e3;
+                eprintln!(
+                    "{label} {test}: per run: host record {:.2} ms, recorded ahead {:.2} ms, submit + wait + read-back {:.2} ms; {counts}",
+                    ms(prof.record_s),
+                    ms(prof.ahead_s),
+                    ms(prof.wait_s)
+                );
             }
             if a.profile {
                 let prof = take_profile();

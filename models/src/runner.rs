@@ -398,6 +398,22 @@ where
     /// [`Error::Context`] when the cache cannot take the tokens; [`Error::Model`] for an
     /// empty input or a token id past the vocabulary; kernel and device errors.
     pub fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
+        self.run(tokens, all_logits, true)
+    }
+
+    /// [`Runner::forward`] of a prompt, returning the last token's logits, without
+    /// recording the next decode step ahead: what the prompt alone costs (llama-bench's
+    /// `ppN`). A decode step that follows is recorded when it is called.
+    ///
+    /// # Errors
+    /// As [`Runner::forward`].
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.run(tokens, false, false)
+    }
+
+    /// [`Runner::forward`], recording the next step ahead after the last chunk where
+    /// `ahead` holds.
+    fn run(&mut self, tokens: &[u32], all_logits: bool, ahead: bool) -> Result<Vec<f32>> {
         self.check_input(tokens)?;
         // A step run ahead on the device's choice has run; its K and V at this position are
         // overwritten by these tokens.
@@ -406,7 +422,7 @@ where
         let n_chunks = tokens.len().div_ceil(self.pass);
         for (i, chunk) in tokens.chunks(self.pass).enumerate() {
             let last = i + 1 == n_chunks;
-            if let Some(l) = self.run_chunk(chunk, all_logits, all_logits || last, last)? {
+            if let Some(l) = self.run_chunk(chunk, all_logits, all_logits || last, last && ahead)? {
                 out.extend_from_slice(&l);
             }
         }
