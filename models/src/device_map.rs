@@ -3,6 +3,8 @@
 //! output head on the last; the hidden state moves between devices where consecutive
 //! layers sit on different ones ([`crate::tensor::ModelTensor::to_device`]).
 
+use candle_core::backend::BackendDevice;
+
 use crate::error::{model_err, Result};
 use crate::storage::ModelStorage;
 
@@ -67,10 +69,18 @@ impl<S: ModelStorage> DeviceMap<S> {
     /// the last device.
     ///
     /// # Errors
-    /// No devices, or an index past them.
+    /// No devices, one device given twice (open it twice for two logical devices), or an
+    /// index past them.
     pub fn new(devices: Vec<S::Device>, layer: Vec<usize>) -> Result<Self> {
         if devices.is_empty() {
             return Err(model_err("a device map needs at least one device"));
+        }
+        for (i, d) in devices.iter().enumerate() {
+            if let Some(j) = devices[..i].iter().position(|e| e.same_device(d)) {
+                return Err(model_err(format!(
+                    "devices {j} and {i} of a layer split are the same device (open it twice for two logical devices)"
+                )));
+            }
         }
         if let Some(bad) = layer.iter().find(|&&d| d >= devices.len()) {
             return Err(model_err(format!("layer placed on device {bad} of {}", devices.len())));
@@ -109,7 +119,8 @@ impl<S: ModelStorage> DeviceMap<S> {
     }
 
     /// The layers of each device as `start..end` ranges of layer indices, in device order
-    /// (empty for a device without layers; the single-device map: no ranges).
+    /// (empty for a device without layers; a single-device map: one empty range, as it
+    /// does not know the layer count).
     pub fn ranges(&self) -> Vec<std::ops::Range<usize>> {
         (0..self.devices.len())
             .map(|d| {

@@ -123,7 +123,8 @@ struct Greedy<S: ModelStorage> {
 }
 
 /// The choice of the step at `pos` (`chosen`, `sums` of its [`DeviceChoice`]), after
-/// waiting for the step; an error where its logits are not all finite.
+/// waiting for the step; an error where its logits are not all finite (or so large that
+/// their sum overflows f32: a model that broke as surely).
 fn read_choice<S: ModelStorage>(chosen: &S, sums: &S, pos: usize) -> Result<u32> {
     let one = Layout::contiguous(1);
     let sum = sums.read_f32(&one)?[0];
@@ -218,8 +219,8 @@ where
     /// [`Runner::load`].
     ///
     /// # Errors
-    /// As [`Runner::load`]; [`Error::Model`] for no devices, shares that are not one per
-    /// device or not positive, and a device whose layers (with their KV caches and rope
+    /// As [`Runner::load`]; [`Error::Model`] for no devices, a device given twice, shares
+    /// that are not one per device, negative, not finite or all zero, and a device whose layers (with their KV caches and rope
     /// tables, and the embedding or the head) exceed its memory budget, naming it. An
     /// error on one device names it; the devices already loaded are released.
     pub fn load_split(
@@ -231,7 +232,12 @@ where
     ) -> Result<Self> {
         match devices {
             [] => return Err(model_err("a layer split needs at least one device")),
-            [one] if shares.is_none_or(|s| s.len() == 1) => return Self::load(one, file, opts, progress),
+            [one] if shares.is_none_or(|s| s.len() == 1) => {
+                if let Some(s) = shares {
+                    split_layers(1, s)?;
+                }
+                return Self::load(one, file, opts, progress);
+            }
             _ => {}
         }
         let hp = arch::hparams(file)?;
@@ -434,7 +440,9 @@ where
     /// device: only the index is read back. On a deferred device (Vulkan) the step at the
     /// next position is submitted before the host reads the choice, with the device's
     /// choice as its input, so the device does not wait for the host between tokens; a
-    /// following call with that token finds its step running. A call with another token,
+    /// following call with that token finds its step running. (On a layer split the choice
+    /// travels back to the first device through the host, which then waits for each step
+    /// before submitting the next: the devices do not overlap in decode.) A call with another token,
     /// or any other call, leaves that step's keys and values at the next position to be
     /// overwritten (as a stale step recorded ahead, [`Runner::forward`]). Elsewhere this is
     /// [`Runner::forward`] and the argmax on the host.
@@ -535,9 +543,11 @@ where
         self.pos += t;
         let a = Instant::now();
         if record_next && self.pos < self.ctx && S::is_deferred(self.devs.first()) {
+            // Counted before recording: a recording that itself submits (a device's command
+            // buffer ended to take a hop) has run part of the step without its id.
+            let submissions = self.submissions();
             let ids = Tensor::from_storage(S::host_u32(self.devs.first(), 1)?, 1);
             let logits = self.step(&ids, self.pos, false, true)?.expect("logits wanted");
-            let submissions = self.submissions();
             self.pending = Some(Pending { pos: self.pos, ids, logits, submissions });
         }
         let ahead_s = a.elapsed().as_secs_f64();

@@ -110,7 +110,8 @@ fn split_over_devices_matches_one_device() {
 }
 
 /// A device whose share does not fit its memory budget is named, before anything loads;
-/// shares that are not one per device are refused.
+/// shares that are not one per device, negative or all zero, and a device given twice,
+/// are refused.
 #[test]
 fn split_refuses_a_device_without_room() {
     // 32 KV heads of 256 dims: 32 KiB of KV cache per position and layer, 32 GiB per layer
@@ -149,6 +150,14 @@ fn split_refuses_a_device_without_room() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("at least one share above 0"), "{e}");
+    let e = Runner::<VulkanStorage>::load_split(&devs[..1], Some(&[-1.0]), &file, opts, &mut |_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("finite shares >= 0"), "{e}");
+    // One device twice would put two stages on one stream: refused (open it twice).
+    let twice = [devs[0].clone(), devs[0].clone()];
+    let e = Runner::<VulkanStorage>::load_split(&twice, None, &file, opts, &mut |_, _| {}).unwrap_err().to_string();
+    assert!(e.contains("devices 0 and 1 of a layer split are the same device"), "{e}");
 }
 
 /// Out of memory on one device of a split, at allocation (its memory budget passed the

@@ -80,22 +80,39 @@ impl VulkanDevice {
     /// # Errors
     /// Device errors of the source devices (submission, device lost), naming the device.
     pub(super) fn run_hops(&self) -> CResult<()> {
-        let hops = std::mem::take(&mut *self.inner.hops.lock());
+        let mut hops = std::mem::take(&mut *self.inner.hops.lock());
         let mut staging = Vec::new();
-        for h in hops {
+        let mut run = |h: &Hop| -> CResult<()> {
             if h.from.stream_stats().submissions == h.epoch {
                 h.from.flush()?;
             }
             staging.resize(h.src.size() as usize, 0u8);
             h.src.read(0, &mut staging).map_err(|e| h.from.named_error(e))?;
-            h.dst.write(0, &staging).map_err(|e| self.named_error(e))?;
+            h.dst.write(0, &staging).map_err(|e| self.named_error(e))
+        };
+        for i in 0..hops.len() {
+            if let Err(e) = run(&hops[i]) {
+                // The copies not done stay owed: the next flush tries them again rather
+                // than submitting work that reads upload buffers never written.
+                let rest = hops.split_off(i);
+                let mut owed = self.inner.hops.lock();
+                let later = std::mem::replace(&mut *owed, rest);
+                owed.extend(later);
+                return Err(e);
+            }
         }
         Ok(())
     }
 
-    /// `e` as a candle error naming this device (its index and name): with several
-    /// devices, which one failed (out of memory, device lost).
+    /// `e` as a candle error naming this device: its ordinal here (its place in a layer
+    /// split), its name and its index in `vkml info`; with several devices, which one
+    /// failed (out of memory, device lost).
     pub fn named_error(&self, e: impl std::fmt::Display) -> candle_core::Error {
-        candle_core::Error::Msg(format!("Vulkan device {} ({}): {e}", self.inner.ordinal, self.inner.dev.caps().name))
+        candle_core::Error::Msg(format!(
+            "Vulkan device {} ({}, vkml info index {}): {e}",
+            self.inner.ordinal,
+            self.inner.dev.caps().name,
+            self.inner.dev.ordinal()
+        ))
     }
 }

@@ -106,10 +106,18 @@ where
         }
         let w = S::qweight(self.dev, info, bytes, self.format)?;
         self.done += info.n_bytes;
-        // A tied output head loaded again on another device counts twice.
-        self.total = self.total.max(self.done);
         (self.progress)(self.done, self.total);
         Ok(w)
+    }
+
+    /// [`Weights::matrix`] of a tensor loaded a second time (onto another device), its
+    /// bytes added to the progress total.
+    ///
+    /// # Errors
+    /// As [`Weights::matrix`].
+    pub fn matrix_again(&mut self, name: &str, rows: usize, k: usize) -> Result<S::QWeight> {
+        self.total += self.file.header().tensor(name).map_or(0, |t| t.n_bytes);
+        self.matrix(name, rows, k)
     }
 
     /// The `n` values of tensor `name`, dequantized to f32 on the host.

@@ -42,7 +42,7 @@ where
         let weight = if w.has("output.weight") {
             Some(w.matrix("output.weight", vocab, n_embd)?)
         } else if own_copy {
-            Some(w.matrix("token_embd.weight", vocab, n_embd)?)
+            Some(w.matrix_again("token_embd.weight", vocab, n_embd)?)
         } else {
             None
         };

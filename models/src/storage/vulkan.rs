@@ -280,13 +280,13 @@ impl ModelStorage for VulkanStorage {
         Ok(dev.storage(y, DType::F32, t * h * d))
     }
 
-    /// The budget of the largest device-local heap (`VK_EXT_memory_budget`, else its size).
     /// [`VulkanStorage::to_device`]: recorded on both devices, the host copy between
     /// them done at `to`'s next submission.
     fn to_device(&self, l: &Layout, to: &VulkanDevice) -> CResult<Self> {
         VulkanStorage::to_device(self, l, to)
     }
 
+    /// The budget of the largest device-local heap (`VK_EXT_memory_budget`, else its size).
     fn memory_budget(dev: &VulkanDevice) -> Option<u64> {
         let m = &dev.hal().caps().memory;
         Some(if m.device_local_budget > 0 { m.device_local_budget } else { m.device_local_bytes })
