@@ -59,9 +59,10 @@ pub fn summary(ordinal: usize, best: bool, c: &Capabilities) -> String {
     let m = &c.memory;
     let free = if m.budget_extension { format!(", {} budget", mib(m.device_local_budget)) } else { String::new() };
     format!(
-        "{ordinal}: {} ({}, {} device-local{free}){}{}",
+        "{ordinal}: {} ({}, {} compute units, {} device-local{free}){}{}",
         c.name,
         format!("{:?}", c.device_type).to_lowercase(),
+        c.compute_units.count,
         mib(m.device_local_bytes),
         if best { " [best]" } else { "" },
         c.unusable.as_ref().map_or(String::new(), |u| format!(" UNUSABLE: {u}")),
@@ -80,6 +81,7 @@ pub fn table(ordinal: usize, best: bool, c: &Capabilities) -> String {
     if let Some(why) = &c.unusable {
         row("UNUSABLE", why.clone());
     }
+    row("compute units", format!("{} ({})", c.compute_units.count, c.compute_units.source));
     let sg = &c.subgroup;
     row(
         "subgroup",

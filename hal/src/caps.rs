@@ -364,6 +364,9 @@ pub struct Capabilities {
     pub queues: QueueCaps,
     /// `VK_KHR_push_descriptor` is available.
     pub push_descriptor: bool,
+    /// Streaming multiprocessors / compute units / shader cores: how many workgroups run
+    /// at once, to size small dispatches to the whole GPU.
+    pub compute_units: ComputeUnits,
     /// `timelineSemaphore` feature.
     pub timeline_semaphore: bool,
     /// `vulkanMemoryModel` feature.
@@ -372,6 +375,19 @@ pub struct Capabilities {
     pub buffer_device_address: bool,
     /// Why vkml cannot use this device, or `None` when it can.
     pub unusable: Option<String>,
+}
+
+/// The device's count of independent compute cores, where it comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct ComputeUnits {
+    /// NVIDIA streaming multiprocessors, AMD compute units, ARM shader cores, CPU threads.
+    pub count: u32,
+    /// `VK_NV_shader_sm_builtins` (`shaderSMCount`), `VK_AMD_shader_core_properties`
+    /// (engines × arrays per engine × CUs per array), `VK_ARM_shader_core_builtins`
+    /// (`shaderCoreCount`), `cpu threads` (a CPU implementation: the host's threads), or
+    /// `estimate` (a per-type default where the driver tells nothing: 16 for a discrete GPU,
+    /// 8 for others).
+    pub source: String,
 }
 
 impl Capabilities {

@@ -418,6 +418,7 @@ pub(crate) fn probe(inst: &InstanceInner, pd: vk::PhysicalDevice) -> Result<Capa
         limits: ComputeLimits::default(),
         memory: MemoryCaps::default(),
         queues: QueueCaps::default(),
+        compute_units: ComputeUnits::default(),
         push_descriptor: has(ash::khr::push_descriptor::NAME),
         timeline_semaphore: false,
         vulkan_memory_model: false,
@@ -457,6 +458,12 @@ pub(crate) fn probe(inst: &InstanceInner, pd: vk::PhysicalDevice) -> Result<Capa
     let mut p_maint4 = vk::PhysicalDeviceMaintenance4Properties::default();
     let mut p_push = vk::PhysicalDevicePushDescriptorPropertiesKHR::default();
     let mut p_cm2 = CoopMat2PropertiesNV::default();
+    let mut p_sm = vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV::default();
+    let mut p_amd = vk::PhysicalDeviceShaderCorePropertiesAMD::default();
+    let mut p_arm = vk::PhysicalDeviceShaderCoreBuiltinsPropertiesARM::default();
+    let has_sm = has(ash::nv::shader_sm_builtins::NAME);
+    let has_amd = has(ash::amd::shader_core_properties::NAME);
+    let has_arm = has(ash::arm::shader_core_builtins::NAME);
     let has_sg = is13 || has(ash::ext::subgroup_size_control::NAME);
     let has_dot = is13 || has(ash::khr::shader_integer_dot_product::NAME);
     let has_maint4 = is13 || has(ash::khr::maintenance4::NAME);
@@ -481,6 +488,15 @@ pub(crate) fn probe(inst: &InstanceInner, pd: vk::PhysicalDevice) -> Result<Capa
         if has_cm2 {
             p2 = p2.push_next(&mut p_cm2);
         }
+        if has_sm {
+            p2 = p2.push_next(&mut p_sm);
+        }
+        if has_amd {
+            p2 = p2.push_next(&mut p_amd);
+        }
+        if has_arm {
+            p2 = p2.push_next(&mut p_arm);
+        }
         // SAFETY: see above; each chained struct's extension was checked.
         unsafe { raw.get_physical_device_properties2(pd, &mut p2) };
     }
@@ -492,6 +508,22 @@ pub(crate) fn probe(inst: &InstanceInner, pd: vk::PhysicalDevice) -> Result<Capa
     caps.limits.max_buffer_size =
         if has_maint4 { p_maint4.max_buffer_size } else { p_maint3.max_memory_allocation_size };
     caps.limits.max_push_descriptors = if caps.push_descriptor { p_push.max_push_descriptors } else { 0 };
+    let amd_cus =
+        p_amd.shader_engine_count * p_amd.shader_arrays_per_engine_count * p_amd.compute_units_per_shader_array;
+    let (count, source) = if has_sm && p_sm.shader_sm_count > 0 {
+        (p_sm.shader_sm_count, "VK_NV_shader_sm_builtins")
+    } else if has_amd && amd_cus > 0 {
+        (amd_cus, "VK_AMD_shader_core_properties")
+    } else if has_arm && p_arm.shader_core_count > 0 {
+        (p_arm.shader_core_count, "VK_ARM_shader_core_builtins")
+    } else if device_type == DeviceType::Cpu {
+        (std::thread::available_parallelism().map_or(1, |n| n.get() as u32), "cpu threads")
+    } else if device_type == DeviceType::Discrete {
+        (16, "estimate")
+    } else {
+        (8, "estimate")
+    };
+    caps.compute_units = ComputeUnits { count, source: source.into() };
 
     // ---- features ----
     let mut f11 = vk::PhysicalDeviceVulkan11Features::default();

@@ -459,6 +459,7 @@ mod tests {
             },
             memory: MemoryCaps::default(),
             queues: QueueCaps::default(),
+            compute_units: vkml_hal::caps::ComputeUnits { count: 132, source: "VK_NV_shader_sm_builtins".into() },
             push_descriptor: true,
             timeline_semaphore: true,
             vulkan_memory_model: true,
