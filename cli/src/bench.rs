@@ -223,10 +223,7 @@ where
         let prompt: Vec<u32> = (0..n_prompt as u32).map(|i| (i * 7919 + 13) % vocab).collect();
         // The prompt alone, as llama-bench times it: no decode step recorded ahead.
         model.prefill(&prompt)?;
-        let p = model.last_step();
-        prof.record_s += p.record_s;
-        prof.ahead_s += p.ahead_s;
-        prof.wait_s += p.wait_s;
+        *prof += model.last_step();
     } else {
         let mut tok = 1u32 % vocab;
         for _ in 0..n_gen {
@@ -236,10 +233,7 @@ where
             } else {
                 model.forward_greedy(tok)?
             };
-            let p = model.last_step();
-            prof.record_s += p.record_s;
-            prof.ahead_s += p.ahead_s;
-            prof.wait_s += p.wait_s;
+            *prof += model.last_step();
         }
     }
     Ok(t.elapsed().as_secs_f64())

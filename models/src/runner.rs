@@ -26,11 +26,21 @@ pub const MAX_CONTEXT: usize = 1 << 20;
 /// where the sum overflows.
 fn bytes_needed(hp: &Hparams, file: &GgufFile, ctx: usize) -> Option<(u64, u64)> {
     let weights = file.tensors().iter().try_fold(0u64, |a, t| a.checked_add(t.n_bytes))?;
-    let per_position =
-        (hp.n_layers as u64).checked_mul(2 * 2)?.checked_mul(hp.n_kv_head as u64)?.checked_mul(hp.head_dim as u64)?;
-    let kv = per_position.checked_mul(ctx as u64)?;
+    let (kv_layer, rope) = kv_and_rope_bytes(hp, ctx)?;
+    Some((weights, kv_layer.checked_mul(hp.n_layers as u64)?.checked_add(rope)?))
+}
+
+/// Bytes of one layer's K and V caches (f16, `ctx` positions) and of the two rope tables
+/// (cos, sin; f32) for a context of `ctx` positions; `None` where they overflow.
+fn kv_and_rope_bytes(hp: &Hparams, ctx: usize) -> Option<(u64, u64)> {
+    let kv = (2 * 2 * hp.n_kv_head as u64).checked_mul(hp.head_dim as u64)?.checked_mul(ctx as u64)?;
     let rope = (ctx as u64).checked_mul(hp.head_dim as u64 / 2 * 4 * 2 * 2)?;
-    Some((weights, kv.checked_add(rope)?))
+    Some((kv, rope))
+}
+
+/// `b` bytes in GiB, for messages.
+fn gib(b: u64) -> f64 {
+    b as f64 / f64::from(1u32 << 30)
 }
 
 /// The context `opts` asks for (the model's, at most 4096, by default), checked against
@@ -48,11 +58,11 @@ fn context(hp: &Hparams, opts: LoadOptions) -> Result<usize> {
 /// Bytes each of `n_dev` devices holds when layer `i` sits on device `layer[i]`: its
 /// layers' tensors (`blk.{i}.*`) and KV caches, rope tables on each, the token embedding
 /// on the first, every other tensor (output norm and projection) on the last, and there
-/// the token embedding again where the head is tied to it. Saturating sums.
+/// the token embedding again where the head is tied to it. Saturating sums (a size that
+/// overflows counts as `u64::MAX`).
 fn split_bytes(hp: &Hparams, file: &GgufFile, ctx: usize, layer: &[usize], n_dev: usize) -> Vec<u64> {
     let last = n_dev - 1;
-    let kv = (2 * 2 * hp.n_kv_head as u64).saturating_mul(hp.head_dim as u64).saturating_mul(ctx as u64);
-    let rope = (ctx as u64).saturating_mul(hp.head_dim as u64 / 2 * 4 * 2 * 2);
+    let (kv, rope) = kv_and_rope_bytes(hp, ctx).unwrap_or((u64::MAX, u64::MAX));
     let mut need = vec![rope; n_dev];
     for &d in layer {
         need[d] = need[d].saturating_add(kv);
@@ -149,6 +159,15 @@ pub struct StepProfile {
     pub wait_s: f64,
 }
 
+impl std::ops::AddAssign for StepProfile {
+    /// Sums each time (a benchmark's total over many steps).
+    fn add_assign(&mut self, o: StepProfile) {
+        self.record_s += o.record_s;
+        self.ahead_s += o.ahead_s;
+        self.wait_s += o.wait_s;
+    }
+}
+
 /// A model of any architecture ([`arch::load`]) with its KV cache and position, on any
 /// [`ModelStorage`] (default: Vulkan).
 pub struct Runner<S: ModelStorage = VulkanStorage> {
@@ -192,7 +211,6 @@ where
     ) -> Result<Self> {
         let hp = arch::hparams(file)?;
         let ctx = context(&hp, opts)?;
-        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
         match (bytes_needed(&hp, file, ctx), S::memory_budget(dev)) {
             (None, _) => return Err(model_err(format!("the memory a context of {ctx} positions needs overflows"))),
             (Some((weights, per_ctx)), Some(budget)) if weights.saturating_add(per_ctx) > budget => {
@@ -254,7 +272,6 @@ where
         let need = split_bytes(&hp, file, ctx, &layer, devices.len());
         for (d, (dev, (&need, budget))) in devices.iter().zip(need.iter().zip(&budgets)).enumerate() {
             if let Some(budget) = budget.filter(|&b| need > b) {
-                let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
                 let n = layer.iter().filter(|&&x| x == d).count();
                 return Err(model_err(format!(
                     "device {d} ({dev:?}) would hold {:.2} GiB ({n} layers with their KV caches for a context of \
@@ -283,7 +300,7 @@ where
         // Stacking copies are recorded on deferred devices; finish them here, so that the
         // load time includes them.
         for d in devs.devices() {
-            d.synchronize().map_err(|e| model_err(format!("{d:?}: {e}")))?;
+            d.synchronize()?;
         }
         let pass = if devs.is_split() {
             opts.micro_batch.unwrap_or(max_batch.div_ceil(2).min(256)).clamp(1, max_batch)
@@ -331,6 +348,13 @@ where
     /// Every device and the device of each layer.
     pub fn devices(&self) -> &DeviceMap<S> {
         &self.devs
+    }
+
+    /// The decode step recorded ahead, where it is this position's and has not run yet
+    /// (no submission since it was recorded); dropped otherwise.
+    fn take_pending(&mut self) -> Option<Pending<S>> {
+        let p = self.pending.take()?;
+        (p.pos == self.pos && p.submissions == self.submissions()).then_some(p)
     }
 
     /// Submissions so far, over every device.
@@ -452,9 +476,7 @@ where
     pub fn forward_greedy(&mut self, token: u32) -> Result<u32> {
         if !S::is_deferred(self.devs.first()) {
             let l = self.forward(&[token], false)?;
-            if let Some(i) = l.iter().position(|x| !x.is_finite()) {
-                return Err(Error::Sampling(format!("logit {i} is {}: the model's output is not finite", l[i])));
-            }
+            crate::sampling::check_finite(&l)?;
             let first_max =
                 l.iter().enumerate().fold((0, f32::NEG_INFINITY), |m, (i, &x)| if x > m.1 { (i, x) } else { m });
             return Ok(first_max.0 as u32);
@@ -467,8 +489,8 @@ where
         let current = match self.greedy.take() {
             Some(g) if g.pos == self.pos && g.input == token => g,
             _ => {
-                let logits = match self.pending.take() {
-                    Some(p) if p.pos == self.pos && p.submissions == self.submissions() => {
+                let logits = match self.take_pending() {
+                    Some(p) => {
                         p.ids.storage().write_u32(&[token])?;
                         p.logits
                     }
@@ -521,13 +543,10 @@ where
     ) -> Result<Option<Vec<f32>>> {
         let t = tokens.len();
         let t0 = Instant::now();
-        let reuse = self
-            .pending
-            .as_ref()
-            .is_some_and(|p| t == 1 && want && !all_logits && p.pos == self.pos && p.submissions == self.submissions());
+        let reusable = t == 1 && want && !all_logits;
         let mut record_s = 0.0;
-        let logits = match self.pending.take() {
-            Some(p) if reuse => {
+        let logits = match self.take_pending() {
+            Some(p) if reusable => {
                 p.ids.storage().write_u32(tokens)?;
                 Some(p.logits)
             }

@@ -129,9 +129,7 @@ impl Sampler {
         if n == 0 {
             return Err(Error::Sampling("no logits to sample from".into()));
         }
-        if let Some(i) = logits.iter().position(|x| !x.is_finite()) {
-            return Err(Error::Sampling(format!("logit {i} is {}: the model's output is not finite", logits[i])));
-        }
+        check_finite(&logits)?;
         let mut logits = logits;
         if let Some(p) = self.cfg.min_p.filter(|&p| p > 0.0 && self.cfg.temperature > 0.0) {
             // p_i >= p * p_max  <=>  l_i >= l_max + ln p (softmax of the raw logits).
@@ -144,6 +142,18 @@ impl Sampler {
             t = candle_transformers::utils::apply_repeat_penalty(&t, self.cfg.repeat_penalty, &history[start..])?;
         }
         Ok(self.inner.sample(&t)?)
+    }
+}
+
+/// An error naming the first logit that is not finite (a model whose output overflowed),
+/// if any.
+///
+/// # Errors
+/// [`Error::Sampling`] naming the logit's index and value.
+pub(crate) fn check_finite(logits: &[f32]) -> Result<()> {
+    match logits.iter().position(|x| !x.is_finite()) {
+        Some(i) => Err(Error::Sampling(format!("logit {i} is {}: the model's output is not finite", logits[i]))),
+        None => Ok(()),
     }
 }
 

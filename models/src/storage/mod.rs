@@ -249,10 +249,7 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// # Errors
     /// A dtype other than U32, a strided layout, device errors.
     fn read_u32(&self, l: &Layout) -> CResult<Vec<u32>> {
-        let all = self.to_cpu_storage()?;
-        let v = all.as_slice::<u32>()?;
-        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("read_u32 of a strided layout") };
-        Ok(v[a..b].to_vec())
+        host_values(self, l)
     }
 
     /// Bytes of memory the device can give a model (its weights, KV caches and tables),
@@ -312,9 +309,15 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// # Errors
     /// A dtype other than F32, a strided layout, device errors.
     fn read_f32(&self, l: &Layout) -> CResult<Vec<f32>> {
-        let all = self.to_cpu_storage()?;
-        let v = all.as_slice::<f32>()?;
-        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("read_f32 of a strided layout") };
-        Ok(v[a..b].to_vec())
+        host_values(self, l)
     }
+}
+
+/// The values of `s` under `l` (contiguous) through `to_cpu_storage`: the read-backs of a
+/// backend that keeps no host-visible copy of its own.
+fn host_values<T: candle_core::WithDType>(s: &impl BackendStorage, l: &Layout) -> CResult<Vec<T>> {
+    let all = s.to_cpu_storage()?;
+    let v = all.as_slice::<T>()?;
+    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("read of a strided layout") };
+    Ok(v[a..b].to_vec())
 }

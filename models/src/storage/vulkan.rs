@@ -22,6 +22,18 @@ fn f32_only(s: &VulkanStorage, op: &'static str) -> CResult<()> {
     Ok(())
 }
 
+/// The 32-bit values of `s` (of `dtype`) under `l` (contiguous), read from its buffer
+/// after the submission that last used it.
+fn read_words<T: bytemuck::Pod>(s: &VulkanStorage, l: &Layout, dtype: DType, op: &'static str) -> CResult<Vec<T>> {
+    if s.dtype() != dtype {
+        return Err(candle_core::Error::UnsupportedDTypeForOp(s.dtype(), op));
+    }
+    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{op} of a strided layout") };
+    let mut v = vec![T::zeroed(); b - a];
+    s.buffer().read(4 * a as u64, bytemuck::cast_slice_mut(&mut v)).map_err(cerr)?;
+    Ok(v)
+}
+
 /// `y = x Wᵀ`, `y += x Wᵀ` or the gated product (`ep`) for `x = self: f32[t, k]`
 /// (`l`): batched mat-vecs with that epilogue below
 /// [`VulkanDevice::mat_mat_min_tokens`] rows, mat-mats from there (`Add` as
@@ -333,11 +345,8 @@ impl ModelStorage for VulkanStorage {
             Ok(dev.shared_storage(b, dtype, t))
         };
         let (chosen, sums) = (host(DType::U32)?, host(DType::F32)?);
-        let scratch = dev.storage(
-            dev.alloc(vkml_ops::sampling::argmax_scratch_words(t, n), DType::U32)?,
-            DType::U32,
-            vkml_ops::sampling::argmax_scratch_words(t, n),
-        );
+        let words = vkml_ops::sampling::argmax_scratch_words(t, n);
+        let scratch = dev.storage(dev.alloc(words, DType::U32)?, DType::U32, words);
         let ids = dev.storage(dev.alloc(t, DType::U32)?, DType::U32, t);
         dev.with_stream(|s| {
             vkml_ops::sampling::argmax_rows(
@@ -359,21 +368,11 @@ impl ModelStorage for VulkanStorage {
 
     /// Waits for the submission that last used the buffer, not for work recorded since.
     fn read_u32(&self, l: &Layout) -> CResult<Vec<u32>> {
-        if self.dtype() != DType::U32 {
-            candle_core::bail!("read_u32 of {:?}", self.dtype())
-        }
-        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("read_u32 of a strided layout") };
-        let mut v = vec![0u32; b - a];
-        self.buffer().read(4 * a as u64, bytemuck::cast_slice_mut(&mut v)).map_err(cerr)?;
-        Ok(v)
+        read_words(self, l, DType::U32, "read_u32")
     }
 
     /// Waits for the submission that last used the buffer, not for work recorded since.
     fn read_f32(&self, l: &Layout) -> CResult<Vec<f32>> {
-        f32_only(self, "read_f32")?;
-        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("read_f32 of a strided layout") };
-        let mut v = vec![0f32; b - a];
-        self.buffer().read(4 * a as u64, bytemuck::cast_slice_mut(&mut v)).map_err(cerr)?;
-        Ok(v)
+        read_words(self, l, DType::F32, "read_f32")
     }
 }
