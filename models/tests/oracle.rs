@@ -22,10 +22,13 @@ use vkml_quant::GgmlType;
 type VTensor = Tensor<VulkanStorage>;
 
 /// The decode step's fused norm and product (`rms_norm_linear`), on a device whose integer
-/// dot products count as accelerated so that its mat-vecs take Q8_1 activations: the
-/// norm then writes x as Q8_1 itself. The values must be the bits of `rms_norm` followed
-/// by `qmatmul` / `qmatmul_glu` (which quantize the normalised x separately), from one
-/// dispatch fewer.
+/// dot products count as accelerated so that its mat-vecs take Q8_1 activations: for
+/// several tokens the norm writes x as Q8_1 itself, and the values must be the bits of
+/// `rms_norm` followed by `qmatmul` / `qmatmul_glu` (which quantize the normalised x
+/// separately); for one token the mat-vec normalises and quantizes x itself
+/// (`quant::dot_quantizes_x`), reducing the sum of squares in another order, so a quant
+/// may move by one step at a rounding boundary: within 1 % of the largest output. Either
+/// way from one dispatch fewer.
 #[test]
 fn rms_norm_linear_equals_norm_then_product() {
     use vkml_ops::nn::GluActivation;
@@ -58,7 +61,12 @@ fn rms_norm_linear_equals_norm_then_product() {
                 let d2 = vd.stream_stats().dispatches;
                 assert_eq!(fused.len(), t * if act.is_some() { rows / 2 } else { rows });
                 assert!(fused.iter().any(|&v| v != 0.0), "{ty:?} t {t} {act:?}: all zeros");
-                assert_eq!(fused, composed, "{ty:?} t {t} {act:?}");
+                if vkml_ops::quant::dot_quantizes_x(dev.caps(), &w, t, &vkml_ops::tuning::mat_vec_config(dev.caps())) {
+                    let r = rel_diff(&fused, &composed);
+                    assert!(r <= 1e-2, "{ty:?} t {t} {act:?}: relative difference {r}");
+                } else {
+                    assert_eq!(fused, composed, "{ty:?} t {t} {act:?}");
+                }
                 assert_eq!(d1 - d0 + 1, d2 - d1, "{ty:?} t {t} {act:?}: the fused form saves one dispatch");
             }
         }

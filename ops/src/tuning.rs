@@ -34,6 +34,18 @@ pub struct MatVecConfig {
     /// applies. Changes results by the Q8_1 rounding of `x` (as ggml's MMVQ path does).
     /// [`mat_vec_config`] turns it on where [`q8_1_activations`] holds.
     pub integer_dot: bool,
+    /// One-row integer-dot mat-vecs quantize their f32 `x` themselves
+    /// (`mul_mat_vec_dot.*_x_f32`: each workgroup into shared memory, the RMS norm folded in
+    /// where there is one) instead of a quantize or norm dispatch before them, where
+    /// [`crate::quant::dot_quantizes_x`] holds. Their workgroups take
+    /// `dot_x_workgroup` invocations and `dot_x_rows_per_subgroup` rows per subgroup, so
+    /// that each quantization of `x` serves many rows.
+    pub dot_x_in_kernel: bool,
+    /// Rows per subgroup of the kernels that quantize `x` themselves (1..=8).
+    pub dot_x_rows_per_subgroup: u32,
+    /// Invocations per workgroup of the kernels that quantize `x` themselves (a power of
+    /// two, 32..=1024, at least the subgroup size).
+    pub dot_x_workgroup: u32,
 }
 
 /// The subgroup size the block-wise mat-vec kernels run with, and whether the pipeline must
@@ -83,6 +95,16 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         ArchClass::NvidiaTensorCore | ArchClass::Nvidia => 1,
         _ => rows_per_subgroup,
     };
+    // The integer-dot kernels quantizing x themselves: each workgroup quantizes all of x,
+    // so it should serve many rows. H200, tg128 (benches/RESULTS.md, issue 29, twelfth
+    // session), workgroup / rows per subgroup: llama-1b Q4_0 128/1 492, 256/2 744, 512/1
+    // 814, 1024/1 818, 1024/2 714 t/s; llama-8b 128/1 126, 256/2 289, 512/2 344, 1024/1
+    // 351, 1024/2 310 t/s (against 629 and 296 with a quantize dispatch first). Other
+    // GPUs: not measured; 32-64 rows per workgroup as there.
+    let (dot_x_workgroup, dot_x_rows_per_subgroup) = match caps.arch {
+        ArchClass::NvidiaTensorCore | ArchClass::Nvidia => (1024, 1),
+        _ => (256, 2),
+    };
     MatVecConfig {
         workgroup,
         subgroup_reduce,
@@ -95,6 +117,10 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         // tg128 of synthetic Llama-3-8B Q4_0 166 -> 209 t/s, of TinyLlama-1.1B Q4_0
         // 445 -> 479 t/s (benches/RESULTS.md).
         integer_dot: q8_1_activations(caps),
+        dot_x_in_kernel: true,
+        dot_x_rows_per_subgroup,
+        // The largest power of two the device allows, if it is below the table's.
+        dot_x_workgroup: dot_x_workgroup.min(1 << caps.limits.max_workgroup_invocations.max(1).ilog2()),
     }
 }
 

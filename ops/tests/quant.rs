@@ -166,6 +166,9 @@ fn mat_vec_configs(dev: &Device) -> Vec<MatVecConfig> {
                 rows_per_subgroup: 1,
                 dot_rows_per_subgroup: 1,
                 integer_dot: false,
+                dot_x_in_kernel: false,
+                dot_x_rows_per_subgroup: 1,
+                dot_x_workgroup: 64,
             });
         }
     }
@@ -179,6 +182,9 @@ fn mat_vec_configs(dev: &Device) -> Vec<MatVecConfig> {
                 rows_per_subgroup,
                 dot_rows_per_subgroup: rows_per_subgroup,
                 integer_dot: false,
+                dot_x_in_kernel: false,
+                dot_x_rows_per_subgroup: 1,
+                dot_x_workgroup: 64,
             });
         }
     }
@@ -634,6 +640,11 @@ fn tuning_table_per_architecture() {
             ArchClass::NvidiaTensorCore | ArchClass::Nvidia => 1,
             _ => nr,
         };
+        // The kernels quantizing x themselves: 32 rows per workgroup on NVIDIA (measured).
+        let (dot_x_wg, dot_x_nr) = match arch {
+            ArchClass::NvidiaTensorCore | ArchClass::Nvidia => (1024, 1),
+            _ => (256, 2),
+        };
         assert_eq!(
             cfg,
             MatVecConfig {
@@ -645,6 +656,9 @@ fn tuning_table_per_architecture() {
                 dot_rows_per_subgroup: dot_nr,
                 // Decode mat-vecs take Q8_1 x where packed int8 dot products are accelerated.
                 integer_dot: caps.integer_dot.supported && caps.integer_dot.packed_4x8_signed_accelerated,
+                dot_x_in_kernel: true,
+                dot_x_rows_per_subgroup: dot_x_nr,
+                dot_x_workgroup: dot_x_wg,
             },
             "{arch:?}"
         );
@@ -1189,7 +1203,15 @@ fn rms_norm_mat_vec_matches_cpu() {
     let dev = device();
     let base = vkml_ops::tuning::mat_vec_config(dev.caps());
     let block = MatVecConfig { subgroup_rows: true, integer_dot: false, rows_per_subgroup: 2, ..base };
-    let dot = MatVecConfig { subgroup_rows: true, integer_dot: true, dot_rows_per_subgroup: 2, ..base };
+    let dot = MatVecConfig {
+        subgroup_rows: true,
+        integer_dot: true,
+        dot_rows_per_subgroup: 2,
+        dot_x_in_kernel: false,
+        ..base
+    };
+    // The integer-dot kernel normalising and quantizing x itself (one row of x).
+    let dot_x = MatVecConfig { dot_x_in_kernel: true, dot_x_rows_per_subgroup: 3, dot_x_workgroup: 64, ..dot };
     let plain = MatVecConfig { subgroup_rows: false, integer_dot: false, ..base };
     let silu = MatVecEpilogue::Glu(GluActivation::Silu);
     let (n, k, eps) = (37usize, 256usize, 1e-5f32);
@@ -1198,6 +1220,9 @@ fn rms_norm_mat_vec_matches_cpu() {
         (GgmlType::Q4_K, block, silu, 1),
         (GgmlType::Q4_0, dot, MatVecEpilogue::Add, 2),
         (GgmlType::Q8_0, dot, silu, 1),
+        (GgmlType::Q4_0, dot_x, MatVecEpilogue::Add, 1),
+        (GgmlType::Q8_0, dot_x, silu, 1),
+        (GgmlType::Q4_0, dot_x, MatVecEpilogue::Store, 2),
         (GgmlType::Q4_1, plain, MatVecEpilogue::Add, 1),
     ] {
         let glu = matches!(ep, MatVecEpilogue::Glu(_));
@@ -1219,13 +1244,22 @@ fn rms_norm_mat_vec_matches_cpu() {
             assert!(e.to_string().contains("scratch"), "{e}");
         }
         quant::rms_norm_mat_vec(&mut s, &xb, &nwb, eps, &m, batch, &yb, cfg, ep, Some(&scratch)).unwrap();
-        let fused = quant::mat_vec_fuses_norm(dev.caps(), &m, &cfg);
+        let in_block = quant::mat_vec_fuses_norm(dev.caps(), &m, &cfg);
+        let in_dot = quant::dot_quantizes_x(dev.caps(), &m, batch, &cfg);
+        let fused = in_block || in_dot;
         let dispatches = s.stats().dispatches - d0;
         s.finish_and_wait().unwrap();
         assert!(!fused || dispatches == 1, "{ty:?} {cfg:?}: fused in {dispatches} dispatches");
-        let row_sg = vkml_ops::tuning::row_subgroup_size(dev.caps()).is_some();
-        let uses_dot = quant::mat_vec_uses_q8_1(dev.caps(), &m, &cfg);
-        assert_eq!(fused, row_sg && cfg.subgroup_rows && !uses_dot, "{ty:?} {cfg:?}: the prologue on block kernels");
+        let caps = dev.caps();
+        let row_sg = vkml_ops::tuning::row_subgroup_size(caps).is_some();
+        let uses_dot = quant::mat_vec_uses_q8_1(caps, &m, &cfg);
+        assert_eq!(in_block, row_sg && cfg.subgroup_rows && !uses_dot, "{ty:?} {cfg:?}: the prologue on block kernels");
+        let shuffles = caps.subgroup.operations.contains(&"shuffle") && caps.subgroup.size >= 8;
+        assert_eq!(
+            in_dot,
+            uses_dot && cfg.dot_x_in_kernel && batch == 1 && shuffles,
+            "{ty:?} {cfg:?} batch {batch}: the prologue on the integer-dot kernel"
+        );
         assert!(fused || dispatches == 2, "{ty:?} {cfg:?}: {dispatches} dispatches unfused");
         let y = yb.to_vec::<f32>().unwrap();
         for b in 0..batch {
@@ -1268,5 +1302,63 @@ fn rms_norm_mat_vec_matches_cpu() {
             }
         }
     }
+    assert_clean(&dev);
+}
+
+/// The integer-dot kernel quantizing its f32 x itself (`mul_mat_vec_dot.*_x_f32`, no
+/// quantize dispatch) gives the bits of `quantize_q8_1` then the Q8_1 mat-vec: the same
+/// blocks (amax and quant sums reduced exactly) and the same dot loop; for every epilogue,
+/// rows per subgroup and workgroup size, k past one subgroup's blocks, a row count that
+/// leaves the last workgroup partly empty, and the largest k it holds.
+#[test]
+fn integer_dot_quantizing_x_equals_quantize_then_mat_vec() {
+    let dev = device();
+    let caps = dev.caps();
+    let Some((sg, _)) = vkml_ops::tuning::row_subgroup_size(caps) else {
+        eprintln!("skipped: no usable subgroup size");
+        return;
+    };
+    if !caps.integer_dot.supported || !caps.subgroup.operations.contains(&"shuffle") || sg < 8 {
+        eprintln!("skipped: no integer dot product or subgroup shuffles");
+        return;
+    }
+    let base = MatVecConfig { subgroup_rows: true, integer_dot: true, ..vkml_ops::tuning::mat_vec_config(caps) };
+    let silu = MatVecEpilogue::Glu(GluActivation::Silu);
+    let max_k = 32 * quant::DOT_X_MAX_BLOCKS;
+    for (ty, rows, k, ep, nr, wg) in [
+        (GgmlType::Q4_0, 45usize, 96usize, MatVecEpilogue::Store, 1u32, 32u32),
+        (GgmlType::Q8_0, 70, 1024, MatVecEpilogue::Add, 2, 64),
+        (GgmlType::Q4_0, 2 * 19, 800, silu, 3, 128),
+        (GgmlType::Q4_0, 9, max_k, MatVecEpilogue::Store, 2, 256),
+    ] {
+        let wg = wg.max(sg);
+        let bytes = encode(ty, &weights(rows, k, 41));
+        let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+        let x: Vec<f32> =
+            weights(1, k, 42).iter().enumerate().map(|(i, v)| if i % 97 == 0 { 0.0 } else { 3.0 * v }).collect();
+        let out = if matches!(ep, MatVecEpilogue::Glu(_)) { rows / 2 } else { rows };
+        let y0 = weights(1, out, 43);
+        let xb = dev.upload(&x).unwrap();
+        let (y_in, y_pre) = (dev.upload(&y0).unwrap(), dev.upload(&y0).unwrap());
+        let xq = dev.alloc(36 * (k / 32) as u64, MemoryKind::DeviceLocal).unwrap();
+        let cfg = MatVecConfig { dot_x_in_kernel: true, dot_x_rows_per_subgroup: nr, dot_x_workgroup: wg, ..base };
+        assert!(quant::dot_quantizes_x(caps, &m, 1, &cfg), "{ty:?} k {k}");
+        assert!(!quant::dot_quantizes_x(caps, &m, 2, &cfg), "one row of x only");
+        let mut s = Stream::new(&dev).unwrap();
+        let d0 = s.stats().dispatches;
+        quant::mat_vec_fused(&mut s, &m, &xb, 1, &y_in, cfg, ep).unwrap();
+        assert_eq!(s.stats().dispatches - d0, 1, "{ty:?}: one dispatch");
+        quant::quantize_q8_1(&mut s, &xb, k / 32, &xq).unwrap();
+        quant::mat_vec_q8_1_fused(&mut s, &m, &xq, 1, &y_pre, cfg, ep).unwrap();
+        s.finish_and_wait().unwrap();
+        let (a, b) = (y_in.to_vec::<f32>().unwrap(), y_pre.to_vec::<f32>().unwrap());
+        for r in 0..out {
+            assert_eq!(a[r].to_bits(), b[r].to_bits(), "{ty:?} {ep:?} k {k} row {r}: {} vs {}", a[r], b[r]);
+        }
+    }
+    // Past the shared-memory capacity the quantize dispatch comes back.
+    let m = QMatrix::upload(&dev, GgmlType::Q8_0, 1, max_k + 32, &encode(GgmlType::Q8_0, &weights(1, max_k + 32, 44)))
+        .unwrap();
+    assert!(!quant::dot_quantizes_x(caps, &m, 1, &MatVecConfig { dot_x_in_kernel: true, ..base }));
     assert_clean(&dev);
 }

@@ -1,5 +1,7 @@
 //! variant q4_0 QTYPE=2
 //! variant q8_0 QTYPE=8
+//! variant q4_0_x_f32 QTYPE=2 X_F32=1
+//! variant q8_0_x_f32 QTYPE=8 X_F32=1
 // Integer-dot mat-vec: y[b, r] = sum over blocks of d_w * d_x * sumi, where sumi is the
 // exact integer dot of the weight quants with x quantized to Q8_1 (quantize_q8_1.comp),
 // computed with packed 4x8-bit dot products (GL_EXT_integer_dot_product; hardware-
@@ -12,6 +14,13 @@
 // Push: w_offset, row_bytes, k, rows (output rows), batch, y_stride (include/mat_vec_out.glsl),
 // eps (unused: the push block the mat-vec kernels share).
 // Specialization: 0 = workgroup, 1 = NB, 2 = NR, 10 = epilogue.
+// *_x_f32: x is f32 (binding 1: vec4[k / 4], one batch row, k a multiple of 32 and at most
+// 32 * MAX_XBLOCKS) and each workgroup quantizes it to Q8_1 into shared memory first, as
+// quantize_q8_1.comp does (include/q8_1.glsl's arithmetic): no quantize dispatch before
+// the mat-vec. With specialization constant 11 (MV_NORM) x is RMS-normalised on the way,
+// as norm.comp's rms_q8_1 variant makes it: v = (x * (1 / sqrt(mean(x²) + eps))) * w,
+// w = binding 3 (f32 [k]; bound but unread without the norm), eps = p.eps. Needs
+// subgroup shuffles and a subgroup of at least 8 invocations.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -22,9 +31,82 @@ layout(local_size_x_id = 0, local_size_x = 128) in;
 layout(constant_id = 1) const uint NB = 1;
 layout(constant_id = 2) const uint NR = 1;
 #include "quant.glsl"
-layout(std430, set = 0, binding = 1) readonly buffer XQ { uint xq[]; };
 layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; uint y_stride; float eps; } p;
 #include "mat_vec_out.glsl"
+#ifdef X_F32
+#extension GL_KHR_shader_subgroup_shuffle : require
+#define SUBGROUP_REDUCE 1
+#define REDUCE_MAX 128
+#include "reduce.glsl"
+layout(std430, set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
+layout(std430, set = 0, binding = 3) readonly buffer NW { vec4 nw4[]; };
+layout(constant_id = 11) const bool MV_NORM = false;
+// (ops/src/quant/mat_vec.rs mirrors this as DOT_X_MAX_BLOCKS.)
+#define MAX_XBLOCKS 512u
+// x as Q8_1 blocks of 9 words (packHalf2x16(d, s), then 8 words of quants): the global
+// layout of quantize_q8_1.comp, whose odd stride also keeps the lanes' reads of
+// consecutive blocks on distinct banks.
+shared uint xs[MAX_XBLOCKS * 9u];
+#define XQ(i) xs[i]
+
+// Round half away from zero (include/q8_1.glsl's round_away, per component).
+vec4 round_away4(vec4 v) {
+    vec4 t = trunc(v);
+    return mix(t, t + sign(v), greaterThanEqual(abs(v - t), vec4(0.5)));
+}
+
+// Max and sum over the 8 lanes 8c .. 8c + 7 of a subgroup (all active), by xor shuffles:
+// exact, so every lane gets the same value in any order.
+float max8(float v) {
+    v = max(v, subgroupShuffleXor(v, 1u));
+    v = max(v, subgroupShuffleXor(v, 2u));
+    return max(v, subgroupShuffleXor(v, 4u));
+}
+int sum8(int v) {
+    v += subgroupShuffleXor(v, 1u);
+    v += subgroupShuffleXor(v, 2u);
+    return v + subgroupShuffleXor(v, 4u);
+}
+
+// x (normalised where MV_NORM) quantized into xs: 8 consecutive lanes make one block,
+// one vec4 each, its amax and quant sum reduced over those 8 lanes. Every invocation
+// calls it from uniform control flow (it holds barriers).
+void quantize_x() {
+    uint k4 = p.k / 4u;
+    float scale = 1.0;
+    if (MV_NORM) {
+        float s = 0.0;
+        for (uint i = gl_LocalInvocationID.x; i < k4; i += gl_WorkGroupSize.x) {
+            vec4 v = x4[i];
+            s += dot(v, v);
+        }
+        scale = 1.0 / sqrt(wg_sum(s) / float(p.k) + p.eps);
+    }
+    uint sgs = gl_SubgroupSize, lane = gl_SubgroupInvocationID;
+    // Whole groups of 8 lanes in or out: k4, the subgroup size and i0 are multiples of 8.
+    for (uint i0 = gl_SubgroupID * sgs; i0 < k4; i0 += gl_NumSubgroups * sgs) {
+        uint i = i0 + lane;
+        if (i < k4) {
+            vec4 v = x4[i];
+            if (MV_NORM) v = v * scale * nw4[i];
+            vec4 a = abs(v);
+            float amax = max8(max(max(a.x, a.y), max(a.z, a.w)));
+            float d = amax / 127.0;
+            float id = d != 0.0 ? 1.0 / d : 0.0;
+            ivec4 q = ivec4(round_away4(v * id));
+            int sum = sum8(q.x + q.y + q.z + q.w);
+            uint blk = i / 8u;
+            uvec4 u = uvec4(q) & 0xFFu;
+            xs[blk * 9u + 1u + i % 8u] = u.x | (u.y << 8) | (u.z << 16) | (u.w << 24);
+            if (i % 8u == 0u) xs[blk * 9u] = packHalf2x16(vec2(d, float(sum) * d));
+        }
+    }
+    barrier();
+}
+#else
+layout(std430, set = 0, binding = 1) readonly buffer XQ { uint xq[]; };
+#define XQ(i) xq[i]
+#endif
 
 // The exact integer dot of one weight block (at byte blk) with the Q8_1 quants xv; for
 // Q4_0, xsum is the sum of those quants (the -8 offset of the nibbles).
@@ -48,7 +130,12 @@ int block_dot(uint blk, uint xv[8], int xsum) {
 
 
 void main() {
-    uint r0 = ((gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups + gl_SubgroupID) * NR;
+    uint wg0 = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups;
+#ifdef X_F32
+    if (wg0 * NR >= p.rows) return; // the whole workgroup, before quantize_x's barriers
+    quantize_x();
+#endif
+    uint r0 = (wg0 + gl_SubgroupID) * NR;
     if (r0 >= p.rows) return;
     uint lane = gl_SubgroupInvocationID;
     uint nblocks = p.k / 32u;
@@ -57,9 +144,9 @@ void main() {
     for (uint ib = lane; ib < nblocks; ib += gl_SubgroupSize) {
         [[unroll]] for (uint b = 0; b < NB; b++) {
             uint xb = (b * nblocks + ib) * 9u;
-            float dx = unpackHalf2x16(xq[xb]).x;
+            float dx = unpackHalf2x16(XQ(xb)).x;
             uint xv[8];
-            [[unroll]] for (uint i = 0; i < 8u; i++) xv[i] = xq[xb + 1u + i];
+            [[unroll]] for (uint i = 0; i < 8u; i++) xv[i] = XQ(xb + 1u + i);
             int xsum = 0;
 #if QTYPE == 2
             [[unroll]] for (uint i = 0; i < 8u; i++) xsum += dotPacked4x8EXT(int(xv[i]), 0x01010101u);

@@ -128,6 +128,33 @@ pub fn mat_vec_uses_q8_1(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVe
         && DOT_TYPES.contains(&m.ty)
 }
 
+/// Largest `k`, in 32-value blocks, that the integer-dot kernels quantizing `x`
+/// themselves hold in shared memory (`mul_mat_vec_dot.comp`'s `MAX_XBLOCKS`).
+pub const DOT_X_MAX_BLOCKS: usize = 512;
+
+/// Whether the integer-dot mat-vec of `m` over `batch` rows of x quantizes its f32 `x` to
+/// Q8_1 itself (kernel `mul_mat_vec_dot.*_x_f32`: each workgroup into shared memory, and
+/// [`rms_norm_mat_vec`] normalising on the way) rather than after a `quantize_q8_1` or
+/// `norm.rms_q8_1_f32` dispatch: where [`mat_vec_uses_q8_1`] holds and `cfg.dot_x_in_kernel`,
+/// for one row of x with `k` a multiple of 32 up to 32 × [`DOT_X_MAX_BLOCKS`], on a device
+/// with subgroup shuffles, subgroups of at least 8 and room for the quantized
+/// x in shared memory. Both give the same Q8_1 blocks up to the rounding of the norm's sum
+/// of squares.
+pub fn dot_quantizes_x(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &MatVecConfig) -> bool {
+    let wg = cfg.dot_x_workgroup;
+    let sg_ok = tuning::row_subgroup_size(caps).is_some_and(|(sg, _)| sg >= 8 && wg >= sg);
+    mat_vec_uses_q8_1(caps, m, cfg)
+        && cfg.dot_x_in_kernel
+        && batch == 1
+        && m.k.is_multiple_of(32)
+        && m.k / 32 <= DOT_X_MAX_BLOCKS
+        && caps.subgroup.operations.contains(&"shuffle")
+        && sg_ok
+        && wg.is_power_of_two()
+        && wg <= caps.limits.max_workgroup_invocations.min(caps.limits.max_workgroup_size[0])
+        && (caps.limits.max_shared_memory as usize) >= DOT_X_MAX_BLOCKS * 36 + 4 * 128
+}
+
 /// Whether [`rms_norm_mat_vec`] runs the norm inside the mat-vec (`include/mat_vec_norm.glsl`)
 /// for `m`: on the block kernels with subgroup rows (not the integer-dot kernel, whose
 /// workgroups would each quantize the whole normalised x: on the H100 that made llama-8b
@@ -143,15 +170,19 @@ pub fn mat_vec_fuses_norm(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatV
 enum NormPath {
     /// Inside the block mat-vec ([`mat_vec_fuses_norm`]).
     InKernel,
+    /// Inside the integer-dot mat-vec that quantizes x itself ([`dot_quantizes_x`]).
+    InDotKernel,
     /// `norm.rms_q8_1_f32` into Q8_1 scratch, then the integer-dot mat-vec.
     Q8_1,
     /// `norm.rms_f32` into f32 scratch, then the mat-vec.
     F32,
 }
 
-fn norm_path(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVecConfig) -> NormPath {
+fn norm_path(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &MatVecConfig) -> NormPath {
     if mat_vec_fuses_norm(caps, m, cfg) {
         NormPath::InKernel
+    } else if dot_quantizes_x(caps, m, batch, cfg) {
+        NormPath::InDotKernel
     } else if mat_vec_uses_q8_1(caps, m, cfg) && m.k.is_multiple_of(32) {
         NormPath::Q8_1
     } else {
@@ -164,8 +195,8 @@ fn norm_path(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVecConfig) -> 
 /// integer-dot kernel runs, f32 otherwise). A caller with a buffer pool passes one of
 /// these from it.
 pub fn rms_norm_mat_vec_scratch(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &MatVecConfig) -> u64 {
-    match norm_path(caps, m, cfg) {
-        NormPath::InKernel => 0,
+    match norm_path(caps, m, batch, cfg) {
+        NormPath::InKernel | NormPath::InDotKernel => 0,
         NormPath::Q8_1 => 36 * (batch * m.k / 32) as u64,
         NormPath::F32 => 4 * (batch * m.k) as u64,
     }
@@ -200,8 +231,8 @@ pub fn rms_norm_mat_vec(
     if nw.size() < 4 * m.k as u64 {
         return bad(format!("the norm weight holds {} bytes, less than {} f32", nw.size(), m.k));
     }
-    let path = norm_path(dev.caps(), m, &cfg);
-    if path == NormPath::InKernel {
+    let path = norm_path(dev.caps(), m, batch, &cfg);
+    if matches!(path, NormPath::InKernel | NormPath::InDotKernel) {
         return mat_vec_core(s, m, x, false, Some((nw, eps)), batch, y, cfg, epilogue);
     }
     let need = rms_norm_mat_vec_scratch(dev.caps(), m, batch, &cfg);
@@ -295,14 +326,16 @@ fn mat_vec_core(
             ),
         });
     }
-    if norm.is_some() && (pre_quantized || use_dot || row_sg.is_none()) {
+    // The integer-dot kernel quantizing f32 x itself (no quantize dispatch).
+    let dot_x = use_dot && !pre_quantized && dot_quantizes_x(caps, m, batch, &cfg);
+    if norm.is_some() && (pre_quantized || (use_dot && !dot_x) || row_sg.is_none()) {
         return Err(OpsError::Shape {
             op: "mat_vec",
-            reason: "the norm prologue needs a block kernel with subgroup rows (see mat_vec_fuses_norm)".into(),
+            reason: "the norm prologue needs a block kernel with subgroup rows (see mat_vec_fuses_norm) or an integer-dot kernel quantizing x (see dot_quantizes_x)".into(),
         });
     }
     // x as Q8_1 for the integer-dot kernel: 36 bytes per 32 values, all batch rows.
-    let xq = if pre_quantized {
+    let xq = if pre_quantized || dot_x {
         None
     } else if use_dot {
         let xq = dev.alloc(36 * (batch * m.k / 32) as u64, MemoryKind::DeviceLocal)?;
@@ -311,23 +344,35 @@ fn mat_vec_core(
     } else {
         None
     };
-    let nr = if use_dot { cfg.dot_rows_per_subgroup } else { cfg.rows_per_subgroup };
+    let (nr, workgroup) = if dot_x {
+        (cfg.dot_x_rows_per_subgroup, cfg.dot_x_workgroup)
+    } else if use_dot {
+        (cfg.dot_rows_per_subgroup, cfg.workgroup)
+    } else {
+        (cfg.rows_per_subgroup, cfg.workgroup)
+    };
+    if !(1..=8).contains(&nr) {
+        return Err(OpsError::Shape {
+            op: "mat_vec",
+            reason: format!("dot_x_rows_per_subgroup {nr} must be in 1..=8"),
+        });
+    }
     let groups = |rows: usize| match row_sg {
-        Some((sg, _)) => grid(&dev, "mat_vec", (rows as u64).div_ceil(u64::from(cfg.workgroup.max(sg) / sg * nr))),
+        Some((sg, _)) => grid(&dev, "mat_vec", (rows as u64).div_ceil(u64::from(workgroup.max(sg) / sg * nr))),
         None => grid(&dev, "mat_vec", rows as u64),
     };
     let pipeline_for = |nb: usize| -> Result<std::sync::Arc<vkml_hal::Pipeline>> {
         let (name, options) = match row_sg {
             Some((sg, require)) => (
-                format!(
-                    "{}.{}",
-                    if use_dot { "mul_mat_vec_dot" } else { block.unwrap_or("mul_mat_vec_q32") },
-                    variant("mat_vec", m.ty)?
-                ),
+                if use_dot {
+                    dot_kernel(m.ty, dot_x)?.to_string()
+                } else {
+                    format!("{}.{}", block.unwrap_or("mul_mat_vec_q32"), variant("mat_vec", m.ty)?)
+                },
                 PipelineOptions {
                     spec_constants: {
-                        let mut spec = vec![(0, cfg.workgroup.max(sg)), (1, nb as u32), (2, nr), (10, epilogue.spec())];
-                        if !use_dot {
+                        let mut spec = vec![(0, workgroup.max(sg)), (1, nb as u32), (2, nr), (10, epilogue.spec())];
+                        if !use_dot || dot_x {
                             spec.push((11, u32::from(norm.is_some())));
                         }
                         spec
@@ -394,7 +439,7 @@ fn mat_vec_core(
             let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, nb as u32, out_rows as u32, eps]);
             let y_arg = BufferArg::range(y, y_off + 4 * part.row0 as u64, (4 * ((nb - 1) * out_rows + rows)) as u64);
             let mut args = vec![(&part.buffer).into(), x_arg, y_arg];
-            if row_sg.is_some() && !use_dot {
+            if row_sg.is_some() && (!use_dot || dot_x) {
                 // The norm weight (binding 3 of the block kernels; unread without the
                 // prologue, where x stands in).
                 args.push(match norm {
@@ -406,4 +451,18 @@ fn mat_vec_core(
         }
     }
     Ok(())
+}
+
+/// The integer-dot mat-vec kernel for `ty`: on Q8_1 `x` quantized before it, or
+/// (`x_f32`) quantizing f32 `x` itself ([`dot_quantizes_x`]).
+fn dot_kernel(ty: GgmlType, x_f32: bool) -> Result<&'static str> {
+    Ok(match (ty, x_f32) {
+        (GgmlType::Q4_0, false) => "mul_mat_vec_dot.q4_0",
+        (GgmlType::Q4_0, true) => "mul_mat_vec_dot.q4_0_x_f32",
+        (GgmlType::Q8_0, false) => "mul_mat_vec_dot.q8_0",
+        (GgmlType::Q8_0, true) => "mul_mat_vec_dot.q8_0_x_f32",
+        (ty, _) => {
+            return Err(OpsError::UnsupportedType { op: "mat_vec_q8_1", ty, supported: format!("{DOT_TYPES:?}") })
+        }
+    })
 }
