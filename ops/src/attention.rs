@@ -600,3 +600,128 @@ pub fn flash_attn_with(
     s.dispatch(&c, &[po.into(), ml.into(), out.into()], &pc, [(d as u32).div_ceil(64), rows, 1])?;
     Ok(())
 }
+
+/// Whether [`flash_attn_rope_decode`] takes a call of shape `sh` over caches of head
+/// dimension `d` and `n_kv_heads` KV heads: one causal query at the last position
+/// (`q_pos0 + 1 == kv_len`, a decode step), the grouped-query kernel on the device, and
+/// eleven storage buffers per dispatch.
+pub fn decode_fuses_rope(caps: &Capabilities, sh: &AttnShape, d: usize, n_kv_heads: usize) -> bool {
+    n_kv_heads > 0
+        && sh.n_heads.is_multiple_of(n_kv_heads)
+        && sh.t_q == 1
+        && sh.causal
+        && sh.q_pos0 + 1 == sh.kv_len
+        && caps.limits.max_storage_buffers_per_stage >= 11
+        && gqa_kernel(caps, d, sh.n_heads / n_kv_heads).is_some()
+}
+
+/// The decode step's attention with its prologue in one dispatch
+/// (`flash_attn_gqa.rope_{neox,interleaved}_f32`): for one query token at position
+/// `sh.q_pos0` (= `kv_len - 1`), the query heads `q` rotated as they load, the key heads `k`
+/// rotated and the value heads `v` (one token's rows of each, f32) written into the caches
+/// at that position, then [`flash_attn`] over the caches, its splits merged in place: the
+/// bits of [`rope_kv_append`] then [`flash_attn`] (`out`: f32 `[1, n_heads, d]`), one
+/// dispatch instead of two. With `sh.n_splits > 1`, `scratch` as for [`flash_attn`].
+///
+/// # Errors
+/// [`OpsError::Shape`] where [`decode_fuses_rope`] does not hold, and as
+/// [`rope_kv_append`] and [`flash_attn`] for tables, sources, caches and buffers; HAL errors.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn_rope_decode(
+    s: &mut Stream,
+    rope: RopeTables<'_>,
+    (q, k, v): (HeadRows<'_>, HeadRows<'_>, HeadRows<'_>),
+    (k_cache, v_cache): (&KvCache, &KvCache),
+    sh: AttnShape,
+    out: &Buffer,
+    scratch: Option<(&Buffer, &Buffer)>,
+) -> Result<()> {
+    let bad = |reason: String| Err(OpsError::Shape { op: "flash_attn_rope_decode", reason });
+    let dev = s.device().clone();
+    let d = k_cache.d;
+    if (v_cache.d, v_cache.n_kv_heads, v_cache.ctx) != (d, k_cache.n_kv_heads, k_cache.ctx) {
+        return bad("K and V caches differ in shape".into());
+    }
+    if !decode_fuses_rope(dev.caps(), &sh, d, k_cache.n_kv_heads) {
+        return bad(format!(
+            "one causal query at the last position on the grouped-query kernel (t_q {}, q_pos0 {}, kv_len {}, {} heads over {} KV heads, d {d})",
+            sh.t_q, sh.q_pos0, sh.kv_len, sh.n_heads, k_cache.n_kv_heads
+        ));
+    }
+    if sh.visible_len() > k_cache.ctx {
+        return bad(format!("kv_len {} exceeds the cache's {} positions", sh.kv_len, k_cache.ctx));
+    }
+    let rsh = crate::nn::RopeShape {
+        bh: sh.n_heads,
+        t: 1,
+        d,
+        rot: rope.rot,
+        pos_offset: sh.q_pos0,
+        positions: rope.positions,
+        token_major: true,
+    };
+    crate::nn::check_rope_tables("flash_attn_rope_decode", rope.cos, rope.sin, rsh)?;
+    check_append(Dtype::F32, k.buffer, k.off, k.stride, 1, sh.q_pos0, k_cache)?;
+    check_append(Dtype::F32, v.buffer, v.off, v.stride, 1, sh.q_pos0, v_cache)?;
+    let q_row = sh.n_heads * d;
+    if q.buffer.size() < 4 * (q.off + q_row) as u64 || out.size() < 4 * q_row as u64 {
+        return bad(format!("q at {} or out do not hold {q_row} f32", q.off));
+    }
+    let splits = sh.n_splits.max(1);
+    if splits as u64 > u64::from(dev.caps().limits.max_workgroup_count[2]) {
+        return bad("splits exceed the device's grid".into());
+    }
+    let (po, ml) = match scratch {
+        _ if splits == 1 => (out, out),
+        Some((po, ml)) => {
+            let (po_len, ml_len) = split_scratch_len(&sh, d);
+            if po.size() < 4 * po_len as u64 || ml.size() < 4 * ml_len as u64 {
+                return bad(format!("scratch needs {po_len} and {ml_len} f32"));
+            }
+            (po, ml)
+        }
+        None => return bad("n_splits > 1 needs scratch buffers".into()),
+    };
+    let g = sh.n_heads / k_cache.n_kv_heads;
+    let (wg, npl) = gqa_kernel(dev.caps(), d, g).expect("checked by decode_fuses_rope");
+    let name = match rope.style {
+        crate::nn::RopeStyle::Neox => "flash_attn_gqa.rope_neox_f32",
+        crate::nn::RopeStyle::Interleaved => "flash_attn_gqa.rope_interleaved_f32",
+    };
+    let p = pipeline_spec(&dev, name, wg, &[(1, g as u32), (2, npl)])?;
+    let split_len = sh.visible_len().div_ceil(splits).max(1);
+    let pc = push_words(&[
+        1,
+        sh.n_heads as u32,
+        k_cache.n_kv_heads as u32,
+        d as u32,
+        sh.kv_len as u32,
+        sh.q_pos0 as u32,
+        k_cache.ctx as u32,
+        1,
+        splits as u32,
+        split_len as u32,
+        sh.scale.to_bits(),
+        sh.window as u32,
+        sh.softcap.to_bits(),
+        rope.rot as u32,
+        q.off as u32,
+        k.off as u32,
+        v.off as u32,
+    ]);
+    let bindings: [BufferArg<'_>; 11] = [
+        q.buffer.into(),
+        k_cache.buffer().into(),
+        v_cache.buffer().into(),
+        out.into(),
+        po.into(),
+        ml.into(),
+        (&k_cache.split_counts).into(),
+        rope.cos.into(),
+        rope.sin.into(),
+        k.buffer.into(),
+        v.buffer.into(),
+    ];
+    s.dispatch(&p, &bindings, &pc, [k_cache.n_kv_heads as u32, 1, splits as u32])?;
+    Ok(())
+}

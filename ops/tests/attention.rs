@@ -399,3 +399,102 @@ fn rope_kv_append_equals_rope_then_append() {
         assert!(e.to_string().contains("cos/sin tables"), "{e}");
     }
 }
+
+/// The decode step's attention with its prologue in the same dispatch
+/// (`flash_attn_rope_decode`) equals `rope_kv_append` then `flash_attn`, bit for bit: the
+/// output and every word of both caches, for both pairings, partial rotary dims, grouped
+/// heads (G of 1, 3 and 4), one split and several (merged in place), a sliding window over
+/// a ring of slots and a soft-cap; one dispatch instead of two. Shapes it does not take
+/// are refused.
+#[test]
+fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
+    use vkml_ops::attention::{HeadRows, RopeTables};
+    use vkml_ops::nn::RopeStyle;
+    let dev = common::device();
+    let mut seed = 0x5EED_0002u64;
+    for (style, d, rot, hq, hkv, pos, ctx, window, softcap, splits) in [
+        (RopeStyle::Neox, 64usize, 64usize, 9usize, 3usize, 37usize, 64usize, 0usize, 0f32, 1usize),
+        (RopeStyle::Neox, 64, 64, 9, 3, 37, 64, 0, 0.0, 4),
+        (RopeStyle::Interleaved, 128, 64, 4, 4, 20, 32, 0, 0.0, 3),
+        (RopeStyle::Interleaved, 32, 32, 8, 2, 0, 8, 0, 0.0, 1),
+        (RopeStyle::Neox, 16, 10, 4, 1, 25, 10, 8, 5.0, 2),
+    ] {
+        if !attention::decode_fuses_rope(dev.caps(), &shape(hq, pos, window, softcap, splits), d, hkv) {
+            eprintln!("skipped: the grouped-query kernel does not run here");
+            return;
+        }
+        let sh = shape(hq, pos, window, softcap, splits);
+        let positions = pos + 3;
+        let cos = rand_vec(positions * rot / 2, &mut seed);
+        let sin = rand_vec(positions * rot / 2, &mut seed);
+        let (cb, sb) = (upload(dev, Dtype::F32, &cos), upload(dev, Dtype::F32, &sin));
+        let stride = (hq + 2 * hkv) * d;
+        let rows = rand_vec(stride, &mut seed);
+        let xs = upload(dev, Dtype::F32, &rows);
+        // Caches already holding earlier keys and values (random f16 words).
+        let words: Vec<u32> = rand_vec(hkv * ctx * d, &mut seed)
+            .chunks(2)
+            .map(|p| {
+                u32::from(half::f16::from_f32(p[0]).to_bits()) | u32::from(half::f16::from_f32(p[1]).to_bits()) << 16
+            })
+            .collect();
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let caches = || {
+            let (kc, vc) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
+            // The values: the keys' words the other way round.
+            let (lo, hi) = bytes.split_at(bytes.len() / 2);
+            kc.buffer().write(0, &bytes).unwrap();
+            vc.buffer().write(0, hi).unwrap();
+            vc.buffer().write(hi.len() as u64, lo).unwrap();
+            (kc, vc)
+        };
+        let tables = RopeTables { cos: &cb, sin: &sb, positions, rot, style };
+        let srcs = (
+            HeadRows { buffer: &xs, off: 0, stride },
+            HeadRows { buffer: &xs, off: hq * d, stride },
+            HeadRows { buffer: &xs, off: (hq + hkv) * d, stride },
+        );
+        let (po_len, ml_len) = attention::split_scratch_len(&sh, d);
+        let scratch = (alloc(dev, Dtype::F32, po_len.max(1)), alloc(dev, Dtype::F32, ml_len.max(1)));
+        let sc = (splits > 1).then_some((&scratch.0, &scratch.1));
+        let mut s = Stream::new(dev).unwrap();
+        // The composition.
+        let (kc0, vc0) = caches();
+        let q_rot = alloc(dev, Dtype::F32, hq * d);
+        let want_out = alloc(dev, Dtype::F32, hq * d);
+        let d0 = s.stats().dispatches;
+        attention::rope_kv_append(&mut s, tables, srcs, hq, 1, pos, (&kc0, &vc0), &q_rot).unwrap();
+        attention::flash_attn(&mut s, Dtype::F32, &q_rot, &kc0, &vc0, sh, &want_out, sc).unwrap();
+        let composed = s.stats().dispatches - d0;
+        // The fused form.
+        let (kc, vc) = caches();
+        let out = alloc(dev, Dtype::F32, hq * d);
+        let d1 = s.stats().dispatches;
+        attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), sh, &out, sc).unwrap();
+        assert_eq!(s.stats().dispatches - d1, 1);
+        assert_eq!(composed, 2);
+        s.finish_and_wait().unwrap();
+        let case =
+            format!("{style:?} d {d} rot {rot} heads {hq}/{hkv} at {pos}, ctx {ctx}, window {window}, {splits} splits");
+        let (want, got) = (download(Dtype::F32, &want_out), download(Dtype::F32, &out));
+        assert!(want.iter().any(|&v| v != 0.0), "{case}: zero output");
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "{case}: output {i}: {a} vs {b}");
+        }
+        assert_eq!(kc.buffer().to_vec::<u32>().unwrap(), kc0.buffer().to_vec::<u32>().unwrap(), "{case}: keys");
+        assert_eq!(vc.buffer().to_vec::<u32>().unwrap(), vc0.buffer().to_vec::<u32>().unwrap(), "{case}: values");
+        // Not a decode step: two queries, or a query before the last position.
+        let (kc, vc) = caches();
+        let two = AttnShape { t_q: 2, q_pos0: pos.saturating_sub(1), ..sh };
+        let e = attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), two, &out, sc).unwrap_err();
+        assert!(e.to_string().contains("one causal query"), "{e}");
+        let early = AttnShape { kv_len: pos + 2, ..sh };
+        let e = attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), early, &out, sc).unwrap_err();
+        assert!(e.to_string().contains("last position"), "{e}");
+    }
+}
+
+/// A decode step's attention shape: one query at position `pos` over `pos + 1` keys.
+fn shape(n_heads: usize, pos: usize, window: usize, softcap: f32, n_splits: usize) -> AttnShape {
+    AttnShape { t_q: 1, n_heads, kv_len: pos + 1, q_pos0: pos, causal: true, window, softcap, scale: 0.3, n_splits }
+}

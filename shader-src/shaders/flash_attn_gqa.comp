@@ -2,6 +2,8 @@
 //! variant f16 F16=1
 //! variant combine_f32 ATTN_COMBINE_IN_PLACE=1
 //! variant combine_f16 F16=1 ATTN_COMBINE_IN_PLACE=1
+//! variant rope_neox_f32 ATTN_COMBINE_IN_PLACE=1 ROPE_IN=1
+//! variant rope_interleaved_f32 ATTN_COMBINE_IN_PLACE=1 ROPE_IN=1 INTERLEAVED=1
 // Flash attention with the query heads of one KV head together (grouped-query attention):
 // the same function, layouts, bindings, push constants and split outputs as
 // flash_attn.comp, but one workgroup per (KV head, query token, split) takes all
@@ -19,6 +21,17 @@
 // uint per (query token, KV head), zero before the dispatch); the last of the n_splits
 // workgroups of a (token, KV head) merges them (include/flash_attn_merge.glsl) and resets
 // its count to zero for the next dispatch.
+// rope_*: the decode step's prologue in the same dispatch (rope_kv.comp's work, bit for
+// bit): one query token (t_q = 1) at position q_pos0 = kv_len - 1; binding 0 holds the
+// unrotated f32 query heads (head h at element q_off + h d, e.g. the stacked Q|K|V rows of
+// one mat-vec), binding 9 the new key heads (at k_off), binding 10 the new value heads (at
+// v_off); cos/sin f32 [positions, rot / 2] (bindings 7, 8) rotate the first `rot` dims of
+// each query and key head as include/rope_pair.glsl pairs them. Each workgroup rotates
+// its G query heads as it loads them, and the new key and value rows of its KV head into
+// shared memory as f16 (what the cache would hold); the split holding position q_pos0
+// reads them from there and writes them into the caches (bindings 1, 2, read-write), in
+// slot q_pos0 % ctx, which no other workgroup of the dispatch reads. The merge of the
+// splits is the combine_* one.
 // Specialization constants: 0 = workgroup size (at most MAX_SG subgroups), 1 = GQ (G, at
 // most 8), 2 = NPL (pairs per lane per head: at least ceil(d / 2 / subgroup size)).
 // G * d <= MAX_GD. Needs subgroup arithmetic.
@@ -36,9 +49,36 @@ layout(constant_id = 1) const uint GQ = 4;
 layout(constant_id = 2) const uint NPL = 2;
 #include "common.glsl"
 layout(std430, set = 0, binding = 0) readonly buffer Q { ACT q[]; };
+#ifdef ROPE_IN
+layout(std430, set = 0, binding = 1) buffer K { uint kw[]; };
+layout(std430, set = 0, binding = 2) buffer V { uint vw[]; };
+#else
 layout(std430, set = 0, binding = 1) readonly buffer K { uint kw[]; };
 layout(std430, set = 0, binding = 2) readonly buffer V { uint vw[]; };
+#endif
 #include "flash_attn_io.glsl"
+#ifdef ROPE_IN
+#include "rope_pair.glsl"
+layout(std430, set = 0, binding = 7) readonly buffer C { float cs[]; };
+layout(std430, set = 0, binding = 8) readonly buffer S { float sn[]; };
+layout(std430, set = 0, binding = 9) readonly buffer KN { float k_new[]; };
+layout(std430, set = 0, binding = 10) readonly buffer VN { float v_new[]; };
+// The new key and value rows of this workgroup's KV head, packed f16 pairs.
+shared uint kn_sh[128];
+shared uint vn_sh[128];
+
+// Element e of the head at `base` of q (from_q) or k_new, rotated at position q_pos0.
+float rope_in(bool from_q, uint base, uint e) {
+    float a = from_q ? q[base + e] : k_new[base + e];
+    if (e >= p.rot) return a;
+    uint j, partner;
+    bool first;
+    rope_pair(e, p.rot, j, first, partner);
+    float b = from_q ? q[base + partner] : k_new[base + partner];
+    uint row = p.q_pos0 * (p.rot / 2u) + j;
+    return rope_apply(a, b, first, cs[row], sn[row]);
+}
+#endif
 #ifdef ATTN_COMBINE_IN_PLACE
 layout(std430, set = 0, binding = 6) coherent buffer CNT { uint cnt[]; };
 #include "flash_attn_merge.glsl"
@@ -59,8 +99,18 @@ void main() {
     uint sg = gl_SubgroupID, nsg = gl_NumSubgroups, lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
     uint hw = p.d / 2u;
     // The G heads' queries of token t are contiguous: [t, n_heads, d] rows h0 .. h0 + G.
+#ifdef ROPE_IN
+    // One query token: rotate its G heads as they load, and make the new K / V rows.
+    for (uint i = tid; i < GQ * p.d; i += wg) qs[i] = rope_in(true, p.q_off + h0 * p.d + (i / p.d) * p.d, i % p.d);
+    for (uint i = tid; i < hw; i += wg) {
+        uint kb = p.k_off + kvh * p.d, vb = p.v_off + kvh * p.d;
+        kn_sh[i] = packHalf2x16(vec2(rope_in(false, kb, 2u * i), rope_in(false, kb, 2u * i + 1u)));
+        vn_sh[i] = packHalf2x16(vec2(v_new[vb + 2u * i], v_new[vb + 2u * i + 1u]));
+    }
+#else
     uint qbase = (t * p.n_heads + h0) * p.d;
     for (uint i = tid; i < GQ * p.d; i += wg) qs[i] = float(q[qbase + i]);
+#endif
     barrier();
 
     uint end = p.kv_len;
@@ -79,6 +129,16 @@ void main() {
         [[unroll]] for (uint c = 0; c < NPL; c++) acc[g * NPL + c] = vec2(0.0);
     }
     uint head_words = kvh * p.ctx * hw;
+#ifdef ROPE_IN
+    // The split holding the new position stores its key and value rows in the caches.
+    uint pos = p.q_pos0;
+    if (pos >= start && pos < end) {
+        for (uint i = tid; i < hw; i += wg) {
+            kw[head_words + attn_slot(pos) * hw + i] = kn_sh[i];
+            vw[head_words + attn_slot(pos) * hw + i] = vn_sh[i];
+        }
+    }
+#endif
     for (uint j = start + sg; j < end; j += nsg) {
         uint kb = head_words + attn_slot(j) * hw;
         float part[GQ];
@@ -88,8 +148,14 @@ void main() {
             uint pi = lane + c * sgs;
             vv[c] = vec2(0.0);
             if (pi < hw) {
+#ifdef ROPE_IN
+                bool fresh = j == pos; // this dispatch's key: from shared memory
+                vec2 kk = unpackHalf2x16(fresh ? kn_sh[pi] : kw[kb + pi]);
+                vv[c] = unpackHalf2x16(fresh ? vn_sh[pi] : vw[kb + pi]);
+#else
                 vec2 kk = unpackHalf2x16(kw[kb + pi]);
                 vv[c] = unpackHalf2x16(vw[kb + pi]);
+#endif
                 [[unroll]] for (uint g = 0; g < GQ; g++)
                     part[g] += qs[g * p.d + 2u * pi] * kk.x + qs[g * p.d + 2u * pi + 1u] * kk.y;
             }
@@ -145,9 +211,50 @@ void main() {
     barrier();
     if (is_last == 0u) return;
     memoryBarrierBuffer();
+    // attn_merge's arithmetic in its order (include/flash_attn_merge.glsl: the same bits as
+    // flash_attn_combine.comp), its global loads issued together rather than one after
+    // another: every split's (m, l) of the G heads into shared memory at once (mrg, free
+    // since this workgroup's own merge), each head's weights exp(m_s - M) and sum L once,
+    // then each element's sum over the splits from eight loads in flight at a time.
+    uint stride = p.t_q * p.n_heads, ns = p.n_splits; // ns <= 32 (ops: MAX_ATTN_SPLITS)
+    uint wbase = 2u * GQ * ns; // mrg[wbase + g ns + s]: split s's weight for head g
+    for (uint i = tid; i < GQ * ns; i += wg) {
+        uint row = t * p.n_heads + h0 + i / ns;
+        uint at = ((i % ns) * stride + row) * 2u;
+        mrg[2u * i] = ml[at];
+        mrg[2u * i + 1u] = ml[at + 1u];
+    }
+    barrier();
+    if (tid < GQ) {
+        float mx = NEG_INF;
+        for (uint s = 0; s < ns; s++) mx = max(mx, mrg[2u * (tid * ns + s)]);
+        float lsum = 0.0;
+        for (uint s = 0; s < ns; s++) {
+            float ms = mrg[2u * (tid * ns + s)];
+            float w = -1.0; // a split with no visible key: skipped
+            if (!isinf(mx) && !isinf(ms)) {
+                w = exp(ms - mx);
+                lsum += mrg[2u * (tid * ns + s) + 1u] * w;
+            }
+            mrg[wbase + tid * ns + s] = w;
+        }
+        mls[tid] = lsum;
+    }
+    barrier();
     for (uint i = tid; i < GQ * p.d; i += wg) {
-        uint row = t * p.n_heads + h0 + i / p.d;
-        o[row * p.d + i % p.d] = ACT(attn_merge(row, i % p.d));
+        uint g = i / p.d, dd = i % p.d;
+        uint row = t * p.n_heads + h0 + g;
+        float acc_s = 0.0;
+        for (uint s0 = 0; s0 < ns; s0 += 8u) {
+            float v[8];
+            [[unroll]] for (uint u = 0; u < 8u; u++) v[u] = s0 + u < ns ? po[((s0 + u) * stride + row) * p.d + dd] : 0.0;
+            [[unroll]] for (uint u = 0; u < 8u; u++) {
+                float w = s0 + u < ns ? mrg[wbase + g * ns + s0 + u] : -1.0;
+                if (w >= 0.0) acc_s += v[u] * w;
+            }
+        }
+        float lsum = mls[g];
+        o[row * p.d + dd] = ACT(lsum > 0.0 ? acc_s / lsum : 0.0);
     }
     if (tid == 0u) cnt[t * p.n_kv_heads + kvh] = 0u;
 #endif

@@ -19,7 +19,9 @@
 // Grid: x over d/2 element pairs, y over t_new * (n_heads + 2 n_kv_heads) head rows
 // (token-major: a token's query heads, then its key heads, then its value heads).
 #version 450
+#extension GL_GOOGLE_include_directive : require
 layout(local_size_x_id = 0, local_size_x = 64) in;
+#include "rope_pair.glsl"
 layout(std430, set = 0, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K { float k[]; };
 layout(std430, set = 0, binding = 2) readonly buffer V { float v[]; };
@@ -38,22 +40,12 @@ float src_at(uint src, uint i) { return src == 0u ? q[i] : k[i]; }
 
 // Element e (< d) of the rotated head starting at `base` of source `src`, token t.
 float rotated(uint src, uint base, uint e, uint t) {
-    uint half_rot = p.rot / 2u;
     if (e >= p.rot) return src_at(src, base + e);
-#ifdef INTERLEAVED
-    uint j = e / 2u;
-    bool first = (e & 1u) == 0u;
-    uint partner = first ? e + 1u : e - 1u;
-#else
-    uint j = e % half_rot;
-    bool first = e < half_rot;
-    uint partner = first ? e + half_rot : e - half_rot;
-#endif
-    uint row = (p.pos0 + t) * half_rot + j;
-    float c = cs[row], s = sn[row];
-    float a = src_at(src, base + e), b = src_at(src, base + partner);
-    // first: a cos - b sin; second (a the pair's second, b its first): b sin + a cos.
-    return first ? a * c - b * s : b * s + a * c;
+    uint j, partner;
+    bool first;
+    rope_pair(e, p.rot, j, first, partner);
+    uint row = (p.pos0 + t) * (p.rot / 2u) + j;
+    return rope_apply(src_at(src, base + e), src_at(src, base + partner), first, cs[row], sn[row]);
 }
 
 void main() {

@@ -252,7 +252,31 @@ impl ModelStorage for VulkanStorage {
             None
         };
         let y = dev.alloc(t * h * d, DType::F32)?;
-        // With a rotation: rope of Q and K, and the cache append, in one dispatch
+        // A decode step with a rotation: the rotation, the cache append and the attention
+        // in one dispatch (`flash_attn_rope_decode`).
+        if let Some(r) =
+            rope.as_ref().filter(|_| attention::decode_fuses_rope(dev.hal().caps(), &sh, d, k_cache.n_kv_heads))
+        {
+            let qr = kv_rows(q.0, q.1)?;
+            let tables = RopeTables {
+                cos: r.cos.buffer(),
+                sin: r.sin.buffer(),
+                positions: r.positions,
+                rot: r.rot,
+                style: r.style,
+            };
+            let srcs = (head_rows(&qr), head_rows(&kr), head_rows(&vr));
+            let sc = scratch.as_ref().map(|(a, b)| (a, b));
+            dev.with_stream(|s| {
+                attention::flash_attn_rope_decode(s, tables, srcs, (k_cache, v_cache), sh, &y, sc).map_err(cerr)
+            })?;
+            if let Some((a, b)) = scratch {
+                dev.recycle(a);
+                dev.recycle(b);
+            }
+            return Ok(dev.storage(y, DType::F32, t * h * d));
+        }
+        // Otherwise with a rotation: rope of Q and K, and the cache append, in one dispatch
         // (`rope_kv_append`) into a rotated copy of q; else the append alone.
         let (qr, rotate) = match rope {
             Some(r) => (kv_rows(q.0, q.1)?, Some((r, dev.alloc(t * h * d, DType::F32)?))),

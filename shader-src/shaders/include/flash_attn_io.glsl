@@ -7,6 +7,10 @@ layout(std430, set = 0, binding = 3) writeonly buffer O { ACT o[]; };
 layout(push_constant) uniform P {
     uint t_q; uint n_heads; uint n_kv_heads; uint d; uint kv_len; uint q_pos0; uint ctx;
     uint causal; uint n_splits; uint split_len; float scale; uint window; float softcap;
+#ifdef ROPE_IN
+    // flash_attn_gqa.comp's rope_* variants: rotated dims, element offsets of q, k, v.
+    uint rot; uint q_off; uint k_off; uint v_off;
+#endif
 } p;
 
 // A score q.k after the scale, soft-capped to (-softcap, softcap) where p.softcap > 0
