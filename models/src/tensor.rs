@@ -6,7 +6,7 @@ use candle_core::backend::BackendDevice;
 use vkml_candle::front::Tensor;
 use vkml_ops::nn::{GluActivation, RopeStyle};
 
-use crate::storage::{AttnParams, AttnRope, ModelStorage};
+use crate::storage::{AttnParams, AttnRope, ModelStorage, QkvPrologue};
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -63,10 +63,15 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     /// Causal GQA attention over a KV cache ([`ModelStorage::attention`]): `q:
     /// f32[t, n_heads, d]`, `k`, `v: f32[t, n_kv_heads, d]`, q and k first rotated by
     /// `rope` = `(cos, sin, style)` where given (tables `f32[positions, rot / 2]`);
-    /// returns `f32[t, n_heads · d]`.
+    /// returns `f32[t, n_heads · d]`. `prologue` ([`QkvPrologue`] of tensors: the stacked
+    /// QKV bias `f32[(n_heads + 2 n_kv_heads) d]`, q/k norm weights `f32[d]`) is applied
+    /// to the new heads first: by the storage's attention where
+    /// [`ModelStorage::attention_fuses_prologue`] holds, else here with
+    /// `broadcast_add` and [`ModelTensor::rms_norm`].
     ///
     /// # Errors
-    /// As [`ModelStorage::attention`].
+    /// As [`ModelStorage::attention`]; prologue tensors of the wrong size.
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         q: &Self,
         k: &Self,
@@ -75,6 +80,7 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
         caches: (&mut S::KvCache, &mut S::KvCache),
         pos0: usize,
         p: AttnParams,
+        prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Self>;
 }
 
@@ -163,11 +169,55 @@ where
         caches: (&mut S::KvCache, &mut S::KvCache),
         pos0: usize,
         p: AttnParams,
+        prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Self> {
         let &[t, h, d] = q.dims() else { candle_core::bail!("attention takes q [t, heads, d], got {:?}", q.dims()) };
         if k.dims() != v.dims() || k.dims().len() != 3 || k.dims()[0] != t || k.dims()[2] != d {
             candle_core::bail!("attention: q {:?}, k {:?}, v {:?} do not fit", q.dims(), k.dims(), v.dims())
         }
+        let hk = k.dims()[1];
+        if prologue.bias.is_some_and(|b| b.dims() != [(h + 2 * hk) * d])
+            || [prologue.q_norm, prologue.k_norm].iter().flatten().any(|(w, _)| w.dims() != [d])
+        {
+            candle_core::bail!("attention: the QKV bias must be [{}] and the q/k norm weights [{d}]", (h + 2 * hk) * d)
+        }
+        let fused = !prologue.is_none() && rope.is_some() && S::attention_fuses_prologue(q.device(), t, h, hk, d);
+        // The prologue by the tensor ops where the storage does not take it.
+        let (mut q, mut k, mut v) = (q.clone(), k.clone(), v.clone());
+        if !fused {
+            if let Some(b) = prologue.bias {
+                q = q.broadcast_add(&b.narrow(0, 0, h * d)?.reshape((h, d))?)?;
+                k = k.broadcast_add(&b.narrow(0, h * d, hk * d)?.reshape((hk, d))?)?;
+                v = v.broadcast_add(&b.narrow(0, (h + hk) * d, hk * d)?.reshape((hk, d))?)?;
+            }
+            if let Some((w, eps)) = prologue.q_norm {
+                q = q.rms_norm(w, eps)?;
+            }
+            if let Some((w, eps)) = prologue.k_norm {
+                k = k.rms_norm(w, eps)?;
+            }
+        }
+        let packed = |x: Option<&Self>| -> CResult<Option<Self>> {
+            x.filter(|_| fused)
+                .map(|x| x.contiguous())
+                .transpose()?
+                .map(|c| {
+                    if c.layout().start_offset() != 0 {
+                        candle_core::bail!("attention: prologue tensors at an offset into their storage")
+                    }
+                    Ok(c)
+                })
+                .transpose()
+        };
+        let bias = packed(prologue.bias)?;
+        let qn = packed(prologue.q_norm.map(|n| n.0))?;
+        let kn = packed(prologue.k_norm.map(|n| n.0))?;
+        let pro = QkvPrologue {
+            bias: bias.as_ref().map(|b| b.storage()),
+            q_norm: qn.as_ref().zip(prologue.q_norm).map(|(w, n)| (w.storage(), n.1)),
+            k_norm: kn.as_ref().zip(prologue.k_norm).map(|(w, n)| (w.storage(), n.1)),
+        };
+        let (q, k, v) = (&q, &k, &v);
         let tables = match rope {
             Some((cos, sin, style)) => Some((rope_tables(q.dims(), cos, sin, pos0)?, style)),
             None => None,
@@ -188,6 +238,7 @@ where
             caches.1,
             pos0,
             p,
+            pro,
         )?;
         Ok(Self::from_storage(out, (t, h * d)))
     }

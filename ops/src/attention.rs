@@ -604,15 +604,28 @@ pub fn flash_attn_with(
 /// Whether [`flash_attn_rope_decode`] takes a call of shape `sh` over caches of head
 /// dimension `d` and `n_kv_heads` KV heads: one causal query at the last position
 /// (`q_pos0 + 1 == kv_len`, a decode step), the grouped-query kernel on the device, and
-/// eleven storage buffers per dispatch.
+/// fourteen storage buffers per dispatch.
 pub fn decode_fuses_rope(caps: &Capabilities, sh: &AttnShape, d: usize, n_kv_heads: usize) -> bool {
     n_kv_heads > 0
         && sh.n_heads.is_multiple_of(n_kv_heads)
         && sh.t_q == 1
         && sh.causal
         && sh.q_pos0 + 1 == sh.kv_len
-        && caps.limits.max_storage_buffers_per_stage >= 11
+        && caps.limits.max_storage_buffers_per_stage >= 14
         && gqa_kernel(caps, d, sh.n_heads / n_kv_heads).is_some()
+}
+
+/// What [`flash_attn_rope_decode`] does to the query, key and value heads before the
+/// rotation, in llama.cpp's order: the QKV bias added (Qwen2), then RMS norms of each query
+/// and key head (Qwen3, Gemma 3: `x / sqrt(mean(x²) + eps) * w` over the head dim).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DecodePrologue<'a> {
+    /// The stacked Q|K|V bias, f32 `[(n_heads + 2 n_kv_heads) d]` from element 0.
+    pub bias: Option<&'a Buffer>,
+    /// The query heads' norm: weight f32 `[d]` and eps.
+    pub q_norm: Option<(&'a Buffer, f32)>,
+    /// The key heads' norm: weight f32 `[d]` and eps.
+    pub k_norm: Option<(&'a Buffer, f32)>,
 }
 
 /// The decode step's attention with its prologue in one dispatch
@@ -622,6 +635,9 @@ pub fn decode_fuses_rope(caps: &Capabilities, sh: &AttnShape, d: usize, n_kv_hea
 /// at that position, then [`flash_attn`] over the caches, its splits merged in place: the
 /// bits of [`rope_kv_append`] then [`flash_attn`] (`out`: f32 `[1, n_heads, d]`), one
 /// dispatch instead of two. With `sh.n_splits > 1`, `scratch` as for [`flash_attn`].
+/// `prologue` adds the QKV bias and normalises the heads first ([`DecodePrologue`]: one
+/// dispatch instead of up to five; the norm's sum of squares is reduced over one
+/// subgroup, in another order than `nn::rms_norm`'s).
 ///
 /// # Errors
 /// [`OpsError::Shape`] where [`decode_fuses_rope`] does not hold, and as
@@ -635,6 +651,7 @@ pub fn flash_attn_rope_decode(
     sh: AttnShape,
     out: &Buffer,
     scratch: Option<(&Buffer, &Buffer)>,
+    prologue: DecodePrologue<'_>,
 ) -> Result<()> {
     let bad = |reason: String| Err(OpsError::Shape { op: "flash_attn_rope_decode", reason });
     let dev = s.device().clone();
@@ -682,6 +699,20 @@ pub fn flash_attn_rope_decode(
         }
         None => return bad("n_splits > 1 needs scratch buffers".into()),
     };
+    let bias_len = (sh.n_heads + 2 * k_cache.n_kv_heads) * d;
+    if prologue.bias.is_some_and(|b| b.size() < 4 * bias_len as u64) {
+        return bad(format!("the QKV bias holds fewer than {bias_len} f32"));
+    }
+    for (what, n) in [("q", prologue.q_norm), ("k", prologue.k_norm)] {
+        if let Some((w, eps)) = n {
+            if w.size() < 4 * d as u64 || !(eps >= 0.0) {
+                return bad(format!(
+                    "the {what} norm needs a weight of {d} f32 and eps >= 0, got {} bytes and {eps}",
+                    w.size()
+                ));
+            }
+        }
+    }
     let g = sh.n_heads / k_cache.n_kv_heads;
     let (wg, npl) = gqa_kernel(dev.caps(), d, g).expect("checked by decode_fuses_rope");
     let name = match rope.style {
@@ -708,8 +739,12 @@ pub fn flash_attn_rope_decode(
         q.off as u32,
         k.off as u32,
         v.off as u32,
+        u32::from(prologue.bias.is_some()),
+        prologue.q_norm.map_or(-1.0f32, |n| n.1).to_bits(),
+        prologue.k_norm.map_or(-1.0f32, |n| n.1).to_bits(),
     ]);
-    let bindings: [BufferArg<'_>; 11] = [
+    // Unused prologue bindings: the query source stands in.
+    let bindings: [BufferArg<'_>; 14] = [
         q.buffer.into(),
         k_cache.buffer().into(),
         v_cache.buffer().into(),
@@ -721,6 +756,9 @@ pub fn flash_attn_rope_decode(
         rope.sin.into(),
         k.buffer.into(),
         v.buffer.into(),
+        prologue.bias.unwrap_or(q.buffer).into(),
+        prologue.q_norm.map_or(q.buffer, |n| n.0).into(),
+        prologue.k_norm.map_or(q.buffer, |n| n.0).into(),
     ];
     s.dispatch(&p, &bindings, &pc, [k_cache.n_kv_heads as u32, 1, splits as u32])?;
     Ok(())

@@ -470,7 +470,7 @@ fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
         let (kc, vc) = caches();
         let out = alloc(dev, Dtype::F32, hq * d);
         let d1 = s.stats().dispatches;
-        attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), sh, &out, sc).unwrap();
+        attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), sh, &out, sc, Default::default()).unwrap();
         assert_eq!(s.stats().dispatches - d1, 1);
         assert_eq!(composed, 2);
         s.finish_and_wait().unwrap();
@@ -486,10 +486,13 @@ fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
         // Not a decode step: two queries, or a query before the last position.
         let (kc, vc) = caches();
         let two = AttnShape { t_q: 2, q_pos0: pos.saturating_sub(1), ..sh };
-        let e = attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), two, &out, sc).unwrap_err();
+        let e = attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), two, &out, sc, Default::default())
+            .unwrap_err();
         assert!(e.to_string().contains("one causal query"), "{e}");
         let early = AttnShape { kv_len: pos + 2, ..sh };
-        let e = attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), early, &out, sc).unwrap_err();
+        let e =
+            attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), early, &out, sc, Default::default())
+                .unwrap_err();
         assert!(e.to_string().contains("last position"), "{e}");
     }
 }
@@ -497,4 +500,96 @@ fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
 /// A decode step's attention shape: one query at position `pos` over `pos + 1` keys.
 fn shape(n_heads: usize, pos: usize, window: usize, softcap: f32, n_splits: usize) -> AttnShape {
     AttnShape { t_q: 1, n_heads, kv_len: pos + 1, q_pos0: pos, causal: true, window, softcap, scale: 0.3, n_splits }
+}
+
+/// The decode attention's prologue (`DecodePrologue`): the QKV bias (Qwen2) gives the bits
+/// of adding it first and then `rope_kv_append` + `flash_attn`; the q/k RMS norms (Qwen3,
+/// Gemma 3) agree with normalising first within the rounding of the norm's sum of squares
+/// (output 1e-5 relative to its largest value; cached keys within one f16 step).
+#[test]
+fn flash_attn_rope_decode_prologue_equals_bias_and_norms_first() {
+    use vkml_ops::attention::{DecodePrologue, HeadRows, RopeTables};
+    use vkml_ops::nn::RopeStyle;
+    let dev = common::device();
+    let mut seed = 0x5EED_0003u64;
+    let (d, hq, hkv, pos, ctx, eps) = (64usize, 8usize, 2usize, 21usize, 32usize, 1e-6f32);
+    for (style, bias, norms, splits) in [
+        (RopeStyle::Interleaved, true, false, 2usize),
+        (RopeStyle::Neox, false, true, 1),
+        (RopeStyle::Neox, true, true, 3),
+    ] {
+        let sh = shape(hq, pos, 0, 0.0, splits);
+        if !attention::decode_fuses_rope(dev.caps(), &sh, d, hkv) {
+            eprintln!("skipped: the grouped-query kernel does not run here");
+            return;
+        }
+        let positions = pos + 1;
+        let cos = rand_vec(positions * d / 2, &mut seed);
+        let sin = rand_vec(positions * d / 2, &mut seed);
+        let (cb, sb) = (upload(dev, Dtype::F32, &cos), upload(dev, Dtype::F32, &sin));
+        let n = (hq + 2 * hkv) * d;
+        let rows: Vec<f32> = rand_vec(n, &mut seed).iter().map(|v| 3.0 * v).collect();
+        let b: Vec<f32> = rand_vec(n, &mut seed);
+        let (qw, kw): (Vec<f32>, Vec<f32>) = (rand_vec(d, &mut seed), rand_vec(d, &mut seed));
+        // The prologue on the host: bias, then each q / k head normalised as norm.comp does.
+        let mut pre = rows.clone();
+        if bias {
+            pre.iter_mut().zip(&b).for_each(|(x, bi)| *x += bi);
+        }
+        if norms {
+            for h in 0..hq + hkv {
+                let w = if h < hq { &qw } else { &kw };
+                let head = &mut pre[h * d..(h + 1) * d];
+                let scale = 1.0 / (head.iter().map(|x| x * x).sum::<f32>() / d as f32 + eps).sqrt();
+                head.iter_mut().zip(w).for_each(|(x, wi)| *x = *x * scale * wi);
+            }
+        }
+        let (raw, prepped) = (upload(dev, Dtype::F32, &rows), upload(dev, Dtype::F32, &pre));
+        let (bb, qwb, kwb) = (upload(dev, Dtype::F32, &b), upload(dev, Dtype::F32, &qw), upload(dev, Dtype::F32, &kw));
+        let tables = RopeTables { cos: &cb, sin: &sb, positions, rot: d, style };
+        let srcs = |x| {
+            (
+                HeadRows { buffer: x, off: 0, stride: n },
+                HeadRows { buffer: x, off: hq * d, stride: n },
+                HeadRows { buffer: x, off: (hq + hkv) * d, stride: n },
+            )
+        };
+        let (po_len, ml_len) = attention::split_scratch_len(&sh, d);
+        let scratch = (alloc(dev, Dtype::F32, po_len.max(1)), alloc(dev, Dtype::F32, ml_len.max(1)));
+        let sc = (splits > 1).then_some((&scratch.0, &scratch.1));
+        let mut s = Stream::new(dev).unwrap();
+        let caches = || (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
+        let (kc0, vc0) = caches();
+        let (q_rot, want_out) = (alloc(dev, Dtype::F32, hq * d), alloc(dev, Dtype::F32, hq * d));
+        attention::rope_kv_append(&mut s, tables, srcs(&prepped), hq, 1, pos, (&kc0, &vc0), &q_rot).unwrap();
+        attention::flash_attn(&mut s, Dtype::F32, &q_rot, &kc0, &vc0, sh, &want_out, sc).unwrap();
+        let (kc, vc) = caches();
+        let out = alloc(dev, Dtype::F32, hq * d);
+        let prologue = DecodePrologue {
+            bias: bias.then_some(&bb),
+            q_norm: norms.then_some((&qwb, eps)),
+            k_norm: norms.then_some((&kwb, eps)),
+        };
+        attention::flash_attn_rope_decode(&mut s, tables, srcs(&raw), (&kc, &vc), sh, &out, sc, prologue).unwrap();
+        s.finish_and_wait().unwrap();
+        let case = format!("{style:?} bias {bias} norms {norms} {splits} splits");
+        let (want, got) = (download(Dtype::F32, &want_out), download(Dtype::F32, &out));
+        let (kw0, kw1) = (kc0.buffer().to_vec::<u32>().unwrap(), kc.buffer().to_vec::<u32>().unwrap());
+        assert_eq!(vc.buffer().to_vec::<u32>().unwrap(), vc0.buffer().to_vec::<u32>().unwrap(), "{case}: values");
+        if !norms {
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{case}: output bits");
+            assert_eq!(kw1, kw0, "{case}: keys");
+            continue;
+        }
+        let top = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!((a - b).abs() <= 1e-5 * top, "{case}: output {i}: {a} vs {b}");
+        }
+        let halves = |w: &[u32]| -> Vec<f32> {
+            w.iter().flat_map(|&x| [x as u16, (x >> 16) as u16]).map(|h| half::f16::from_bits(h).to_f32()).collect()
+        };
+        for (a, b) in halves(&kw1).iter().zip(halves(&kw0)) {
+            assert!((a - b).abs() <= b.abs() * 1e-3 + 1e-6, "{case}: key {a} vs {b}");
+        }
+    }
 }

@@ -31,7 +31,12 @@
 // shared memory as f16 (what the cache would hold); the split holding position q_pos0
 // reads them from there and writes them into the caches (bindings 1, 2, read-write), in
 // slot q_pos0 % ctx, which no other workgroup of the dispatch reads. The merge of the
-// splits is the combine_* one.
+// splits is the combine_* one. Before the rotation, where asked (Qwen2's QKV biases,
+// Qwen3's and Gemma 3's q/k norms, as llama.cpp applies them): the stacked Q|K|V bias
+// (binding 11, f32 [(n_heads + 2 n_kv_heads) d], p.has_bias) is added to the query, key
+// and value heads, and each query head (key head) is RMS-normalised with weight binding
+// 12 (13), f32 [d], where p.q_eps (p.k_eps) is not negative: (x * (1 / sqrt(mean(x²) +
+// eps))) * w, the sum of squares reduced over one subgroup.
 // Specialization constants: 0 = workgroup size (at most MAX_SG subgroups), 1 = GQ (G, at
 // most 8), 2 = NPL (pairs per lane per head: at least ceil(d / 2 / subgroup size)).
 // G * d <= MAX_GD. Needs subgroup arithmetic.
@@ -63,18 +68,33 @@ layout(std430, set = 0, binding = 7) readonly buffer C { float cs[]; };
 layout(std430, set = 0, binding = 8) readonly buffer S { float sn[]; };
 layout(std430, set = 0, binding = 9) readonly buffer KN { float k_new[]; };
 layout(std430, set = 0, binding = 10) readonly buffer VN { float v_new[]; };
+layout(std430, set = 0, binding = 11) readonly buffer QB { float qkv_bias[]; };
+layout(std430, set = 0, binding = 12) readonly buffer QW { float q_norm_w[]; };
+layout(std430, set = 0, binding = 13) readonly buffer KW { float k_norm_w[]; };
 // The new key and value rows of this workgroup's KV head, packed f16 pairs.
 shared uint kn_sh[128];
 shared uint vn_sh[128];
+// The G query heads' and the key head's RMS-norm scales.
+shared float head_scale[9];
 
-// Element e of the head at `base` of q (from_q) or k_new, rotated at position q_pos0.
-float rope_in(bool from_q, uint base, uint e) {
+// Element e of the head at `base` of q (from_q) or k_new as the prologue makes it before
+// the rotation: the bias added (p.has_bias), then normalised (p.q_eps / p.k_eps >= 0)
+// with the head's scale: (x * scale) * w, as norm.comp's rms variant.
+float pre_rope(bool from_q, uint base, uint bias_at, uint e, float scale) {
     float a = from_q ? q[base + e] : k_new[base + e];
+    if (p.has_bias != 0u) a += qkv_bias[bias_at + e];
+    if ((from_q ? p.q_eps : p.k_eps) >= 0.0) a = a * scale * (from_q ? q_norm_w[e] : k_norm_w[e]);
+    return a;
+}
+
+// Element e of the head at `base`, as pre_rope makes it, rotated at position q_pos0.
+float rope_in(bool from_q, uint base, uint bias_at, uint e, float scale) {
+    float a = pre_rope(from_q, base, bias_at, e, scale);
     if (e >= p.rot) return a;
     uint j, partner;
     bool first;
     rope_pair(e, p.rot, j, first, partner);
-    float b = from_q ? q[base + partner] : k_new[base + partner];
+    float b = pre_rope(from_q, base, bias_at, partner, scale);
     uint row = p.q_pos0 * (p.rot / 2u) + j;
     return rope_apply(a, b, first, cs[row], sn[row]);
 }
@@ -100,12 +120,37 @@ void main() {
     uint hw = p.d / 2u;
     // The G heads' queries of token t are contiguous: [t, n_heads, d] rows h0 .. h0 + G.
 #ifdef ROPE_IN
-    // One query token: rotate its G heads as they load, and make the new K / V rows.
-    for (uint i = tid; i < GQ * p.d; i += wg) qs[i] = rope_in(true, p.q_off + h0 * p.d + (i / p.d) * p.d, i % p.d);
+    // One query token. The RMS-norm scales of its G query heads and of the key head
+    // (heads GQ), one subgroup per head: 1 / sqrt(mean(x²) + eps) of the biased rows.
+    uint kb = p.k_off + kvh * p.d, vb = p.v_off + kvh * p.d;
+    uint qbias = h0 * p.d, kbias = (p.n_heads + kvh) * p.d, vbias = (p.n_heads + p.n_kv_heads + kvh) * p.d;
+    if (p.q_eps >= 0.0 || p.k_eps >= 0.0) {
+        for (uint hh = sg; hh <= GQ; hh += nsg) {
+            bool is_q = hh < GQ;
+            float eps = is_q ? p.q_eps : p.k_eps;
+            if (eps < 0.0) continue; // uniform across the subgroup
+            float ss = 0.0;
+            for (uint e = lane; e < p.d; e += sgs) {
+                float a = is_q ? q[p.q_off + (h0 + hh) * p.d + e] : k_new[kb + e];
+                if (p.has_bias != 0u) a += qkv_bias[(is_q ? qbias + hh * p.d : kbias) + e];
+                ss += a * a;
+            }
+            ss = subgroupAdd(ss);
+            if (lane == 0u) head_scale[hh] = 1.0 / sqrt(ss / float(p.d) + eps);
+        }
+        barrier();
+    }
+    // Rotate the G query heads as they load, and make the new K / V rows.
+    for (uint i = tid; i < GQ * p.d; i += wg) {
+        uint g = i / p.d;
+        qs[i] = rope_in(true, p.q_off + (h0 + g) * p.d, qbias + g * p.d, i % p.d, head_scale[g]);
+    }
     for (uint i = tid; i < hw; i += wg) {
-        uint kb = p.k_off + kvh * p.d, vb = p.v_off + kvh * p.d;
-        kn_sh[i] = packHalf2x16(vec2(rope_in(false, kb, 2u * i), rope_in(false, kb, 2u * i + 1u)));
-        vn_sh[i] = packHalf2x16(vec2(v_new[vb + 2u * i], v_new[vb + 2u * i + 1u]));
+        float ks = head_scale[GQ];
+        kn_sh[i] = packHalf2x16(vec2(rope_in(false, kb, kbias, 2u * i, ks), rope_in(false, kb, kbias, 2u * i + 1u, ks)));
+        vec2 vv2 = vec2(v_new[vb + 2u * i], v_new[vb + 2u * i + 1u]);
+        if (p.has_bias != 0u) vv2 += vec2(qkv_bias[vbias + 2u * i], qkv_bias[vbias + 2u * i + 1u]);
+        vn_sh[i] = packHalf2x16(vv2);
     }
 #else
     uint qbase = (t * p.n_heads + h0) * p.d;

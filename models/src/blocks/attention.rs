@@ -9,7 +9,7 @@ use super::{RmsNorm, Stacked, Weights};
 use crate::arch::Sizes;
 use crate::error::{model_err, Result};
 use crate::rope::Rope;
-use crate::storage::{AttnParams, ModelStorage};
+use crate::storage::{AttnParams, ModelStorage, QkvPrologue};
 use crate::tensor::ModelTensor;
 
 /// How a file stores the Q, K and V projections.
@@ -146,41 +146,31 @@ where
     pub fn forward(&mut self, x: &Tensor<S>, norm: &RmsNorm<S>, rope: &Rope<S>, pos: usize) -> Result<Tensor<S>> {
         let s = self.spec;
         let (t, nh, nkv, d) = (x.dims()[0], s.n_head, s.n_kv_head, s.head_dim);
+        // The raw heads; the bias and q/k norms go to the attention call as its prologue
+        // (fused into the decode attention on Vulkan).
         let (q, k, v) = match &self.wqkv {
             Stacked::One(w) => {
-                let mut qkv = x.rms_norm_linear(&norm.weight, norm.eps, w, None)?;
-                if let Some(b) = &self.bias {
-                    qkv = qkv.broadcast_add(b)?;
-                }
+                let qkv = x.rms_norm_linear(&norm.weight, norm.eps, w, None)?;
                 let heads = qkv.reshape((t, nh + 2 * nkv, d))?;
-                let (q, k, v) = (heads.narrow(1, 0, nh)?, heads.narrow(1, nh, nkv)?, heads.narrow(1, nh + nkv, nkv)?);
-                match &self.qk_norm {
-                    None => (q, k, v),
-                    Some((qn, kn)) => (qn.forward(&q)?, kn.forward(&k)?, v),
-                }
+                (heads.narrow(1, 0, nh)?, heads.narrow(1, nh, nkv)?, heads.narrow(1, nh + nkv, nkv)?)
             }
             Stacked::Parts(ws) => {
                 let xn = norm.forward(x)?;
                 let mut out = Vec::with_capacity(3);
-                let mut at = 0;
                 for (w, heads) in ws.iter().zip([nh, nkv, nkv]) {
-                    let mut y = xn.qmatmul(w)?;
-                    if let Some(b) = &self.bias {
-                        y = y.broadcast_add(&b.narrow(0, at, heads * d)?)?;
-                    }
-                    at += heads * d;
-                    out.push(y.reshape((t, heads, d))?);
+                    out.push(xn.qmatmul(w)?.reshape((t, heads, d))?);
                 }
-                let (q, k, v) = (out[0].clone(), out[1].clone(), out[2].clone());
-                match &self.qk_norm {
-                    None => (q, k, v),
-                    Some((qn, kn)) => (qn.forward(&q)?, kn.forward(&k)?, v),
-                }
+                (out[0].clone(), out[1].clone(), out[2].clone())
             }
+        };
+        let prologue = QkvPrologue {
+            bias: self.bias.as_ref(),
+            q_norm: self.qk_norm.as_ref().map(|(qn, _)| (&qn.weight, qn.eps)),
+            k_norm: self.qk_norm.as_ref().map(|(_, kn)| (&kn.weight, kn.eps)),
         };
         // The rotation of q and k goes with the cache append (one dispatch on Vulkan).
         let caches = (&mut self.k_cache, &mut self.v_cache);
-        Ok(Tensor::attention(&q, &k, &v, Some(rope.tables()), caches, pos, s.params)?)
+        Ok(Tensor::attention(&q, &k, &v, Some(rope.tables()), caches, pos, s.params, prologue)?)
     }
 }
 

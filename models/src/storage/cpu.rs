@@ -17,7 +17,7 @@ use vkml_candle::front::scratch_alloc;
 use super::cpu_blocks::{keeps_blocks, BlockMatrix};
 pub use super::cpu_loops::CpuKvCache;
 use super::cpu_loops::{self, f32s};
-use super::{AttnParams, AttnRope, DeviceChoice, ModelStorage, WeightFormat};
+use super::{AttnParams, AttnRope, DeviceChoice, ModelStorage, QkvPrologue, WeightFormat};
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -185,7 +185,11 @@ impl ModelStorage for CpuStorage {
         v_cache: &mut CpuKvCache,
         pos0: usize,
         p: AttnParams,
+        prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Self> {
+        if !prologue.is_none() {
+            candle_core::bail!("the CPU attention takes no QKV prologue (attention_fuses_prologue is false)")
+        }
         let (t, heads, d) = q.1.shape().dims3()?;
         let (mut q, mut k, v) = (f32s(q.0, q.1)?, f32s(k.0, k.1)?, f32s(v.0, v.1)?);
         if let Some(r) = rope {

@@ -50,6 +50,33 @@ pub struct AttnRope<'a, S> {
     pub style: RopeStyle,
 }
 
+/// What an attention call does to the new query, key and value heads before the rotation,
+/// in llama.cpp's order: the QKV bias added (Qwen2), then an RMS norm of each query and key
+/// head over the head dim (Qwen3, Gemma 3: `x / sqrt(mean(x²) + eps) * w`). Passed to
+/// [`ModelStorage::attention`] only where [`ModelStorage::attention_fuses_prologue`] holds;
+/// elsewhere the caller applies it with its own ops first ([`crate::tensor::ModelTensor::attention`]).
+#[derive(Debug, Clone, Copy)]
+pub struct QkvPrologue<'a, S> {
+    /// The stacked Q|K|V bias, f32 `[(n_heads + 2 n_kv_heads) d]`, contiguous from element 0.
+    pub bias: Option<&'a S>,
+    /// The query heads' norm: weight f32 `[d]` (contiguous from element 0) and eps.
+    pub q_norm: Option<(&'a S, f32)>,
+    /// The key heads' norm: weight f32 `[d]` (contiguous from element 0) and eps.
+    pub k_norm: Option<(&'a S, f32)>,
+}
+
+impl<S> QkvPrologue<'_, S> {
+    /// No bias, no norms.
+    pub fn none() -> Self {
+        QkvPrologue { bias: None, q_norm: None, k_norm: None }
+    }
+
+    /// Whether it does nothing.
+    pub fn is_none(&self) -> bool {
+        self.bias.is_none() && self.q_norm.is_none() && self.k_norm.is_none()
+    }
+}
+
 /// [`ModelStorage::rms_norm_linear`] as its two calls, for backends without a fused form
 /// (and for the shapes a backend does not fuse).
 ///
@@ -206,10 +233,13 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// f16), then returns `softmax(q Kᵀ · p.scale + mask) V` over the first
     /// `pos0 + t` positions (causal, within `p.window`) for `q: f32[t, n_heads, d]`, as `f32[t, n_heads · d]`
     /// (contiguous). Query head `h` reads KV head `h / (n_heads / n_kv_heads)`. Taking the
-    /// rotation here lets a backend fuse it with the cache append.
+    /// rotation here lets a backend fuse it with the cache append. `prologue` (the QKV
+    /// bias, q/k norms) is applied to the new heads first; callers pass one only where
+    /// [`ModelStorage::attention_fuses_prologue`] holds for the shape.
     ///
     /// # Errors
-    /// Shapes that do not fit, positions past the cache or the rope tables, device errors.
+    /// Shapes that do not fit, positions past the cache or the rope tables, device errors;
+    /// a prologue the backend does not take.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         q: (&Self, &Layout),
@@ -220,7 +250,22 @@ pub trait ModelStorage: BackendStorage + 'static {
         v_cache: &mut Self::KvCache,
         pos0: usize,
         p: AttnParams,
+        prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Self>;
+
+    /// Whether [`ModelStorage::attention`] of `t` query tokens with `n_heads` query and
+    /// `n_kv_heads` KV heads of dimension `d`, with a rotation, takes a [`QkvPrologue`]
+    /// in the same work (Vulkan: a decode step on the grouped-query kernel,
+    /// `vkml_ops::attention::decode_fuses_rope`). Default: never.
+    fn attention_fuses_prologue(
+        _dev: &Self::Device,
+        _t: usize,
+        _n_heads: usize,
+        _n_kv_heads: usize,
+        _d: usize,
+    ) -> bool {
+        false
+    }
 
     /// The values of `self` under `l` as a new contiguous storage on `to`: how the hidden
     /// state moves between the devices of a layer split ([`crate::device_map`]). On a

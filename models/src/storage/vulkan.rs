@@ -11,7 +11,7 @@ use vkml_ops::nn::GluActivation;
 use vkml_ops::quant::MatVecEpilogue;
 use vkml_ops::Dtype;
 
-use super::{rms_norm_linear_composed, AttnParams, AttnRope, DeviceChoice, ModelStorage};
+use super::{rms_norm_linear_composed, AttnParams, AttnRope, DeviceChoice, ModelStorage, QkvPrologue};
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -219,8 +219,9 @@ impl ModelStorage for VulkanStorage {
         v_cache: &mut Self::KvCache,
         pos0: usize,
         p: AttnParams,
+        prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Self> {
-        use vkml_ops::attention::{self, AttnShape, RopeTables};
+        use vkml_ops::attention::{self, AttnShape, DecodePrologue, RopeTables};
         for (x, _) in [q, k, v] {
             f32_only(x, "attention")?;
         }
@@ -267,14 +268,22 @@ impl ModelStorage for VulkanStorage {
             };
             let srcs = (head_rows(&qr), head_rows(&kr), head_rows(&vr));
             let sc = scratch.as_ref().map(|(a, b)| (a, b));
+            let pro = DecodePrologue {
+                bias: prologue.bias.map(|b| b.buffer()),
+                q_norm: prologue.q_norm.map(|(w, eps)| (w.buffer(), eps)),
+                k_norm: prologue.k_norm.map(|(w, eps)| (w.buffer(), eps)),
+            };
             dev.with_stream(|s| {
-                attention::flash_attn_rope_decode(s, tables, srcs, (k_cache, v_cache), sh, &y, sc).map_err(cerr)
+                attention::flash_attn_rope_decode(s, tables, srcs, (k_cache, v_cache), sh, &y, sc, pro).map_err(cerr)
             })?;
             if let Some((a, b)) = scratch {
                 dev.recycle(a);
                 dev.recycle(b);
             }
             return Ok(dev.storage(y, DType::F32, t * h * d));
+        }
+        if !prologue.is_none() {
+            candle_core::bail!("attention: a QKV prologue outside a decode step on the grouped-query kernel (see attention_fuses_prologue)")
         }
         // Otherwise with a rotation: rope of Q and K, and the cache append, in one dispatch
         // (`rope_kv_append`) into a rotated copy of q; else the append alone.
@@ -314,6 +323,22 @@ impl ModelStorage for VulkanStorage {
             dev.recycle(b);
         }
         Ok(dev.storage(y, DType::F32, t * h * d))
+    }
+
+    /// A decode step on the grouped-query kernel (`vkml_ops::attention::decode_fuses_rope`).
+    fn attention_fuses_prologue(dev: &VulkanDevice, t: usize, n_heads: usize, n_kv_heads: usize, d: usize) -> bool {
+        let sh = vkml_ops::attention::AttnShape {
+            t_q: t,
+            n_heads,
+            kv_len: 1,
+            q_pos0: 0,
+            causal: true,
+            window: 0,
+            softcap: 0.0,
+            scale: 1.0,
+            n_splits: 1,
+        };
+        vkml_ops::attention::decode_fuses_rope(dev.hal().caps(), &sh, d, n_kv_heads)
     }
 
     /// [`VulkanStorage::to_device`]: recorded on both devices, the host copy between

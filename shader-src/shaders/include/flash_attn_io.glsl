@@ -8,8 +8,9 @@ layout(push_constant) uniform P {
     uint t_q; uint n_heads; uint n_kv_heads; uint d; uint kv_len; uint q_pos0; uint ctx;
     uint causal; uint n_splits; uint split_len; float scale; uint window; float softcap;
 #ifdef ROPE_IN
-    // flash_attn_gqa.comp's rope_* variants: rotated dims, element offsets of q, k, v.
-    uint rot; uint q_off; uint k_off; uint v_off;
+    // flash_attn_gqa.comp's rope_* variants: rotated dims, element offsets of q, k, v;
+    // the prologue: a QKV bias, the q and k norms' eps (negative: no norm).
+    uint rot; uint q_off; uint k_off; uint v_off; uint has_bias; float q_eps; float k_eps;
 #endif
 } p;
 
