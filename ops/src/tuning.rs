@@ -48,6 +48,29 @@ pub struct MatVecConfig {
     pub dot_x_workgroup: u32,
 }
 
+/// Matrices of at most this many weights count as small for [`block_rows_per_subgroup`]:
+/// latency-bound rather than bandwidth-bound in a decode step (SmolLM2's largest, the
+/// stacked gate|up, has 1.8 M; a 4096 x 4096 projection 16.8 M).
+pub const SMALL_MAT_VEC_WEIGHTS: usize = 1 << 22;
+
+/// Rows per subgroup of the block-wise mat-vec kernels for a `rows` x `k` matrix in
+/// workgroups of `subgroups` subgroups: `cfg.rows_per_subgroup`, halved (down to 1) while
+/// the grid would have fewer workgroups than the device has compute units
+/// (`Capabilities::compute_units`), four times as many for a small matrix
+/// ([`SMALL_MAT_VEC_WEIGHTS`]): a latency-bound matrix spreads over the whole GPU rather
+/// than over a few of its SMs, while large ones keep the rows that share each x load.
+/// H200, tg128 (benches/RESULTS.md, issue 29, twelfth session): SmolLM2-135M Q4_1 (576-row
+/// projections on 36 of 132 SMs at 4 rows) 713 -> 932 t/s with one wave, 964 with four.
+pub fn block_rows_per_subgroup(caps: &Capabilities, cfg: &MatVecConfig, rows: usize, k: usize, subgroups: u32) -> u32 {
+    let waves = if rows.saturating_mul(k) <= SMALL_MAT_VEC_WEIGHTS { 4 } else { 1 };
+    let target = caps.compute_units.count.max(1) as usize * waves;
+    let mut nr = cfg.rows_per_subgroup.max(1);
+    while nr > 1 && rows.div_ceil((subgroups.max(1) * nr) as usize) < target {
+        nr /= 2;
+    }
+    nr
+}
+
 /// The subgroup size the block-wise mat-vec kernels run with, and whether the pipeline must
 /// require it: a fixed size (`min == max`), else the largest size where the device can
 /// require it with full subgroups. `None` without subgroup arithmetic or size control.
@@ -128,16 +151,17 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
 pub const MAX_ATTN_SPLITS: usize = 32;
 
 /// Workgroups the KV length of one (query, KV head) pair is split over in
-/// [`crate::attention::flash_attn`] (FlashDecoding): one per 16 positions, at most
+/// [`crate::attention::flash_attn`] (FlashDecoding): one per 8 positions, at most
 /// [`MAX_ATTN_SPLITS`], for a single query (decode); 1 for prompts, whose many queries
-/// already fill the device. On the H100 (benches/RESULTS.md, 2026-11-25), with the
-/// grouped-query kernel (one workgroup per KV head), llama-8b Q4_0 decode ran 238 / 223
-/// t/s at 128 / 1024 tokens of context with one split per 64 positions, 249 / 243 per 32
-/// and 259 / 244 per 16; at most 32 splits kept the 4096-position decode attention at
-/// 59 µs (64 splits: 64 µs).
+/// already fill the device. H200, tg128 with the in-place merge that issues its loads
+/// together (benches/RESULTS.md, issue 29, twelfth session): per 4 / 8 / 16 / 32 / 64
+/// positions, SmolLM2 978 / 983 / 964 / 882 / 813 t/s, llama-1b 944 / 965 / 933 / 861 /
+/// 747, llama-8b 381 / 386 / 379 / 364 / 341; tg1024 (mostly at the cap) the same within
+/// 1 % at per 8 and per 16, and 4-10 % slower with at most 64 splits. (Earlier, H100 with
+/// the serial merge: per 16 best, 32 splits at most.)
 pub fn attn_splits(t_q: usize, kv_len: usize) -> usize {
     if t_q == 1 {
-        kv_len.div_ceil(16).clamp(1, MAX_ATTN_SPLITS)
+        kv_len.div_ceil(8).clamp(1, MAX_ATTN_SPLITS)
     } else {
         1
     }
@@ -574,5 +598,24 @@ mod tests {
         assert_eq!(float_coopmat_subgroup(&wave64, Dtype::F16), None, "no subgroups of 32");
         wave64.subgroup.operations.clear();
         assert_eq!(matmul_config(&wave64, Dtype::F32, 1), MatmulPath::Tiled { tile: 64 }, "no subgroup arithmetic");
+    }
+
+    /// Rows per subgroup halve while the grid has fewer workgroups than the units (132 SMs,
+    /// 4 subgroups per workgroup), four times as many for a small matrix.
+    #[test]
+    fn block_rows_follow_compute_units() {
+        let mut caps = fake(ArchClass::NvidiaTensorCore, Vendor::Nvidia, (32, 32, 32), false);
+        let cfg = mat_vec_config(&caps);
+        assert_eq!(cfg.rows_per_subgroup, 4);
+        // SmolLM2's 576 x 576 output projection: 36 workgroups at 4 rows, 144 at 1.
+        assert_eq!(block_rows_per_subgroup(&caps, &cfg, 576, 576, 4), 1);
+        // A large matrix of 2 048 rows: 128 workgroups at 4 rows are short of one wave.
+        assert_eq!(block_rows_per_subgroup(&caps, &cfg, 2048, 8192, 4), 2);
+        // 4 096 x 4 096: 256 workgroups at 4 rows fill the 132 SMs: the table's rows.
+        assert_eq!(block_rows_per_subgroup(&caps, &cfg, 4096, 4096, 4), 4);
+        // A small one against four waves: 1 536 x 576 at 2 rows is 192 workgroups, < 528.
+        assert_eq!(block_rows_per_subgroup(&caps, &cfg, 1536, 576, 4), 1);
+        caps.compute_units.count = 16;
+        assert_eq!(block_rows_per_subgroup(&caps, &cfg, 576, 576, 4), 2);
     }
 }

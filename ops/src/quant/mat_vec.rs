@@ -349,7 +349,9 @@ fn mat_vec_core(
     } else if use_dot {
         (cfg.dot_rows_per_subgroup, cfg.workgroup)
     } else {
-        (cfg.rows_per_subgroup, cfg.workgroup)
+        let sg = row_sg.map_or(1, |(sg, _)| sg);
+        let out = if glu { out_rows } else { m.parts.iter().map(|p| p.rows).max().unwrap_or(0) };
+        (tuning::block_rows_per_subgroup(caps, &cfg, out, m.k, cfg.workgroup.max(sg) / sg), cfg.workgroup)
     };
     if !(1..=8).contains(&nr) {
         return Err(OpsError::Shape {
