@@ -26,6 +26,15 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     /// As [`ModelStorage::qmatmul_add`].
     fn qmatmul_add_(&mut self, x: &Self, w: &S::QWeight) -> CResult<()>;
 
+    /// `self += rms_norm(x Wᵀ) · nw` in place for `self: f32[t, rows]`, `x: f32[t, k]`,
+    /// `nw: f32[rows]` (Gemma's sandwich norms with their residual adds): one
+    /// [`ModelStorage::qmatmul_norm_add`] where [`ModelStorage::fuses_qmatmul_norm_add`]
+    /// holds, else `qmatmul`, `rms_norm` and `add`.
+    ///
+    /// # Errors
+    /// Shape mismatches, device errors.
+    fn qmatmul_norm_add_(&mut self, x: &Self, w: &S::QWeight, nw: &Self, eps: f32) -> CResult<()>;
+
     /// The gated product `act(x W_gateᵀ) * (x W_upᵀ)` of a stacked `[gate; up]` weight
     /// ([`ModelStorage::qmatmul_glu`]): `f32[t, rows / 2]`.
     ///
@@ -107,6 +116,29 @@ where
         let (acc, layout) = self.storage_mut()?;
         let layout = layout.clone();
         x.storage().qmatmul_add(x.layout(), w, acc, &layout)
+    }
+
+    fn qmatmul_norm_add_(&mut self, x: &Self, w: &S::QWeight, nw: &Self, eps: f32) -> CResult<()> {
+        let (rows, k) = S::qweight_dims(w);
+        if x.dims().len() != 2 || x.dims()[1] != k || self.dims() != [x.dims()[0], rows] || nw.dims() != [rows] {
+            candle_core::bail!(
+                "qmatmul_norm_add: acc {:?} += norm {:?} of x {:?} times a [{rows}, {k}] weight",
+                self.dims(),
+                nw.dims(),
+                x.dims()
+            )
+        }
+        if !S::fuses_qmatmul_norm_add(x.device(), w, x.dims()[0]) {
+            *self = self.add(&x.qmatmul(w)?.rms_norm(nw, eps)?)?;
+            return Ok(());
+        }
+        let nw = nw.contiguous()?;
+        if nw.layout().start_offset() != 0 {
+            candle_core::bail!("qmatmul_norm_add: the norm weight at an offset into its storage")
+        }
+        let (acc, layout) = self.storage_mut()?;
+        let layout = layout.clone();
+        x.storage().qmatmul_norm_add(x.layout(), w, nw.storage(), eps, acc, &layout)
     }
 
     fn qmatmul_glu(&self, w: &S::QWeight, act: GluActivation) -> CResult<Self> {

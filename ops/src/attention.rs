@@ -406,7 +406,8 @@ const GQA_MAX_SG: usize = 4;
 /// `g` query heads per KV head, where it runs: subgroup arithmetic, `g <= 8`,
 /// `g * d <= GQA_MAX_GD` and its shared memory (20.3 KiB) on the device, at most
 /// `GQA_MAX_SG` subgroups of the smallest size per workgroup, and at most 32 f16 pairs per
-/// lane for the `g` heads' outputs (registers).
+/// lane for the `g` heads' outputs (registers; 64 on a CPU implementation, whose registers
+/// are memory: Gemma 3's four heads of 256 over lavapipe's subgroups of 8).
 /// Elsewhere `flash_attn.comp` runs, one workgroup per query head.
 fn gqa_kernel(caps: &Capabilities, d: usize, g: usize) -> Option<(u32, u32)> {
     let min = caps.subgroup.min_size.max(1) as usize;
@@ -418,8 +419,8 @@ fn gqa_kernel(caps: &Capabilities, d: usize, g: usize) -> Option<(u32, u32)> {
         && caps.subgroup.min_size > 0
         && (1..=8).contains(&g)
         && g * d <= GQA_MAX_GD
-        && g * npl <= 32)
-        .then_some((wg as u32, npl as u32))
+        && g * npl <= if caps.arch == vkml_hal::caps::ArchClass::Cpu { 64 } else { 32 })
+    .then_some((wg as u32, npl as u32))
 }
 
 /// Records `out = softmax(q Kᵀ · scale + causal mask) V` per head (see the module docs for

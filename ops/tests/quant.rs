@@ -1362,3 +1362,69 @@ fn integer_dot_quantizing_x_equals_quantize_then_mat_vec() {
     assert!(!quant::dot_quantizes_x(caps, &m, 1, &MatVecConfig { dot_x_in_kernel: true, ..base }));
     assert_clean(&dev);
 }
+
+/// The post-norm residual add folded into the mat-vec (`mat_vec_norm_add`, Gemma's
+/// sandwich norms): `res += rms_norm(x Wᵀ) * w` against the CPU from the same mat-vec's
+/// product (the normalisation in f64: 1e-5 relative to the largest term), on the block
+/// kernels (1 and 3 rows of x, rows that leave the last workgroup part empty) and on the
+/// integer-dot kernel quantizing x itself; twice in one submission, so the count its last
+/// workgroup resets serves the next dispatch.
+#[test]
+fn mat_vec_norm_add_matches_cpu() {
+    let dev = device();
+    let caps = dev.caps();
+    let base = vkml_ops::tuning::mat_vec_config(caps);
+    let block = MatVecConfig { subgroup_rows: true, integer_dot: false, rows_per_subgroup: 2, ..base };
+    let dot_x = MatVecConfig {
+        subgroup_rows: true,
+        integer_dot: true,
+        dot_x_in_kernel: true,
+        dot_x_rows_per_subgroup: 2,
+        dot_x_workgroup: 64,
+        ..base
+    };
+    let eps = 1e-6f32;
+    for (ty, rows, k, batch, cfg) in [
+        (GgmlType::Q4_K, 45usize, 256usize, 1usize, block),
+        (GgmlType::Q4_0, 70, 96, 3, block),
+        (GgmlType::Q8_0, 37, 128, 1, dot_x),
+    ] {
+        let bytes = encode(ty, &weights(rows, k, 51));
+        let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+        if !quant::mat_vec_fuses_norm_add(caps, &m, batch, &cfg) {
+            eprintln!("skipped {ty:?}: no one-dispatch form on this device");
+            continue;
+        }
+        let x = weights(batch, k, 52);
+        let nw: Vec<f32> = weights(1, rows, 53).iter().map(|v| 1.0 + v).collect();
+        let res0 = weights(batch, rows, 54);
+        let (xb, nwb, res) = (dev.upload(&x).unwrap(), dev.upload(&nw).unwrap(), dev.upload(&res0).unwrap());
+        let (t_plain, y) = (
+            dev.alloc(4 * (batch * rows) as u64, MemoryKind::DeviceLocal).unwrap(),
+            dev.alloc(4 * (batch * rows) as u64, MemoryKind::DeviceLocal).unwrap(),
+        );
+        let mut s = Stream::new(&dev).unwrap();
+        quant::mat_vec_fused(&mut s, &m, &xb, batch, &t_plain, cfg, MatVecEpilogue::Store).unwrap();
+        let d0 = s.stats().dispatches;
+        for _ in 0..2 {
+            quant::mat_vec_norm_add(&mut s, &m, &xb, batch, &y, &res, &nwb, eps, cfg).unwrap();
+        }
+        assert_eq!(s.stats().dispatches - d0, 2, "{ty:?}: one dispatch each");
+        s.finish_and_wait().unwrap();
+        let (t, got) = (t_plain.to_vec::<f32>().unwrap(), res.to_vec::<f32>().unwrap());
+        for b in 0..batch {
+            let row = &t[b * rows..(b + 1) * rows];
+            let ms = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / rows as f64;
+            let scale = 1.0 / (ms + f64::from(eps)).sqrt();
+            let top =
+                row.iter().zip(&nw).map(|(&v, &w)| (f64::from(v) * scale * f64::from(w)).abs()).fold(0.0, f64::max);
+            for r in 0..rows {
+                let add = f64::from(row[r]) * scale * f64::from(nw[r]);
+                let want = f64::from(res0[b * rows + r]) + 2.0 * add;
+                let g = f64::from(got[b * rows + r]);
+                assert!((g - want).abs() <= 1e-5 * (top + want.abs()), "{ty:?} batch {b} row {r}: gpu {g} cpu {want}");
+            }
+        }
+    }
+    assert_clean(&dev);
+}

@@ -20,7 +20,8 @@
 // the mat-vec. With specialization constant 11 (MV_NORM) x is RMS-normalised on the way,
 // as norm.comp's rms_q8_1 variant makes it: v = (x * (1 / sqrt(mean(x²) + eps))) * w,
 // w = binding 3 (f32 [k]; bound but unread without the norm), eps = p.eps. Needs
-// subgroup shuffles and a subgroup of at least 8 invocations.
+// subgroup shuffles and a subgroup of at least 8 invocations. Also epilogue 5
+// (include/mat_vec_post_norm.glsl: bindings 4-6).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -32,12 +33,16 @@ layout(constant_id = 1) const uint NB = 1;
 layout(constant_id = 2) const uint NR = 1;
 #include "quant.glsl"
 layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; uint y_stride; float eps; } p;
+#ifdef X_F32
+#define MV_POST_NORM 1
+#endif
 #include "mat_vec_out.glsl"
 #ifdef X_F32
 #extension GL_KHR_shader_subgroup_shuffle : require
 #define SUBGROUP_REDUCE 1
 #define REDUCE_MAX 128
 #include "reduce.glsl"
+#include "mat_vec_post_norm.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
 layout(std430, set = 0, binding = 3) readonly buffer NW { vec4 nw4[]; };
 layout(constant_id = 11) const bool MV_NORM = false;
@@ -129,14 +134,8 @@ int block_dot(uint blk, uint xv[8], int xsum) {
 }
 
 
-void main() {
-    uint wg0 = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups;
-#ifdef X_F32
-    if (wg0 * NR >= p.rows) return; // the whole workgroup, before quantize_x's barriers
-    quantize_x();
-#endif
-    uint r0 = (wg0 + gl_SubgroupID) * NR;
-    if (r0 >= p.rows) return;
+// The NR rows from r0 (< p.rows) of the subgroup: dot products, subgroup sums, stores.
+void mv_rows(uint r0) {
     uint lane = gl_SubgroupInvocationID;
     uint nblocks = p.k / 32u;
     float acc[NR * NB], acc2[NR * NB]; // acc2: the up rows of the gated products
@@ -175,4 +174,19 @@ void main() {
             }
         }
     }
+}
+
+void main() {
+    uint wg0 = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups;
+#ifdef X_F32
+    // The whole workgroup, before quantize_x's barriers (with the post-norm epilogue every
+    // workgroup goes on: all of them count).
+    if (!MV_POST && wg0 * NR >= p.rows) return;
+    quantize_x();
+#endif
+    uint r0 = (wg0 + gl_SubgroupID) * NR;
+    if (r0 < p.rows) mv_rows(r0); // uniform across the subgroup
+#ifdef X_F32
+    if (MV_POST) mv_post_norm_add();
+#endif
 }

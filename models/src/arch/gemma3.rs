@@ -254,10 +254,12 @@ where
             x = x.to_device(self.devs.device(i))?;
             let (global, local) = &self.rope[self.devs.index(i)];
             let rope = if l.local { local } else { global };
-            let a = l.attn.forward(&x, &l.attn_norm, rope, pos)?.qmatmul(&l.attn.wo)?;
-            x = x.add(&l.post_attention_norm.forward(&a)?)?;
-            let f = l.ffn.forward(&x, &l.ffn_norm)?;
-            x = x.add(&l.post_ffw_norm.forward(&f)?)?;
+            // The sandwich norms with their residual adds, folded into the output and down
+            // projections where the backend can (`qmatmul_norm_add_`).
+            let a = l.attn.forward(&x, &l.attn_norm, rope, pos)?;
+            let post = &l.post_attention_norm;
+            x.qmatmul_norm_add_(&a, &l.attn.wo, &post.weight, post.eps)?;
+            l.ffn.forward_post_norm_residual(&mut x, &l.ffn_norm, &l.post_ffw_norm)?;
         }
         Ok(x.to_device(self.devs.last())?)
     }

@@ -71,6 +71,18 @@ where
         Ok(())
     }
 
+    /// `x += post(down(act(gate(n)) * up(n)))` for `n = norm(x)`: the feed-forward
+    /// half of Gemma's sandwich, the post-norm and the residual add folded into the down
+    /// projection where the backend can ([`ModelTensor::qmatmul_norm_add_`]).
+    ///
+    /// # Errors
+    /// Shape mismatches, device errors.
+    pub fn forward_post_norm_residual(&self, x: &mut Tensor<S>, norm: &RmsNorm<S>, post: &RmsNorm<S>) -> Result<()> {
+        let g = self.gated(x, norm)?;
+        x.qmatmul_norm_add_(&g, &self.down, &post.weight, post.eps)?;
+        Ok(())
+    }
+
     /// `act(gate(n)) * up(n)` for `n = norm(x)`, `f32[t, n_ff]`.
     fn gated(&self, x: &Tensor<S>, norm: &RmsNorm<S>) -> Result<Tensor<S>> {
         Ok(match &self.gate_up {

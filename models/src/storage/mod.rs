@@ -174,6 +174,34 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// Shape mismatches, a strided `acc`, device errors.
     fn qmatmul_add(&self, l: &Layout, w: &Self::QWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()>;
 
+    /// Whether [`ModelStorage::qmatmul_norm_add`] runs for `t` rows of x against `w` (in one
+    /// pass on Vulkan: `vkml_ops::quant::mat_vec_fuses_norm_add`). Default: never; callers
+    /// then compose `qmatmul`, `rms_norm` and an add.
+    fn fuses_qmatmul_norm_add(_dev: &Self::Device, _w: &Self::QWeight, _t: usize) -> bool {
+        false
+    }
+
+    /// `acc += rms_norm(x Wᵀ) · nw` in place for `x = self: f32[t, k]` (`l`), `acc:
+    /// f32[t, rows]` (contiguous from element 0) and `nw: f32[rows]`: Gemma's post-attention
+    /// and post-feed-forward norms with their residual adds (candle: `acc = (acc +
+    /// rms_norm(x.apply(&w), nw, eps))`), where [`ModelStorage::fuses_qmatmul_norm_add`]
+    /// holds.
+    ///
+    /// # Errors
+    /// Where it does not hold (the default); shape mismatches, device errors.
+    #[allow(clippy::too_many_arguments)]
+    fn qmatmul_norm_add(
+        &self,
+        _l: &Layout,
+        _w: &Self::QWeight,
+        _nw: &Self,
+        _eps: f32,
+        _acc: &mut Self,
+        _acc_l: &Layout,
+    ) -> CResult<()> {
+        candle_core::bail!("qmatmul_norm_add has no one-pass form on this backend (see fuses_qmatmul_norm_add)")
+    }
+
     /// The gated product of a stacked `[gate; up]` weight (`2n` rows, from
     /// [`ModelStorage::qweight_concat`]): `act(x W_gateᵀ) * (x W_upᵀ)`, `f32[t, n]`,
     /// contiguous (candle-transformers' SwiGLU MLP: `silu(gate) * up`).

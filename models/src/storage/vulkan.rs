@@ -125,6 +125,45 @@ impl ModelStorage for VulkanStorage {
         linear(self, l, w, acc.buffer(), MatVecEpilogue::Add)
     }
 
+    /// Below [`VulkanDevice::mat_mat_min_tokens`] rows where the kernel has the post-norm
+    /// epilogue (`vkml_ops::quant::mat_vec_fuses_norm_add`).
+    fn fuses_qmatmul_norm_add(dev: &VulkanDevice, w: &Self::QWeight, t: usize) -> bool {
+        let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
+        t < dev.mat_mat_min_tokens() && vkml_ops::quant::mat_vec_fuses_norm_add(dev.hal().caps(), w, t, &cfg)
+    }
+
+    /// One mat-vec dispatch (`vkml_ops::quant::mat_vec_norm_add`): the product into a
+    /// scratch, normalised and added to `acc` by the dispatch's last workgroup.
+    fn qmatmul_norm_add(
+        &self,
+        l: &Layout,
+        w: &Self::QWeight,
+        nw: &Self,
+        eps: f32,
+        acc: &mut Self,
+        acc_l: &Layout,
+    ) -> CResult<()> {
+        f32_only(acc, "qmatmul_norm_add")?;
+        f32_only(nw, "qmatmul_norm_add")?;
+        let t = l.dims()[0];
+        let dev = self.device();
+        if !Self::fuses_qmatmul_norm_add(dev, w, t) {
+            candle_core::bail!("qmatmul_norm_add: no one-pass form for {t} rows of this weight")
+        }
+        if !acc_l.is_contiguous() || acc_l.start_offset() != 0 || acc_l.shape().elem_count() != t * w.rows() {
+            candle_core::bail!("qmatmul_norm_add: the accumulator {:?} is not a packed [t, {}]", acc_l, w.rows())
+        }
+        let x = self.packed(l)?;
+        let y = dev.alloc(t * w.rows(), DType::F32)?;
+        let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
+        dev.with_stream(|s| {
+            vkml_ops::quant::mat_vec_norm_add(s, w, x.buffer(), t, &y, acc.buffer(), nw.buffer(), eps, cfg)
+                .map_err(cerr)
+        })?;
+        dev.recycle(y);
+        Ok(())
+    }
+
     /// Below [`VulkanDevice::mat_mat_min_tokens`] rows: one mat-vec pass over the stacked
     /// matrix with the gated-product epilogue. From there: one mat-mat into `[t, 2n]`,
     /// then the activation and the product on the strided halves.

@@ -74,7 +74,7 @@ pub fn mat_vec_fused(
     cfg: MatVecConfig,
     epilogue: MatVecEpilogue,
 ) -> Result<()> {
-    mat_vec_core(s, m, x, false, None, batch, y, cfg, epilogue)
+    mat_vec_core(s, m, x, false, None, batch, y, cfg, epilogue, None)
 }
 
 /// The integer-dot mat-vec on activations already quantized to Q8_1 by [`quantize_q8_1`]
@@ -111,7 +111,7 @@ pub fn mat_vec_q8_1_fused(
     epilogue: MatVecEpilogue,
 ) -> Result<()> {
     let cfg = MatVecConfig { integer_dot: true, ..cfg };
-    mat_vec_core(s, m, xq, true, None, batch, y, cfg, epilogue)
+    mat_vec_core(s, m, xq, true, None, batch, y, cfg, epilogue, None)
 }
 
 /// Whether [`mat_vec_fused`] with `cfg` runs `m` on the integer-dot kernel, quantizing x
@@ -233,7 +233,7 @@ pub fn rms_norm_mat_vec(
     }
     let path = norm_path(dev.caps(), m, batch, &cfg);
     if matches!(path, NormPath::InKernel | NormPath::InDotKernel) {
-        return mat_vec_core(s, m, x, false, Some((nw, eps)), batch, y, cfg, epilogue);
+        return mat_vec_core(s, m, x, false, Some((nw, eps)), batch, y, cfg, epilogue, None);
     }
     let need = rms_norm_mat_vec_scratch(dev.caps(), m, batch, &cfg);
     let Some(scratch) = scratch.filter(|b| b.size() >= need) else {
@@ -247,6 +247,67 @@ pub fn rms_norm_mat_vec(
     mat_vec_fused(s, m, scratch, batch, y, cfg, epilogue)
 }
 
+/// The residual add of a normalised projection, folded into the mat-vec
+/// ([`mat_vec_norm_add`]): `residual += rms_norm(y) * weight`.
+#[derive(Debug, Clone, Copy)]
+struct PostNorm<'a> {
+    residual: &'a vkml_hal::Buffer,
+    weight: &'a vkml_hal::Buffer,
+    eps: f32,
+}
+
+/// The mat-vec kernels' epilogue number of the post-norm residual add
+/// (`include/mat_vec_post_norm.glsl`).
+const POST_NORM_EPILOGUE: u32 = 5;
+
+/// Whether [`mat_vec_norm_add`] runs in one dispatch for `m` and `batch` rows of f32 x: on
+/// the block kernels with subgroup rows, or on the integer-dot kernel that quantizes x
+/// itself ([`dot_quantizes_x`]), for a matrix in one part and at most
+/// [`MAX_MAT_VEC_BATCH`] rows.
+pub fn mat_vec_fuses_norm_add(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &MatVecConfig) -> bool {
+    let row_sg = tuning::row_subgroup_size(caps).is_some() && cfg.subgroup_rows && block_kernel(m.ty).is_some();
+    let kernel = if mat_vec_uses_q8_1(caps, m, cfg) { dot_quantizes_x(caps, m, batch, cfg) } else { row_sg };
+    kernel
+        && m.parts.len() == 1
+        && (1..=MAX_MAT_VEC_BATCH).contains(&batch)
+        && caps.limits.max_storage_buffers_per_stage >= 7
+}
+
+/// Gemma's sandwich-norm residual add folded into the projection feeding it:
+/// `residual += rms_norm(x Wᵀ) * nw` (candle-nn's `rms_norm` with weight `nw: f32[rows]` and
+/// `eps`, then an add) for `x: f32[batch, k]` and `residual: f32[batch, rows]`, where
+/// [`mat_vec_fuses_norm_add`] holds: one dispatch that stores `x Wᵀ` into `y` (f32
+/// `[batch, rows]`, scratch) and whose last workgroup, counted on a device-scope atomic,
+/// normalises it and adds it to `residual` (`include/mat_vec_post_norm.glsl`). The sum of
+/// squares is reduced in another order than `nn::rms_norm`'s.
+///
+/// # Errors
+/// [`OpsError::Shape`] where [`mat_vec_fuses_norm_add`] does not hold or a buffer is too
+/// small; as [`mat_vec_fused`] otherwise.
+#[allow(clippy::too_many_arguments)]
+pub fn mat_vec_norm_add(
+    s: &mut Stream,
+    m: &QMatrix,
+    x: &vkml_hal::Buffer,
+    batch: usize,
+    y: &vkml_hal::Buffer,
+    residual: &vkml_hal::Buffer,
+    nw: &vkml_hal::Buffer,
+    eps: f32,
+    cfg: MatVecConfig,
+) -> Result<()> {
+    let bad = |reason: String| Err(OpsError::Shape { op: "mat_vec_norm_add", reason });
+    if !mat_vec_fuses_norm_add(s.device().caps(), m, batch, &cfg) {
+        return bad(format!("no one-dispatch form for {:?} over {batch} rows here (see mat_vec_fuses_norm_add)", m.ty));
+    }
+    let out = 4 * (batch * m.rows) as u64;
+    if residual.size() < out || nw.size() < 4 * m.rows as u64 {
+        return bad(format!("the residual needs {out} bytes and the norm weight {} f32", m.rows));
+    }
+    let post = PostNorm { residual, weight: nw, eps };
+    mat_vec_core(s, m, x, false, None, batch, y, cfg, MatVecEpilogue::Store, Some(post))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn mat_vec_core(
     s: &mut Stream,
@@ -258,6 +319,7 @@ fn mat_vec_core(
     y: &vkml_hal::Buffer,
     cfg: MatVecConfig,
     epilogue: MatVecEpilogue,
+    post: Option<PostNorm<'_>>,
 ) -> Result<()> {
     let dev = s.device().clone();
     let glu = matches!(epilogue, MatVecEpilogue::Glu(_));
@@ -307,7 +369,7 @@ fn mat_vec_core(
         // The gate and up rows of a split matrix lie in different parts: both halves into
         // a scratch [batch, 2 out_rows], then act(gate) * up on its strided halves.
         let both = dev.alloc(4 * (batch * m.rows) as u64, MemoryKind::DeviceLocal)?;
-        mat_vec_core(s, m, x, pre_quantized, norm, batch, &both, cfg, MatVecEpilogue::Store)?;
+        mat_vec_core(s, m, x, pre_quantized, norm, batch, &both, cfg, MatVecEpilogue::Store, None)?;
         let MatVecEpilogue::Glu(act) = epilogue else { unreachable!("glu is a Glu epilogue") };
         return crate::nn::glu_halves(s, act, &both, batch, out_rows, y);
     }
@@ -373,7 +435,8 @@ fn mat_vec_core(
                 },
                 PipelineOptions {
                     spec_constants: {
-                        let mut spec = vec![(0, workgroup.max(sg)), (1, nb as u32), (2, nr), (10, epilogue.spec())];
+                        let ep = if post.is_some() { POST_NORM_EPILOGUE } else { epilogue.spec() };
+                        let mut spec = vec![(0, workgroup.max(sg)), (1, nb as u32), (2, nr), (10, ep)];
                         if !use_dot || dot_x {
                             spec.push((11, u32::from(norm.is_some())));
                         }
@@ -437,7 +500,7 @@ fn mat_vec_core(
         // with the matrix's row stride. A gated product has one part (handled above).
         for part in &m.parts {
             let rows = if glu { out_rows } else { part.rows };
-            let eps = norm.map_or(0, |(_, e)| e.to_bits());
+            let eps = norm.map(|n| n.1).or(post.map(|p| p.eps)).map_or(0, f32::to_bits);
             let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, nb as u32, out_rows as u32, eps]);
             let y_arg = BufferArg::range(y, y_off + 4 * part.row0 as u64, (4 * ((nb - 1) * out_rows + rows)) as u64);
             let mut args = vec![(&part.buffer).into(), x_arg, y_arg];
@@ -448,6 +511,16 @@ fn mat_vec_core(
                     Some((nw, _)) => BufferArg::range(nw, 0, 4 * m.k as u64),
                     None => x_arg,
                 });
+                // The post-norm epilogue's residual, weight and count (bindings 4-6;
+                // without it y and x stand in, adding no dependency).
+                match post {
+                    Some(pn) => {
+                        args.push(BufferArg::range(pn.residual, 0, (4 * nb * out_rows) as u64));
+                        args.push(BufferArg::range(pn.weight, 0, 4 * out_rows as u64));
+                        args.push((&m.done_count).into());
+                    }
+                    None => args.extend([y_arg, x_arg, y_arg]),
+                }
             }
             s.dispatch(&p, &args, &pc, groups(rows)?)?;
         }

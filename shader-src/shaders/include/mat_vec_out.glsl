@@ -5,6 +5,8 @@
 //   2  y[b, r] = silu(gate) * up          gated products: the weight holds the gate rows
 //   3  y[b, r] = gelu(gate) * up          [0, rows) then the up rows [rows, 2 rows)
 //   4  y[b, r] = gelu_erf(gate) * up      (QMatrix::concat_rows), x read once for both
+//   5  y[b, r] = t, then res += rms_norm(y) * w by the dispatch's last workgroup
+//      (include/mat_vec_post_norm.glsl; kernels that define MV_POST_NORM)
 // `rows` is the output row count (push constant p.rows) and y_stride the distance between
 // the batch columns' rows in y (p.y_stride: rows, or the whole matrix's output rows where
 // the op runs one part of a matrix split over several bindings); include after the push
@@ -13,8 +15,15 @@
 #define VKML_MAT_VEC_OUT_GLSL
 #include "activation.glsl"
 layout(constant_id = 10) const uint EPILOGUE = 0;
-const bool MV_GLU = EPILOGUE >= 2u;
+const bool MV_GLU = EPILOGUE >= 2u && EPILOGUE <= 4u;
+// Epilogue 5 (kernels defining MV_POST_NORM: include/mat_vec_post_norm.glsl): y[b, r] = t,
+// then the last workgroup adds the normalised y to a residual.
+const bool MV_POST = EPILOGUE == 5u;
+#ifdef MV_POST_NORM
+layout(std430, set = 0, binding = 2) coherent buffer Y { float y[]; };
+#else
 layout(std430, set = 0, binding = 2) buffer Y { float y[]; };
+#endif
 
 void mv_store(uint b, uint r, float t) {
     uint at = b * p.y_stride + r;

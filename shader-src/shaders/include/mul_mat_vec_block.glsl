@@ -30,9 +30,11 @@
 
 layout(std430, set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
 layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; uint y_stride; float eps; } p;
+#define MV_POST_NORM 1
 #include "mat_vec_out.glsl"
 #define MV_X4(i) x4[i]
 #include "mat_vec_norm.glsl"
+#include "mat_vec_post_norm.glsl"
 
 // N words from the 4-byte-aligned byte offset `at`.
 #define LOAD_ALIGNED(q, N, at) { uint w_ = (at) >> 2; [[unroll]] for (uint i_ = 0; i_ < N; i_++) q[i_] = qw[w_ + i_]; }
@@ -52,18 +54,8 @@ float slice_dot(uint blk, uint s, vec4 xv[XV]);
 void init_shared();
 #endif
 
-void main() {
-#ifdef SHARED_INIT
-    init_shared();
-    barrier();
-#endif
-    uint wg0 = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups;
-    if (MV_NORM) {
-        if (wg0 * NR >= p.rows) return; // the whole workgroup, before the norm's barriers
-        mv_norm_scales();
-    }
-    uint r0 = (wg0 + gl_SubgroupID) * NR;
-    if (r0 >= p.rows) return; // uniform across the subgroup
+// The NR rows from r0 (< p.rows) of the subgroup: dot products, subgroup sums, stores.
+void mv_rows(uint r0) {
     uint lane = gl_SubgroupInvocationID;
     uint nslices = p.k / uint(QK) * uint(SPB);
     float acc[NR * NB], acc2[NR * NB]; // acc2: the up rows of the gated products
@@ -95,6 +87,23 @@ void main() {
             }
         }
     }
+}
+
+void main() {
+#ifdef SHARED_INIT
+    init_shared();
+    barrier();
+#endif
+    uint wg0 = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups;
+    if (MV_NORM) {
+        if (wg0 * NR >= p.rows) return; // the whole workgroup, before the norm's barriers
+        mv_norm_scales();
+    }
+    uint r0 = (wg0 + gl_SubgroupID) * NR;
+    if (r0 < p.rows) mv_rows(r0); // uniform across the subgroup
+    // (With the post-norm epilogue every workgroup reaches it; the host never combines it
+    // with the norm prologue.)
+    if (MV_POST) mv_post_norm_add();
 }
 
 #endif
