@@ -396,6 +396,26 @@ pub fn tensor_core_prefill(caps: &Capabilities, d: usize, sh: &AttnShape) -> boo
         && sh.t_q >= TENSOR_CORE_MIN_TOKENS
 }
 
+/// The push constants the attention kernels share (`include/flash_attn_io.glsl`), for `sh`
+/// over caches like `k`, `n_splits` splits of `split_len` keys.
+fn attn_words(sh: &AttnShape, k: &KvCache, n_splits: usize, split_len: usize) -> [u32; 13] {
+    [
+        sh.t_q as u32,
+        sh.n_heads as u32,
+        k.n_kv_heads as u32,
+        k.d as u32,
+        sh.kv_len as u32,
+        sh.q_pos0 as u32,
+        k.ctx as u32,
+        sh.causal as u32,
+        n_splits as u32,
+        split_len as u32,
+        sh.scale.to_bits(),
+        sh.window as u32,
+        sh.softcap.to_bits(),
+    ]
+}
+
 /// `flash_attn_gqa.comp`'s MAX_GD (query values of a group, `g * d`) and MAX_SG
 /// (subgroups per workgroup); its shared memory is `4 * (MAX_GD * (1 + MAX_SG) + 16 *
 /// MAX_SG)` bytes.
@@ -496,23 +516,7 @@ pub fn flash_attn_with(
     }
     let split_len = sh.visible_len().div_ceil(splits).max(1);
     // flash_attn.comp's and flash_attn_cm.comp's push constants.
-    let pc_words = |n_splits: usize| {
-        push_words(&[
-            sh.t_q as u32,
-            sh.n_heads as u32,
-            k.n_kv_heads as u32,
-            d as u32,
-            sh.kv_len as u32,
-            sh.q_pos0 as u32,
-            k.ctx as u32,
-            sh.causal as u32,
-            n_splits as u32,
-            split_len as u32,
-            sh.scale.to_bits(),
-            sh.window as u32,
-            sh.softcap.to_bits(),
-        ])
-    };
+    let pc_words = |n_splits: usize| push_words(&attn_words(&sh, k, n_splits, split_len));
     if tensor_core_prefill(dev.caps(), d, &sh) {
         let opts =
             tuning::coopmat_pipeline_options(dev.caps(), vec![(0, 128)]).expect("checked by tensor_core_prefill");
@@ -706,7 +710,7 @@ pub fn flash_attn_rope_decode(
     }
     for (what, n) in [("q", prologue.q_norm), ("k", prologue.k_norm)] {
         if let Some((w, eps)) = n {
-            if w.size() < 4 * d as u64 || !(eps >= 0.0) {
+            if w.size() < 4 * d as u64 || eps.is_nan() || eps < 0.0 {
                 return bad(format!(
                     "the {what} norm needs a weight of {d} f32 and eps >= 0, got {} bytes and {eps}",
                     w.size()
@@ -722,20 +726,8 @@ pub fn flash_attn_rope_decode(
     };
     let p = pipeline_spec(&dev, name, wg, &[(1, g as u32), (2, npl)])?;
     let split_len = sh.visible_len().div_ceil(splits).max(1);
-    let pc = push_words(&[
-        1,
-        sh.n_heads as u32,
-        k_cache.n_kv_heads as u32,
-        d as u32,
-        sh.kv_len as u32,
-        sh.q_pos0 as u32,
-        k_cache.ctx as u32,
-        1,
-        splits as u32,
-        split_len as u32,
-        sh.scale.to_bits(),
-        sh.window as u32,
-        sh.softcap.to_bits(),
+    let mut words = attn_words(&sh, k_cache, splits, split_len).to_vec();
+    words.extend([
         rope.rot as u32,
         q.off as u32,
         k.off as u32,
@@ -744,6 +736,7 @@ pub fn flash_attn_rope_decode(
         prologue.q_norm.map_or(-1.0f32, |n| n.1).to_bits(),
         prologue.k_norm.map_or(-1.0f32, |n| n.1).to_bits(),
     ]);
+    let pc = push_words(&words);
     // Unused prologue bindings: the query source stands in.
     let bindings: [BufferArg<'_>; 14] = [
         q.buffer.into(),

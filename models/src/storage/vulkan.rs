@@ -81,6 +81,17 @@ fn head_rows((x, off, stride): &(VulkanStorage, usize, usize)) -> vkml_ops::atte
     vkml_ops::attention::HeadRows { buffer: x.buffer(), off: *off, stride: *stride }
 }
 
+/// An attention call's rotation as the vkml-ops kernels take it.
+fn rope_tables<'a>(r: &AttnRope<'a, VulkanStorage>) -> vkml_ops::attention::RopeTables<'a> {
+    vkml_ops::attention::RopeTables {
+        cos: r.cos.buffer(),
+        sin: r.sin.buffer(),
+        positions: r.positions,
+        rot: r.rot,
+        style: r.style,
+    }
+}
+
 impl ModelStorage for VulkanStorage {
     type QWeight = vkml_ops::quant::QMatrix;
     type KvCache = vkml_ops::attention::KvCache;
@@ -260,7 +271,7 @@ impl ModelStorage for VulkanStorage {
         p: AttnParams,
         prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Self> {
-        use vkml_ops::attention::{self, AttnShape, DecodePrologue, RopeTables};
+        use vkml_ops::attention::{self, AttnShape, DecodePrologue};
         for (x, _) in [q, k, v] {
             f32_only(x, "attention")?;
         }
@@ -298,13 +309,7 @@ impl ModelStorage for VulkanStorage {
             rope.as_ref().filter(|_| attention::decode_fuses_rope(dev.hal().caps(), &sh, d, k_cache.n_kv_heads))
         {
             let qr = kv_rows(q.0, q.1)?;
-            let tables = RopeTables {
-                cos: r.cos.buffer(),
-                sin: r.sin.buffer(),
-                positions: r.positions,
-                rot: r.rot,
-                style: r.style,
-            };
+            let tables = rope_tables(r);
             let srcs = (head_rows(&qr), head_rows(&kr), head_rows(&vr));
             let sc = scratch.as_ref().map(|(a, b)| (a, b));
             let pro = DecodePrologue {
@@ -333,13 +338,7 @@ impl ModelStorage for VulkanStorage {
         let record = |s: &mut Stream| -> vkml_ops::Result<()> {
             let q_in = match &rotate {
                 Some((r, q_rot)) => {
-                    let tables = RopeTables {
-                        cos: r.cos.buffer(),
-                        sin: r.sin.buffer(),
-                        positions: r.positions,
-                        rot: r.rot,
-                        style: r.style,
-                    };
+                    let tables = rope_tables(r);
                     let srcs = (head_rows(&qr), head_rows(&kr), head_rows(&vr));
                     attention::rope_kv_append(s, tables, srcs, h, t, pos0, (k_cache, v_cache), q_rot)?;
                     q_rot
