@@ -35,6 +35,12 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     /// Shape mismatches, device errors.
     fn qmatmul_norm_add_(&mut self, x: &Self, w: &S::QWeight, nw: &Self, eps: f32) -> CResult<()>;
 
+    /// `cap · tanh(self / cap)` ([`ModelStorage::softcap`]; one dispatch on Vulkan).
+    ///
+    /// # Errors
+    /// As [`ModelStorage::softcap`].
+    fn softcap(&self, cap: f32) -> CResult<Self>;
+
     /// The gated product `act(x W_gateᵀ) * (x W_upᵀ)` of a stacked `[gate; up]` weight
     /// ([`ModelStorage::qmatmul_glu`]): `f32[t, rows / 2]`.
     ///
@@ -139,6 +145,10 @@ where
         let (acc, layout) = self.storage_mut()?;
         let layout = layout.clone();
         x.storage().qmatmul_norm_add(x.layout(), w, nw.storage(), eps, acc, &layout)
+    }
+
+    fn softcap(&self, cap: f32) -> CResult<Self> {
+        Ok(Self::from_storage(self.storage().softcap(self.layout(), cap)?, self.dims()))
     }
 
     fn qmatmul_glu(&self, w: &S::QWeight, act: GluActivation) -> CResult<Self> {

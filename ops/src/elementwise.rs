@@ -206,6 +206,7 @@ impl UnaryOp {
 fn unary_supported(kind: UnaryKind, dt: Dtype) -> Result<()> {
     use UnaryOp::*;
     let (ok, supported) = match dt {
+        Dtype::F64 if matches!(kind, UnaryKind::Softcap) => (false, "f32, f16, bf16"),
         Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::F64 => (true, ""),
         Dtype::U8 | Dtype::U32 | Dtype::I64 => (
             matches!(kind, UnaryKind::Affine)
@@ -221,13 +222,14 @@ fn unary_supported(kind: UnaryKind, dt: Dtype) -> Result<()> {
 }
 
 /// The kernel's op code (`OP_*` in unary.comp): the candle unary ops in declaration order,
-/// then affine, powf, elu.
+/// then affine, powf, elu, softcap.
 #[derive(Clone, Copy)]
 enum UnaryKind {
     Op(UnaryOp),
     Affine,
     Powf,
     Elu,
+    Softcap,
 }
 
 impl UnaryKind {
@@ -237,6 +239,7 @@ impl UnaryKind {
             UnaryKind::Affine => 19,
             UnaryKind::Powf => 20,
             UnaryKind::Elu => 21,
+            UnaryKind::Softcap => 22,
         }
     }
 
@@ -246,6 +249,7 @@ impl UnaryKind {
             UnaryKind::Affine => "affine",
             UnaryKind::Powf => "powf",
             UnaryKind::Elu => "elu",
+            UnaryKind::Softcap => "softcap",
         }
     }
 }
@@ -463,6 +467,19 @@ pub fn powf(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, e: f64, y: 
 /// As [`unary`].
 pub fn elu(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, alpha: f64, y: &Buffer) -> Result<()> {
     map_with(s, UnaryKind::Elu, [param_in(dt, alpha), 0.0], [alpha.to_bits(), 0], dt, shape, x, y)
+}
+
+/// Records `y = cap * tanh(x / cap)` element-wise (Gemma 2's final logit soft-capping) in
+/// one pass: for f32 the values of `affine(1 / cap, 0)`, `tanh` and `affine(cap, 0)` one
+/// after another (the same roundings, the tanh of [`UnaryOp::Tanh`]), up to the sign of
+/// zeros; f16 and bf16 keep the two intermediates in f32. Shapes, layout and errors as
+/// [`unary`].
+///
+/// # Errors
+/// As [`unary`]; [`OpsError::UnsupportedDtype`] for other dtypes.
+pub fn softcap(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, cap: f32, y: &Buffer) -> Result<()> {
+    let inv = (1.0 / f64::from(cap)) as f32;
+    map_with(s, UnaryKind::Softcap, [inv, cap], [0, 0], dt, shape, x, y)
 }
 
 /// A parameter as candle passes it to an f32 / f16 / bf16 map (`T::from_f64`), as f32.

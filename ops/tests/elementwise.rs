@@ -855,3 +855,35 @@ fn large_grid_is_2d() {
     }
     assert!(no_validation_errors().is_ok());
 }
+
+/// `softcap` (Gemma 2's final logit soft-capping in one pass) gives the f32 values of
+/// `affine(1 / cap, 0)`, `tanh`, `affine(cap, 0)` one after another, bit for bit up to the
+/// sign of zeros, on a strided view, NaN and infinities included; F64 is refused by name.
+#[test]
+fn softcap_equals_affine_tanh_affine() {
+    let dev = device();
+    let cap = 30.0f32;
+    let mut x: Vec<f32> = (0..257).map(|i| (i as f32 - 128.0) * 0.9).collect();
+    x.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e-30]);
+    let n = x.len();
+    let xb = upload(dev, Dtype::F32, &x);
+    let (a, b, c, fused) =
+        (alloc(dev, Dtype::F32, n), alloc(dev, Dtype::F32, n), alloc(dev, Dtype::F32, n), alloc(dev, Dtype::F32, n));
+    let strides = [1usize];
+    let v = |buffer| View { buffer, offset: 0, strides: &strides };
+    let mut s = stream();
+    let shape = [n];
+    elementwise::affine(&mut s, Dtype::F32, &shape, v(&xb), 1.0 / f64::from(cap), 0.0, &a).unwrap();
+    elementwise::unary(&mut s, UnaryOp::Tanh, Dtype::F32, &shape, v(&a), &b).unwrap();
+    elementwise::affine(&mut s, Dtype::F32, &shape, v(&b), f64::from(cap), 0.0, &c).unwrap();
+    elementwise::softcap(&mut s, Dtype::F32, &shape, v(&xb), cap, &fused).unwrap();
+    s.finish_and_wait().unwrap();
+    let (want, got) = (download(Dtype::F32, &c), download(Dtype::F32, &fused));
+    for i in 0..n {
+        let same = want[i].to_bits() == got[i].to_bits() || (want[i] == 0.0 && got[i] == 0.0);
+        assert!(same || (want[i].is_nan() && got[i].is_nan()), "x {}: {} vs {}", x[i], got[i], want[i]);
+    }
+    assert!(got[..257].iter().all(|v| v.abs() <= cap) && got[257].is_nan() && got[258] == cap);
+    let e = elementwise::softcap(&mut s, Dtype::F64, &shape, v(&xb), cap, &fused).unwrap_err();
+    assert!(e.to_string().contains("softcap"), "{e}");
+}

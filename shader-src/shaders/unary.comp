@@ -5,7 +5,7 @@
 //! variant u8 V_U8=1
 //! variant u32 V_U32=1
 //! variant i64 V_I64=1
-// Strided unary ops (vkml_ops::elementwise::{unary, affine, powf, elu}): for i < n,
+// Strided unary ops (vkml_ops::elementwise::{unary, affine, powf, elu, softcap}): for i < n,
 // y[i] = f(x[x_off + sum_d idx_d(i) * x_str[d]]), idx(i) the row-major multi-index of i
 // over shape[0..rank], y contiguous. f32 arithmetic for f32, f16 and bf16 (dtype.glsl:
 // exact widening, one rounding on store). The f64 variant computes in double: every op,
@@ -61,6 +61,7 @@ layout(constant_id = 1) const uint OP = 0;
 #define OP_AFFINE 19u
 #define OP_POWF 20u
 #define OP_ELU 21u
+#define OP_SOFTCAP 22u
 
 layout(std430, set = 0, binding = 0) readonly buffer X { V_ST x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Y { V_ST y[]; };
@@ -142,6 +143,13 @@ float apply_f32(float v) {
         return r;
     }
     if (OP == OP_POWF) return powf_ieee(v, p.p0);
+    if (OP == OP_SOFTCAP) {
+        // p1 * tanh(v * p0) with p0 = 1 / p1: affine, tanh, affine as three ops round them.
+        precise float a = v * p.p0 + 0.0;
+        float t = isnan(a) ? a : tanh(clamp(a, -10.0, 10.0));
+        precise float r = t * p.p1 + 0.0;
+        return r;
+    }
     // OP_ELU: candle's elu, v if the sign bit is clear, else (exp(v) - 1) * alpha.
     return (floatBitsToUint(v) >> 31) == 0u ? v : (exp(v) - 1.0) * p.p0;
 }

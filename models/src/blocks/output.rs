@@ -57,7 +57,7 @@ where
         let w = self.weight.as_ref().unwrap_or(&embedding.weight);
         let logits = x.rms_norm_linear(&self.norm.weight, self.norm.eps, w, None)?;
         Ok(match self.softcap {
-            Some(c) => logits.affine(1.0 / f64::from(c), 0.0)?.tanh()?.affine(f64::from(c), 0.0)?,
+            Some(c) => logits.softcap(c)?,
             None => logits,
         })
     }

@@ -202,6 +202,19 @@ pub trait ModelStorage: BackendStorage + 'static {
         candle_core::bail!("qmatmul_norm_add has no one-pass form on this backend (see fuses_qmatmul_norm_add)")
     }
 
+    /// `cap · tanh(self / cap)` for f32 `self` (`l`), contiguous (Gemma 2's final logit
+    /// soft-capping); by default candle's `affine`, `tanh` and `affine`.
+    ///
+    /// # Errors
+    /// Device errors.
+    fn softcap(&self, l: &Layout, cap: f32) -> CResult<Self> {
+        let c = f64::from(cap);
+        let packed = Layout::contiguous(l.shape());
+        let scaled = self.affine(l, 1.0 / c, 0.0)?;
+        let t = scaled.unary_impl::<candle_core::op::Tanh>(&packed)?;
+        t.affine(&packed, c, 0.0)
+    }
+
     /// The gated product of a stacked `[gate; up]` weight (`2n` rows, from
     /// [`ModelStorage::qweight_concat`]): `act(x W_gateᵀ) * (x W_upᵀ)`, `f32[t, n]`,
     /// contiguous (candle-transformers' SwiGLU MLP: `silu(gate) * up`).

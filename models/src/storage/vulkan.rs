@@ -136,6 +136,19 @@ impl ModelStorage for VulkanStorage {
         linear(self, l, w, acc.buffer(), MatVecEpilogue::Add)
     }
 
+    /// One pass (`vkml_ops::elementwise::softcap`, kernel `unary.f32`'s softcap op).
+    fn softcap(&self, l: &Layout, cap: f32) -> CResult<Self> {
+        f32_only(self, "softcap")?;
+        let n = l.shape().elem_count();
+        let dev = self.device();
+        let y = dev.alloc(n, DType::F32)?;
+        let view = vkml_ops::elementwise::View { buffer: self.buffer(), offset: l.start_offset(), strides: l.stride() };
+        dev.with_stream(|s| {
+            vkml_ops::elementwise::softcap(s, vkml_ops::Dtype::F32, l.dims(), view, cap, &y).map_err(cerr)
+        })?;
+        Ok(dev.storage(y, DType::F32, n))
+    }
+
     /// Below [`VulkanDevice::mat_mat_min_tokens`] rows where the kernel has the post-norm
     /// epilogue (`vkml_ops::quant::mat_vec_fuses_norm_add`).
     fn fuses_qmatmul_norm_add(dev: &VulkanDevice, w: &Self::QWeight, t: usize) -> bool {
