@@ -148,8 +148,6 @@ pub struct Stream {
     free_cmds: Vec<vk::CommandBuffer>,
     free_desc_pools: Vec<vk::DescriptorPool>,
     hazards: Hazards,
-    /// Pipeline stages of the commands recorded since the last barrier.
-    stages_since_barrier: vk::PipelineStageFlags,
     stats: StreamStats,
 }
 
@@ -179,7 +177,6 @@ impl Stream {
             free_cmds: Vec::new(),
             free_desc_pools: Vec::new(),
             hazards: Hazards::default(),
-            stages_since_barrier: vk::PipelineStageFlags::empty(),
             stats: StreamStats::default(),
         })
     }
@@ -222,7 +219,6 @@ impl Stream {
                     .map_err(Error::vk("vkBeginCommandBuffer"))?;
             }
             self.hazards.clear();
-            self.stages_since_barrier = vk::PipelineStageFlags::empty();
             // Order against everything submitted earlier on this queue.
             self.command_barrier(cmd);
             let prof = if self.device.inner.profiler.on.load(Ordering::Acquire) {
@@ -289,29 +285,6 @@ impl Stream {
         );
     }
 
-    /// A global memory barrier from the writes of `src` stages to the reads and writes of
-    /// `dst` stages.
-    fn stage_barrier(&self, cmd: vk::CommandBuffer, src: vk::PipelineStageFlags, dst: vk::PipelineStageFlags) {
-        let access = |st: vk::PipelineStageFlags| {
-            let mut a = vk::AccessFlags::empty();
-            if st.contains(vk::PipelineStageFlags::COMPUTE_SHADER) {
-                a |= vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
-            }
-            if st.contains(vk::PipelineStageFlags::TRANSFER) {
-                a |= vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE;
-            }
-            a
-        };
-        let src_access = access(src) & (vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE);
-        let barrier = vk::MemoryBarrier::default().src_access_mask(src_access).dst_access_mask(access(dst));
-        // SAFETY: `cmd` is in the recording state and owned by this stream; `src` holds
-        // only stages of commands recorded in it since the last barrier (non-empty: a
-        // conflict needs an earlier access), `dst` the next command's stage.
-        unsafe {
-            self.raw().cmd_pipeline_barrier(cmd, src, dst, vk::DependencyFlags::empty(), &[barrier], &[], &[]);
-        }
-    }
-
     fn full_barrier(&self, cmd: vk::CommandBuffer, dst_stage: vk::PipelineStageFlags, dst_access: vk::AccessFlags) {
         let barrier = vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
@@ -331,18 +304,14 @@ impl Stream {
     }
 
     /// Inserts a barrier if any access conflicts with one since the last barrier, then
-    /// records the accesses of a command running in pipeline stage `stage` (compute or
-    /// transfer). The barrier waits only for the stages recorded since the last barrier and
-    /// blocks only `stage`.
-    fn track(&mut self, stage: vk::PipelineStageFlags, accesses: &[(u64, u64, u64, Access)]) -> Result<()> {
+    /// records the accesses.
+    fn track(&mut self, accesses: &[(u64, u64, u64, Access)]) -> Result<()> {
         let cmd = self.batch()?.cmd;
         if accesses.iter().any(|&(id, s, e, a)| self.hazards.conflicts(id, s, e, a)) {
-            self.stage_barrier(cmd, self.stages_since_barrier, stage);
+            self.command_barrier(cmd);
             self.hazards.clear();
-            self.stages_since_barrier = vk::PipelineStageFlags::empty();
             self.stats.barriers += 1;
         }
-        self.stages_since_barrier |= stage;
         for &(id, s, e, a) in accesses {
             self.hazards.record(id, s, e, a);
         }
@@ -429,7 +398,7 @@ impl Stream {
         if groups.contains(&0) {
             return Ok(());
         }
-        self.track(vk::PipelineStageFlags::COMPUTE_SHADER, &accesses)?;
+        self.track(&accesses)?;
         let set = if pipeline.push_descriptors { None } else { Some(self.alloc_set(pipeline.set_layout)?) };
         let writes: Vec<vk::WriteDescriptorSet<'_>> = infos
             .iter()
@@ -530,13 +499,10 @@ impl Stream {
         if len == 0 {
             return Ok(());
         }
-        self.track(
-            vk::PipelineStageFlags::TRANSFER,
-            &[
-                (src.id(), src_offset, src_offset + len, Access::Read),
-                (dst.id(), dst_offset, dst_offset + len, Access::Write),
-            ],
-        )?;
+        self.track(&[
+            (src.id(), src_offset, src_offset + len, Access::Read),
+            (dst.id(), dst_offset, dst_offset + len, Access::Write),
+        ])?;
         let batch = self.current.as_mut().expect("track() began a batch");
         // SAFETY: recording command buffer; both buffers live (kept by the batch), have
         // TRANSFER usage, and the ranges are in bounds.
@@ -576,7 +542,7 @@ impl Stream {
         if len == 0 {
             return Ok(());
         }
-        self.track(vk::PipelineStageFlags::TRANSFER, &[(buffer.id(), offset, offset + len, Access::Write)])?;
+        self.track(&[(buffer.id(), offset, offset + len, Access::Write)])?;
         let batch = self.current.as_mut().expect("track() began a batch");
         // SAFETY: recording command buffer; live buffer with TRANSFER_DST usage; range
         // in bounds and 4-byte aligned.
@@ -595,7 +561,6 @@ impl Stream {
         // SAFETY: the command buffer is recording and owned by this stream.
         unsafe { self.raw().end_command_buffer(batch.cmd) }.map_err(Error::vk("vkEndCommandBuffer"))?;
         self.hazards.clear();
-        self.stages_since_barrier = vk::PipelineStageFlags::empty();
         Ok(Some(batch))
     }
 

@@ -421,6 +421,10 @@ fn attn_words(sh: &AttnShape, k: &KvCache, n_splits: usize, split_len: usize) ->
 /// MAX_SG)` bytes.
 const GQA_MAX_GD: usize = 1024;
 const GQA_MAX_SG: usize = 4;
+/// Its shared memory in bytes, and what the `rope_*` variants add (the new key and value
+/// rows, 128 words each, and 9 head scales).
+const GQA_SHARED: usize = 4 * (GQA_MAX_GD * (1 + GQA_MAX_SG) + 16 * GQA_MAX_SG);
+const ROPE_IN_SHARED: usize = 4 * (2 * 128 + 9);
 
 /// `flash_attn_gqa.comp`'s (workgroup size, pairs per lane per head) for head dim `d` and
 /// `g` query heads per KV head, where it runs: subgroup arithmetic, `g <= 8`,
@@ -433,9 +437,8 @@ fn gqa_kernel(caps: &Capabilities, d: usize, g: usize) -> Option<(u32, u32)> {
     let min = caps.subgroup.min_size.max(1) as usize;
     let wg = (GQA_MAX_SG * min).min(128);
     let npl = (d / 2).div_ceil(min);
-    let shared = 4 * (GQA_MAX_GD * (1 + GQA_MAX_SG) + 16 * GQA_MAX_SG);
     (tuning::subgroup_reduce(caps)
-        && caps.limits.max_shared_memory as usize >= shared
+        && caps.limits.max_shared_memory as usize >= GQA_SHARED
         && caps.subgroup.min_size > 0
         && (1..=8).contains(&g)
         && g * d <= GQA_MAX_GD
@@ -543,7 +546,12 @@ pub fn flash_attn_with(
     }
     let g = sh.n_heads / k.n_kv_heads;
     let gqa = gqa_kernel(dev.caps(), d, g);
-    let in_place = splits > 1 && merge == SplitMerge::InPlace && gqa.is_some() && sh.t_q <= IN_PLACE_MERGE_TOKENS;
+    // (The in-place merge keeps up to MAX_ATTN_SPLITS splits' weights in shared memory.)
+    let in_place = splits > 1
+        && splits <= tuning::MAX_ATTN_SPLITS
+        && merge == SplitMerge::InPlace
+        && gqa.is_some()
+        && sh.t_q <= IN_PLACE_MERGE_TOKENS;
     let (p, groups) = match gqa {
         // The query heads of one KV head together: x over KV heads.
         Some((wg, npl)) => {
@@ -617,6 +625,7 @@ pub fn decode_fuses_rope(caps: &Capabilities, sh: &AttnShape, d: usize, n_kv_hea
         && sh.causal
         && sh.q_pos0 + 1 == sh.kv_len
         && caps.limits.max_storage_buffers_per_stage >= 14
+        && caps.limits.max_shared_memory as usize >= GQA_SHARED + ROPE_IN_SHARED
         && gqa_kernel(caps, d, sh.n_heads / n_kv_heads).is_some()
 }
 
@@ -690,8 +699,8 @@ pub fn flash_attn_rope_decode(
         return bad(format!("q at {} or out do not hold {q_row} f32", q.off));
     }
     let splits = sh.n_splits.max(1);
-    if splits as u64 > u64::from(dev.caps().limits.max_workgroup_count[2]) {
-        return bad("splits exceed the device's grid".into());
+    if splits > tuning::MAX_ATTN_SPLITS || splits as u64 > u64::from(dev.caps().limits.max_workgroup_count[2]) {
+        return bad(format!("{splits} splits: at most {} (and the device's grid)", tuning::MAX_ATTN_SPLITS));
     }
     let (po, ml) = match scratch {
         _ if splits == 1 => (out, out),

@@ -71,12 +71,21 @@ pub fn block_rows_per_subgroup(caps: &Capabilities, cfg: &MatVecConfig, rows: us
     nr
 }
 
+/// Storage buffers the block-wise mat-vec kernels bind (`include/mul_mat_vec_block.glsl`:
+/// matrix, x, y, norm weight, and the post-norm epilogue's residual, weight and count).
+pub const BLOCK_MAT_VEC_BINDINGS: u32 = 7;
+
 /// The subgroup size the block-wise mat-vec kernels run with, and whether the pipeline must
 /// require it: a fixed size (`min == max`), else the largest size where the device can
-/// require it with full subgroups. `None` without subgroup arithmetic or size control.
+/// require it with full subgroups. `None` without subgroup arithmetic or size control, or
+/// with fewer than [`BLOCK_MAT_VEC_BINDINGS`] storage buffers per stage (Vulkan's minimum
+/// is 4): the per-workgroup kernels run there.
 pub fn row_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
     let s = &caps.subgroup;
     if !s.operations.contains(&"arithmetic") || s.size == 0 {
+        return None;
+    }
+    if caps.limits.max_storage_buffers_per_stage < BLOCK_MAT_VEC_BINDINGS {
         return None;
     }
     if s.min_size == s.max_size {
@@ -505,6 +514,7 @@ mod tests {
                 max_shared_memory: 48 * 1024,
                 max_workgroup_invocations: 1024,
                 max_workgroup_count: [65535; 3],
+                max_storage_buffers_per_stage: 16,
                 ..Default::default()
             },
             memory: MemoryCaps::default(),
@@ -617,5 +627,10 @@ mod tests {
         assert_eq!(block_rows_per_subgroup(&caps, &cfg, 1536, 576, 4), 1);
         caps.compute_units.count = 16;
         assert_eq!(block_rows_per_subgroup(&caps, &cfg, 576, 576, 4), 2);
+        // Fewer storage buffers per stage than the block kernels bind: no subgroup rows.
+        assert!(row_subgroup_size(&caps).is_some());
+        caps.limits.max_storage_buffers_per_stage = BLOCK_MAT_VEC_BINDINGS - 1;
+        assert_eq!(row_subgroup_size(&caps), None);
+        assert!(!mat_vec_config(&caps).subgroup_rows);
     }
 }

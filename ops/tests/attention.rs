@@ -489,6 +489,11 @@ fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
         let e = attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), two, &out, sc, Default::default())
             .unwrap_err();
         assert!(e.to_string().contains("one causal query"), "{e}");
+        // More splits than the in-place merge holds.
+        let many = AttnShape { n_splits: vkml_ops::tuning::MAX_ATTN_SPLITS + 1, ..sh };
+        let e = attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), many, &out, sc, Default::default())
+            .unwrap_err();
+        assert!(e.to_string().contains("splits"), "{e}");
         let early = AttnShape { kv_len: pos + 2, ..sh };
         let e =
             attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), early, &out, sc, Default::default())

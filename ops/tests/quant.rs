@@ -1410,6 +1410,9 @@ fn mat_vec_norm_add_matches_cpu() {
             quant::mat_vec_norm_add(&mut s, &m, &xb, batch, &y, &res, &nwb, eps, cfg).unwrap();
         }
         assert_eq!(s.stats().dispatches - d0, 2, "{ty:?}: one dispatch each");
+        // The product's scratch cannot be the residual it is added to.
+        let e = quant::mat_vec_norm_add(&mut s, &m, &xb, batch, &res, &res, &nwb, eps, cfg).unwrap_err();
+        assert!(e.to_string().contains("different buffers"), "{e}");
         s.finish_and_wait().unwrap();
         let (t, got) = (t_plain.to_vec::<f32>().unwrap(), res.to_vec::<f32>().unwrap());
         for b in 0..batch {

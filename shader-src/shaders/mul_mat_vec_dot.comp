@@ -12,7 +12,7 @@
 // (epilogue per include/mat_vec_out.glsl: with the gated products each subgroup also
 // computes the NR up rows, at r + rows, beside its gate rows; x is loaded once for both).
 // Push: w_offset, row_bytes, k, rows (output rows), batch, y_stride (include/mat_vec_out.glsl),
-// eps (unused: the push block the mat-vec kernels share).
+// eps (the *_x_f32 variants' norm prologue and post-norm epilogue; else unused).
 // Specialization: 0 = workgroup, 1 = NB, 2 = NR, 10 = epilogue.
 // *_x_f32: x is f32 (binding 1: vec4[k / 4], one batch row, k a multiple of 32 and at most
 // 32 * MAX_XBLOCKS) and each workgroup quantizes it to Q8_1 into shared memory first, as

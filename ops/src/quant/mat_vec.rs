@@ -152,7 +152,8 @@ pub fn dot_quantizes_x(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize,
         && sg_ok
         && wg.is_power_of_two()
         && wg <= caps.limits.max_workgroup_invocations.min(caps.limits.max_workgroup_size[0])
-        && (caps.limits.max_shared_memory as usize) >= DOT_X_MAX_BLOCKS * 36 + 4 * 128
+        && tuning::row_subgroup_size(caps).is_some_and(|(sg, _)| wg / sg <= 128) // reduce.glsl's REDUCE_MAX
+        && (caps.limits.max_shared_memory as usize) >= DOT_X_MAX_BLOCKS * 36 + 4 * 128 + 4
 }
 
 /// Whether [`rms_norm_mat_vec`] runs the norm inside the mat-vec (`include/mat_vec_norm.glsl`)
@@ -267,10 +268,7 @@ const POST_NORM_EPILOGUE: u32 = 5;
 pub fn mat_vec_fuses_norm_add(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &MatVecConfig) -> bool {
     let row_sg = tuning::row_subgroup_size(caps).is_some() && cfg.subgroup_rows && block_kernel(m.ty).is_some();
     let kernel = if mat_vec_uses_q8_1(caps, m, cfg) { dot_quantizes_x(caps, m, batch, cfg) } else { row_sg };
-    kernel
-        && m.parts.len() == 1
-        && (1..=MAX_MAT_VEC_BATCH).contains(&batch)
-        && caps.limits.max_storage_buffers_per_stage >= 7
+    kernel && m.parts.len() == 1 && (1..=MAX_MAT_VEC_BATCH).contains(&batch)
 }
 
 /// Gemma's sandwich-norm residual add folded into the projection feeding it:
@@ -279,11 +277,13 @@ pub fn mat_vec_fuses_norm_add(caps: &vkml_hal::Capabilities, m: &QMatrix, batch:
 /// [`mat_vec_fuses_norm_add`] holds: one dispatch that stores `x Wᵀ` into `y` (f32
 /// `[batch, rows]`, scratch) and whose last workgroup, counted on a device-scope atomic,
 /// normalises it and adds it to `residual` (`include/mat_vec_post_norm.glsl`). The sum of
-/// squares is reduced in another order than `nn::rms_norm`'s.
+/// squares is reduced in another order than `nn::rms_norm`'s. The count lives in the
+/// matrix (`QMatrix`'s `done_count`, left zero by each dispatch): one stream at a time
+/// may run this on a matrix.
 ///
 /// # Errors
-/// [`OpsError::Shape`] where [`mat_vec_fuses_norm_add`] does not hold or a buffer is too
-/// small; as [`mat_vec_fused`] otherwise.
+/// [`OpsError::Shape`] where [`mat_vec_fuses_norm_add`] does not hold, a buffer is too
+/// small, or `y` is the residual; as [`mat_vec_fused`] otherwise.
 #[allow(clippy::too_many_arguments)]
 pub fn mat_vec_norm_add(
     s: &mut Stream,
@@ -303,6 +303,9 @@ pub fn mat_vec_norm_add(
     let out = 4 * (batch * m.rows) as u64;
     if residual.size() < out || nw.size() < 4 * m.rows as u64 {
         return bad(format!("the residual needs {out} bytes and the norm weight {} f32", m.rows));
+    }
+    if y.id() == residual.id() {
+        return bad("y (the product's scratch) and the residual must be different buffers".into());
     }
     let post = PostNorm { residual, weight: nw, eps };
     mat_vec_core(s, m, x, false, None, batch, y, cfg, MatVecEpilogue::Store, Some(post))
@@ -416,10 +419,7 @@ fn mat_vec_core(
         (tuning::block_rows_per_subgroup(caps, &cfg, out, m.k, cfg.workgroup.max(sg) / sg), cfg.workgroup)
     };
     if !(1..=8).contains(&nr) {
-        return Err(OpsError::Shape {
-            op: "mat_vec",
-            reason: format!("dot_x_rows_per_subgroup {nr} must be in 1..=8"),
-        });
+        return Err(OpsError::Shape { op: "mat_vec", reason: format!("{nr} rows per subgroup: must be in 1..=8") });
     }
     let groups = |rows: usize| match row_sg {
         Some((sg, _)) => grid(&dev, "mat_vec", (rows as u64).div_ceil(u64::from(workgroup.max(sg) / sg * nr))),

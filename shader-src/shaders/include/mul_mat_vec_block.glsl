@@ -4,7 +4,9 @@
 // y[b, r] = sum_c W[r, c] * x[b, c], b < NB.
 // Bindings: 0 = W (raw blocks, row r at w_offset + r * row_bytes), 1 = x (vec4[NB * k / 4]),
 //           2 = y (f32[NB * rows]; epilogue per include/mat_vec_out.glsl: with the gated
-//           products each subgroup also computes the NR up rows beside its gate rows).
+//           products each subgroup also computes the NR up rows beside its gate rows),
+//           3 = the norm weight (include/mat_vec_norm.glsl), 4-6 = the post-norm epilogue's
+//           residual, weight and count (include/mat_vec_post_norm.glsl; stand-ins otherwise).
 // Push constants: w_offset, row_bytes, k, rows (output rows), batch (unused: NB), y_stride
 // (include/mat_vec_out.glsl), eps (include/mat_vec_norm.glsl: x normalised first with
 // specialization constant 11; then binding 3 = the norm weight).
