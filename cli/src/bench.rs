@@ -367,11 +367,15 @@ fn models(a: ModelArgs) -> Result<(), String> {
             let (m, sd) = ops_bench::mean_sd(&ts);
             let (mns, sdns) = ops_bench::mean_sd(&samples);
             let test = if n_prompt > 0 { format!("pp{n_prompt}") } else { format!("tg{n_gen}") };
-            // Where the time goes (the timed runs): host times and commands per token of a
-            // generation, per run of a prompt.
+            // Where the time goes (the timed runs): host times per token of a generation and
+            // commands per decode step, both per run of a prompt.
             let stats = stream_stats();
             let runs = reps as f64;
-            let per = |v: u64| v as f64 / runs / n_gen.max(1) as f64;
+            // Commands per decode step: a generation of n_gen tokens records n_gen + 1 steps
+            // (the last, recorded ahead, is left unused when the run ends); per run for a
+            // prompt.
+            let steps_per_run = if n_gen > 0 { n_gen + 1 } else { 1 };
+            let per = |v: u64| v as f64 / runs / steps_per_run as f64;
             let per_ms = |seconds: f64| seconds / runs / n_gen.max(1) as f64 * 1e3;
             let mut step = json!({
                 "dispatches": per(stats.dispatches - stats0.dispatches),
@@ -394,7 +398,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
                     o.insert("submit_wait_readback_us".into(), json!(wait));
                 }
                 eprintln!(
-                    "{label} {test}: per token: host record {rec:.0} µs, recorded ahead {ahead:.0} µs, submit + wait + read-back {wait:.0} µs; {counts}"
+                    "{label} {test}: per token: host record {rec:.0} µs, recorded ahead {ahead:.0} µs, submit + wait + read-back {wait:.0} µs; per decode step: {counts}"
                 );
             } else {
                 let ms = |v: f64| v / runs * 1e3;
