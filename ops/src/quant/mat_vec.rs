@@ -428,11 +428,8 @@ fn mat_vec_core(
     let pipeline_for = |nb: usize| -> Result<std::sync::Arc<vkml_hal::Pipeline>> {
         let (name, options) = match row_sg {
             Some((sg, require)) => (
-                if use_dot {
-                    dot_kernel(m.ty, dot_x)?.to_string()
-                } else {
-                    format!("{}.{}", block.unwrap_or("mul_mat_vec_q32"), variant("mat_vec", m.ty)?)
-                },
+                if use_dot { dot_kernel(m.ty, dot_x)? } else { block.expect("row_sg holds for block types only") }
+                    .to_string(),
                 PipelineOptions {
                     spec_constants: {
                         let ep = if post.is_some() { POST_NORM_EPILOGUE } else { epilogue.spec() };

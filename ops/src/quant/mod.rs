@@ -124,29 +124,36 @@ pub const BLOCK_TYPES: &[GgmlType] = &[
     GgmlType::IQ3_S,
 ];
 
-/// The block-wise mat-vec shader (file stem) for `ty`, `None` for types not in
+/// The block-wise mat-vec kernel (`file.variant`) for `ty`, `None` for types not in
 /// [`BLOCK_TYPES`].
 pub fn block_kernel(ty: GgmlType) -> Option<&'static str> {
-    match ty {
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => Some("mul_mat_vec_q32"),
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q8_K => {
-            Some("mul_mat_vec_k")
-        }
-        GgmlType::IQ4_NL
-        | GgmlType::IQ4_XS
-        | GgmlType::MXFP4
-        | GgmlType::NVFP4
-        | GgmlType::TQ1_0
-        | GgmlType::TQ2_0
-        | GgmlType::Q1_0
-        | GgmlType::Q2_0
-        | GgmlType::IQ2_XXS
-        | GgmlType::IQ2_XS
-        | GgmlType::IQ2_S
-        | GgmlType::IQ3_XXS
-        | GgmlType::IQ3_S => Some("mul_mat_vec_iq"),
-        _ => None,
-    }
+    Some(match ty {
+        GgmlType::Q4_0 => "mul_mat_vec_q32.q4_0",
+        GgmlType::Q4_1 => "mul_mat_vec_q32.q4_1",
+        GgmlType::Q5_0 => "mul_mat_vec_q32.q5_0",
+        GgmlType::Q5_1 => "mul_mat_vec_q32.q5_1",
+        GgmlType::Q8_0 => "mul_mat_vec_q32.q8_0",
+        GgmlType::Q2_K => "mul_mat_vec_k.q2_k",
+        GgmlType::Q3_K => "mul_mat_vec_k.q3_k",
+        GgmlType::Q4_K => "mul_mat_vec_k.q4_k",
+        GgmlType::Q5_K => "mul_mat_vec_k.q5_k",
+        GgmlType::Q6_K => "mul_mat_vec_k.q6_k",
+        GgmlType::Q8_K => "mul_mat_vec_k.q8_k",
+        GgmlType::IQ4_NL => "mul_mat_vec_iq.iq4_nl",
+        GgmlType::IQ4_XS => "mul_mat_vec_iq.iq4_xs",
+        GgmlType::MXFP4 => "mul_mat_vec_iq.mxfp4",
+        GgmlType::NVFP4 => "mul_mat_vec_iq.nvfp4",
+        GgmlType::TQ1_0 => "mul_mat_vec_iq.tq1_0",
+        GgmlType::TQ2_0 => "mul_mat_vec_iq.tq2_0",
+        GgmlType::Q1_0 => "mul_mat_vec_iq.q1_0",
+        GgmlType::Q2_0 => "mul_mat_vec_iq.q2_0",
+        GgmlType::IQ2_XXS => "mul_mat_vec_iq.iq2_xxs",
+        GgmlType::IQ2_XS => "mul_mat_vec_iq.iq2_xs",
+        GgmlType::IQ2_S => "mul_mat_vec_iq.iq2_s",
+        GgmlType::IQ3_XXS => "mul_mat_vec_iq.iq3_xxs",
+        GgmlType::IQ3_S => "mul_mat_vec_iq.iq3_s",
+        _ => return None,
+    })
 }
 
 /// Types with an integer-dot mat-vec kernel (`mul_mat_vec_dot.comp`).
