@@ -150,9 +150,7 @@ pub fn kv_append_pair_from(
     k_cache: &KvCache,
     v_cache: &KvCache,
 ) -> Result<()> {
-    if (k_cache.n_kv_heads, k_cache.ctx, k_cache.d) != (v_cache.n_kv_heads, v_cache.ctx, v_cache.d) {
-        return Err(OpsError::Shape { op: "kv_append", reason: "K and V caches differ in shape".into() });
-    }
+    check_cache_pair("kv_append", k_cache, v_cache)?;
     check_append(dt, k.0, k.1, k.2, t_new, pos0, k_cache)?;
     check_append(dt, v.0, v.1, v.2, t_new, pos0, v_cache)?;
     if t_new == 0 {
@@ -219,9 +217,7 @@ pub fn rope_kv_append(
     q_out: &Buffer,
 ) -> Result<()> {
     let bad = |reason: String| Err(OpsError::Shape { op: "rope_kv_append", reason });
-    if (k_cache.n_kv_heads, k_cache.ctx, k_cache.d) != (v_cache.n_kv_heads, v_cache.ctx, v_cache.d) {
-        return bad("K and V caches differ in shape".into());
-    }
+    check_cache_pair("rope_kv_append", k_cache, v_cache)?;
     let d = k_cache.d;
     let sh = crate::nn::RopeShape {
         bh: n_heads,
@@ -299,6 +295,31 @@ fn append_grid(dev: &Device, t_new: usize, cache: &KvCache) -> Result<[u32; 3]> 
 }
 
 /// Checks one side of an append (see [`kv_append_from`]).
+/// Refuses K and V caches of different shapes (named `op` in the error).
+fn check_cache_pair(op: &'static str, k: &KvCache, v: &KvCache) -> Result<()> {
+    if (k.n_kv_heads, k.ctx, k.d) != (v.n_kv_heads, v.ctx, v.d) {
+        return Err(OpsError::Shape { op, reason: "K and V caches differ in shape".into() });
+    }
+    Ok(())
+}
+
+/// The split outputs of a split attention of shape `sh` (`n_splits > 1`) over heads of `d`:
+/// `scratch`, checked to hold [`split_scratch_len`] f32 (named `op` in the error).
+fn split_scratch<'a>(
+    op: &'static str,
+    sh: &AttnShape,
+    d: usize,
+    scratch: Option<(&'a Buffer, &'a Buffer)>,
+) -> Result<(&'a Buffer, &'a Buffer)> {
+    let bad = |reason: String| Err(OpsError::Shape { op, reason });
+    let Some((po, ml)) = scratch else { return bad("n_splits > 1 needs scratch buffers".into()) };
+    let (po_len, ml_len) = split_scratch_len(sh, d);
+    if po.size() < 4 * po_len as u64 || ml.size() < 4 * ml_len as u64 {
+        return bad(format!("scratch needs {po_len} and {ml_len} f32"));
+    }
+    Ok((po, ml))
+}
+
 fn check_append(
     dt: Dtype,
     x: &Buffer,
@@ -488,9 +509,7 @@ pub fn flash_attn_with(
     dt.require_activation(s.device(), "flash_attn")?;
     let bad = |reason: String| Err(OpsError::Shape { op: "flash_attn", reason });
     let d = k.d;
-    if (v.d, v.n_kv_heads, v.ctx) != (d, k.n_kv_heads, k.ctx) {
-        return bad("K and V caches differ in shape".into());
-    }
+    check_cache_pair("flash_attn", k, v)?;
     if sh.n_heads == 0 || k.n_kv_heads == 0 || !sh.n_heads.is_multiple_of(k.n_kv_heads) {
         return bad(format!("{} query heads are not a multiple of {} KV heads", sh.n_heads, k.n_kv_heads));
     }
@@ -588,11 +607,7 @@ pub fn flash_attn_with(
         )?;
         return Ok(());
     }
-    let Some((po, ml)) = scratch else { return bad("n_splits > 1 needs scratch buffers".into()) };
-    let (po_len, ml_len) = split_scratch_len(&sh, d);
-    if po.size() < 4 * po_len as u64 || ml.size() < 4 * ml_len as u64 {
-        return bad(format!("scratch needs {po_len} and {ml_len} f32"));
-    }
+    let (po, ml) = split_scratch("flash_attn", &sh, d, scratch)?;
     // The final-output binding is unused: bind `out`.
     let bindings: [BufferArg<'_>; 6] =
         [q.into(), k.buffer().into(), v.buffer().into(), out.into(), po.into(), ml.into()];
@@ -670,9 +685,7 @@ pub fn flash_attn_rope_decode(
     let bad = |reason: String| Err(OpsError::Shape { op: "flash_attn_rope_decode", reason });
     let dev = s.device().clone();
     let d = k_cache.d;
-    if (v_cache.d, v_cache.n_kv_heads, v_cache.ctx) != (d, k_cache.n_kv_heads, k_cache.ctx) {
-        return bad("K and V caches differ in shape".into());
-    }
+    check_cache_pair("flash_attn_rope_decode", k_cache, v_cache)?;
     if !decode_fuses_rope(dev.caps(), &sh, d, k_cache.n_kv_heads) {
         return bad(format!(
             "one causal query at the last position on the grouped-query kernel (t_q {}, q_pos0 {}, kv_len {}, {} heads over {} KV heads, d {d})",
@@ -702,17 +715,8 @@ pub fn flash_attn_rope_decode(
     if splits > tuning::MAX_ATTN_SPLITS || splits as u64 > u64::from(dev.caps().limits.max_workgroup_count[2]) {
         return bad(format!("{splits} splits: at most {} (and the device's grid)", tuning::MAX_ATTN_SPLITS));
     }
-    let (po, ml) = match scratch {
-        _ if splits == 1 => (out, out),
-        Some((po, ml)) => {
-            let (po_len, ml_len) = split_scratch_len(&sh, d);
-            if po.size() < 4 * po_len as u64 || ml.size() < 4 * ml_len as u64 {
-                return bad(format!("scratch needs {po_len} and {ml_len} f32"));
-            }
-            (po, ml)
-        }
-        None => return bad("n_splits > 1 needs scratch buffers".into()),
-    };
+    // Without splits the split-output bindings are unused: `out` stands in.
+    let (po, ml) = if splits == 1 { (out, out) } else { split_scratch("flash_attn_rope_decode", &sh, d, scratch)? };
     let bias_len = (sh.n_heads + 2 * k_cache.n_kv_heads) * d;
     if prologue.bias.is_some_and(|b| b.size() < 4 * bias_len as u64) {
         return bad(format!("the QKV bias holds fewer than {bias_len} f32"));

@@ -54,11 +54,8 @@ layout(constant_id = 11) const bool MV_NORM = false;
 shared uint xs[MAX_XBLOCKS * 9u];
 #define XQ(i) xs[i]
 
-// Round half away from zero (include/q8_1.glsl's round_away, per component).
-vec4 round_away4(vec4 v) {
-    vec4 t = trunc(v);
-    return mix(t, t + sign(v), greaterThanEqual(abs(v - t), vec4(0.5)));
-}
+#define Q8_1_NO_X
+#include "q8_1.glsl"
 
 // Max and sum over the 8 lanes 8c .. 8c + 7 of a subgroup (all active), by xor shuffles:
 // exact, so every lane gets the same value in any order.
@@ -98,7 +95,8 @@ void quantize_x() {
             float amax = max8(max(max(a.x, a.y), max(a.z, a.w)));
             float d = amax / 127.0;
             float id = d != 0.0 ? 1.0 / d : 0.0;
-            ivec4 q = ivec4(round_away4(v * id));
+            vec4 r = v * id;
+            ivec4 q = ivec4(round_away(r.x), round_away(r.y), round_away(r.z), round_away(r.w));
             int sum = sum8(q.x + q.y + q.z + q.w);
             uint blk = i / 8u;
             uvec4 u = uvec4(q) & 0xFFu;

@@ -66,11 +66,6 @@ pub struct QkvPrologue<'a, S> {
 }
 
 impl<S> QkvPrologue<'_, S> {
-    /// No bias, no norms.
-    pub fn none() -> Self {
-        QkvPrologue { bias: None, q_norm: None, k_norm: None }
-    }
-
     /// Whether it does nothing.
     pub fn is_none(&self) -> bool {
         self.bias.is_none() && self.q_norm.is_none() && self.k_norm.is_none()

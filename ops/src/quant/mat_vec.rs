@@ -120,12 +120,13 @@ pub fn mat_vec_q8_1_fused(
 /// result. Needs `cfg.integer_dot` and `cfg.subgroup_rows`, a type in [`DOT_TYPES`], and
 /// a device with integer dot products and a usable subgroup size.
 pub fn mat_vec_uses_q8_1(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVecConfig) -> bool {
-    cfg.subgroup_rows
-        && cfg.integer_dot
-        && block_kernel(m.ty).is_some()
-        && tuning::row_subgroup_size(caps).is_some()
-        && caps.integer_dot.supported
-        && DOT_TYPES.contains(&m.ty)
+    runs_subgroup_rows(caps, m, cfg) && cfg.integer_dot && caps.integer_dot.supported && DOT_TYPES.contains(&m.ty)
+}
+
+/// Whether `m` runs on a kernel with one subgroup per few rows (the block-wise or the
+/// integer-dot kernel): a block type, `cfg.subgroup_rows` and a usable subgroup size.
+fn runs_subgroup_rows(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVecConfig) -> bool {
+    cfg.subgroup_rows && block_kernel(m.ty).is_some() && tuning::row_subgroup_size(caps).is_some()
 }
 
 /// Largest `k`, in 32-value blocks, that the integer-dot kernels quantizing `x`
@@ -142,7 +143,8 @@ pub const DOT_X_MAX_BLOCKS: usize = 512;
 /// of squares.
 pub fn dot_quantizes_x(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &MatVecConfig) -> bool {
     let wg = cfg.dot_x_workgroup;
-    let sg_ok = tuning::row_subgroup_size(caps).is_some_and(|(sg, _)| sg >= 8 && wg >= sg);
+    // Subgroups of at least 8, and at most reduce.glsl's REDUCE_MAX (128) per workgroup.
+    let sg_ok = tuning::row_subgroup_size(caps).is_some_and(|(sg, _)| sg >= 8 && wg >= sg && wg / sg <= 128);
     mat_vec_uses_q8_1(caps, m, cfg)
         && cfg.dot_x_in_kernel
         && batch == 1
@@ -152,7 +154,6 @@ pub fn dot_quantizes_x(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize,
         && sg_ok
         && wg.is_power_of_two()
         && wg <= caps.limits.max_workgroup_invocations.min(caps.limits.max_workgroup_size[0])
-        && tuning::row_subgroup_size(caps).is_some_and(|(sg, _)| wg / sg <= 128) // reduce.glsl's REDUCE_MAX
         && (caps.limits.max_shared_memory as usize) >= DOT_X_MAX_BLOCKS * 36 + 4 * 128 + 4
 }
 
@@ -162,8 +163,7 @@ pub fn dot_quantizes_x(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize,
 /// Q4_0 decode 259 -> 139 t/s, every workgroup of 4 rows reading x's 16 KiB beside its
 /// 9 KiB of weights; benches/RESULTS.md), for a matrix in one part.
 pub fn mat_vec_fuses_norm(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVecConfig) -> bool {
-    let row_sg = tuning::row_subgroup_size(caps).is_some() && cfg.subgroup_rows && block_kernel(m.ty).is_some();
-    row_sg && !mat_vec_uses_q8_1(caps, m, cfg) && m.parts.len() == 1 && cfg.workgroup <= 128
+    runs_subgroup_rows(caps, m, cfg) && !mat_vec_uses_q8_1(caps, m, cfg) && m.parts.len() == 1 && cfg.workgroup <= 128
 }
 
 /// Where [`rms_norm_mat_vec`] normalises x for `m`.
@@ -255,6 +255,8 @@ struct PostNorm<'a> {
     residual: &'a vkml_hal::Buffer,
     weight: &'a vkml_hal::Buffer,
     eps: f32,
+    /// The matrix's count of finished workgroups (zero between dispatches).
+    count: &'a vkml_hal::Buffer,
 }
 
 /// The mat-vec kernels' epilogue number of the post-norm residual add
@@ -266,8 +268,11 @@ const POST_NORM_EPILOGUE: u32 = 5;
 /// itself ([`dot_quantizes_x`]), for a matrix in one part and at most
 /// [`MAX_MAT_VEC_BATCH`] rows.
 pub fn mat_vec_fuses_norm_add(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &MatVecConfig) -> bool {
-    let row_sg = tuning::row_subgroup_size(caps).is_some() && cfg.subgroup_rows && block_kernel(m.ty).is_some();
-    let kernel = if mat_vec_uses_q8_1(caps, m, cfg) { dot_quantizes_x(caps, m, batch, cfg) } else { row_sg };
+    let kernel = if mat_vec_uses_q8_1(caps, m, cfg) {
+        dot_quantizes_x(caps, m, batch, cfg)
+    } else {
+        runs_subgroup_rows(caps, m, cfg)
+    };
     kernel && m.parts.len() == 1 && (1..=MAX_MAT_VEC_BATCH).contains(&batch)
 }
 
@@ -307,7 +312,15 @@ pub fn mat_vec_norm_add(
     if y.id() == residual.id() {
         return bad("y (the product's scratch) and the residual must be different buffers".into());
     }
-    let post = PostNorm { residual, weight: nw, eps };
+    let count = match m.done_count.get() {
+        Some(c) => c,
+        None => {
+            let c = s.device().alloc(4, MemoryKind::DeviceLocal)?;
+            s.fill(&c, 0, 4, 0)?;
+            m.done_count.get_or_init(|| c)
+        }
+    };
+    let post = PostNorm { residual, weight: nw, eps, count };
     mat_vec_core(s, m, x, false, None, batch, y, cfg, MatVecEpilogue::Store, Some(post))
 }
 
@@ -514,7 +527,7 @@ fn mat_vec_core(
                     Some(pn) => {
                         args.push(BufferArg::range(pn.residual, 0, (4 * nb * out_rows) as u64));
                         args.push(BufferArg::range(pn.weight, 0, 4 * out_rows as u64));
-                        args.push((&m.done_count).into());
+                        args.push(pn.count.into());
                     }
                     None => args.extend([y_arg, x_arg, y_arg]),
                 }

@@ -17,8 +17,9 @@ pub struct QMatrix {
     pub(super) k: usize,
     pub(super) row_bytes: u64,
     /// One u32, zero between dispatches: the count of finished workgroups of a mat-vec with
-    /// the post-norm epilogue ([`super::mat_vec_norm_add`]), which its last one resets.
-    pub(super) done_count: vkml_hal::Buffer,
+    /// the post-norm epilogue ([`super::mat_vec_norm_add`]), which its last one resets;
+    /// made (and zeroed) by the first such mat-vec, so that other matrices cost nothing.
+    pub(super) done_count: std::sync::OnceLock<vkml_hal::Buffer>,
 }
 
 /// Rows `row0 .. row0 + rows` of a [`QMatrix`] in one buffer (raw blocks, row `i` of the
@@ -129,7 +130,7 @@ impl QMatrix {
             let at = (part.row0 as u64 * row_bytes) as usize;
             part.buffer.write(0, &bytes[at..at + (part.rows as u64 * row_bytes) as usize])?;
         }
-        Ok(QMatrix { parts, ty, rows, k, row_bytes, done_count: dev.upload(&[0u32])? })
+        Ok(QMatrix { parts, ty, rows, k, row_bytes, done_count: std::sync::OnceLock::new() })
     }
 
     /// Uploads a 2-D GGUF tensor (`dims = [k, rows]`; 1-D tensors are one row).
@@ -212,8 +213,14 @@ impl QMatrix {
                 at += n;
             }
         }
-        let done_count = s.device().upload(&[0u32])?;
-        Ok(QMatrix { ty: first.ty, rows, k: first.k, row_bytes: rb, parts: out, done_count })
+        Ok(QMatrix {
+            ty: first.ty,
+            rows,
+            k: first.k,
+            row_bytes: rb,
+            parts: out,
+            done_count: std::sync::OnceLock::new(),
+        })
     }
 }
 
