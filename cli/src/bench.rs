@@ -7,8 +7,9 @@
 //! (`Runner::prefill`: no decode step recorded ahead); `tgN` generates N tokens one at a
 //! time from an empty cache, each step one forward pass of one token whose greedy choice
 //! is fed back: chosen on the GPU, which runs the next step on it while the host reads it
-//! (`Runner::forward_greedy`, what `vkml generate --temp 0` does), or with
-//! `--sample-on-host` from the logits read back every step (what other samplers need). Each test runs once to warm
+//! (`Runner::forward_choose`, what `vkml generate` does without a repeat penalty; `--sample`
+//! draws with llama.cpp's default sampler settings), or with `--sample-on-host` from the
+//! logits read back every step (what the repeat penalty needs). Each test runs once to warm
 //! up (pipelines, caches), then `-r` times; the figure is tokens per second, mean ± sample
 //! standard deviation over the repetitions. Attention is the flash-attention kernel
 //! (llama-bench's `-fa 1`); the KV cache is f16.
@@ -19,6 +20,7 @@ use candle_core::backend::BackendDevice;
 use serde_json::json;
 use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
 use vkml_hal::{Device, DeviceOptions, DeviceSelector};
+use vkml_models::sampling::{SampleParams, TokenChoice};
 use vkml_models::storage::ModelStorage;
 use vkml_models::synth;
 use vkml_models::{LoadOptions, Runner};
@@ -93,9 +95,14 @@ struct ModelArgs {
     #[command(flatten)]
     split: crate::model_args::SplitArgs,
     /// Generation tests read every step's logits back and take the argmax on the host
-    /// (as samplers other than plain greedy do), instead of the GPU choosing it.
-    #[arg(long)]
+    /// (as the repeat penalty needs), instead of the GPU choosing it.
+    #[arg(long, conflicts_with = "sample")]
     sample_on_host: bool,
+    /// Generation tests draw each token on the GPU with llama.cpp's default sampler
+    /// settings (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05; `sample.comp`)
+    /// instead of its greedy choice.
+    #[arg(long)]
+    sample: bool,
     /// With --devices: tokens per micro-batch of a prompt (llama-bench's `-ub`); default
     /// half the prompt, at most 256.
     #[arg(long)]
@@ -204,14 +211,26 @@ fn sources(a: &ModelArgs) -> Result<Vec<Source>, String> {
     Ok(out)
 }
 
-/// One test run from an empty cache: an `n_prompt`-token prompt, or `n_gen` greedy
-/// one-token steps (their host times added to `prof`); seconds.
+/// How a generation test chooses each token: on the device as `TokenChoice` says, or
+/// greedy on the host (`None`, `--sample-on-host`).
+fn choice(a: &ModelArgs) -> Option<TokenChoice> {
+    match (a.sample_on_host, a.sample) {
+        (true, _) => None,
+        (false, false) => Some(TokenChoice::Greedy),
+        (false, true) => {
+            Some(TokenChoice::Sample(SampleParams { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, seed: 1 }))
+        }
+    }
+}
+
+/// One test run from an empty cache: an `n_prompt`-token prompt, or `n_gen` one-token
+/// steps, each fed the token `how` chose (their host times added to `prof`); seconds.
 fn one_run<S: ModelStorage>(
     model: &mut Runner<S>,
     n_prompt: usize,
     n_gen: usize,
     vocab: u32,
-    on_host: bool,
+    how: Option<TokenChoice>,
     prof: &mut vkml_models::StepProfile,
 ) -> vkml_models::Result<f64>
 where
@@ -227,11 +246,12 @@ where
     } else {
         let mut tok = 1u32 % vocab;
         for _ in 0..n_gen {
-            tok = if on_host {
-                let l = model.forward(&[tok], false)?;
-                l.iter().enumerate().max_by(|x, y| x.1.total_cmp(y.1)).map_or(0, |m| m.0 as u32)
-            } else {
-                model.forward_greedy(tok)?
+            tok = match &how {
+                None => {
+                    let l = model.forward(&[tok], false)?;
+                    l.iter().enumerate().max_by(|x, y| x.1.total_cmp(y.1)).map_or(0, |m| m.0 as u32)
+                }
+                Some(how) => model.forward_choose(tok, how)?,
             };
             *prof += model.last_step();
         }
@@ -345,7 +365,7 @@ fn models(a: ModelArgs) -> Result<(), String> {
         let tests = tests(&a);
         for (n_prompt, n_gen) in tests {
             let run = |model: &mut Runner<VulkanStorage>, prof: &mut vkml_models::StepProfile| {
-                one_run(model, n_prompt, n_gen, vocab, a.sample_on_host, prof).map_err(|e| format!("{label}: {e}"))
+                one_run(model, n_prompt, n_gen, vocab, choice(&a), prof).map_err(|e| format!("{label}: {e}"))
             };
             // Warm-up runs until a.warmup seconds have passed (at least one), then `reps`
             // timed ones; the counts and the GPU profile cover the timed runs only.
@@ -618,8 +638,7 @@ fn models_cpu(a: &ModelArgs, list: &[Source]) -> Result<(), String> {
         for (n_prompt, n_gen) in tests {
             let mut prof = vkml_models::StepProfile::default();
             let mut run = || {
-                one_run(&mut model, n_prompt, n_gen, vocab, a.sample_on_host, &mut prof)
-                    .map_err(|e| format!("{label}: {e}"))
+                one_run(&mut model, n_prompt, n_gen, vocab, choice(a), &mut prof).map_err(|e| format!("{label}: {e}"))
             };
             let warm_start = Instant::now();
             let mut warm_runs = 0usize;

@@ -117,6 +117,23 @@ fn generate_splits_layers_over_devices() {
     );
 }
 
+/// Sampled generation (drawn on the device, here lavapipe): a seed reproduces the text,
+/// on one device and split over two; another seed gives another text.
+#[test]
+fn generate_samples_reproducibly_for_a_seed() {
+    let m = test_model();
+    let base = ["generate", "-m", m.to_str().unwrap(), "-p", "Once upon a time", "-n", "16", "--temp", "1.0"];
+    let run = |extra: &[&str]| {
+        let out = vkml(&base.iter().chain(extra).copied().collect::<Vec<_>>());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let a = run(&["--seed", "3", "--top-p", "0.95", "-d", "0"]);
+    assert_eq!(a, run(&["--seed", "3", "--top-p", "0.95", "-d", "0"]));
+    assert_eq!(a, run(&["--seed", "3", "--top-p", "0.95", "--devices", "0,0"]));
+    assert_ne!(a, run(&["--seed", "4", "--top-p", "0.95", "-d", "0"]));
+}
+
 /// Gemma 3 (the real 270M base model): a greedy completion through the whole command.
 #[test]
 fn generate_runs_gemma3() {

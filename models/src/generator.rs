@@ -35,7 +35,7 @@ use vkml_quant::gguf::GgufFile;
 use crate::chat_template::ChatMessage;
 use crate::error::{Error, Result};
 use crate::runner::{LoadOptions, Runner};
-use crate::sampling::{Sampler, SamplingConfig};
+use crate::sampling::{Sampler, SamplingConfig, TokenChoice};
 use crate::storage::ModelStorage;
 use crate::tokenizer::{GgufTokenizer, TokenStream};
 
@@ -239,6 +239,7 @@ where
             prompt_s: t0.elapsed().as_secs_f64(),
             started: Instant::now(),
             g: self,
+            device_choice: opts.sampling.device_choice(),
             sampler,
             logits: Some(logits),
             chosen: None,
@@ -262,8 +263,9 @@ pub struct Generation<'g, S: ModelStorage = VulkanStorage> {
     sampler: Sampler,
     /// Logits to sample the next token from.
     logits: Option<Vec<f32>>,
-    /// The next token, where the device chose it (plain greedy decoding:
-    /// [`Runner::forward_greedy`]).
+    /// How the device chooses tokens, where it can ([`SamplingConfig::device_choice`]).
+    device_choice: Option<TokenChoice>,
+    /// The next token, where the device chose it ([`Runner::forward_choose`]).
     chosen: Option<u32>,
     /// Prompt and generated tokens (for the repeat penalty).
     history: Vec<u32>,
@@ -361,7 +363,12 @@ where
             }
             let next = match (self.chosen.take(), self.logits.take()) {
                 (Some(t), _) => t,
-                (None, Some(logits)) => self.sampler.sample(logits, &self.history)?,
+                // The prompt's logits: the device's draw, made on the host (counter: the
+                // position of the token whose logits these are).
+                (None, Some(logits)) => match &self.device_choice {
+                    Some(how) => crate::sampling::choose_host(&logits, how, self.g.runner.position() as u64 - 1, 0)?,
+                    None => self.sampler.sample(logits, &self.history)?,
+                },
                 (None, None) => return Ok(None),
             };
             self.generated += 1;
@@ -375,10 +382,11 @@ where
             self.history.push(next);
             let piece = self.stream.push(&self.g.tokenizer, next)?;
             if self.generated < self.budget {
-                // Plain greedy decoding: the device picks the argmax itself and runs the
-                // step after on it while the host reads it.
-                if self.sampler.is_plain_greedy() {
-                    self.chosen = Some(self.g.runner.forward_greedy(next)?);
+                // The device chooses the token itself (greedy or a seeded draw) and runs
+                // the step after on it while the host reads it; the host samples where a
+                // setting needs the history (repeat penalty).
+                if let Some(how) = self.device_choice {
+                    self.chosen = Some(self.g.runner.forward_choose(next, &how)?);
                 } else {
                     self.logits = Some(self.g.runner.forward(&[next], false)?);
                 }

@@ -14,6 +14,7 @@ use crate::arch::{self, Model};
 use crate::config::Hparams;
 use crate::device_map::{split_layers, DeviceMap};
 use crate::error::{model_err, Error, Result};
+use crate::sampling::TokenChoice;
 use crate::storage::{DeviceChoice, ModelStorage, WeightFormat};
 
 /// The longest context vkml loads a model for: 2^20 positions (Qwen's YaRN-extended
@@ -121,11 +122,13 @@ struct Pending<S: ModelStorage> {
     submissions: u64,
 }
 
-/// A decode step submitted on the device's own greedy choice ([`Runner::forward_greedy`]),
-/// whose input the host learns by reading the step before.
+/// A decode step submitted on the device's own choice ([`Runner::forward_choose`]), whose
+/// input the host learns by reading the step before.
 struct Greedy<S: ModelStorage> {
     /// Position of the step's token.
     pos: usize,
+    /// How the step chooses its next token.
+    how: TokenChoice,
     /// The token the step runs (the choice of the step before, once read).
     input: u32,
     /// The step's own choice, its logits' sum, and the choice as the next step's input.
@@ -179,7 +182,7 @@ pub struct Runner<S: ModelStorage = VulkanStorage> {
     pass: usize,
     pos: usize,
     pending: Option<Pending<S>>,
-    /// The step [`Runner::forward_greedy`] submitted ahead.
+    /// The step [`Runner::forward_choose`] submitted ahead.
     greedy: Option<Greedy<S>>,
     profile: StepProfile,
 }
@@ -461,25 +464,35 @@ where
 
     /// Runs `token` at [`Runner::position`] and returns the index of its largest logit
     /// (the first of equal ones, as candle's `argmax`; greedy decoding), chosen on the
-    /// device: only the index is read back. On a deferred device (Vulkan) the step at the
-    /// next position is submitted before the host reads the choice, with the device's
-    /// choice as its input, so the device does not wait for the host between tokens; a
-    /// following call with that token finds its step running. (On a layer split the choice
-    /// travels back to the first device through the host, which then waits for each step
-    /// before submitting the next: the devices do not overlap in decode.) A call with another token,
-    /// or any other call, leaves that step's keys and values at the next position to be
-    /// overwritten (as a stale step recorded ahead, [`Runner::forward`]). Elsewhere this is
-    /// [`Runner::forward`] and the argmax on the host.
+    /// device: [`Runner::forward_choose`] with [`TokenChoice::Greedy`].
     ///
     /// # Errors
-    /// As [`Runner::forward`]; [`Error::Sampling`] where the logits are not all finite.
+    /// As [`Runner::forward_choose`].
     pub fn forward_greedy(&mut self, token: u32) -> Result<u32> {
+        self.forward_choose(token, &TokenChoice::Greedy)
+    }
+
+    /// Runs `token` at [`Runner::position`] and returns the next token as `how` chooses it
+    /// from the logits: on a deferred device (Vulkan) the device chooses it
+    /// ([`ModelStorage::choose_ids`], a draw with counter = this position) and only the
+    /// index is read back; the step at the next position is submitted before the host
+    /// reads it, with the device's choice as its input, so the device does not wait for
+    /// the host between tokens; a following call with that token (and the same `how`)
+    /// finds its step running. (On a layer split the choice travels back to the first
+    /// device through the host, which then waits for each step before submitting the
+    /// next: the devices do not overlap in decode.) A call with another token or choice,
+    /// or any other call, leaves that step's keys and values at the next position to be
+    /// overwritten (as a stale step recorded ahead, [`Runner::forward`]). Elsewhere this is
+    /// [`Runner::forward`] and [`crate::sampling::choose_host`] (the same draw on the CPU).
+    ///
+    /// # Errors
+    /// As [`Runner::forward`]; [`Error::Sampling`] where the logits are not all finite;
+    /// [`Error::Candle`] for sampling settings out of range.
+    pub fn forward_choose(&mut self, token: u32, how: &TokenChoice) -> Result<u32> {
         if !S::is_deferred(self.devs.first()) {
+            let pos = self.pos;
             let l = self.forward(&[token], false)?;
-            crate::sampling::check_finite(&l)?;
-            let first_max =
-                l.iter().enumerate().fold((0, f32::NEG_INFINITY), |m, (i, &x)| if x > m.1 { (i, x) } else { m });
-            return Ok(first_max.0 as u32);
+            return crate::sampling::choose_host(&l, how, pos as u64, 0);
         }
         self.check_input(&[token])?;
         let t0 = Instant::now();
@@ -487,7 +500,7 @@ where
         // This position's step: already submitted by the call before (it ran on the choice
         // this token is), else the step recorded ahead (its id written now), else a new one.
         let current = match self.greedy.take() {
-            Some(g) if g.pos == self.pos && g.input == token => g,
+            Some(g) if g.pos == self.pos && g.input == token && g.how == *how => g,
             _ => {
                 let logits = match self.take_pending() {
                     Some(p) => {
@@ -499,10 +512,10 @@ where
                         self.step(&ids, self.pos, false, true)?.expect("logits wanted")
                     }
                 };
-                let choice = logits.storage().argmax_ids(logits.layout(), self.devs.first())?;
+                let choice = logits.storage().choose_ids(logits.layout(), self.devs.first(), how, self.pos as u64)?;
                 self.submit()?;
                 record_s = t0.elapsed().as_secs_f64();
-                Greedy { pos: self.pos, input: token, choice }
+                Greedy { pos: self.pos, how: *how, input: token, choice }
             }
         };
         self.pending = None;
@@ -514,9 +527,9 @@ where
         if self.pos < self.ctx {
             let ids = Tensor::from_storage(ids, 1);
             let logits = self.step(&ids, self.pos, false, true)?.expect("logits wanted");
-            let choice = logits.storage().argmax_ids(logits.layout(), self.devs.first())?;
+            let choice = logits.storage().choose_ids(logits.layout(), self.devs.first(), how, self.pos as u64)?;
             self.submit()?;
-            next = Some(Greedy { pos: self.pos, input: 0, choice });
+            next = Some(Greedy { pos: self.pos, how: *how, input: 0, choice });
         }
         let ahead_s = a.elapsed().as_secs_f64();
         let w = Instant::now();

@@ -5,14 +5,33 @@
 //! 2019), after an optional repeat penalty over the last tokens (the CTRL penalty,
 //! Keskar et al., 2019: positive logits divided, negative multiplied).
 //!
-//! The sampling itself is candle-transformers' `LogitsProcessor` and
-//! `utils::apply_repeat_penalty` on a CPU tensor of the logits (one vocabulary row,
-//! read back once per token).
+//! Two samplers draw from that distribution:
+//! - on the device, [`TokenChoice`] ([`SamplingConfig::device_choice`]): the decode step
+//!   chooses its own next token (`vkml_ops::sampling::{argmax_rows, sample_rows}`, a
+//!   seeded Philox draw) and the host reads back one id; [`choose_host`] is the same draw
+//!   on the CPU, in f64 (the CPU backend's, and the tests' reference);
+//! - on the host, [`Sampler`]: candle-transformers' `LogitsProcessor` and
+//!   `utils::apply_repeat_penalty` on a CPU tensor of the logits (one vocabulary row read
+//!   back per token), for the repeat penalty, which the device path lacks.
+//!
+//! The two draw different tokens for the same seed (different generators); each is
+//! reproducible for a seed.
 
 use candle_core::{Device, Tensor};
 use candle_transformers::generation::{LogitsProcessor, Sampling};
 
 use crate::error::{Error, Result};
+pub use vkml_ops::sampling::SampleParams;
+
+/// How a decode step chooses its next token on the device
+/// ([`crate::storage::ModelStorage::choose_ids`], [`crate::runner::Runner::forward_choose`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TokenChoice {
+    /// The first largest logit (candle's `argmax`).
+    Greedy,
+    /// A seeded draw from the distribution [`SampleParams`] define.
+    Sample(SampleParams),
+}
 
 /// Sampling settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,6 +81,81 @@ impl SamplingConfig {
     }
 }
 
+impl SamplingConfig {
+    /// The device's way of choosing with these settings; `None` where only the host
+    /// [`Sampler`] can (a repeat penalty). Greedy for a temperature of 0; else
+    /// [`TokenChoice::Sample`] with top-k (0: all), top-p (1: all), min-p (0: none) and
+    /// the seed. Assumes [`SamplingConfig::validate`] passed.
+    pub fn device_choice(&self) -> Option<TokenChoice> {
+        if self.repeat_penalty != 1.0 {
+            return None;
+        }
+        if self.temperature <= 0.0 {
+            return Some(TokenChoice::Greedy);
+        }
+        Some(TokenChoice::Sample(SampleParams {
+            temperature: self.temperature as f32,
+            top_k: self.top_k.map_or(0, |k| k.min(u32::MAX as usize) as u32),
+            top_p: self.top_p.map_or(1.0, |p| p.min(1.0) as f32),
+            min_p: self.min_p.map_or(0.0, |p| p as f32),
+            seed: self.seed,
+        }))
+    }
+}
+
+/// The token [`TokenChoice`] picks from `logits` (row `row` of a draw with counter
+/// `draw`), on the CPU: the first largest logit; or the distribution of [`SampleParams`] computed in
+/// f64 (min-p's floor in f32 as the host computes it; equal logits at a threshold all
+/// kept) and inverted at `vkml_ops::sampling::sample_uniform(seed, draw, row)` in index
+/// order, as `sample.comp` does in f32: the device's token but where rounding moves a
+/// threshold or the variate sits on a boundary between two tokens.
+///
+/// # Errors
+/// [`Error::Sampling`] for empty logits or logits that are not all finite.
+pub fn choose_host(logits: &[f32], choice: &TokenChoice, draw: u64, row: u32) -> Result<u32> {
+    if logits.is_empty() {
+        return Err(Error::Sampling("no logits to sample from".into()));
+    }
+    check_finite(logits)?;
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let p = match choice {
+        TokenChoice::Greedy => return Ok(logits.iter().position(|&l| l == max).unwrap_or(0) as u32),
+        TokenChoice::Sample(p) => p,
+    };
+    let floor = if p.min_p > 0.0 { max + (p.min_p as f64).ln() as f32 } else { f32::NEG_INFINITY };
+    let mut lower = floor;
+    let mut order: Vec<usize> = (0..logits.len()).filter(|&i| logits[i] >= floor).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    if p.top_k > 0 && (p.top_k as usize) < order.len() {
+        lower = lower.max(logits[order[p.top_k as usize - 1]]);
+    }
+    let inv_t = 1.0 / p.temperature as f64;
+    let w = |l: f32| ((l as f64 - max as f64) * inv_t).exp();
+    if p.top_p < 1.0 {
+        let z: f64 = order.iter().map(|&i| logits[i]).filter(|&l| l >= lower).map(w).sum();
+        let mut acc = 0.0;
+        for &i in order.iter().filter(|&&i| logits[i] >= lower) {
+            acc += w(logits[i]);
+            if acc >= p.top_p as f64 * z {
+                lower = logits[i];
+                break;
+            }
+        }
+    }
+    let total: f64 = logits.iter().filter(|&&l| l >= lower).map(|&l| w(l)).sum();
+    let target = vkml_ops::sampling::sample_uniform(p.seed, draw, row) as f64 * total;
+    let mut acc = 0.0;
+    let mut pick = 0;
+    for (i, &l) in logits.iter().enumerate().filter(|(_, &l)| l >= lower) {
+        pick = i;
+        acc += w(l);
+        if acc > target {
+            break;
+        }
+    }
+    Ok(pick as u32)
+}
+
 impl Default for SamplingConfig {
     fn default() -> Self {
         SamplingConfig {
@@ -109,13 +203,6 @@ impl Sampler {
             }
         };
         Ok(Sampler { cfg, inner: LogitsProcessor::from_sampling(cfg.seed, sampling) })
-    }
-
-    /// Whether this sampler is plain greedy decoding (temperature 0, no repeat penalty):
-    /// the argmax of the logits alone, which the device can choose itself
-    /// ([`crate::runner::Runner::forward_greedy`]).
-    pub fn is_plain_greedy(&self) -> bool {
-        self.cfg.temperature <= 0.0 && self.cfg.repeat_penalty == 1.0
     }
 
     /// The next token from `logits` (one per vocabulary entry), with `history` (the
@@ -178,6 +265,35 @@ mod tests {
         // Without min-p, token 2 is drawn about 5 % of the time.
         let mut s = Sampler::new(SamplingConfig { min_p: None, ..cfg }).unwrap();
         assert!((0..4000).filter(|_| s.sample(logits.clone(), &[]).unwrap() == 2).count() > 100);
+    }
+
+    /// The device takes every setting but the repeat penalty; 0 / 1 / 0 mean "all".
+    #[test]
+    fn device_choice_maps_the_settings() {
+        let d = SamplingConfig::default();
+        assert_eq!(d.device_choice(), Some(TokenChoice::Greedy));
+        assert_eq!(SamplingConfig { repeat_penalty: 1.1, ..d }.device_choice(), None);
+        let c = SamplingConfig { temperature: 0.7, top_k: Some(40), top_p: Some(0.9), min_p: Some(0.05), seed: 9, ..d };
+        let want = SampleParams { temperature: 0.7, top_k: 40, top_p: 0.9, min_p: 0.05, seed: 9 };
+        assert_eq!(c.device_choice(), Some(TokenChoice::Sample(want)));
+        let all = SamplingConfig { temperature: 1.0, ..d }.device_choice();
+        assert_eq!(
+            all,
+            Some(TokenChoice::Sample(SampleParams {
+                temperature: 1.0,
+                top_k: 0,
+                top_p: 1.0,
+                min_p: 0.0,
+                seed: d.seed
+            }))
+        );
+        // The host reference: greedy is the first maximum; a draw stays in the top-k.
+        assert_eq!(choose_host(&[1.0, 3.0, 3.0], &TokenChoice::Greedy, 0, 0).unwrap(), 1);
+        let top2 = TokenChoice::Sample(SampleParams { top_k: 2, ..want });
+        for draw in 0..50 {
+            assert!([0, 2].contains(&choose_host(&[5.0, 0.0, 4.9, 1.0], &top2, draw, 0).unwrap()));
+        }
+        assert!(choose_host(&[f32::NAN], &top2, 0, 0).is_err());
     }
 
     #[test]

@@ -1,6 +1,8 @@
-//! Choosing tokens on the device: [`argmax_rows`], greedy decoding's choice and a
-//! finiteness check of the logits in one dispatch (`argmax.comp`), so that a decode step
-//! can feed its own choice to the next step and the host reads back one id.
+//! Choosing tokens on the device, so that a decode step can feed its own choice to the
+//! next step and the host reads back one id: [`argmax_rows`], greedy decoding's choice
+//! and a finiteness check of the logits in one dispatch (`argmax.comp`); [`sample_rows`],
+//! a seeded draw at a temperature with min-p, top-k and top-p in one dispatch
+//! (`sample.comp`).
 
 use vkml_hal::{Buffer, Stream};
 
@@ -83,4 +85,128 @@ pub fn argmax_rows(
     let grid = [g as u32, rows as u32, 1];
     s.dispatch(&p, &[x.into(), scratch.into(), chosen.into(), sums.into(), ids.into()], &pc, grid)?;
     Ok(())
+}
+
+/// What [`sample_rows`] draws from: the softmax of `logits / temperature` over the tokens
+/// that min-p, then top-k, then top-p keep, as candle-transformers' `LogitsProcessor`
+/// (`Sampling::TopKThenTopP`) after llama.cpp's min-p on the raw logits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SampleParams {
+    /// Softmax temperature, finite and above 0 (greedy decoding is [`argmax_rows`]).
+    pub temperature: f32,
+    /// Keep the `top_k` largest logits (0: all); equal logits at the k-th are all kept.
+    pub top_k: u32,
+    /// Keep the fewest largest-probability tokens whose probability (renormalised over the
+    /// top-k) reaches `top_p`, in (0, 1] (1: all).
+    pub top_p: f32,
+    /// Keep the tokens whose logit is at least the largest plus `ln(min_p)`, i.e. at least
+    /// `min_p` times as likely before the temperature; in [0, 1] (0: all).
+    pub min_p: f32,
+    /// The key of the Philox4x32-10 generator.
+    pub seed: u64,
+}
+
+impl SampleParams {
+    fn check(&self) -> Result<()> {
+        let bad = |reason: String| Err(OpsError::Shape { op: "sample_rows", reason });
+        if !(self.temperature.is_finite() && self.temperature > 0.0) {
+            return bad(format!("temperature {}: need a finite number > 0", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad(format!("top-p {}: need a number in (0, 1]", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad(format!("min-p {}: need a number in [0, 1]", self.min_p));
+        }
+        Ok(())
+    }
+}
+
+/// Records, for each of `rows` rows of `n` f32 logits in `x` (row `r` from element
+/// `offset + r * n`), one token drawn from the distribution `params` describe, into
+/// `chosen[r]` and `ids[r]` (u32), and the row's sum into `sums[r]` (f32; not finite
+/// where a logit is not, and then the row chooses 0). Row `r`'s uniform variate is
+/// Philox4x32-10's first word for counter (`draw`, `r`, "SAMP") and key `params.seed`:
+/// the same seed, draw and logits give the same tokens. `chosen` and `sums` may be
+/// host-visible memory, as for [`argmax_rows`]. One dispatch, one workgroup per row
+/// ([`crate::tuning::sample_workgroup`] invocations), kernel `sample`.
+///
+/// # Errors
+/// [`OpsError::Shape`] for `n == 0`, more than 65 535 rows or `u32::MAX` elements, buffers
+/// too small, or settings out of their ranges (see [`SampleParams`]); HAL errors.
+#[allow(clippy::too_many_arguments)]
+pub fn sample_rows(
+    s: &mut Stream,
+    x: &Buffer,
+    offset: usize,
+    rows: usize,
+    n: usize,
+    params: &SampleParams,
+    draw: u64,
+    chosen: &Buffer,
+    sums: &Buffer,
+    ids: &Buffer,
+) -> Result<()> {
+    let bad = |reason: String| OpsError::Shape { op: "sample_rows", reason };
+    params.check()?;
+    if rows == 0 {
+        return Ok(());
+    }
+    if n == 0 {
+        return Err(bad("rows of 0 logits have no token to draw".into()));
+    }
+    if rows > u16::MAX as usize {
+        return Err(bad(format!("{rows} rows: at most 65535 (one workgroup each)")));
+    }
+    let end = offset
+        .checked_add(rows * n)
+        .filter(|&e| e <= u32::MAX as usize)
+        .ok_or_else(|| bad(format!("{rows} rows of {n} from element {offset} pass 2^32 - 1 elements")))?;
+    for (what, b, bytes) in
+        [("x", x, 4 * end), ("chosen", chosen, 4 * rows), ("sums", sums, 4 * rows), ("ids", ids, 4 * rows)]
+    {
+        if b.size() < bytes as u64 {
+            return Err(bad(format!("{what} holds {} bytes, needs {bytes}", b.size())));
+        }
+    }
+    let dev = s.device().clone();
+    let p = pipeline(&dev, "sample", crate::tuning::sample_workgroup(dev.caps()))?;
+    let log_min_p = if params.min_p > 0.0 { (params.min_p as f64).ln() as f32 } else { f32::NEG_INFINITY };
+    let pc = push_words(&[
+        offset as u32,
+        n as u32,
+        params.top_k,
+        params.top_p.to_bits(),
+        log_min_p.to_bits(),
+        (1.0 / params.temperature).to_bits(),
+        params.seed as u32,
+        (params.seed >> 32) as u32,
+        draw as u32,
+        (draw >> 32) as u32,
+    ]);
+    s.dispatch(&p, &[x.into(), chosen.into(), sums.into(), ids.into()], &pc, [1, rows as u32, 1])?;
+    Ok(())
+}
+
+/// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011)
+/// of `counter` under `key`: the generator of `sample.comp` and `rand.comp`, on the CPU.
+pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
+    let (mut c, mut k) = (counter, key);
+    for r in 0..10 {
+        if r > 0 {
+            k = [k[0].wrapping_add(0x9E37_79B9), k[1].wrapping_add(0xBB67_AE85)];
+        }
+        let p0 = 0xD251_1F53u64 * c[0] as u64;
+        let p1 = 0xCD9E_8D57u64 * c[2] as u64;
+        c = [(p1 >> 32) as u32 ^ c[1] ^ k[0], p1 as u32, (p0 >> 32) as u32 ^ c[3] ^ k[1], p0 as u32];
+    }
+    c
+}
+
+/// The uniform variate in [0, 1) that [`sample_rows`] draws row `row` with: the first
+/// Philox4x32-10 word for counter (`draw`, `row`, "SAMP") and key `seed`, its top 24 bits
+/// times 2^-24.
+pub fn sample_uniform(seed: u64, draw: u64, row: u32) -> f32 {
+    let w = philox4x32_10([draw as u32, (draw >> 32) as u32, row, 0x5341_4D50], [seed as u32, (seed >> 32) as u32]);
+    (w[0] >> 8) as f32 * (1.0 / 16_777_216.0)
 }

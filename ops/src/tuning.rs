@@ -156,6 +156,18 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
     }
 }
 
+/// Invocations of a `sample` workgroup (one per row of logits,
+/// [`crate::sampling::sample_rows`]): the largest power of two the device allows up to
+/// 1024 on GPUs, whose one row runs on one compute unit; 256 on CPU implementations
+/// (lavapipe runs a workgroup's invocations on one thread). The kernel needs 64 at least.
+pub fn sample_workgroup(caps: &Capabilities) -> u32 {
+    let cap = match caps.arch {
+        ArchClass::Cpu => 256,
+        _ => 1024,
+    };
+    cap.min(1 << caps.limits.max_workgroup_invocations.max(1).ilog2())
+}
+
 /// Largest KV split of a one-query attention call ([`attn_splits`]).
 pub const MAX_ATTN_SPLITS: usize = 32;
 
@@ -563,6 +575,17 @@ mod tests {
                 assert_eq!(big, MatmulPath::Tiled { tile }, "{arch:?} without coopmat");
             }
         }
+    }
+
+    /// The sampling workgroup per table entry, and below a device's invocation limit.
+    #[test]
+    fn sample_workgroup_table() {
+        let gpu = fake(ArchClass::NvidiaTensorCore, Vendor::Nvidia, (32, 32, 32), true);
+        assert_eq!(sample_workgroup(&gpu), 1024);
+        assert_eq!(sample_workgroup(&fake(ArchClass::Cpu, Vendor::Mesa, (8, 8, 8), false)), 256);
+        let mut small = fake(ArchClass::Mali, Vendor::Arm, (16, 16, 16), false);
+        small.limits.max_workgroup_invocations = 384;
+        assert_eq!(sample_workgroup(&small), 256);
     }
 
     /// The quantized mat-vec launch per table entry: workgroup (at least one subgroup),

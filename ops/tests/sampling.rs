@@ -1,6 +1,9 @@
 //! `sampling::argmax_rows` against candle's CPU `argmax` (first of equal maxima, NaN
 //! skipped, a NaN first element the answer) and `sum`, on rows of one to many workgroups,
 //! with ties across and within workgroups, NaN and infinite values placed by proptest.
+//! `sampling::sample_rows` against the distribution its settings define, computed here in
+//! f64 as candle-transformers' `LogitsProcessor` filters (min-p, top-k, top-p): a
+//! chi-square test over many draws, the filtered tokens never drawn, reproducible draws.
 
 mod common;
 use common::device;
@@ -8,7 +11,7 @@ use common::device;
 use candle_core::{Device as Cpu, Tensor};
 use proptest::prelude::*;
 use vkml_hal::{MemoryKind, Stream};
-use vkml_ops::sampling::{argmax_rows, argmax_scratch_words};
+use vkml_ops::sampling::{argmax_rows, argmax_scratch_words, sample_rows, SampleParams};
 
 /// Logits in [-4, 4) on a grid of 1/8 (so that ties are common), with `specials` values
 /// set at chosen places: 0 = NaN, 1 = +inf, 2 = -inf, 3 = the row's grid maximum again.
@@ -92,4 +95,216 @@ fn argmax_rows_edges() {
     let (chosen, sums, _) = run(4, n, &v, 0);
     assert_eq!(chosen, vec![0, 4500, 0, 0]);
     assert!(sums[0].is_nan() && sums[1].is_nan() && sums[2] == f32::NEG_INFINITY && sums[3].is_nan(), "{sums:?}");
+}
+
+/// `rows` draws from `v` (one row of logits repeated: row r of batch b has counter
+/// (draw + b, r); batches of at most 16 MiB of logits), and the rows' sums.
+fn draw(v: &[f32], rows: usize, params: &SampleParams, draw: u64) -> (Vec<u32>, Vec<f32>) {
+    let dev = device();
+    let n = v.len();
+    let batch = (4usize << 20).div_ceil(n).clamp(1, rows);
+    let all: Vec<f32> = (0..batch).flat_map(|_| v.iter().copied()).collect();
+    let x = dev.upload(&all).unwrap();
+    let chosen = dev.alloc(4 * rows as u64, MemoryKind::Readback).unwrap();
+    let sums = dev.alloc(4 * rows as u64, MemoryKind::Readback).unwrap();
+    let mut s = Stream::new(dev).unwrap();
+    let (mut c, mut sm) = (Vec::new(), Vec::new());
+    for (b, start) in (0..rows).step_by(batch).enumerate() {
+        let r = batch.min(rows - start);
+        let ids = dev.alloc(4 * r as u64, MemoryKind::DeviceLocal).unwrap();
+        sample_rows(&mut s, &x, 0, r, n, params, draw + b as u64, &chosen, &sums, &ids).unwrap();
+        s.finish_and_wait().unwrap();
+        let (got, i, sum): (Vec<u32>, Vec<u32>, Vec<f32>) =
+            (chosen.to_vec().unwrap(), ids.to_vec().unwrap(), sums.to_vec().unwrap());
+        assert_eq!(got[..r], i[..]);
+        c.extend_from_slice(&got[..r]);
+        sm.extend_from_slice(&sum[..r]);
+    }
+    (c, sm)
+}
+
+/// The probabilities `params` define over `v`, in f64: min-p on the raw logits (the floor
+/// `max + ln(min_p)` in f32, as the host sampler computes it), softmax of `l / T`, the
+/// `top_k` largest, then the fewest largest whose renormalised probability reaches
+/// `top_p` (candle's `sample_topp`: a token is kept while the sum before it is below p).
+fn expected(v: &[f32], params: &SampleParams) -> Vec<f64> {
+    let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let floor = if params.min_p > 0.0 { max + (params.min_p as f64).ln() as f32 } else { f32::NEG_INFINITY };
+    let t = params.temperature as f64;
+    let mut p: Vec<f64> =
+        v.iter().map(|&l| if l >= floor { ((l as f64 - max as f64) / t).exp() } else { 0.0 }).collect();
+    let mut order: Vec<usize> = (0..v.len()).collect();
+    order.sort_by(|&a, &b| v[b].total_cmp(&v[a]));
+    if params.top_k > 0 {
+        for &i in order.iter().skip(params.top_k as usize) {
+            p[i] = 0.0;
+        }
+    }
+    let z: f64 = p.iter().sum();
+    let mut before = 0.0;
+    for &i in &order {
+        if before >= params.top_p as f64 * z {
+            p[i] = 0.0;
+        } else {
+            before += p[i];
+        }
+    }
+    let z: f64 = p.iter().sum();
+    p.iter().map(|x| x / z).collect()
+}
+
+/// Pearson's chi-square of `counts` against `probs` (bins of expectation below 5 merged),
+/// with its degrees of freedom; and the draws of tokens of probability 0.
+fn chi_square(counts: &[usize], probs: &[f64]) -> (f64, usize, usize) {
+    let total: usize = counts.iter().sum();
+    let outside = counts.iter().zip(probs).filter(|(_, &p)| p == 0.0).map(|(c, _)| c).sum();
+    let (mut chi, mut bins, mut pooled_o, mut pooled_e) = (0.0, 0usize, 0.0, 0.0);
+    for (&c, &p) in counts.iter().zip(probs).filter(|(_, &p)| p > 0.0) {
+        let e = p * total as f64;
+        if e < 5.0 {
+            pooled_o += c as f64;
+            pooled_e += e;
+        } else {
+            chi += (c as f64 - e).powi(2) / e;
+            bins += 1;
+        }
+    }
+    if pooled_e > 0.0 {
+        chi += (pooled_o - pooled_e).powi(2) / pooled_e.max(1e-9);
+        bins += 1;
+    }
+    (chi, bins.saturating_sub(1), outside)
+}
+
+/// The chi-square value that a right distribution exceeds with probability 1e-6 at `df`
+/// degrees of freedom (Wilson-Hilferty).
+fn chi_square_bound(df: usize) -> f64 {
+    let d = df.max(1) as f64;
+    let z = 4.753;
+    d * (1.0 - 2.0 / (9.0 * d) + z * (2.0 / (9.0 * d)).sqrt()).powi(3)
+}
+
+/// Distinct logits over 40 tokens (a spread like a language model's head: a few likely
+/// tokens, a long tail).
+fn logits40() -> Vec<f32> {
+    (0..40).map(|i| ((i * 17) % 40) as f32 * 0.15 - 2.0 + (i % 3) as f32 * 0.01).collect()
+}
+
+/// 20 000 draws for each combination of the filters: the counts fit the distribution
+/// the settings define (chi-square below its 1e-6 quantile), the tokens the filters drop
+/// never come, and a wrong distribution (the temperature ignored, top-p one token short)
+/// fails the same test.
+#[test]
+fn sample_rows_draws_from_the_filtered_softmax() {
+    let v = logits40();
+    let base = SampleParams { temperature: 0.8, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 42 };
+    let cases = [
+        base,
+        SampleParams { temperature: 1.7, ..base },
+        SampleParams { top_k: 7, ..base },
+        SampleParams { top_p: 0.6, ..base },
+        SampleParams { top_k: 12, top_p: 0.8, ..base },
+        SampleParams { min_p: 0.2, ..base },
+        SampleParams { temperature: 1.3, top_k: 20, top_p: 0.9, min_p: 0.05, seed: 7 },
+        SampleParams { top_k: 1, ..base },
+        SampleParams { top_k: 40, top_p: 1.0, ..base },
+    ];
+    let rows = 20_000;
+    for params in cases {
+        let (ids, sums) = draw(&v, rows, &params, 1000);
+        assert!(sums.iter().all(|s| s.is_finite()));
+        let mut counts = vec![0usize; v.len()];
+        for &i in &ids {
+            counts[i as usize] += 1;
+        }
+        let want = expected(&v, &params);
+        let (chi, df, outside) = chi_square(&counts, &want);
+        assert_eq!(outside, 0, "{params:?}: filtered tokens drawn: {counts:?} for {want:?}");
+        assert!(chi < chi_square_bound(df), "{params:?}: chi-square {chi} at {df} df: {counts:?} for {want:?}");
+        // The test tells a wrong distribution from the right one.
+        if want.iter().filter(|&&p| p > 0.0).count() == 1 {
+            continue;
+        }
+        let hotter = expected(&v, &SampleParams { temperature: params.temperature * 1.25, ..params });
+        let (chi, df, outside) = chi_square(&counts, &hotter);
+        assert!(outside > 0 || chi > chi_square_bound(df), "{params:?}: a 25 % hotter softmax passes");
+    }
+    // Top-p keeping one token fewer (p just below the sum of the kept tokens but one)
+    // would leave the last kept token undrawn.
+    let params = SampleParams { top_p: 0.6, ..base };
+    let want = expected(&v, &params);
+    let kept = want.iter().filter(|&&p| p > 0.0).count();
+    let (ids, _) = draw(&v, 4000, &params, 5);
+    let mut seen: Vec<u32> = ids.clone();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), kept, "{seen:?}");
+}
+
+/// A vocabulary of 150 000 whose logits differ only in their last bits near the top
+/// (the radix select resolves every level): the draws stay inside the top-k / top-p set
+/// computed on the CPU, and every token of a small kept set comes.
+#[test]
+fn sample_rows_large_vocabulary_and_close_logits() {
+    let n = 150_000;
+    let mut v: Vec<f32> = (0..n).map(|i| -8.0 + ((i * 7919) % 1000) as f32 * 0.004).collect();
+    // 30 tokens just above 4.0, one ulp-scale apart, spread over the row.
+    let top = 4.0f32;
+    for j in 0..30u32 {
+        v[(j as usize * 4999 + 13) % n] = f32::from_bits(top.to_bits() + j * 3);
+    }
+    for params in [
+        SampleParams { temperature: 1.0, top_k: 10, top_p: 1.0, min_p: 0.0, seed: 3 },
+        SampleParams { temperature: 1.0, top_k: 0, top_p: 0.5, min_p: 0.0, seed: 4 },
+        SampleParams { temperature: 0.5, top_k: 25, top_p: 0.7, min_p: 0.0, seed: 5 },
+    ] {
+        let want = expected(&v, &params);
+        let kept: Vec<usize> = (0..n).filter(|&i| want[i] > 0.0).collect();
+        assert!(kept.len() >= 5 && kept.len() <= 30, "{params:?}: {} kept", kept.len());
+        let (ids, _) = draw(&v, 600, &params, 0);
+        let mut counts = vec![0usize; n];
+        for &i in &ids {
+            counts[i as usize] += 1;
+        }
+        let (chi, df, outside) = chi_square(&counts, &want);
+        assert_eq!(outside, 0, "{params:?}: drew outside the kept set {kept:?}");
+        assert!(chi < chi_square_bound(df), "{params:?}: chi-square {chi} at {df} df");
+        assert!(kept.iter().all(|&i| counts[i] > 0), "{params:?}: a kept token never came");
+    }
+}
+
+/// The same seed and draw give the same tokens; another seed or draw others; a row with
+/// a NaN or an infinity chooses 0 with a sum that is not finite; settings out of range
+/// are errors naming them.
+#[test]
+fn sample_rows_is_reproducible_and_checks_its_input() {
+    let v = logits40();
+    let params = SampleParams { temperature: 1.0, top_k: 0, top_p: 0.95, min_p: 0.0, seed: 11 };
+    let a = draw(&v, 64, &params, 9).0;
+    assert_eq!(a, draw(&v, 64, &params, 9).0);
+    assert_ne!(a, draw(&v, 64, &params, 10).0);
+    assert_ne!(a, draw(&v, 64, &SampleParams { seed: 12, ..params }, 9).0);
+    let mut bad = v.clone();
+    bad[3] = f32::NAN;
+    let (ids, sums) = draw(&bad, 2, &params, 0);
+    assert_eq!(ids, vec![0, 0]);
+    assert!(sums.iter().all(|s| s.is_nan()));
+    bad[3] = f32::INFINITY;
+    assert!(draw(&bad, 1, &params, 0).1[0].is_infinite());
+    let dev = device();
+    let x = dev.upload(&v).unwrap();
+    let out = dev.alloc(4, MemoryKind::DeviceLocal).unwrap();
+    let mut s = Stream::new(dev).unwrap();
+    for (p, what) in [
+        (SampleParams { temperature: 0.0, ..params }, "temperature 0"),
+        (SampleParams { temperature: f32::NAN, ..params }, "temperature NaN"),
+        (SampleParams { top_p: 0.0, ..params }, "top-p 0"),
+        (SampleParams { top_p: 1.5, ..params }, "top-p 1.5"),
+        (SampleParams { min_p: -0.1, ..params }, "min-p -0.1"),
+    ] {
+        let e = sample_rows(&mut s, &x, 0, 1, v.len(), &p, 0, &out, &out, &out).unwrap_err().to_string();
+        assert!(e.contains(what), "{e}");
+    }
+    let e = sample_rows(&mut s, &x, 0, 2, v.len(), &params, 0, &out, &out, &out).unwrap_err().to_string();
+    assert!(e.contains("x holds 160 bytes, needs 320"), "{e}");
 }

@@ -18,6 +18,7 @@ use super::cpu_blocks::{keeps_blocks, BlockMatrix};
 pub use super::cpu_loops::CpuKvCache;
 use super::cpu_loops::{self, f32s};
 use super::{AttnParams, AttnRope, DeviceChoice, ModelStorage, QkvPrologue, WeightFormat};
+use crate::sampling::TokenChoice;
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -62,14 +63,27 @@ impl ModelStorage for CpuStorage {
     type QWeight = CpuWeight;
     type KvCache = CpuKvCache;
 
-    /// candle's CPU `argmax` and `sum` over the last dim; every result on the one CPU.
-    fn argmax_ids(&self, l: &Layout, _to: &CpuDevice) -> CResult<DeviceChoice<Self>> {
+    /// candle's CPU `argmax` (greedy) or [`crate::sampling::choose_host`] per row, and candle's `sum`, over the last dim; every
+    /// result on the one CPU. A row that is not finite chooses 0.
+    fn choose_ids(&self, l: &Layout, _to: &CpuDevice, choice: &TokenChoice, draw: u64) -> CResult<DeviceChoice<Self>> {
         use candle_core::op::ReduceOp;
         if l.dims().len() != 2 || self.dtype() != candle_core::DType::F32 {
-            candle_core::bail!("argmax_ids takes [t, n] f32 logits, got {:?} {:?}", self.dtype(), l.dims())
+            candle_core::bail!("choose_ids takes [t, n] f32 logits, got {:?} {:?}", self.dtype(), l.dims())
         }
-        let chosen = self.reduce_op(ReduceOp::ArgMax, l, &[1])?;
         let sums = self.reduce_op(ReduceOp::Sum, l, &[1])?;
+        let chosen = match choice {
+            TokenChoice::Greedy => self.reduce_op(ReduceOp::ArgMax, l, &[1])?,
+            TokenChoice::Sample(_) => {
+                let n = l.dims()[1];
+                let v = f32s(self, l)?;
+                let ids = v
+                    .chunks(n)
+                    .enumerate()
+                    .map(|(r, row)| crate::sampling::choose_host(row, choice, draw, r as u32).unwrap_or(0))
+                    .collect();
+                CpuStorage::U32(ids)
+            }
+        };
         Ok(DeviceChoice { ids: chosen.clone(), chosen, sums })
     }
 

@@ -16,6 +16,8 @@ use candle_core::Layout;
 use vkml_ops::nn::{GluActivation, RopeStyle};
 use vkml_quant::gguf::TensorInfo;
 
+use crate::sampling::TokenChoice;
+
 type CResult<T> = candle_core::Result<T>;
 
 /// How one attention call masks and scales its scores.
@@ -95,7 +97,7 @@ pub fn rms_norm_linear_composed<S: ModelStorage>(
     }
 }
 
-/// What [`ModelStorage::argmax_ids`] gives for `t` rows of logits.
+/// What [`ModelStorage::choose_ids`] gives for `t` rows of logits.
 #[derive(Debug)]
 pub struct DeviceChoice<S> {
     /// The chosen indices, `u32[t]`, on the device asked for: the next step's input.
@@ -312,17 +314,22 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// Allocation and device errors.
     fn to_device(&self, l: &Layout, to: &Self::Device) -> CResult<Self>;
 
-    /// Greedy choice on the device for `self: f32[t, n]` (`l`): per row the index of the
-    /// first largest value (candle's `argmax`; NaN values skipped), and the row's sum (not
-    /// finite where a logit is not). Returns [`DeviceChoice`]: the indices as the next
-    /// step's input on `to` (the first device of a split), and indices and sums in
-    /// memory the host reads ([`ModelStorage::read_u32`], [`ModelStorage::read_f32`])
-    /// without waiting for work recorded after this call: so a decode step can run on
-    /// the device's own choice while the host reads it.
+    /// The device's choice of a token per row of `self: f32[t, n]` (`l`), and the row's
+    /// sum (not finite where a logit is not): with [`TokenChoice::Greedy`] the index of the
+    /// first largest value (candle's `argmax`; NaN values skipped); with
+    /// [`TokenChoice::Sample`] a draw from its distribution, row `r` with Philox counter
+    /// (`draw`, `r`) (`vkml_ops::sampling::sample_rows`; a row that is not finite chooses
+    /// 0). Returns [`DeviceChoice`]: the indices as the next step's input on `to` (the
+    /// first device of a split), and indices and sums in memory the host reads
+    /// ([`ModelStorage::read_u32`], [`ModelStorage::read_f32`]) without waiting for work
+    /// recorded after this call: so a decode step can run on the device's own choice
+    /// while the host reads it.
     ///
     /// # Errors
-    /// A dtype other than F32, a shape that is not `[t, n]`, device errors.
-    fn argmax_ids(&self, l: &Layout, to: &Self::Device) -> CResult<DeviceChoice<Self>>;
+    /// A dtype other than F32, a shape that is not `[t, n]`, sampling settings out of
+    /// range, device errors.
+    fn choose_ids(&self, l: &Layout, to: &Self::Device, choice: &TokenChoice, draw: u64)
+        -> CResult<DeviceChoice<Self>>;
 
     /// The U32 values of `self` under `l` (contiguous), computed by work already
     /// submitted; work recorded since is not submitted by this read.

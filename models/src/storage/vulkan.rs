@@ -12,6 +12,7 @@ use vkml_ops::quant::MatVecEpilogue;
 use vkml_ops::Dtype;
 
 use super::{rms_norm_linear_composed, AttnParams, AttnRope, DeviceChoice, ModelStorage, QkvPrologue};
+use crate::sampling::TokenChoice;
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -430,14 +431,21 @@ impl ModelStorage for VulkanStorage {
         dev.flush()
     }
 
-    /// `vkml_ops::sampling::argmax_rows` (kernel `argmax`) writing the choice and the sum
-    /// straight into host-visible (readback) memory, and the choice into device-local
-    /// memory for the next step (sent through host staging on a split): the next step
-    /// never touches the buffers the host reads, so reading them waits for this step only.
-    fn argmax_ids(&self, l: &Layout, to: &VulkanDevice) -> CResult<DeviceChoice<Self>> {
-        f32_only(self, "argmax_ids")?;
+    /// `vkml_ops::sampling::argmax_rows` (kernel `argmax`) or `sample_rows` (kernel
+    /// `sample`) writing the choice and the sum straight into host-visible (readback)
+    /// memory, and the choice into device-local memory for the next step (sent through
+    /// host staging on a split): the next step never touches the buffers the host reads,
+    /// so reading them waits for this step only.
+    fn choose_ids(
+        &self,
+        l: &Layout,
+        to: &VulkanDevice,
+        choice: &TokenChoice,
+        draw: u64,
+    ) -> CResult<DeviceChoice<Self>> {
+        f32_only(self, "choose_ids")?;
         let (&[t, n], Some((start, _))) = (l.dims(), l.contiguous_offsets()) else {
-            candle_core::bail!("argmax_ids takes contiguous [t, n] logits, got {:?}", l.dims())
+            candle_core::bail!("choose_ids takes contiguous [t, n] logits, got {:?}", l.dims())
         };
         let dev = self.device();
         let host = |dtype: DType| -> CResult<VulkanStorage> {
@@ -445,23 +453,34 @@ impl ModelStorage for VulkanStorage {
             Ok(dev.shared_storage(b, dtype, t))
         };
         let (chosen, sums) = (host(DType::U32)?, host(DType::F32)?);
-        let words = vkml_ops::sampling::argmax_scratch_words(t, n);
-        let scratch = dev.storage(dev.alloc(words, DType::U32)?, DType::U32, words);
         let ids = dev.storage(dev.alloc(t, DType::U32)?, DType::U32, t);
-        dev.with_stream(|s| {
-            vkml_ops::sampling::argmax_rows(
-                s,
-                self.buffer(),
-                start,
-                t,
-                n,
-                scratch.buffer(),
-                chosen.buffer(),
-                sums.buffer(),
-                ids.buffer(),
-            )
-            .map_err(cerr)
-        })?;
+        match choice {
+            TokenChoice::Greedy => {
+                let words = vkml_ops::sampling::argmax_scratch_words(t, n);
+                let scratch = dev.storage(dev.alloc(words, DType::U32)?, DType::U32, words);
+                dev.with_stream(|s| {
+                    let (x, sc) = (self.buffer(), scratch.buffer());
+                    vkml_ops::sampling::argmax_rows(s, x, start, t, n, sc, chosen.buffer(), sums.buffer(), ids.buffer())
+                        .map_err(cerr)
+                })?;
+            }
+            TokenChoice::Sample(p) => dev.with_stream(|s| {
+                let x = self.buffer();
+                vkml_ops::sampling::sample_rows(
+                    s,
+                    x,
+                    start,
+                    t,
+                    n,
+                    p,
+                    draw,
+                    chosen.buffer(),
+                    sums.buffer(),
+                    ids.buffer(),
+                )
+                .map_err(cerr)
+            })?,
+        }
         let ids = if dev.same_device(to) { ids } else { ids.to_device(&Layout::contiguous(t), to)? };
         Ok(DeviceChoice { ids, chosen, sums })
     }

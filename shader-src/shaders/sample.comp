@@ -1,0 +1,282 @@
+// Seeded sampling over rows of f32 logits, one workgroup per row: the distribution of
+// candle-transformers' `LogitsProcessor` (softmax of logits / temperature, then top-k,
+// then top-p over the renormalised top-k) after llama.cpp's min-p on the raw logits, so
+// that a decode step samples its own next token and the host reads back one id.
+//
+// Every filter keeps the tokens at or above a threshold logit, so one bound `lower` on
+// the order-preserving key of the logit (`order_key`) describes the kept set:
+// 1. max `m` and sum of the row (tree reductions); a sum that is not finite marks a row
+//    with a logit that is not (the host reports it) and the row chooses 0;
+// 2. min-p: keep `l >= m + ln(min_p)` (the same f32 sum as the host's floor);
+// 3. top-k: the k-th largest key by a radix select on counts (`select_key`);
+// 4. top-p: the first key, in descending order, at which the inclusive cumulative weight
+//    `w = exp((l - m) / T)` reaches `top_p` times the kept total, by the same radix select
+//    on weights in 32.32 fixed point (`w 2^32` per token, summed exactly in 64 bits from
+//    32-bit shared atomics: the threshold does not depend on the order of additions);
+// 5. the draw: u in [0, 1) from one Philox4x32-10 block (Salmon et al., SC 2011) with
+//    counter (draw_lo, draw_hi, row, "SAMP") and key (seed_lo, seed_hi); each invocation
+//    sums the kept weights of a contiguous chunk, an inclusive scan orders the chunks, and
+//    the invocation whose chunk holds u times the total walks it to the token (the
+//    inverse of the cumulative distribution in index order).
+// Equal logits at a threshold are all kept (candle keeps an arbitrary subset of them).
+// The radix select reads 11-bit digits of the key (3 levels), with 2048 bins in shared
+// memory; each level finds its digit by a scan over the invocations' bins.
+//
+// Bindings: 0 = x (f32, row r from element offset + r * n), 1 = chosen (u32[rows]),
+// 2 = sums (f32[rows]), 3 = ids (u32[rows]).
+// Push constants: offset, n, top_k (0: all), top_p (f32 bits, 1: all), log_min_p (f32
+// bits, -inf: no min-p), inv_temp (f32 bits, 1 / temperature > 0), seed and draw words.
+// Spec constant 0 = workgroup size (a power of two from 64 to 1024). Grid: y = rows.
+#version 450
+layout(local_size_x_id = 0, local_size_x = 1024) in;
+layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Chosen { uint chosen[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Sums { float sums[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer Ids { uint ids[]; };
+layout(push_constant) uniform Params {
+    uint offset;
+    uint n;
+    uint top_k;
+    float top_p;
+    float log_min_p;
+    float inv_temp;
+    uint seed_lo;
+    uint seed_hi;
+    uint draw_lo;
+    uint draw_hi;
+} p;
+
+const uint MAX_WG = 1024u;
+const uint BINS = 2048u;
+const uint DIGIT_BITS = 11u;
+const uint LEVELS = 3u;
+const uint SAMP = 0x53414D50u;
+
+shared uint h_lo[BINS];
+shared uint h_hi[BINS];
+shared uint s_lo[MAX_WG];
+shared uint s_hi[MAX_WG];
+shared float s_f[MAX_WG];
+shared uint s_found;
+shared uint s_digit;
+shared uvec2 s_above;
+shared uint s_last;
+shared uint s_pick;
+
+uint base;
+uint tid;
+uint wg;
+
+// Larger float, larger key (finite values; -0 just below +0).
+uint order_key(float v) {
+    uint b = floatBitsToUint(v);
+    return (b & 0x80000000u) != 0u ? ~b : b | 0x80000000u;
+}
+
+uvec2 add64(uvec2 a, uvec2 b) {
+    uint carry;
+    uint lo = uaddCarry(a.x, b.x, carry);
+    return uvec2(lo, a.y + b.y + carry);
+}
+
+bool ge64(uvec2 a, uvec2 b) {
+    return a.y > b.y || (a.y == b.y && a.x >= b.x);
+}
+
+// A token's weight in 32.32 fixed point: exp((l - m) / T) <= 1 times 2^32, 2^32 - 1 at most.
+uint fixed_weight(float l, float m) {
+    float w = exp((l - m) * p.inv_temp);
+    return uint(min(w * 4294967296.0, 4294967295.0));
+}
+
+uvec4 philox(uvec4 c, uvec2 k) {
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) k += uvec2(0x9E3779B9u, 0xBB67AE85u);
+        uint hi0, lo0, hi1, lo1;
+        umulExtended(0xD2511F53u, c.x, hi0, lo0);
+        umulExtended(0xCD9E8D57u, c.z, hi1, lo1);
+        c = uvec4(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+    }
+    return c;
+}
+
+// Inclusive scan of (s_hi, s_lo) over the invocations (Hillis-Steele).
+void scan64() {
+    for (uint off = 1u; off < wg; off <<= 1u) {
+        uvec2 o = uvec2(0u);
+        if (tid >= off) o = uvec2(s_lo[tid - off], s_hi[tid - off]);
+        barrier();
+        uvec2 v = add64(uvec2(s_lo[tid], s_hi[tid]), o);
+        s_lo[tid] = v.x;
+        s_hi[tid] = v.y;
+        barrier();
+    }
+}
+
+// The largest key t with (weight of kept tokens with key >= t) >= target, among the
+// tokens with key >= lower, where a token weighs 1 (MASS false) or its fixed-point weight
+// (MASS true: then the target is top_p times the kept total, `frac`); `lower` where the
+// kept tokens weigh less than the target.
+uint select_key(uint lower, bool mass, uvec2 target, float frac, float m) {
+    uint prefix = 0u;
+    uint known = 0u;
+    uvec2 above = uvec2(0u);
+    uint bpt = BINS / wg;
+    for (uint level = 0u; level < LEVELS; level++) {
+        uint shift = 32u - DIGIT_BITS * (level + 1u);
+        shift = level + 1u == LEVELS ? 0u : shift;
+        uint width = level + 1u == LEVELS ? 32u - DIGIT_BITS * level : DIGIT_BITS;
+        uint dmask = (1u << width) - 1u;
+        for (uint b = tid; b < BINS; b += wg) {
+            h_lo[b] = 0u;
+            h_hi[b] = 0u;
+        }
+        barrier();
+        for (uint i = tid; i < p.n; i += wg) {
+            float v = x[base + i];
+            uint k = order_key(v);
+            if (k < lower || (k & known) != prefix) continue;
+            uint d = (k >> shift) & dmask;
+            uint add = mass ? fixed_weight(v, m) : 1u;
+            if (add == 0u) continue;
+            uint old = atomicAdd(h_lo[d], add);
+            if (old + add < old) atomicAdd(h_hi[d], 1u);
+        }
+        barrier();
+        // Invocation t holds bins [BINS - (t + 1) bpt, BINS - t bpt): invocation 0 the highest.
+        uint top = BINS - tid * bpt;
+        uvec2 own = uvec2(0u);
+        for (uint j = 1u; j <= bpt; j++) own = add64(own, uvec2(h_lo[top - j], h_hi[top - j]));
+        s_lo[tid] = own.x;
+        s_hi[tid] = own.y;
+        if (tid == 0u) s_found = 0u;
+        barrier();
+        scan64();
+        if (level == 0u && mass) {
+            // The kept total is the first level's whole histogram.
+            uvec2 tot = uvec2(s_lo[wg - 1u], s_hi[wg - 1u]);
+            float t = frac * (float(tot.y) * 4294967296.0 + float(tot.x));
+            float hi = floor(t * (1.0 / 4294967296.0));
+            target = uvec2(uint(t - hi * 4294967296.0), uint(hi));
+        }
+        uvec2 incl = add64(above, uvec2(s_lo[tid], s_hi[tid]));
+        uvec2 excl = uvec2(0u);
+        if (tid > 0u) excl = uvec2(s_lo[tid - 1u], s_hi[tid - 1u]);
+        excl = add64(above, excl);
+        if (ge64(incl, target) && !ge64(excl, target)) {
+            uvec2 acc = excl;
+            for (uint j = 1u; j <= bpt; j++) {
+                uint b = top - j;
+                uvec2 next = add64(acc, uvec2(h_lo[b], h_hi[b]));
+                if (ge64(next, target)) {
+                    s_found = 1u;
+                    s_digit = b;
+                    s_above = acc;
+                    break;
+                }
+                acc = next;
+            }
+        }
+        barrier();
+        uint found = s_found;
+        uint digit = s_digit;
+        uvec2 a = s_above;
+        barrier();
+        if (found == 0u) return lower;
+        prefix |= digit << shift;
+        known |= dmask << shift;
+        above = a;
+    }
+    return prefix;
+}
+
+void main() {
+    tid = gl_LocalInvocationID.x;
+    wg = gl_WorkGroupSize.x;
+    uint r = gl_WorkGroupID.y;
+    base = p.offset + r * p.n;
+
+    // 1. Max and sum.
+    float mx = uintBitsToFloat(0xFF800000u);
+    float sum = 0.0;
+    for (uint i = tid; i < p.n; i += wg) {
+        float v = x[base + i];
+        mx = max(mx, v);
+        sum += v;
+    }
+    s_f[tid] = mx;
+    s_lo[tid] = floatBitsToUint(sum); // the sums reuse the scan's words
+    barrier();
+    for (uint h = wg / 2u; h > 0u; h >>= 1u) {
+        if (tid < h) {
+            s_f[tid] = max(s_f[tid], s_f[tid + h]);
+            s_lo[tid] = floatBitsToUint(uintBitsToFloat(s_lo[tid]) + uintBitsToFloat(s_lo[tid + h]));
+        }
+        barrier();
+    }
+    float m = s_f[0];
+    float total_logits = uintBitsToFloat(s_lo[0]);
+    barrier();
+    if (isnan(total_logits) || isinf(total_logits)) {
+        if (tid == 0u) {
+            chosen[r] = 0u;
+            ids[r] = 0u;
+            sums[r] = total_logits;
+        }
+        return;
+    }
+
+    // 2. Min-p; 3. top-k; 4. top-p.
+    uint lower = 0u;
+    if (!isinf(p.log_min_p)) lower = order_key(m + p.log_min_p);
+    if (p.top_k > 0u && p.top_k < p.n) lower = max(lower, select_key(lower, false, uvec2(p.top_k, 0u), 0.0, m));
+    if (p.top_p < 1.0) lower = max(lower, select_key(lower, true, uvec2(0u), p.top_p, m));
+
+    // 5. The draw.
+    uint chunk = (p.n + wg - 1u) / wg;
+    uint start = min(tid * chunk, p.n);
+    uint end = min(start + chunk, p.n);
+    float own = 0.0;
+    for (uint i = start; i < end; i++) {
+        float v = x[base + i];
+        if (order_key(v) >= lower) own += exp((v - m) * p.inv_temp);
+    }
+    if (tid == 0u) s_last = 0u;
+    s_f[tid] = own;
+    barrier();
+    if (own > 0.0) atomicMax(s_last, tid);
+    for (uint off = 1u; off < wg; off <<= 1u) {
+        float o = tid >= off ? s_f[tid - off] : 0.0;
+        barrier();
+        s_f[tid] += o;
+        barrier();
+    }
+    float incl = s_f[tid];
+    float excl = tid > 0u ? s_f[tid - 1u] : 0.0;
+    float total = s_f[wg - 1u];
+    uvec4 w = philox(uvec4(p.draw_lo, p.draw_hi, r, SAMP), uvec2(p.seed_lo, p.seed_hi));
+    float u = float(w.x >> 8) * (1.0 / 16777216.0);
+    float target = u * total;
+    // The first chunk whose inclusive sum passes the target walks (the last chunk with
+    // weight where rounding put the target at the total): one invocation, however the
+    // scan rounded.
+    if (tid == 0u) s_pick = wg;
+    barrier();
+    if (own > 0.0 && incl > target) atomicMin(s_pick, tid);
+    barrier();
+    bool mine = tid == (s_pick < wg ? s_pick : s_last);
+    if (mine) {
+        float acc = excl;
+        uint pick = end;
+        for (uint i = start; i < end; i++) {
+            float v = x[base + i];
+            if (order_key(v) < lower) continue;
+            pick = i;
+            acc += exp((v - m) * p.inv_temp);
+            if (acc > target) break;
+        }
+        chosen[r] = pick;
+        ids[r] = pick;
+        sums[r] = total_logits;
+    }
+}
