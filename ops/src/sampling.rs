@@ -122,14 +122,42 @@ impl SampleParams {
     }
 }
 
+/// Logits per slice of the candidate stage (`sample_candidates.comp`'s `SLICE`).
+const CANDIDATE_SLICE: usize = 4096;
+/// Largest top-k the candidate stage takes; larger ones (and none) draw over the row.
+pub const MAX_CANDIDATE_TOP_K: u32 = 256;
+
+/// The candidate stage's slices and slots per slice, where [`sample_rows`] runs it: a
+/// top-k of at most [`MAX_CANDIDATE_TOP_K`] over rows of at least two slices.
+fn candidate_plan(n: usize, params: &SampleParams) -> Option<(usize, usize)> {
+    let k = params.top_k;
+    (k > 0 && k <= MAX_CANDIDATE_TOP_K && n >= 2 * CANDIDATE_SLICE)
+        .then(|| (n.div_ceil(CANDIDATE_SLICE), 2 * k as usize))
+}
+
+/// 32-bit words of the scratch [`sample_rows`] needs for `rows` rows of `n` with
+/// `params`: per row and slice a count, a sum and `2 top_k` candidates (value, index)
+/// where the candidate stage runs, else 1.
+pub fn sample_scratch_words(rows: usize, n: usize, params: &SampleParams) -> usize {
+    candidate_plan(n, params).map_or(1, |(g, cap)| rows * g * (2 + 2 * cap))
+}
+
 /// Records, for each of `rows` rows of `n` f32 logits in `x` (row `r` from element
 /// `offset + r * n`), one token drawn from the distribution `params` describe, into
 /// `chosen[r]` and `ids[r]` (u32), and the row's sum into `sums[r]` (f32; not finite
 /// where a logit is not, and then the row chooses 0). Row `r`'s uniform variate is
 /// Philox4x32-10's first word for counter (`draw`, `r`, "SAMP") and key `params.seed`:
 /// the same seed, draw and logits give the same tokens. `chosen` and `sums` may be
-/// host-visible memory, as for [`argmax_rows`]. One dispatch, one workgroup per row
-/// ([`crate::tuning::sample_workgroup`] invocations), kernel `sample`.
+/// host-visible memory, as for [`argmax_rows`]. `scratch` holds
+/// [`sample_scratch_words`] words.
+///
+/// Kernel `sample`, one workgroup per row ([`crate::tuning::sample_workgroup`]
+/// invocations, fewer for rows under 8 per invocation), which alone streams the row
+/// several times (the maximum, each radix-select level, the draw). With a top-k of at
+/// most [`MAX_CANDIDATE_TOP_K`] on rows of at least 8192, `sample_candidates` runs first
+/// on every 4096-logit slice at once and keeps each slice's top-k in `scratch`; `sample`
+/// then reads those candidates instead of the row (the row's top-k is within them; the
+/// same tokens, up to the order of the row sum's additions).
 ///
 /// # Errors
 /// [`OpsError::Shape`] for `n == 0`, more than 65 535 rows or `u32::MAX` elements, buffers
@@ -143,6 +171,7 @@ pub fn sample_rows(
     n: usize,
     params: &SampleParams,
     draw: u64,
+    scratch: &Buffer,
     chosen: &Buffer,
     sums: &Buffer,
     ids: &Buffer,
@@ -162,15 +191,32 @@ pub fn sample_rows(
         .checked_add(rows * n)
         .filter(|&e| e <= u32::MAX as usize)
         .ok_or_else(|| bad(format!("{rows} rows of {n} from element {offset} pass 2^32 - 1 elements")))?;
-    for (what, b, bytes) in
-        [("x", x, 4 * end), ("chosen", chosen, 4 * rows), ("sums", sums, 4 * rows), ("ids", ids, 4 * rows)]
-    {
+    let words = sample_scratch_words(rows, n, params);
+    for (what, b, bytes) in [
+        ("x", x, 4 * end),
+        ("scratch", scratch, 4 * words),
+        ("chosen", chosen, 4 * rows),
+        ("sums", sums, 4 * rows),
+        ("ids", ids, 4 * rows),
+    ] {
         if b.size() < bytes as u64 {
             return Err(bad(format!("{what} holds {} bytes, needs {bytes}", b.size())));
         }
     }
     let dev = s.device().clone();
-    let p = pipeline(&dev, "sample", crate::tuning::sample_workgroup(dev.caps()))?;
+    let plan = candidate_plan(n, params);
+    if let Some((g, cap)) = plan {
+        let p = pipeline(&dev, "sample_candidates", 256.min(crate::tuning::sample_workgroup(dev.caps())))?;
+        let pc = push_words(&[offset as u32, n as u32, params.top_k, g as u32, cap as u32]);
+        s.dispatch(&p, &[x.into(), scratch.into()], &pc, [g as u32, rows as u32, 1])?;
+    }
+    let (groups, cap) = plan.unwrap_or((0, 0));
+    // The elements the draw streams: rows shorter than the workgroup's loads leave
+    // invocations idle: fewer, down to 64.
+    let elements = if groups > 0 { groups * cap } else { n };
+    let workgroup =
+        crate::tuning::sample_workgroup(dev.caps()).min((elements.div_ceil(8).next_power_of_two().max(64)) as u32);
+    let p = pipeline(&dev, "sample", workgroup)?;
     let log_min_p = if params.min_p > 0.0 { (params.min_p as f64).ln() as f32 } else { f32::NEG_INFINITY };
     let pc = push_words(&[
         offset as u32,
@@ -183,8 +229,11 @@ pub fn sample_rows(
         (params.seed >> 32) as u32,
         draw as u32,
         (draw >> 32) as u32,
+        groups as u32,
+        cap as u32,
     ]);
-    s.dispatch(&p, &[x.into(), chosen.into(), sums.into(), ids.into()], &pc, [1, rows as u32, 1])?;
+    let bindings = [x.into(), chosen.into(), sums.into(), ids.into(), scratch.into()];
+    s.dispatch(&p, &bindings, &pc, [1, rows as u32, 1])?;
     Ok(())
 }
 

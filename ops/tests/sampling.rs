@@ -11,7 +11,7 @@ use common::device;
 use candle_core::{Device as Cpu, Tensor};
 use proptest::prelude::*;
 use vkml_hal::{MemoryKind, Stream};
-use vkml_ops::sampling::{argmax_rows, argmax_scratch_words, sample_rows, SampleParams};
+use vkml_ops::sampling::{argmax_rows, argmax_scratch_words, sample_rows, sample_scratch_words, SampleParams};
 
 /// Logits in [-4, 4) on a grid of 1/8 (so that ties are common), with `specials` values
 /// set at chosen places: 0 = NaN, 1 = +inf, 2 = -inf, 3 = the row's grid maximum again.
@@ -112,7 +112,8 @@ fn draw(v: &[f32], rows: usize, params: &SampleParams, draw: u64) -> (Vec<u32>, 
     for (b, start) in (0..rows).step_by(batch).enumerate() {
         let r = batch.min(rows - start);
         let ids = dev.alloc(4 * r as u64, MemoryKind::DeviceLocal).unwrap();
-        sample_rows(&mut s, &x, 0, r, n, params, draw + b as u64, &chosen, &sums, &ids).unwrap();
+        let scratch = dev.alloc(4 * sample_scratch_words(r, n, params) as u64, MemoryKind::DeviceLocal).unwrap();
+        sample_rows(&mut s, &x, 0, r, n, params, draw + b as u64, &scratch, &chosen, &sums, &ids).unwrap();
         s.finish_and_wait().unwrap();
         let (got, i, sum): (Vec<u32>, Vec<u32>, Vec<f32>) =
             (chosen.to_vec().unwrap(), ids.to_vec().unwrap(), sums.to_vec().unwrap());
@@ -192,7 +193,7 @@ fn logits40() -> Vec<f32> {
 
 /// 20 000 draws for each combination of the filters: the counts fit the distribution
 /// the settings define (chi-square below its 1e-6 quantile), the tokens the filters drop
-/// never come, and a wrong distribution (the temperature ignored, top-p one token short)
+/// never come, and a wrong distribution (a 50 % hotter softmax, top-p one token short)
 /// fails the same test.
 #[test]
 fn sample_rows_draws_from_the_filtered_softmax() {
@@ -225,9 +226,9 @@ fn sample_rows_draws_from_the_filtered_softmax() {
         if want.iter().filter(|&&p| p > 0.0).count() == 1 {
             continue;
         }
-        let hotter = expected(&v, &SampleParams { temperature: params.temperature * 1.25, ..params });
+        let hotter = expected(&v, &SampleParams { temperature: params.temperature * 1.5, ..params });
         let (chi, df, outside) = chi_square(&counts, &hotter);
-        assert!(outside > 0 || chi > chi_square_bound(df), "{params:?}: a 25 % hotter softmax passes");
+        assert!(outside > 0 || chi > chi_square_bound(df), "{params:?}: a 50 % hotter softmax passes");
     }
     // Top-p keeping one token fewer (p just below the sum of the kept tokens but one)
     // would leave the last kept token undrawn.
@@ -261,7 +262,7 @@ fn sample_rows_large_vocabulary_and_close_logits() {
         let want = expected(&v, &params);
         let kept: Vec<usize> = (0..n).filter(|&i| want[i] > 0.0).collect();
         assert!(kept.len() >= 5 && kept.len() <= 30, "{params:?}: {} kept", kept.len());
-        let (ids, _) = draw(&v, 600, &params, 0);
+        let (ids, _) = draw(&v, 300, &params, 0);
         let mut counts = vec![0usize; n];
         for &i in &ids {
             counts[i as usize] += 1;
@@ -302,9 +303,32 @@ fn sample_rows_is_reproducible_and_checks_its_input() {
         (SampleParams { top_p: 1.5, ..params }, "top-p 1.5"),
         (SampleParams { min_p: -0.1, ..params }, "min-p -0.1"),
     ] {
-        let e = sample_rows(&mut s, &x, 0, 1, v.len(), &p, 0, &out, &out, &out).unwrap_err().to_string();
+        let e = sample_rows(&mut s, &x, 0, 1, v.len(), &p, 0, &out, &out, &out, &out).unwrap_err().to_string();
         assert!(e.contains(what), "{e}");
     }
-    let e = sample_rows(&mut s, &x, 0, 2, v.len(), &params, 0, &out, &out, &out).unwrap_err().to_string();
+    let e = sample_rows(&mut s, &x, 0, 2, v.len(), &params, 0, &out, &out, &out, &out).unwrap_err().to_string();
     assert!(e.contains("x holds 160 bytes, needs 320"), "{e}");
+}
+
+/// Where the candidate stage runs (top-k of at most 256 over rows of 8192 or more): a
+/// slice with more logits equal to its k-th than its slots (600 ties at the top, top-k
+/// 5) sends the draw back to the whole row, which keeps every tie; a row with a NaN in
+/// a later slice still reports a NaN sum.
+#[test]
+fn sample_rows_candidate_overflow_and_sums() {
+    let n = 20_000;
+    let mut v: Vec<f32> = (0..n).map(|i| -3.0 + ((i * 37) % 1000) as f32 * 0.001).collect();
+    for j in 0..600 {
+        v[j * 3] = 5.0;
+    }
+    let params = SampleParams { temperature: 1.0, top_k: 5, top_p: 1.0, min_p: 0.0, seed: 8 };
+    let (ids, sums) = draw(&v, 400, &params, 3);
+    assert!(ids.iter().all(|&i| i % 3 == 0 && i < 1800), "{ids:?}");
+    let distinct: std::collections::HashSet<_> = ids.iter().collect();
+    assert!(distinct.len() > 200, "{} distinct of 600 ties", distinct.len());
+    let want: f32 = v.iter().sum();
+    assert!((sums[0] - want).abs() <= 1e-3 * want.abs(), "{} against {want}", sums[0]);
+    v[n - 7] = f32::NAN;
+    let (ids, sums) = draw(&v, 1, &params, 3);
+    assert!(ids == [0] && sums[0].is_nan(), "{ids:?} {sums:?}");
 }

@@ -22,17 +22,23 @@
 // The radix select reads 11-bit digits of the key (3 levels), with 2048 bins in shared
 // memory; each level finds its digit by a scan over the invocations' bins.
 //
+// After `sample_candidates.comp` (groups > 0) the passes read its candidates, each
+// slice's top-k in index order, instead of the row, unless a slice overflowed.
+//
 // Bindings: 0 = x (f32, row r from element offset + r * n), 1 = chosen (u32[rows]),
-// 2 = sums (f32[rows]), 3 = ids (u32[rows]).
+// 2 = sums (f32[rows]), 3 = ids (u32[rows]), 4 = candidates (sample_candidates' layout).
 // Push constants: offset, n, top_k (0: all), top_p (f32 bits, 1: all), log_min_p (f32
-// bits, -inf: no min-p), inv_temp (f32 bits, 1 / temperature > 0), seed and draw words.
+// bits, -inf: no min-p), inv_temp (f32 bits, 1 / temperature > 0), seed and draw words,
+// groups (slices of the candidate stage, 0: none), cap (candidate slots per slice).
 // Spec constant 0 = workgroup size (a power of two from 64 to 1024). Grid: y = rows.
 #version 450
+#extension GL_EXT_control_flow_attributes : require
 layout(local_size_x_id = 0, local_size_x = 1024) in;
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Chosen { uint chosen[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Sums { float sums[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Ids { uint ids[]; };
+layout(std430, set = 0, binding = 4) readonly buffer Cand { uint cand[]; };
 layout(push_constant) uniform Params {
     uint offset;
     uint n;
@@ -44,6 +50,8 @@ layout(push_constant) uniform Params {
     uint seed_hi;
     uint draw_lo;
     uint draw_hi;
+    uint groups;
+    uint cap;
 } p;
 
 const uint MAX_WG = 1024u;
@@ -51,6 +59,9 @@ const uint BINS = 2048u;
 const uint DIGIT_BITS = 11u;
 const uint LEVELS = 3u;
 const uint SAMP = 0x53414D50u;
+// Loads issued together by each invocation in the passes over a row: one workgroup
+// streams the row alone, so its loads in flight set the pace.
+const uint UNROLL = 8u;
 
 shared uint h_lo[BINS];
 shared uint h_hi[BINS];
@@ -66,6 +77,29 @@ shared uint s_pick;
 uint base;
 uint tid;
 uint wg;
+// Candidate mode (`sample_candidates.comp` ran first and no slice overflowed): the
+// elements are the G * cap candidate slots (slot i of slice i / cap valid below its
+// count), else the row's n logits.
+bool from_cand;
+uint n_el;
+uint cbase;
+
+// Element i (i < n_el): its logit (-inf for an empty candidate slot) and whether it is a token.
+float elem(uint i, out bool valid) {
+    if (!from_cand) {
+        valid = i < p.n;
+        return x[base + min(i, p.n - 1u)];
+    }
+    i = min(i, n_el - 1u);
+    uint g = i / p.cap;
+    valid = i - g * p.cap < cand[cbase + g];
+    return valid ? uintBitsToFloat(cand[cbase + 2u * p.groups + i]) : uintBitsToFloat(0xFF800000u);
+}
+
+// The token index of element i.
+uint elem_index(uint i) {
+    return from_cand ? cand[cbase + 2u * p.groups + p.groups * p.cap + i] : i;
+}
 
 // Larger float, larger key (finite values; -0 just below +0).
 uint order_key(float v) {
@@ -100,6 +134,13 @@ uvec4 philox(uvec4 c, uvec2 k) {
     return c;
 }
 
+// Adds the 64-bit `v` (lo, hi) to bin `d`, exactly, with 32-bit shared atomics.
+void hist_add(uint d, uvec2 v) {
+    uint old = atomicAdd(h_lo[d], v.x);
+    uint carry = old + v.x < old ? 1u : 0u;
+    if (v.y + carry != 0u) atomicAdd(h_hi[d], v.y + carry);
+}
+
 // Inclusive scan of (s_hi, s_lo) over the invocations (Hillis-Steele).
 void scan64() {
     for (uint off = 1u; off < wg; off <<= 1u) {
@@ -132,15 +173,19 @@ uint select_key(uint lower, bool mass, uvec2 target, float frac, float m) {
             h_hi[b] = 0u;
         }
         barrier();
-        for (uint i = tid; i < p.n; i += wg) {
-            float v = x[base + i];
-            uint k = order_key(v);
-            if (k < lower || (k & known) != prefix) continue;
-            uint d = (k >> shift) & dmask;
-            uint add = mass ? fixed_weight(v, m) : 1u;
-            if (add == 0u) continue;
-            uint old = atomicAdd(h_lo[d], add);
-            if (old + add < old) atomicAdd(h_hi[d], 1u);
+        for (uint i0 = tid; i0 < n_el; i0 += UNROLL * wg) {
+            float vs[UNROLL];
+            bool ok[UNROLL];
+            [[unroll]] for (uint u = 0u; u < UNROLL; u++) vs[u] = elem(i0 + u * wg, ok[u]);
+            [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
+                float v = vs[u];
+                uint k = order_key(v);
+                bool take = ok[u] && k >= lower && (k & known) == prefix;
+                uint d = (k >> shift) & dmask;
+                uint add = take ? (mass ? fixed_weight(v, m) : 1u) : 0u;
+                take = add != 0u;
+                if (take) hist_add(d, uvec2(add, 0u));
+            }
         }
         barrier();
         // Invocation t holds bins [BINS - (t + 1) bpt, BINS - t bpt): invocation 0 the highest.
@@ -195,14 +240,28 @@ void main() {
     wg = gl_WorkGroupSize.x;
     uint r = gl_WorkGroupID.y;
     base = p.offset + r * p.n;
+    cbase = r * p.groups * (2u + 2u * p.cap);
+    from_cand = p.groups > 0u;
+    for (uint g = 0u; g < p.groups; g++) from_cand = from_cand && cand[cbase + g] != 0xFFFFFFFFu;
+    n_el = from_cand ? p.groups * p.cap : p.n;
 
-    // 1. Max and sum.
+    // 1. Max and sum (in candidate mode, the sum of the slices' sums).
     float mx = uintBitsToFloat(0xFF800000u);
     float sum = 0.0;
-    for (uint i = tid; i < p.n; i += wg) {
-        float v = x[base + i];
-        mx = max(mx, v);
-        sum += v;
+    for (uint i0 = tid; i0 < n_el; i0 += UNROLL * wg) {
+        float vs[UNROLL];
+        bool ok[UNROLL];
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) vs[u] = elem(i0 + u * wg, ok[u]);
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
+            if (ok[u]) {
+                mx = max(mx, vs[u]);
+                sum += vs[u];
+            }
+        }
+    }
+    if (p.groups > 0u) {
+        sum = 0.0;
+        if (tid == 0u) for (uint g = 0u; g < p.groups; g++) sum += uintBitsToFloat(cand[cbase + p.groups + g]);
     }
     s_f[tid] = mx;
     s_lo[tid] = floatBitsToUint(sum); // the sums reuse the scan's words
@@ -233,13 +292,17 @@ void main() {
     if (p.top_p < 1.0) lower = max(lower, select_key(lower, true, uvec2(0u), p.top_p, m));
 
     // 5. The draw.
-    uint chunk = (p.n + wg - 1u) / wg;
-    uint start = min(tid * chunk, p.n);
-    uint end = min(start + chunk, p.n);
+    uint chunk = (n_el + wg - 1u) / wg;
+    uint start = min(tid * chunk, n_el);
+    uint end = min(start + chunk, n_el);
     float own = 0.0;
-    for (uint i = start; i < end; i++) {
-        float v = x[base + i];
-        if (order_key(v) >= lower) own += exp((v - m) * p.inv_temp);
+    for (uint i0 = start; i0 < end; i0 += UNROLL) {
+        float vs[UNROLL];
+        bool ok[UNROLL];
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) vs[u] = elem(i0 + u, ok[u]);
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
+            if (ok[u] && i0 + u < end && order_key(vs[u]) >= lower) own += exp((vs[u] - m) * p.inv_temp);
+        }
     }
     if (tid == 0u) s_last = 0u;
     s_f[tid] = own;
@@ -269,9 +332,10 @@ void main() {
         float acc = excl;
         uint pick = end;
         for (uint i = start; i < end; i++) {
-            float v = x[base + i];
-            if (order_key(v) < lower) continue;
-            pick = i;
+            bool ok;
+            float v = elem(i, ok);
+            if (!ok || order_key(v) < lower) continue;
+            pick = elem_index(i);
             acc += exp((v - m) * p.inv_temp);
             if (acc > target) break;
         }

@@ -464,22 +464,15 @@ impl ModelStorage for VulkanStorage {
                         .map_err(cerr)
                 })?;
             }
-            TokenChoice::Sample(p) => dev.with_stream(|s| {
-                let x = self.buffer();
-                vkml_ops::sampling::sample_rows(
-                    s,
-                    x,
-                    start,
-                    t,
-                    n,
-                    p,
-                    draw,
-                    chosen.buffer(),
-                    sums.buffer(),
-                    ids.buffer(),
-                )
-                .map_err(cerr)
-            })?,
+            TokenChoice::Sample(p) => {
+                let words = vkml_ops::sampling::sample_scratch_words(t, n, p);
+                let scratch = dev.storage(dev.alloc(words, DType::U32)?, DType::U32, words);
+                dev.with_stream(|s| {
+                    let (x, sc) = (self.buffer(), scratch.buffer());
+                    let (c, sm, i) = (chosen.buffer(), sums.buffer(), ids.buffer());
+                    vkml_ops::sampling::sample_rows(s, x, start, t, n, p, draw, sc, c, sm, i).map_err(cerr)
+                })?
+            }
         }
         let ids = if dev.same_device(to) { ids } else { ids.to_device(&Layout::contiguous(t), to)? };
         Ok(DeviceChoice { ids, chosen, sums })
