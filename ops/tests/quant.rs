@@ -1431,3 +1431,93 @@ fn mat_vec_norm_add_matches_cpu() {
     }
     assert_clean(&dev);
 }
+
+/// `quant::linear`, the one entry, against an f64 CPU reference for every epilogue, with
+/// and without the pre-norm, on mat-vec rows (1 and 3) and mat-mat rows (9, with the
+/// mat-mat from 8): Q4_0 (the integer-dot kernels where the device has them) and Q4_K
+/// (the block kernels). Tolerance: 2 % of Σ|xₙ·w| per output (x is quantized to Q8_1 on
+/// the integer-dot and mat-mat paths), carried through the activation and the post-norm
+/// (its scale 1 / rms of the product); a missing add, norm or gate is off by O(1). One
+/// dispatch where the mat-vec folds the norm and the epilogue.
+#[test]
+fn linear_matches_cpu_for_every_epilogue_and_path() {
+    let dev = device();
+    let (k, n, eps) = (256usize, 24usize, 1e-5f32);
+    let silu = |v: f64| v / (1.0 + (-v).exp());
+    let opts = quant::LinearOptions { mat_mat_from: 8 };
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_K] {
+        for ep_kind in 0..4 {
+            let rows = if ep_kind == 2 { 2 * n } else { n };
+            let bytes = encode(ty, &weights(rows, k, 41 + ep_kind as u64));
+            let w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
+            let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+            for (t, norm) in [(1usize, true), (1, false), (3, true), (9, true), (9, false)] {
+                let x: Vec<f32> = weights(t, k, 50 + t as u64).iter().map(|v| 2.0 * v).collect();
+                let nw: Vec<f32> = weights(1, k, 51).iter().map(|v| 1.0 + v).collect();
+                let pw: Vec<f32> = weights(1, n, 52).iter().map(|v| 1.0 + 0.5 * v).collect();
+                let y0 = weights(t, n, 53);
+                let (xb, nwb, pwb) = (dev.upload(&x).unwrap(), dev.upload(&nw).unwrap(), dev.upload(&pw).unwrap());
+                let yb = dev.upload(&y0).unwrap();
+                let ep = match ep_kind {
+                    0 => quant::LinearEpilogue::Store,
+                    1 => quant::LinearEpilogue::Add,
+                    2 => quant::LinearEpilogue::Glu(GluActivation::Silu),
+                    _ => quant::LinearEpilogue::NormAdd { weight: &pwb, eps },
+                };
+                let pre = norm.then_some(quant::PreNorm { weight: &nwb, eps });
+                let mut s = Stream::new(&dev).unwrap();
+                let d0 = s.stats().dispatches;
+                quant::linear(&mut s, &m, &xb, t, pre, &yb, ep, &opts).unwrap();
+                let dispatches = s.stats().dispatches - d0;
+                s.finish_and_wait().unwrap();
+                let got: Vec<f32> = yb.to_vec().unwrap();
+                let cfg = vkml_ops::tuning::mat_vec_config(dev.caps());
+                let one_pass = t == 1
+                    && match ep_kind {
+                        3 => !norm && quant::mat_vec_fuses_norm_add(dev.caps(), &m, 1, &cfg),
+                        _ => {
+                            !norm
+                                || quant::mat_vec_fuses_norm(dev.caps(), &m, &cfg)
+                                || quant::dot_quantizes_x(dev.caps(), &m, 1, &cfg)
+                        }
+                    };
+                assert!(!one_pass || dispatches == 1, "{ty:?} ep {ep_kind} t {t}: {dispatches} dispatches");
+                for b in 0..t {
+                    let xr = &x[b * k..(b + 1) * k];
+                    let ms = xr.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / k as f64;
+                    let xn: Vec<f64> =
+                        (0..k)
+                            .map(|j| {
+                                if norm {
+                                    xr[j] as f64 / (ms + eps as f64).sqrt() * nw[j] as f64
+                                } else {
+                                    xr[j] as f64
+                                }
+                            })
+                            .collect();
+                    let dot = |r: usize| (0..k).map(|j| xn[j] * w[r * k + j] as f64).sum::<f64>();
+                    let mag = |r: usize| (0..k).map(|j| (xn[j] * w[r * k + j] as f64).abs()).sum::<f64>();
+                    let p: Vec<f64> = (0..rows).map(dot).collect();
+                    let prms = (p.iter().map(|v| v * v).sum::<f64>() / n as f64 + eps as f64).sqrt();
+                    for r in 0..n {
+                        let (want, tol) = match ep_kind {
+                            0 => (p[r], 0.02 * mag(r)),
+                            1 => (y0[b * n + r] as f64 + p[r], 0.02 * mag(r)),
+                            2 => (silu(p[r]) * p[n + r], 0.02 * (mag(r) * p[n + r].abs() + mag(n + r) * p[r].abs())),
+                            _ => {
+                                let big = (0..n).map(mag).fold(0.0, f64::max);
+                                (y0[b * n + r] as f64 + p[r] / prms * pw[r] as f64, 0.04 * big / prms * 1.5)
+                            }
+                        };
+                        let g = got[b * n + r] as f64;
+                        assert!(
+                            (g - want).abs() <= tol + 1e-4,
+                            "{ty:?} ep {ep_kind} t {t} norm {norm} [{b}, {r}]: {g} vs {want} (tol {tol})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert_clean(&dev);
+}

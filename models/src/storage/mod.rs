@@ -171,9 +171,10 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// Shape mismatches, a strided `acc`, device errors.
     fn qmatmul_add(&self, l: &Layout, w: &Self::QWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()>;
 
-    /// Whether [`ModelStorage::qmatmul_norm_add`] runs for `t` rows of x against `w` (in one
-    /// pass on Vulkan: `vkml_ops::quant::mat_vec_fuses_norm_add`). Default: never; callers
-    /// then compose `qmatmul`, `rms_norm` and an add.
+    /// Whether [`ModelStorage::qmatmul_norm_add`] runs for `t` rows of x against `w` (on
+    /// Vulkan always: `vkml_ops::quant::linear`, in one mat-vec dispatch where
+    /// `vkml_ops::quant::mat_vec_fuses_norm_add` holds). Default: never; callers then
+    /// compose `qmatmul`, `rms_norm` and an add.
     fn fuses_qmatmul_norm_add(_dev: &Self::Device, _w: &Self::QWeight, _t: usize) -> bool {
         false
     }

@@ -8,7 +8,7 @@ use candle_core::{DType, Layout};
 use vkml_candle::vulkan::{cerr, VulkanDevice, VulkanStorage};
 use vkml_hal::{Buffer, MemoryKind, Stream};
 use vkml_ops::nn::GluActivation;
-use vkml_ops::quant::MatVecEpilogue;
+use vkml_ops::quant::{LinearEpilogue, PreNorm};
 use vkml_ops::Dtype;
 
 use super::{rms_norm_linear_composed, AttnParams, AttnRope, DeviceChoice, ModelStorage, QkvPrologue};
@@ -35,30 +35,22 @@ fn read_words<T: bytemuck::Pod>(s: &VulkanStorage, l: &Layout, dtype: DType, op:
     Ok(v)
 }
 
-/// `y = x Wᵀ`, `y += x Wᵀ` or the gated product (`ep`) for `x = self: f32[t, k]`
-/// (`l`): batched mat-vecs with that epilogue below
-/// [`VulkanDevice::mat_mat_min_tokens`] rows, mat-mats from there (`Add` as
-/// `accumulate`; `Glu` has no mat-mat form, and is an error there).
-fn linear(x: &VulkanStorage, l: &Layout, w: &vkml_ops::quant::QMatrix, y: &Buffer, ep: MatVecEpilogue) -> CResult<()> {
-    use vkml_ops::quant;
+/// `vkml_ops::quant::linear` for `x: f32[t, k]` (`l`): `y ⊕= ep(norm(x) Wᵀ)`, mat-vecs
+/// below [`VulkanDevice::mat_mat_min_tokens`] rows, mat-mats from there, chosen in ops.
+fn linear(
+    x: &VulkanStorage,
+    l: &Layout,
+    w: &vkml_ops::quant::QMatrix,
+    norm: Option<PreNorm<'_>>,
+    y: &Buffer,
+    ep: LinearEpilogue<'_>,
+) -> CResult<()> {
     f32_only(x, "qmatmul")?;
     let x = x.packed(l)?;
     let t = l.dims()[0];
     let dev = x.device();
-    if t < dev.mat_mat_min_tokens() {
-        let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
-        return dev.with_stream(|s| quant::mat_vec_fused(s, w, x.buffer(), t, y, cfg, ep).map_err(cerr));
-    }
-    let accumulate = match ep {
-        MatVecEpilogue::Store => false,
-        MatVecEpilogue::Add => true,
-        MatVecEpilogue::Glu(_) => candle_core::bail!("linear: the gated product has no mat-mat epilogue"),
-    };
-    dev.with_stream(|s| {
-        let path = quant::MatMatPath::best(s.device().caps(), w);
-        let opts = quant::MatMatOptions { accumulate, ..quant::MatMatOptions::new(path) };
-        quant::mat_mat_with(s, w, x.buffer(), t, y, opts).map_err(cerr)
-    })
+    let opts = vkml_ops::quant::LinearOptions { mat_mat_from: dev.mat_mat_min_tokens() };
+    dev.with_stream(|s| vkml_ops::quant::linear(s, w, x.buffer(), t, norm, y, ep, &opts).map_err(cerr))
 }
 
 /// `x: f32[t, heads, d]` (`l`) as rows for `kv_append_from`: `(storage, offset,
@@ -119,22 +111,22 @@ impl ModelStorage for VulkanStorage {
         dev.with_stream(|s| vkml_ops::quant::QMatrix::concat_rows(s, parts).map_err(|e| dev.named_error(e)))
     }
 
-    /// Mat-vecs below [`VulkanDevice::mat_mat_min_tokens`] rows of `x`, mat-mats
-    /// (cooperative-matrix where the device has them) from there.
+    /// `vkml_ops::quant::linear`: mat-vecs below [`VulkanDevice::mat_mat_min_tokens`]
+    /// rows of `x`, mat-mats (cooperative-matrix where the device has them) from there.
     fn qmatmul(&self, l: &Layout, w: &Self::QWeight) -> CResult<Self> {
         let t = l.dims()[0];
         let y = self.device().alloc(t * w.rows(), DType::F32)?;
-        linear(self, l, w, &y, MatVecEpilogue::Store)?;
+        linear(self, l, w, None, &y, LinearEpilogue::Store)?;
         Ok(self.device().storage(y, DType::F32, t * w.rows()))
     }
 
-    /// The residual add is the mat-vec's `Add` epilogue, or the mat-mat's `accumulate`.
+    /// `linear` with the `Add` epilogue: the mat-vec's, or the mat-mat's `accumulate`.
     fn qmatmul_add(&self, l: &Layout, w: &Self::QWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
         f32_only(acc, "qmatmul_add")?;
         if !acc_l.is_contiguous() || acc_l.start_offset() != 0 || acc_l.shape().elem_count() != l.dims()[0] * w.rows() {
             candle_core::bail!("qmatmul_add: the accumulator {:?} is not a packed [t, {}]", acc_l, w.rows())
         }
-        linear(self, l, w, acc.buffer(), MatVecEpilogue::Add)
+        linear(self, l, w, None, acc.buffer(), LinearEpilogue::Add)
     }
 
     /// One pass (`vkml_ops::elementwise::softcap`, kernel `unary.f32`'s softcap op).
@@ -150,15 +142,15 @@ impl ModelStorage for VulkanStorage {
         Ok(dev.storage(y, DType::F32, n))
     }
 
-    /// Below [`VulkanDevice::mat_mat_min_tokens`] rows where the kernel has the post-norm
-    /// epilogue (`vkml_ops::quant::mat_vec_fuses_norm_add`).
-    fn fuses_qmatmul_norm_add(dev: &VulkanDevice, w: &Self::QWeight, t: usize) -> bool {
-        let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
-        t < dev.mat_mat_min_tokens() && vkml_ops::quant::mat_vec_fuses_norm_add(dev.hal().caps(), w, t, &cfg)
+    /// Always: `vkml_ops::quant::linear` folds it into the mat-vec where the kernel has
+    /// the post-norm epilogue and composes it otherwise.
+    fn fuses_qmatmul_norm_add(_dev: &VulkanDevice, _w: &Self::QWeight, _t: usize) -> bool {
+        true
     }
 
-    /// One mat-vec dispatch (`vkml_ops::quant::mat_vec_norm_add`): the product into a
-    /// scratch, normalised and added to `acc` by the dispatch's last workgroup.
+    /// `linear` with the `NormAdd` epilogue: one mat-vec dispatch where
+    /// `vkml_ops::quant::mat_vec_fuses_norm_add` holds (the product into a scratch,
+    /// normalised and added to `acc` by the dispatch's last workgroup).
     fn qmatmul_norm_add(
         &self,
         l: &Layout,
@@ -171,39 +163,20 @@ impl ModelStorage for VulkanStorage {
         f32_only(acc, "qmatmul_norm_add")?;
         f32_only(nw, "qmatmul_norm_add")?;
         let t = l.dims()[0];
-        let dev = self.device();
-        if !Self::fuses_qmatmul_norm_add(dev, w, t) {
-            candle_core::bail!("qmatmul_norm_add: no one-pass form for {t} rows of this weight")
-        }
         if !acc_l.is_contiguous() || acc_l.start_offset() != 0 || acc_l.shape().elem_count() != t * w.rows() {
             candle_core::bail!("qmatmul_norm_add: the accumulator {:?} is not a packed [t, {}]", acc_l, w.rows())
         }
-        let x = self.packed(l)?;
-        let y = dev.alloc(t * w.rows(), DType::F32)?;
-        let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
-        dev.with_stream(|s| {
-            vkml_ops::quant::mat_vec_norm_add(s, w, x.buffer(), t, &y, acc.buffer(), nw.buffer(), eps, cfg)
-                .map_err(cerr)
-        })?;
-        dev.recycle(y);
-        Ok(())
+        linear(self, l, w, None, acc.buffer(), LinearEpilogue::NormAdd { weight: nw.buffer(), eps })
     }
 
-    /// Below [`VulkanDevice::mat_mat_min_tokens`] rows: one mat-vec pass over the stacked
-    /// matrix with the gated-product epilogue. From there: one mat-mat into `[t, 2n]`,
+    /// `linear` with the `Glu` epilogue: one mat-vec pass over the stacked matrix below
+    /// [`VulkanDevice::mat_mat_min_tokens`] rows; from there one mat-mat into `[t, 2n]`,
     /// then the activation and the product on the strided halves.
     fn qmatmul_glu(&self, l: &Layout, w: &Self::QWeight, act: GluActivation) -> CResult<Self> {
         let (t, n) = (l.dims()[0], w.rows() / 2);
         let dev = self.device();
         let y = dev.alloc(t * n, DType::F32)?;
-        if t < dev.mat_mat_min_tokens() {
-            linear(self, l, w, &y, MatVecEpilogue::Glu(act))?;
-            return Ok(dev.storage(y, DType::F32, t * n));
-        }
-        let both = dev.alloc(t * 2 * n, DType::F32)?;
-        linear(self, l, w, &both, MatVecEpilogue::Store)?;
-        dev.with_stream(|s| vkml_ops::nn::glu_halves(s, act, &both, t, n, &y).map_err(cerr))?;
-        dev.recycle(both);
+        linear(self, l, w, None, &y, LinearEpilogue::Glu(act))?;
         Ok(dev.storage(y, DType::F32, t * n))
     }
 
@@ -231,10 +204,10 @@ impl ModelStorage for VulkanStorage {
         })
     }
 
-    /// Below [`VulkanDevice::mat_mat_min_tokens`] rows, where the mat-vec runs on the
-    /// integer-dot kernel ([`vkml_ops::quant::mat_vec_uses_q8_1`]): the norm writes x as
-    /// Q8_1 ([`vkml_ops::nn::rms_norm_q8_1`], the blocks the mat-vec would quantize) and
-    /// the mat-vec reads them, one dispatch fewer. Elsewhere the two calls.
+    /// `linear` with a [`PreNorm`]: below [`VulkanDevice::mat_mat_min_tokens`] rows one
+    /// mat-vec normalising x as it loads it (or quantizing the normalised x itself, on the
+    /// integer-dot kernel) where the kernels can, else the norm's kernel first; from there
+    /// the norm's kernel and the mat-mat.
     fn rms_norm_linear(
         &self,
         l: &Layout,
@@ -244,29 +217,18 @@ impl ModelStorage for VulkanStorage {
         w: &Self::QWeight,
         act: Option<GluActivation>,
     ) -> CResult<Self> {
-        let t = l.dims()[0];
-        let dev = self.device();
-        // Prompts run the mat-mat: the norm stays a kernel of its own there.
-        if t >= dev.mat_mat_min_tokens() || self.dtype() != DType::F32 || nw.dtype() != DType::F32 {
+        if self.dtype() != DType::F32 || nw.dtype() != DType::F32 {
             return rms_norm_linear_composed(self, l, nw, nwl, eps, w, act);
         }
-        let cfg = vkml_ops::tuning::mat_vec_config(dev.hal().caps());
-        let (x, nw) = (self.packed(l)?, nw.packed(nwl)?);
+        let t = l.dims()[0];
+        let dev = self.device();
+        let nw = nw.packed(nwl)?;
         let (ep, out) = match act {
-            None => (MatVecEpilogue::Store, w.rows()),
-            Some(a) => (MatVecEpilogue::Glu(a), w.rows() / 2),
+            None => (LinearEpilogue::Store, w.rows()),
+            Some(a) => (LinearEpilogue::Glu(a), w.rows() / 2),
         };
         let y = dev.alloc(t * out, DType::F32)?;
-        // Room for the normalised x where the norm is a kernel of its own (from the pool).
-        let need = vkml_ops::quant::rms_norm_mat_vec_scratch(dev.hal().caps(), w, t, &cfg);
-        let scratch = if need > 0 { Some(dev.alloc(need.div_ceil(4) as usize, DType::U32)?) } else { None };
-        dev.with_stream(|s| {
-            vkml_ops::quant::rms_norm_mat_vec(s, x.buffer(), nw.buffer(), eps, w, t, &y, cfg, ep, scratch.as_ref())
-                .map_err(cerr)
-        })?;
-        if let Some(b) = scratch {
-            dev.recycle(b);
-        }
+        linear(self, l, w, Some(PreNorm { weight: nw.buffer(), eps }), &y, ep)?;
         Ok(dev.storage(y, DType::F32, t * out))
     }
 

@@ -14,13 +14,16 @@
 //!
 //! By concept: the types and their kernels here; [`QMatrix`], dequantize and get_rows in
 //! `matrix.rs`; the mat-vecs (with their fused epilogues and norm) in `mat_vec.rs`; the
-//! Q8_1 activation quantizer in `q8_1.rs`; the mat-mats in `mat_mat.rs`.
+//! Q8_1 activation quantizer in `q8_1.rs`; the mat-mats in `mat_mat.rs`; [`linear`], the
+//! one entry that picks among them, in `linear.rs`.
 
+mod linear;
 mod mat_mat;
 mod mat_vec;
 mod matrix;
 mod q8_1;
 
+pub use linear::*;
 pub use mat_mat::*;
 pub use mat_vec::*;
 pub use matrix::*;

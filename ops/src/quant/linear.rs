@@ -1,0 +1,183 @@
+//! One entry for a quantized linear layer: [`linear`] computes `epilogue(norm(x) Wᵀ)` and
+//! picks the kernels itself from the row count and `Capabilities`: the mat-vec family
+//! below [`LinearOptions::mat_mat_from`] rows (the norm and the epilogue folded into one
+//! dispatch where the kernels allow: [`rms_norm_mat_vec`], [`mat_vec_fused`],
+//! [`mat_vec_norm_add`]), the mat-mat ([`mat_mat_with`], [`MatMatPath::best`]) from
+//! there with the norm and the epilogue as kernels of their own around it. Callers pass
+//! buffers and shapes only.
+
+use vkml_hal::{Buffer, MemoryKind, Stream};
+
+use super::{
+    mat_mat_with, mat_vec_fused, mat_vec_fuses_norm_add, mat_vec_norm_add, rms_norm_mat_vec, rms_norm_mat_vec_scratch,
+    MatMatOptions, MatMatPath, MatVecEpilogue, QMatrix,
+};
+use crate::elementwise::{binary, BinaryOp, View};
+use crate::error::{OpsError, Result};
+use crate::nn::{glu_halves, rms_norm, GluActivation};
+use crate::{tuning, Dtype};
+
+/// An RMS norm of x's rows before the product (candle-nn's `rms_norm`: `x / sqrt(mean(x²) +
+/// eps) * weight`).
+#[derive(Debug, Clone, Copy)]
+pub struct PreNorm<'a> {
+    /// `f32[k]`.
+    pub weight: &'a Buffer,
+    /// Added to the mean square.
+    pub eps: f32,
+}
+
+/// What [`linear`] does with the product `p = norm(x) Wᵀ`.
+#[derive(Debug, Clone, Copy)]
+pub enum LinearEpilogue<'a> {
+    /// `y = p`, `y: f32[t, rows]`.
+    Store,
+    /// `y += p` (a residual add).
+    Add,
+    /// `y = act(p_gate) * p_up` over the stacked `[gate; up]` rows, `y: f32[t, rows / 2]`.
+    Glu(GluActivation),
+    /// `y += rms_norm(p) * weight` (Gemma's post-norms: the product normalised, then added),
+    /// `weight: f32[rows]`.
+    NormAdd {
+        /// `f32[rows]`.
+        weight: &'a Buffer,
+        /// Added to the mean square.
+        eps: f32,
+    },
+}
+
+/// The choices [`linear`] takes from its caller.
+#[derive(Debug, Clone, Copy)]
+pub struct LinearOptions {
+    /// Rows of x from which the mat-mat runs instead of the mat-vecs
+    /// ([`tuning::mat_mat_min_tokens`] by default).
+    pub mat_mat_from: usize,
+}
+
+impl LinearOptions {
+    /// The device's defaults.
+    pub fn new(caps: &vkml_hal::Capabilities) -> LinearOptions {
+        LinearOptions { mat_mat_from: tuning::mat_mat_min_tokens(caps) }
+    }
+}
+
+/// A device-local scratch of `bytes` (at least 4).
+fn scratch(s: &Stream, bytes: usize) -> Result<Buffer> {
+    Ok(s.device().alloc(bytes.max(4) as u64, MemoryKind::DeviceLocal)?)
+}
+
+/// Records `y ⊕= epilogue(norm(x) Wᵀ)` for `x: f32[t, k]` (packed) and `w: [rows, k]`
+/// (any type [`QMatrix`] holds), as [`LinearEpilogue`] and [`PreNorm`] describe it.
+///
+/// Below `opts.mat_mat_from` rows: one mat-vec dispatch with the norm and the epilogue
+/// where the kernels fold them ([`rms_norm_mat_vec`]; [`mat_vec_norm_add`] where
+/// [`mat_vec_fuses_norm_add`] holds), else the norm's kernel first and the post-norm as
+/// `norm.rms` and an add after. From there: the norm's kernel, the mat-mat (accumulating
+/// for `Add`), then the gated product (`glu_halves`) or the post-norm and the add. Results
+/// agree with the composition of the separate ops to float rounding (sums of squares and
+/// products reduced in other orders).
+///
+/// # Errors
+/// [`OpsError::Shape`] for buffers too small for the shapes, a `Glu` over an odd number of
+/// rows, `y` that is `x`; errors of the kernels it records.
+#[allow(clippy::too_many_arguments)]
+pub fn linear(
+    s: &mut Stream,
+    w: &QMatrix,
+    x: &Buffer,
+    t: usize,
+    norm: Option<PreNorm<'_>>,
+    y: &Buffer,
+    epilogue: LinearEpilogue<'_>,
+    opts: &LinearOptions,
+) -> Result<()> {
+    let bad = |reason: String| Err(OpsError::Shape { op: "linear", reason });
+    if t == 0 {
+        return Ok(());
+    }
+    if matches!(epilogue, LinearEpilogue::Glu(_)) && !w.rows.is_multiple_of(2) {
+        return bad(format!("a gated product over {} rows: the stacked gate and up need an even count", w.rows));
+    }
+    if x.handle() == y.handle() {
+        return bad("the output is the input".into());
+    }
+    if let Some(n) = norm {
+        if n.weight.size() < 4 * w.k as u64 {
+            return bad(format!("the norm weight holds {} bytes, less than {} f32", n.weight.size(), w.k));
+        }
+    }
+    if let LinearEpilogue::NormAdd { weight, .. } = epilogue {
+        if weight.size() < 4 * w.rows as u64 {
+            return bad(format!("the post-norm weight holds {} bytes, less than {} f32", weight.size(), w.rows));
+        }
+    }
+    let caps = s.device().caps().clone();
+    let cfg = tuning::mat_vec_config(&caps);
+    if t < opts.mat_mat_from {
+        let ep = match epilogue {
+            LinearEpilogue::Store => MatVecEpilogue::Store,
+            LinearEpilogue::Add => MatVecEpilogue::Add,
+            LinearEpilogue::Glu(a) => MatVecEpilogue::Glu(a),
+            LinearEpilogue::NormAdd { weight, eps } => {
+                let x = match norm {
+                    Some(n) => {
+                        let xn = scratch(s, 4 * t * w.k)?;
+                        rms_norm(s, Dtype::F32, x, Some(n.weight), t, w.k, n.eps, &xn)?;
+                        xn
+                    }
+                    None => x.clone(),
+                };
+                let p = scratch(s, 4 * t * w.rows)?;
+                if mat_vec_fuses_norm_add(&caps, w, t, &cfg) {
+                    return mat_vec_norm_add(s, w, &x, t, &p, y, weight, eps, cfg);
+                }
+                mat_vec_fused(s, w, &x, t, &p, cfg, MatVecEpilogue::Store)?;
+                return norm_add(s, &p, t, w.rows, weight, eps, y);
+            }
+        };
+        return match norm {
+            Some(n) => {
+                let need = rms_norm_mat_vec_scratch(&caps, w, t, &cfg);
+                let sc = if need > 0 { Some(scratch(s, need as usize)?) } else { None };
+                rms_norm_mat_vec(s, x, n.weight, n.eps, w, t, y, cfg, ep, sc.as_ref())
+            }
+            None => mat_vec_fused(s, w, x, t, y, cfg, ep),
+        };
+    }
+    let xn;
+    let x = match norm {
+        Some(n) => {
+            xn = scratch(s, 4 * t * w.k)?;
+            rms_norm(s, Dtype::F32, x, Some(n.weight), t, w.k, n.eps, &xn)?;
+            &xn
+        }
+        None => x,
+    };
+    let path = MatMatPath::best(&caps, w);
+    let mat_mat = |s: &mut Stream, out: &Buffer, accumulate: bool| {
+        mat_mat_with(s, w, x, t, out, MatMatOptions { accumulate, ..MatMatOptions::new(path) })
+    };
+    match epilogue {
+        LinearEpilogue::Store => mat_mat(s, y, false),
+        LinearEpilogue::Add => mat_mat(s, y, true),
+        LinearEpilogue::Glu(a) => {
+            let both = scratch(s, 4 * t * w.rows)?;
+            mat_mat(s, &both, false)?;
+            glu_halves(s, a, &both, t, w.rows / 2, y)
+        }
+        LinearEpilogue::NormAdd { weight, eps } => {
+            let p = scratch(s, 4 * t * w.rows)?;
+            mat_mat(s, &p, false)?;
+            norm_add(s, &p, t, w.rows, weight, eps, y)
+        }
+    }
+}
+
+/// `acc += rms_norm(p) * weight` for `p: f32[t, n]`: `norm.rms`, then an add.
+fn norm_add(s: &mut Stream, p: &Buffer, t: usize, n: usize, weight: &Buffer, eps: f32, acc: &Buffer) -> Result<()> {
+    let q = scratch(s, 4 * t * n)?;
+    rms_norm(s, Dtype::F32, p, Some(weight), t, n, eps, &q)?;
+    let strides = [n, 1];
+    let view = |buffer| View { buffer, offset: 0, strides: &strides };
+    binary(s, BinaryOp::Add, Dtype::F32, &[t, n], view(acc), view(&q), acc)
+}
