@@ -20,6 +20,13 @@ fn vd(i: usize) -> VulkanDevice {
     VulkanDevice::from_device(&device(), i).unwrap()
 }
 
+/// A runner on one device and one split over two, labelled.
+fn one_and_split(file: &GgufFile, opts: LoadOptions) -> [(&'static str, Runner<VulkanStorage>); 2] {
+    let split = Runner::<VulkanStorage>::load_split(&[vd(1), vd(2)], None, file, opts, &mut |_, _| {}).unwrap();
+    let single = Runner::<VulkanStorage>::load(&vd(3), file, opts, &mut |_, _| {}).unwrap();
+    [("one device", single), ("two devices", split)]
+}
+
 /// `choose_ids` (greedy) against candle's CPU argmax (first of equal maxima) and sum, rows with
 /// ties, a NaN and an infinity included.
 #[test]
@@ -72,9 +79,7 @@ fn forward_greedy_matches_host_argmax() {
     // input would not change).
     let distinct: std::collections::HashSet<_> = want.iter().collect();
     assert!(distinct.len() >= 6, "{want:?}");
-    let split = Runner::<VulkanStorage>::load_split(&[vd(1), vd(2)], None, &file, opts, &mut |_, _| {}).unwrap();
-    let single = Runner::<VulkanStorage>::load(&vd(3), &file, opts, &mut |_, _| {}).unwrap();
-    for (what, mut r) in [("one device", single), ("two devices", split)] {
+    for (what, mut r) in one_and_split(&file, opts) {
         let mut tok = argmax(&r.forward(&prompt, false).unwrap());
         let mut got = vec![tok];
         for i in 0..12 {
@@ -189,9 +194,7 @@ fn forward_choose_samples_as_the_host_draws() {
     }
     let distinct: std::collections::HashSet<_> = want.iter().collect();
     assert!(distinct.len() >= 6, "{want:?}");
-    let split = Runner::<VulkanStorage>::load_split(&[vd(1), vd(2)], None, &file, opts, &mut |_, _| {}).unwrap();
-    let single = Runner::<VulkanStorage>::load(&vd(3), &file, opts, &mut |_, _| {}).unwrap();
-    for (what, mut r) in [("one device", single), ("two devices", split)] {
+    for (what, mut r) in one_and_split(&file, opts) {
         for round in 0..2 {
             r.reset();
             let l = r.forward(&prompt, false).unwrap();

@@ -26,6 +26,46 @@ pub fn argmax_scratch_words(rows: usize, n: usize) -> usize {
     rows * (1 + 3 * groups(n))
 }
 
+/// The checks [`argmax_rows`] and [`sample_rows`] share: `rows` rows of `n` logits from
+/// element `offset` of `x` (a workgroup row each, 32-bit element indices), `scratch` of
+/// `words` 32-bit words, and the three outputs of a word per row. `Ok(false)` for no rows.
+fn check_rows(
+    op: &'static str,
+    x: &Buffer,
+    offset: usize,
+    rows: usize,
+    n: usize,
+    (scratch, words): (&Buffer, usize),
+    [chosen, sums, ids]: [&Buffer; 3],
+) -> Result<bool> {
+    let bad = |reason: String| OpsError::Shape { op, reason };
+    if rows == 0 {
+        return Ok(false);
+    }
+    if n == 0 {
+        return Err(bad("rows of 0 logits have no token to choose".into()));
+    }
+    if rows > u16::MAX as usize {
+        return Err(bad(format!("{rows} rows: at most 65535 (one workgroup row each)")));
+    }
+    let end = offset
+        .checked_add(rows * n)
+        .filter(|&e| e <= u32::MAX as usize)
+        .ok_or_else(|| bad(format!("{rows} rows of {n} from element {offset} pass 2^32 - 1 elements")))?;
+    for (what, b, bytes) in [
+        ("x", x, 4 * end),
+        ("scratch", scratch, 4 * words),
+        ("chosen", chosen, 4 * rows),
+        ("sums", sums, 4 * rows),
+        ("ids", ids, 4 * rows),
+    ] {
+        if b.size() < bytes as u64 {
+            return Err(bad(format!("{what} holds {} bytes, needs {bytes}", b.size())));
+        }
+    }
+    Ok(true)
+}
+
 /// Records, for each of `rows` rows of `n` f32 logits in `x` (row `r` from element
 /// `offset + r * n`): the index of its first largest value, as candle's CPU `argmax`
 /// picks it (NaN values skipped; a NaN element 0 is the answer), into `chosen[r]` and
@@ -50,31 +90,9 @@ pub fn argmax_rows(
     sums: &Buffer,
     ids: &Buffer,
 ) -> Result<()> {
-    let bad = |reason: String| OpsError::Shape { op: "argmax_rows", reason };
-    if rows == 0 {
-        return Ok(());
-    }
-    if n == 0 {
-        return Err(bad("rows of 0 logits have no largest".into()));
-    }
-    if rows > u16::MAX as usize {
-        return Err(bad(format!("{rows} rows: at most 65535 (one workgroup row each)")));
-    }
-    let end = offset
-        .checked_add(rows * n)
-        .filter(|&e| e <= u32::MAX as usize)
-        .ok_or_else(|| bad(format!("{rows} rows of {n} from element {offset} pass 2^32 - 1 elements")))?;
     let words = argmax_scratch_words(rows, n);
-    for (what, b, bytes) in [
-        ("x", x, 4 * end),
-        ("scratch", scratch, 4 * words),
-        ("chosen", chosen, 4 * rows),
-        ("sums", sums, 4 * rows),
-        ("ids", ids, 4 * rows),
-    ] {
-        if b.size() < bytes as u64 {
-            return Err(bad(format!("{what} holds {} bytes, needs {bytes}", b.size())));
-        }
+    if !check_rows("argmax_rows", x, offset, rows, n, (scratch, words), [chosen, sums, ids])? {
+        return Ok(());
     }
     let g = groups(n);
     let chunk = n.div_ceil(g);
@@ -176,32 +194,10 @@ pub fn sample_rows(
     sums: &Buffer,
     ids: &Buffer,
 ) -> Result<()> {
-    let bad = |reason: String| OpsError::Shape { op: "sample_rows", reason };
     params.check()?;
-    if rows == 0 {
-        return Ok(());
-    }
-    if n == 0 {
-        return Err(bad("rows of 0 logits have no token to draw".into()));
-    }
-    if rows > u16::MAX as usize {
-        return Err(bad(format!("{rows} rows: at most 65535 (one workgroup each)")));
-    }
-    let end = offset
-        .checked_add(rows * n)
-        .filter(|&e| e <= u32::MAX as usize)
-        .ok_or_else(|| bad(format!("{rows} rows of {n} from element {offset} pass 2^32 - 1 elements")))?;
     let words = sample_scratch_words(rows, n, params);
-    for (what, b, bytes) in [
-        ("x", x, 4 * end),
-        ("scratch", scratch, 4 * words),
-        ("chosen", chosen, 4 * rows),
-        ("sums", sums, 4 * rows),
-        ("ids", ids, 4 * rows),
-    ] {
-        if b.size() < bytes as u64 {
-            return Err(bad(format!("{what} holds {} bytes, needs {bytes}", b.size())));
-        }
+    if !check_rows("sample_rows", x, offset, rows, n, (scratch, words), [chosen, sums, ids])? {
+        return Ok(());
     }
     let dev = s.device().clone();
     let plan = candidate_plan(n, params);
