@@ -12,10 +12,9 @@
 //! `ops::softmax_last_dim`, `rotary_emb::rope` / `rope_i`, `ops::silu`, `Tensor::gelu`,
 //! `Tensor::gelu_erf`), which the tests compare against.
 
-use vkml_hal::{Buffer, BufferArg, MemoryKind, Stream};
+use vkml_hal::{Buffer, BufferArg, Stream};
 
 use crate::dtype::Dtype;
-use crate::elementwise::{self, BinaryOp, UnaryOp, View};
 use crate::error::{OpsError, Result};
 use crate::launch::{grid, pipeline, push_words, rows_grid};
 use crate::tuning;
@@ -52,6 +51,43 @@ pub fn rms_norm(
     y: &Buffer,
 ) -> Result<()> {
     norm(s, Norm::Rms, dt, x, w, None, rows, n, eps, y)
+}
+
+/// Records candle-nn's `rms_norm` of f32 `x` (`[rows, n]`, `n` even, weight `w: f32[n]` or
+/// none) written as f16 (`y`: `[rows, n]` packed f16, rounded to nearest even as
+/// `convert_f16` rounds): the prompt mat-mat's x in one pass instead of a norm and a
+/// conversion (kernel `norm.rms_f16_out_f32[_sg]`).
+///
+/// # Errors
+/// [`OpsError::Shape`] for an odd `n` or buffers too small; HAL errors.
+pub fn rms_norm_f16_out(
+    s: &mut Stream,
+    x: &Buffer,
+    w: Option<&Buffer>,
+    rows: usize,
+    n: usize,
+    eps: f32,
+    y: &Buffer,
+) -> Result<()> {
+    let op = "rms_norm_f16_out";
+    if !n.is_multiple_of(2) {
+        return Err(OpsError::Shape { op, reason: format!("rows of {n}: f16 pairs need an even length") });
+    }
+    need(op, "x", x, rows * n, Dtype::F32)?;
+    need(op, "y", y, rows * n, Dtype::F16)?;
+    if let Some(w) = w {
+        need(op, "weight", w, n, Dtype::F32)?;
+    }
+    if rows == 0 || n == 0 {
+        return Ok(());
+    }
+    let dev = s.device().clone();
+    let name = if tuning::subgroup_reduce(dev.caps()) { "norm.rms_f16_out_f32_sg" } else { "norm.rms_f16_out_f32" };
+    let p = pipeline(&dev, name, ROW_WORKGROUP)?;
+    let pc = push_words(&[n as u32, rows as u32, eps.to_bits(), w.is_some() as u32, 0]);
+    // An unused weight binding gets x (never read: has_w is 0).
+    s.dispatch(&p, &[x.into(), w.unwrap_or(x).into(), y.into()], &pc, grid(&dev, op, rows as u64)?)?;
+    Ok(())
 }
 
 /// [`rms_norm`] of f32 rows with the result quantized to Q8_1 as it is made: `xq` gets
@@ -382,23 +418,13 @@ pub enum GluActivation {
 /// Records the gated product of the two halves of each row of `both` (`f32[t, 2n]`,
 /// row-major: gate columns `0 .. n`, up columns `n .. 2n`, as a product with a
 /// `concat_rows(gate, up)` matrix writes them): `y[i, j] = act(both[i, j]) * both[i, n + j]`
-/// into `y` (`f32[t, n]`), as the element-wise `act` into a scratch and a product on the
-/// strided halves (candle-nn's `silu(gate) * up` and the GELU variants).
+/// into `y` (`f32[t, n]`) in one pass (kernel `glu.<act>_f32` reading the halves;
+/// candle-nn's `silu(gate) * up` and the GELU variants).
 ///
 /// # Errors
-/// [`OpsError::Shape`] for buffers too small; HAL errors (allocation, dispatch).
+/// [`OpsError::Shape`] for buffers too small or more than 2^32 - 1 elements; HAL errors.
 pub fn glu_halves(s: &mut Stream, act: GluActivation, both: &Buffer, t: usize, n: usize, y: &Buffer) -> Result<()> {
-    let op = match act {
-        GluActivation::Silu => UnaryOp::Silu,
-        GluActivation::Gelu => UnaryOp::Gelu,
-        GluActivation::GeluErf => UnaryOp::GeluErf,
-    };
-    let gated = s.device().alloc((4 * t * n).max(4) as u64, MemoryKind::DeviceLocal)?;
-    let (strides, packed) = ([2 * n, 1], [n, 1]);
-    let half = |offset| View { buffer: both, offset, strides: &strides };
-    elementwise::unary(s, op, Dtype::F32, &[t, n], half(0), &gated)?;
-    let gated_view = View { buffer: &gated, offset: 0, strides: &packed };
-    elementwise::binary(s, BinaryOp::Mul, Dtype::F32, &[t, n], gated_view, half(n), y)
+    glu_with(s, Dtype::F32, act, both, both, t * n, n, y)
 }
 
 /// Records `y = act(gate) * up` over `n` elements (`gate`, `up`, `y`: `dt[n]`; candle-nn
@@ -415,11 +441,31 @@ pub fn glu(
     n: usize,
     y: &Buffer,
 ) -> Result<()> {
+    glu_with(s, dt, act, gate, up, n, 0, y)
+}
+
+/// [`glu`] over `n` outputs; with `half > 0`, `gate` = `up` holds rows of `2 half` (gate
+/// then up columns, [`glu_halves`]).
+#[allow(clippy::too_many_arguments)]
+fn glu_with(
+    s: &mut Stream,
+    dt: Dtype,
+    act: GluActivation,
+    gate: &Buffer,
+    up: &Buffer,
+    n: usize,
+    half: usize,
+    y: &Buffer,
+) -> Result<()> {
     let dev = s.device().clone();
     dt.require_activation(&dev, "glu")?;
-    need("glu", "gate", gate, n, dt)?;
-    need("glu", "up", up, n, dt)?;
+    let inputs = if half > 0 { 2 * n } else { n };
+    need("glu", "gate", gate, inputs, dt)?;
+    need("glu", "up", up, inputs, dt)?;
     need("glu", "y", y, n, dt)?;
+    if inputs > u32::MAX as usize {
+        return Err(OpsError::Shape { op: "glu", reason: format!("{inputs} elements: at most 2^32 - 1") });
+    }
     if n == 0 {
         return Ok(());
     }
@@ -433,6 +479,6 @@ pub fn glu(
     };
     let p = pipeline(&dev, name, 256)?;
     let groups = grid(&dev, "glu", (n as u64).div_ceil(256))?;
-    s.dispatch(&p, &[gate.into(), up.into(), y.into()], &push_words(&[n as u32]), groups)?;
+    s.dispatch(&p, &[gate.into(), up.into(), y.into()], &push_words(&[n as u32, half as u32]), groups)?;
     Ok(())
 }

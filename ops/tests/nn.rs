@@ -272,3 +272,58 @@ fn f16_without_16bit_storage_is_a_clear_error() {
     nn::rms_norm(&mut s, Dtype::F32, &b, None, 1, 8, 1e-6, &b).unwrap();
     s.finish_and_wait().unwrap();
 }
+
+/// `glu_halves` (one pass over the halves of `[t, 2n]` rows) against candle-nn's
+/// `silu(gate) * up` and the GELU variants on the narrowed halves, and bit-identical to
+/// `glu` on the halves copied apart.
+#[test]
+fn glu_halves_matches_candle_and_glu() {
+    let dev = common::device();
+    let (t, n) = (5usize, 301usize);
+    let both: Vec<f32> = (0..t * 2 * n).map(|i| ((i * 7919) % 2003) as f32 / 100.0 - 10.0).collect();
+    let bb = dev.upload(&both).unwrap();
+    let cpu = Tensor::from_vec(both.clone(), (t, 2 * n), &CPU).unwrap();
+    let (g, u) = (cpu.narrow(1, 0, n).unwrap(), cpu.narrow(1, n, n).unwrap());
+    let (gv, uv) = (flat(&g.contiguous().unwrap()), flat(&u.contiguous().unwrap()));
+    let (gb, ub) = (dev.upload(&gv).unwrap(), dev.upload(&uv).unwrap());
+    for act in [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf] {
+        let (y, y2) = (alloc(dev, Dtype::F32, t * n), alloc(dev, Dtype::F32, t * n));
+        run(dev, |s| nn::glu_halves(s, act, &bb, t, n, &y).unwrap());
+        run(dev, |s| nn::glu(s, Dtype::F32, act, &gb, &ub, t * n, &y2).unwrap());
+        let got = download(Dtype::F32, &y);
+        assert_eq!(got, download(Dtype::F32, &y2), "{act:?}");
+        let a = match act {
+            GluActivation::Silu => candle_nn::ops::silu(&g),
+            GluActivation::Gelu => g.gelu(),
+            GluActivation::GeluErf => g.gelu_erf(),
+        }
+        .unwrap();
+        let want = flat(&(a * &u).unwrap());
+        check(&format!("glu_halves {act:?}"), &got, &want, 2e-5).unwrap();
+    }
+}
+
+/// `rms_norm_f16_out` writes exactly the f16 rounding (nearest even) of `rms_norm`'s f32
+/// output, with and without a weight, on both reduction paths; an odd row length is an
+/// error naming it.
+#[test]
+fn rms_norm_f16_out_is_rms_norm_rounded_to_f16() {
+    for (label, dev) in reduce_devices() {
+        let (rows, n) = (7usize, 1030usize);
+        let x: Vec<f32> = (0..rows * n).map(|i| ((i * 7919) % 4001) as f32 / 400.0 - 5.0).collect();
+        let w: Vec<f32> = (0..n).map(|i| 0.5 + (i % 13) as f32 / 10.0).collect();
+        let (xb, wb) = (dev.upload(&x).unwrap(), dev.upload(&w).unwrap());
+        for weight in [Some(&wb), None] {
+            let y32 = alloc(dev, Dtype::F32, rows * n);
+            let y16 = alloc(dev, Dtype::F16, rows * n);
+            run(dev, |s| nn::rms_norm(s, Dtype::F32, &xb, weight, rows, n, 1e-5, &y32).unwrap());
+            run(dev, |s| nn::rms_norm_f16_out(s, &xb, weight, rows, n, 1e-5, &y16).unwrap());
+            let want: Vec<u16> = download(Dtype::F32, &y32).iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+            let got: Vec<u16> = y16.to_vec::<u16>().unwrap()[..rows * n].to_vec();
+            assert_eq!(got, want, "{label}, weight {}", weight.is_some());
+        }
+        let mut s = Stream::new(dev).unwrap();
+        let e = nn::rms_norm_f16_out(&mut s, &xb, None, 1, 5, 1e-5, &xb).unwrap_err().to_string();
+        assert!(e.contains("rows of 5"), "{e}");
+    }
+}

@@ -356,7 +356,7 @@ fn mat_mat_matches_cpu() {
                 let MatMatCase { bytes, m, mut x, xb, y0, yb } = mat_mat_case(&dev, ty, rows, k, n_tok, accumulate);
                 let mut w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
                 let mut s = Stream::new(&dev).unwrap();
-                let opts = MatMatOptions { path, accumulate, split_k: (k >= 1024).then_some(2) };
+                let opts = MatMatOptions { path, accumulate, split_k: (k >= 1024).then_some(2), x_f16: false };
                 quant::mat_mat_with(&mut s, &m, &xb, n_tok, &yb, opts).unwrap();
                 s.finish_and_wait().unwrap();
                 let y = yb.to_vec::<f32>().unwrap();
@@ -417,7 +417,7 @@ fn int8_coopmat_mat_mat_matches_cpu_dot() {
             let xq = dev.alloc(36 * (n_tok * k / 32) as u64, MemoryKind::DeviceLocal).unwrap();
             let mut s = Stream::new(&dev).unwrap();
             quant::quantize_q8_1(&mut s, &xb, n_tok * k / 32, &xq).unwrap();
-            let opts = MatMatOptions { path: MatMatPath::CoopMatInt8, accumulate, split_k };
+            let opts = MatMatOptions { path: MatMatPath::CoopMatInt8, accumulate, split_k, x_f16: false };
             quant::mat_mat_with(&mut s, &m, &xb, n_tok, &yb, opts).unwrap();
             s.finish_and_wait().unwrap();
             let y = yb.to_vec::<f32>().unwrap();
@@ -1094,7 +1094,7 @@ fn split_matrices_match_cpu() {
             let xb = dev.upload(&x).unwrap();
             let y0 = weights(n_tok, rows, 12);
             let (ys, yw) = (dev.upload(&y0).unwrap(), dev.upload(&y0).unwrap());
-            let opts = MatMatOptions { path, accumulate: true, split_k: None };
+            let opts = MatMatOptions { path, accumulate: true, split_k: None, x_f16: false };
             let mut s = Stream::new(&dev).unwrap();
             quant::mat_mat_with(&mut s, &m, &xb, n_tok, &ys, opts).unwrap();
             quant::mat_mat_with(&mut s, &whole, &xb, n_tok, &yw, opts).unwrap();
@@ -1435,8 +1435,9 @@ fn mat_vec_norm_add_matches_cpu() {
 /// `quant::linear`, the one entry, against an f64 CPU reference for every epilogue, with
 /// and without the pre-norm, on mat-vec rows (1 and 3) and mat-mat rows (9, with the
 /// mat-mat from 8): Q4_0 (the integer-dot kernels where the device has them) and Q4_K
-/// (the block kernels). Tolerance: 2 % of Σ|xₙ·w| per output (x is quantized to Q8_1 on
-/// the integer-dot and mat-mat paths), carried through the activation and the post-norm
+/// (the block kernels). Tolerance: 2 % of Σ|xₙ·w| per output (x, without outliers, is
+/// quantized to Q8_1 or rounded to f16 on the integer-dot and mat-mat paths), carried
+/// through the activation and the post-norm
 /// (its scale 1 / rms of the product); a missing add, norm or gate is off by O(1). One
 /// dispatch where the mat-vec folds the norm and the epilogue.
 #[test]
@@ -1445,14 +1446,17 @@ fn linear_matches_cpu_for_every_epilogue_and_path() {
     let (k, n, eps) = (256usize, 24usize, 1e-5f32);
     let silu = |v: f64| v / (1.0 + (-v).exp());
     let opts = quant::LinearOptions { mat_mat_from: 8 };
+    let mut bad = Vec::new();
     for ty in [GgmlType::Q4_0, GgmlType::Q4_K] {
         for ep_kind in 0..4 {
             let rows = if ep_kind == 2 { 2 * n } else { n };
             let bytes = encode(ty, &weights(rows, k, 41 + ep_kind as u64));
             let w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
             let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
-            for (t, norm) in [(1usize, true), (1, false), (3, true), (9, true), (9, false)] {
-                let x: Vec<f32> = weights(t, k, 50 + t as u64).iter().map(|v| 2.0 * v).collect();
+            for (t, norm) in [(1usize, true), (1, false), (3, true), (3, false), (9, true), (9, false)] {
+                // No outliers in x: an outlier sets its Q8_1 block's step (the integer-dot and
+                // int8 paths), which the bound below does not cover.
+                let x: Vec<f32> = (0..t * k).map(|i| 2.0 * ((i * 37 + t) as f32 * 0.173).sin()).collect();
                 let nw: Vec<f32> = weights(1, k, 51).iter().map(|v| 1.0 + v).collect();
                 let pw: Vec<f32> = weights(1, n, 52).iter().map(|v| 1.0 + 0.5 * v).collect();
                 let y0 = weights(t, n, 53);
@@ -1510,14 +1514,53 @@ fn linear_matches_cpu_for_every_epilogue_and_path() {
                             }
                         };
                         let g = got[b * n + r] as f64;
-                        assert!(
-                            (g - want).abs() <= tol + 1e-4,
-                            "{ty:?} ep {ep_kind} t {t} norm {norm} [{b}, {r}]: {g} vs {want} (tol {tol})"
-                        );
+                        if (g - want).abs() > tol + 1e-4 {
+                            bad.push(format!(
+                                "{ty:?} ep {ep_kind} t {t} norm {norm} [{b}, {r}]: {g} vs {want} (tol {tol})"
+                            ));
+                        }
                     }
                 }
             }
         }
     }
+    assert!(bad.is_empty(), "{} of the outputs off:\n{}", bad.len(), bad[..bad.len().min(40)].join("\n"));
+    assert_clean(&dev);
+}
+
+/// `MatMatOptions::x_f16`: on the float cooperative-matrix path, an x given as f16 (the
+/// CPU's rounding to nearest even) gives bit-identical products to the f32 x the call
+/// converts itself (where the device has the path; lavapipe has not); on the scalar path
+/// it is an error naming it, and a short f16 x is one too.
+#[test]
+fn mat_mat_f16_x_equals_converted_x() {
+    let dev = device();
+    let (rows, k, n_tok) = (128usize, 512usize, 40usize);
+    let bytes = encode(GgmlType::Q4_0, &weights(rows, k, 71));
+    let m = QMatrix::upload(&dev, GgmlType::Q4_0, rows, k, &bytes).unwrap();
+    let x = weights(n_tok, k, 72);
+    let x16: Vec<u16> = x.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+    let (xb, x16b) = (dev.upload(&x).unwrap(), dev.upload(&x16).unwrap());
+    let y = dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+    let mut s = Stream::new(&dev).unwrap();
+    let scalar = MatMatOptions { x_f16: true, ..MatMatOptions::new(MatMatPath::Scalar) };
+    let e = quant::mat_mat_with(&mut s, &m, &x16b, n_tok, &y, scalar).unwrap_err().to_string();
+    assert!(e.contains("Scalar reads f32 x"), "{e}");
+    let path = MatMatPath::best(dev.caps(), &m);
+    if !path.reads_f16_x() {
+        eprintln!("no float cooperative-matrix path on {}: f16 x not run", dev.caps().name);
+        return;
+    }
+    let short = dev.upload(&x16[..x16.len() - 2]).unwrap();
+    let opts = |x_f16| MatMatOptions { x_f16, ..MatMatOptions::new(path) };
+    let e = quant::mat_mat_with(&mut s, &m, &short, n_tok, &y, opts(true)).unwrap_err().to_string();
+    assert!(e.contains("need f16 x of"), "{e}");
+    let y2 = dev.alloc(4 * (n_tok * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+    quant::mat_mat_with(&mut s, &m, &xb, n_tok, &y, opts(false)).unwrap();
+    quant::mat_mat_with(&mut s, &m, &x16b, n_tok, &y2, opts(true)).unwrap();
+    s.finish_and_wait().unwrap();
+    let (a, b): (Vec<f32>, Vec<f32>) = (y.to_vec().unwrap(), y2.to_vec().unwrap());
+    assert_eq!(a, b);
+    assert!(a.iter().any(|&v| v != 0.0));
     assert_clean(&dev);
 }

@@ -8,7 +8,10 @@
 // arithmetic in f32): y = act(gate) * up with
 //   silu: g / (1 + exp(-g));  gelu: tanh approximation 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)));
 //   gelu_erf: 0.5 g (1 + erf(g / sqrt(2))). (candle's silu / gelu / gelu_erf.)
-// Bindings: 0 = gate, 1 = up, 2 = y. Push constants: n.
+// Bindings: 0 = gate, 1 = up, 2 = y. Push constants: n, half_row. With half_row = 0, element i
+// of gate and up; else gate and up are one buffer of rows of 2 half_row (a product with a
+// stacked [gate; up] matrix): element i is row i / half_row, gate column i % half_row, up column
+// half_row + i % half_row.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #ifdef F16
@@ -20,12 +23,19 @@ layout(local_size_x_id = 0, local_size_x = 256) in;
 layout(std430, set = 0, binding = 0) readonly buffer G { ACT g[]; };
 layout(std430, set = 0, binding = 1) readonly buffer U { ACT u[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Y { ACT y[]; };
-layout(push_constant) uniform P { uint n; } p;
+layout(push_constant) uniform P { uint n; uint half_row; } p;
 
 void main() {
     uint i = vkml_global_index_1d();
     if (i >= p.n) return;
-    float x = float(g[i]);
+    uint gi = i;
+    uint ui = i;
+    if (p.half_row > 0u) {
+        uint r = i / p.half_row;
+        gi = i + r * p.half_row;
+        ui = gi + p.half_row;
+    }
+    float x = float(g[gi]);
 #if defined(SILU)
     float a = act_silu(x);
 #elif defined(GELU)
@@ -33,5 +43,5 @@ void main() {
 #else
     float a = act_gelu_erf(x);
 #endif
-    y[i] = ACT(a * float(u[i]));
+    y[i] = ACT(a * float(u[ui]));
 }

@@ -12,6 +12,8 @@
 //! variant add_rms_f16_sg ADD_RMS=1 F16=1 SUBGROUP_REDUCE=1
 //! variant rms_q8_1_f32 RMS=1 Q8_1_OUT=1
 //! variant rms_q8_1_f32_sg RMS=1 Q8_1_OUT=1 SUBGROUP_REDUCE=1
+//! variant rms_f16_out_f32 RMS=1 F16_OUT=1
+//! variant rms_f16_out_f32_sg RMS=1 F16_OUT=1 SUBGROUP_REDUCE=1
 // Row normalisation over the last dim (n) of x [rows, n], contiguous; x, y (and r, h)
 // of type ACT (f32, or f16 with F16; arithmetic in f32), w and b f32 [n]:
 //   rms:     y = x / sqrt(mean(x^2) + eps) * w                  (candle_nn::ops::rms_norm)
@@ -22,6 +24,8 @@
 //            (include/q8_1.glsl, as quantize_q8_1.comp on the stored y), written as
 //            [rows, n / 32] blocks of 9 words to binding 2; n a multiple of 32 (the
 //            decode-step fusion of the norm with the next mat-vec's x quantization)
+//   rms_f16_out: rms of f32 x written as f16 pairs (packHalf2x16, as convert_f16.comp
+//            rounds; n even): the prompt mat-mat's f16 x without a conversion pass
 // Bindings: 0 = x, 1 = w (read only when has_w), 2 = y, 3 = b (layer, read when has_b)
 // or r (add_rms), 4 = h (add_rms).
 // Push constants: n, rows, eps, has_w, has_b. One workgroup per row (2-D grid).
@@ -43,6 +47,8 @@ layout(std430, set = 0, binding = 1) readonly buffer W { float w[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Y { uint qw[]; };
 #define Q8_1_NO_X
 #include "q8_1.glsl"
+#elif defined(F16_OUT)
+layout(std430, set = 0, binding = 2) writeonly buffer Y { uint yh[]; };
 #else
 layout(std430, set = 0, binding = 2) writeonly buffer Y { ACT y[]; };
 #endif
@@ -86,6 +92,13 @@ void main() {
         uint o = (row * nb + blk) * 9u;
         qw[o] = q8_1_pack(v, qs);
         for (uint k = 0; k < 8u; k++) qw[o + 1u + k] = qs[k];
+    }
+#elif defined(F16_OUT)
+    for (uint i2 = t; i2 < p.n / 2u; i2 += gl_WorkGroupSize.x) {
+        uint i = 2u * i2;
+        vec2 v = vec2(float(x[base + i]), float(x[base + i + 1u])) * scale;
+        if (p.has_w != 0u) v *= vec2(w[i], w[i + 1u]);
+        yh[base / 2u + i2] = packHalf2x16(v);
     }
 #else
     for (uint i = t; i < p.n; i += gl_WorkGroupSize.x) {

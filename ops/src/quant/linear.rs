@@ -14,7 +14,7 @@ use super::{
 };
 use crate::elementwise::{binary, BinaryOp, View};
 use crate::error::{OpsError, Result};
-use crate::nn::{glu_halves, rms_norm, GluActivation};
+use crate::nn::{glu_halves, rms_norm, rms_norm_f16_out, GluActivation};
 use crate::{tuning, Dtype};
 
 /// An RMS norm of x's rows before the product (candle-nn's `rms_norm`: `x / sqrt(mean(x²) +
@@ -72,8 +72,9 @@ fn scratch(s: &Stream, bytes: usize) -> Result<Buffer> {
 /// Below `opts.mat_mat_from` rows: one mat-vec dispatch with the norm and the epilogue
 /// where the kernels fold them ([`rms_norm_mat_vec`]; [`mat_vec_norm_add`] where
 /// [`mat_vec_fuses_norm_add`] holds), else the norm's kernel first and the post-norm as
-/// `norm.rms` and an add after. From there: the norm's kernel, the mat-mat (accumulating
-/// for `Add`), then the gated product (`glu_halves`) or the post-norm and the add. Results
+/// `norm.rms` and an add after. From there: the norm's kernel (writing the f16 x of the
+/// tensor-core paths, [`MatMatPath::reads_f16_x`]), the mat-mat (accumulating for `Add`),
+/// then the gated product (`glu_halves`) or the post-norm and the add. Results
 /// agree with the composition of the separate ops to float rounding (sums of squares and
 /// products reduced in other orders).
 ///
@@ -144,8 +145,16 @@ pub fn linear(
             None => mat_vec_fused(s, w, x, t, y, cfg, ep),
         };
     }
+    let path = MatMatPath::best(&caps, w);
+    // The norm writes the f16 x the tensor-core paths read: no conversion pass.
+    let x_f16 = norm.is_some() && path.reads_f16_x() && w.k.is_multiple_of(2);
     let xn;
     let x = match norm {
+        Some(n) if x_f16 => {
+            xn = scratch(s, 2 * t * w.k)?;
+            rms_norm_f16_out(s, x, Some(n.weight), t, w.k, n.eps, &xn)?;
+            &xn
+        }
         Some(n) => {
             xn = scratch(s, 4 * t * w.k)?;
             rms_norm(s, Dtype::F32, x, Some(n.weight), t, w.k, n.eps, &xn)?;
@@ -153,9 +162,8 @@ pub fn linear(
         }
         None => x,
     };
-    let path = MatMatPath::best(&caps, w);
     let mat_mat = |s: &mut Stream, out: &Buffer, accumulate: bool| {
-        mat_mat_with(s, w, x, t, out, MatMatOptions { accumulate, ..MatMatOptions::new(path) })
+        mat_mat_with(s, w, x, t, out, MatMatOptions { accumulate, x_f16, ..MatMatOptions::new(path) })
     };
     match epilogue {
         LinearEpilogue::Store => mat_mat(s, y, false),

@@ -79,6 +79,12 @@ pub const COOPMAT_INT8_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q8_0];
 pub const COOPMAT2_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K];
 
 impl MatMatPath {
+    /// Whether the path's kernel reads x as f16 (converted by [`mat_mat_with`] unless
+    /// [`MatMatOptions::x_f16`]): the float cooperative-matrix paths.
+    pub fn reads_f16_x(self) -> bool {
+        matches!(self, MatMatPath::CoopMat | MatMatPath::CoopMat2)
+    }
+
     /// The fastest path for `m` on a device: [`MatMatPath::CoopMat`] where
     /// [`tuning::coopmat_subgroup_size`] allows it and `k % 32 == 0`, else
     /// [`MatMatPath::Scalar`]. [`MatMatPath::CoopMat2`] is never chosen: on the H100 it is
@@ -107,12 +113,16 @@ pub struct MatMatOptions {
     /// A matrix held in several [`QPart`]s runs without a split (its outputs are written
     /// in place per part).
     pub split_k: Option<u32>,
+    /// `x` is already f16 (`[n_tok, k]` packed, as `convert_f16` or
+    /// `nn::rms_norm_f16_out` write it), so the conversion pass is skipped: for the paths
+    /// that read f16 x ([`MatMatPath::reads_f16_x`]).
+    pub x_f16: bool,
 }
 
 impl MatMatOptions {
-    /// `path`, overwriting `y`, automatic split-K.
+    /// `path`, overwriting `y`, automatic split-K, f32 x.
     pub fn new(path: MatMatPath) -> Self {
-        MatMatOptions { path, accumulate: false, split_k: None }
+        MatMatOptions { path, accumulate: false, split_k: None, x_f16: false }
     }
 }
 
@@ -146,7 +156,22 @@ pub fn mat_mat_with(
     opts: MatMatOptions,
 ) -> Result<()> {
     let dev = s.device().clone();
-    check_io("mat_mat", m, x, n_tok, y)?;
+    if opts.x_f16 {
+        let bad = |reason: String| Err(OpsError::Shape { op: "mat_mat", reason });
+        if !opts.path.reads_f16_x() {
+            return bad(format!("{:?} reads f32 x, not f16", opts.path));
+        }
+        let (xb, yb) = (2 * (n_tok * m.k) as u64, 4 * (n_tok * m.rows) as u64);
+        if x.size() < xb || y.size() < yb {
+            return bad(format!(
+                "{n_tok} rows need f16 x of {xb} bytes and y of {yb}, got {} and {}",
+                x.size(),
+                y.size()
+            ));
+        }
+    } else {
+        check_io("mat_mat", m, x, n_tok, y)?;
+    }
     let (_, tile_rows, tile_tokens) = mat_mat_kernel(dev.caps(), opts.path, m.ty, m.rows, n_tok);
     let options = match opts.path {
         MatMatPath::Scalar => PipelineOptions::default(),
@@ -236,7 +261,7 @@ pub fn mat_mat_with(
     }
     // The tensor-core kernels read x as f16 or Q8_1: converted once here, it is half the
     // bytes (or less) each of the rows / 128 workgroup columns re-reads from L2.
-    let x16 = if opts.path == MatMatPath::Scalar {
+    let x16 = if opts.path == MatMatPath::Scalar || opts.x_f16 {
         None
     } else if opts.path == MatMatPath::CoopMatInt8 {
         // Q8_1 in the kernel's tiled layout (quantize_q8_1_tiles.comp): per 128-token tile
