@@ -48,11 +48,12 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     /// As [`ModelStorage::qmatmul_glu`].
     fn qmatmul_glu(&self, w: &S::QWeight, act: GluActivation) -> CResult<Self>;
 
-    /// Embedding rows of `ids: u32[t]` ([`ModelStorage::qembedding`]): `f32[t, k]`.
+    /// Embedding rows of `ids: u32[t]` times `scale` where given
+    /// ([`ModelStorage::qembedding`]): `f32[t, k]`.
     ///
     /// # Errors
     /// As [`ModelStorage::qembedding`].
-    fn qembedding(ids: &Self, w: &S::QWeight) -> CResult<Self>;
+    fn qembedding(ids: &Self, w: &S::QWeight, scale: Option<f32>) -> CResult<Self>;
 
     /// candle-nn's `ops::rms_norm` ([`ModelStorage::rms_norm`]).
     ///
@@ -169,10 +170,10 @@ where
         Ok(Self::from_storage(self.storage().to_device(self.layout(), dev)?, self.shape().clone()))
     }
 
-    fn qembedding(ids: &Self, w: &S::QWeight) -> CResult<Self> {
+    fn qembedding(ids: &Self, w: &S::QWeight, scale: Option<f32>) -> CResult<Self> {
         let (_, k) = S::qweight_dims(w);
         let &[t] = ids.dims() else { candle_core::bail!("qembedding takes [t] ids, got {:?}", ids.dims()) };
-        Ok(Self::from_storage(S::qembedding(w, ids.storage(), ids.layout())?, (t, k)))
+        Ok(Self::from_storage(S::qembedding(w, ids.storage(), ids.layout(), scale)?, (t, k)))
     }
 
     fn rms_norm(&self, w: &Self, eps: f32) -> CResult<Self> {

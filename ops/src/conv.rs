@@ -225,7 +225,7 @@ pub fn conv(s: &mut Stream, dt: Dtype, p: &ConvParams, x: View<'_>, w: View<'_>,
         .collect::<Result<_>>()?;
     let wg = ELEMENTWISE_WORKGROUP;
     let groups = grid(&dev, op, (n as u64).div_ceil(u64::from(wg)))?;
-    let pl = pipeline_spec(&dev, &format!("conv.{}", dt.name()), wg, &[(1, u32::from(p.transposed))])?;
+    let pl = pipeline_spec(&dev, crate::dtype::dtype_kernel!("conv.", dt), wg, &[(1, u32::from(p.transposed))])?;
     let args =
         [BufferArg::range(x.buffer, 0, x_end), BufferArg::range(w.buffer, 0, w_end), BufferArg::range(y, 0, y_bytes)];
     s.dispatch(&pl, &args, &push_words(&words), groups)?;

@@ -4,6 +4,47 @@ use vkml_hal::Device;
 
 use crate::error::{OpsError, Result};
 
+/// The kernel of a per-dtype shader variant as a literal: `dtype_kernel!("unary.", dt)` is
+/// `"unary.f32"` for [`Dtype::F32`], `"unary.f16"` for [`Dtype::F16`], ... (the shader
+/// build's `<file>.<variant>` names, one variant per dtype); `dtype_kernel!("strided_copy.",
+/// a, "_", b)` names a variant per pair of dtypes.
+macro_rules! dtype_kernel {
+    ($prefix:literal, $dt:expr) => {
+        match $dt {
+            $crate::Dtype::F32 => concat!($prefix, "f32"),
+            $crate::Dtype::F16 => concat!($prefix, "f16"),
+            $crate::Dtype::BF16 => concat!($prefix, "bf16"),
+            $crate::Dtype::F64 => concat!($prefix, "f64"),
+            $crate::Dtype::U8 => concat!($prefix, "u8"),
+            $crate::Dtype::U32 => concat!($prefix, "u32"),
+            $crate::Dtype::I64 => concat!($prefix, "i64"),
+        }
+    };
+    ($prefix:literal, $a:expr, $sep:literal, $b:expr) => {
+        match $a {
+            $crate::Dtype::F32 => $crate::dtype::dtype_kernel!(@then $prefix "f32" $sep, $b),
+            $crate::Dtype::F16 => $crate::dtype::dtype_kernel!(@then $prefix "f16" $sep, $b),
+            $crate::Dtype::BF16 => $crate::dtype::dtype_kernel!(@then $prefix "bf16" $sep, $b),
+            $crate::Dtype::F64 => $crate::dtype::dtype_kernel!(@then $prefix "f64" $sep, $b),
+            $crate::Dtype::U8 => $crate::dtype::dtype_kernel!(@then $prefix "u8" $sep, $b),
+            $crate::Dtype::U32 => $crate::dtype::dtype_kernel!(@then $prefix "u32" $sep, $b),
+            $crate::Dtype::I64 => $crate::dtype::dtype_kernel!(@then $prefix "i64" $sep, $b),
+        }
+    };
+    (@then $prefix:literal $a:literal $sep:literal, $b:expr) => {
+        match $b {
+            $crate::Dtype::F32 => concat!($prefix, $a, $sep, "f32"),
+            $crate::Dtype::F16 => concat!($prefix, $a, $sep, "f16"),
+            $crate::Dtype::BF16 => concat!($prefix, $a, $sep, "bf16"),
+            $crate::Dtype::F64 => concat!($prefix, $a, $sep, "f64"),
+            $crate::Dtype::U8 => concat!($prefix, $a, $sep, "u8"),
+            $crate::Dtype::U32 => concat!($prefix, $a, $sep, "u32"),
+            $crate::Dtype::I64 => concat!($prefix, $a, $sep, "i64"),
+        }
+    };
+}
+pub(crate) use dtype_kernel;
+
 /// Element type of an op's buffers: candle's dtypes F32, F16, BF16, F64, U8, U32, I64.
 ///
 /// The transformer ops (`nn`, `attention`) and the activations of the quantized kernels

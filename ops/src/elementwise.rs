@@ -361,7 +361,7 @@ pub fn cmp(s: &mut Stream, op: CmpOp, dt: Dtype, shape: &[usize], a: View<'_>, b
     words.extend(plan.shape);
     words.extend(ao.strides);
     words.extend(bo.strides);
-    let p = pipeline_spec(&dev, &format!("cmp.{}", dt.name()), ELEMENTWISE_WORKGROUP, &[(1, op.code())])?;
+    let p = pipeline_spec(&dev, crate::dtype::dtype_kernel!("cmp.", dt), ELEMENTWISE_WORKGROUP, &[(1, op.code())])?;
     let args = [plan.binding(0), plan.binding(1), BufferArg::range(y, 0, u64::from(plan.n))];
     s.dispatch(&p, &args, &push_words(&words), plan.groups(s, OP)?)?;
     Ok(())
@@ -414,7 +414,8 @@ pub fn where_cond(
     words.extend(co.strides);
     words.extend(to.strides);
     words.extend(fo.strides);
-    let p = pipeline_spec(&dev, &format!("where_cond.{}", dt.name()), ELEMENTWISE_WORKGROUP, &[(2, cond_code)])?;
+    let p =
+        pipeline_spec(&dev, crate::dtype::dtype_kernel!("where_cond.", dt), ELEMENTWISE_WORKGROUP, &[(2, cond_code)])?;
     let args = [
         plan.word_binding(OP, 0)?,
         plan.binding(1),
@@ -523,7 +524,7 @@ fn map_with(
     words.extend(plan.shape);
     words.extend(xo.strides);
     words.extend(pw.iter().flat_map(|&w| [w as u32, (w >> 32) as u32]));
-    let p = pipeline_spec(&dev, &format!("unary.{}", dt.name()), ELEMENTWISE_WORKGROUP, &[(1, kind.code())])?;
+    let p = pipeline_spec(&dev, crate::dtype::dtype_kernel!("unary.", dt), ELEMENTWISE_WORKGROUP, &[(1, kind.code())])?;
     let args = [plan.binding(0), BufferArg::range(y, 0, u64::from(plan.n) * dt.size() as u64)];
     s.dispatch(&p, &args, &push_words(&words), plan.groups(s, op)?)?;
     Ok(())
@@ -560,7 +561,7 @@ pub fn binary(
     words.extend(plan.shape);
     words.extend(ao.strides);
     words.extend(bo.strides);
-    let p = pipeline_spec(&dev, &format!("binary.{}", dt.name()), ELEMENTWISE_WORKGROUP, &[(1, op.code())])?;
+    let p = pipeline_spec(&dev, crate::dtype::dtype_kernel!("binary.", dt), ELEMENTWISE_WORKGROUP, &[(1, op.code())])?;
     let args = [plan.binding(0), plan.binding(1), BufferArg::range(y, 0, u64::from(plan.n) * dt.size() as u64)];
     s.dispatch(&p, &args, &push_words(&words), plan.groups(s, name)?)?;
     Ok(())
@@ -634,8 +635,8 @@ pub fn copy(s: &mut Stream, shape: &[usize], src_dt: Dtype, src: View<'_>, dst_d
     words.extend(plan.shape);
     words.extend(so.strides);
     words.extend(dso.strides);
-    let name = format!("strided_copy.{}_{}", src_dt.name(), dst_dt.name());
-    let p = pipeline_spec(&dev, &name, ELEMENTWISE_WORKGROUP, &[])?;
+    let name = crate::dtype::dtype_kernel!("strided_copy.", src_dt, "_", dst_dt);
+    let p = pipeline_spec(&dev, name, ELEMENTWISE_WORKGROUP, &[])?;
     let args = [plan.binding(0), plan.binding(1)];
     s.dispatch(&p, &args, &push_words(&words), plan.groups(s, OP)?)?;
     Ok(())

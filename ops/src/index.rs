@@ -262,7 +262,7 @@ fn run(
         base.map_or(0, |b| b.offset as u32),
     ];
     let wg = ELEMENTWISE_WORKGROUP;
-    let p = pipeline_spec(&dev, &format!("index.{}", dt.name()), wg, &[(1, mode as u32), (2, ids_code)])?;
+    let p = pipeline_spec(&dev, crate::dtype::dtype_kernel!("index.", dt), wg, &[(1, mode as u32), (2, ids_code)])?;
     let base_arg = match base {
         Some(b) => BufferArg::range(b.buffer, 0, base_end),
         None => BufferArg::range(src.buffer, 0, src_end),

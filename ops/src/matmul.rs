@@ -130,7 +130,7 @@ pub fn matmul_with(
             let t = tile as usize;
             let options =
                 PipelineOptions { spec_constants: vec![(0, (tile / 4) * (tile / 4)), (1, tile)], ..Default::default() };
-            (format!("matmul.{}", dt.name()), options, [n.div_ceil(t), m.div_ceil(t), batch], None)
+            (crate::dtype::dtype_kernel!("matmul.", dt), options, [n.div_ceil(t), m.div_ceil(t), batch], None)
         }
         MatmulPath::Subgroup { workgroup } => {
             let sg = &caps.subgroup;
@@ -155,7 +155,7 @@ pub fn matmul_with(
             let cols = (batch * n).div_ceil((workgroup / largest) as usize);
             let gx = cols.min(lim[0] as usize);
             let gz = cols.div_ceil(gx);
-            (format!("matmul_sg.{}", dt.name()), options, [gx, m.div_ceil(rows), gz], Some(batch as u32))
+            (crate::dtype::dtype_kernel!("matmul_sg.", dt), options, [gx, m.div_ceil(rows), gz], Some(batch as u32))
         }
         MatmulPath::CoopMat { require_subgroup_size } => {
             let Some((_, device_requires)) = tuning::float_coopmat_subgroup(caps, dt) else {
@@ -174,9 +174,9 @@ pub fn matmul_with(
             let b_kmajor = bl.row == 1 && al8(bl.col) && al8(k);
             let b_vec = (b_nmajor || b_kmajor) && al8(bl.offset) && batch_ok(bl.batch);
             let (name, spec) = if dt == Dtype::F16 && a_vec && b_vec {
-                ("matmul_cm4".to_string(), vec![(1, u32::from(!b_nmajor))])
+                ("matmul_cm4", vec![(1, u32::from(!b_nmajor))])
             } else {
-                (format!("matmul_cm.{}", dt.name()), vec![])
+                (crate::dtype::dtype_kernel!("matmul_cm.", dt), vec![])
             };
             let options = PipelineOptions {
                 spec_constants: spec,
@@ -205,7 +205,7 @@ pub fn matmul_with(
         bl.col as u32,
     ];
     words.extend(extra);
-    let k_ = dev.kernel(&name)?;
+    let k_ = dev.kernel(name)?;
     let p = dev.pipeline(&k_, &options)?;
     let args = [BufferArg::range(a, 0, a_end), BufferArg::range(b, 0, b_end), BufferArg::range(y, 0, y_bytes)];
     s.dispatch(&p, &args, &push_words(&words), groups.map(|g| g as u32))?;

@@ -106,7 +106,7 @@ pub fn fill(s: &mut Stream, dt: Dtype, dist: Distribution, seed: u64, call: u64,
     let per = if dt == Dtype::F64 { 2 } else { 4 };
     let wg = ELEMENTWISE_WORKGROUP;
     let groups = grid(&dev, op, (n.div_ceil(per) as u64).div_ceil(u64::from(wg)))?;
-    let pl = pipeline_spec(&dev, &format!("rand.{}", dt.name()), wg, &[(1, code)])?;
+    let pl = pipeline_spec(&dev, crate::dtype::dtype_kernel!("rand.", dt), wg, &[(1, code)])?;
     s.dispatch(&pl, &[BufferArg::range(y, 0, y_bytes)], &push_words(&words), groups)?;
     Ok(())
 }

@@ -179,9 +179,13 @@ pub fn reduce(
         ReduceOp::Min | ReduceOp::ArgMin => 1,
         ReduceOp::Max | ReduceOp::ArgMax => 2,
     };
-    let kernel = format!("reduce.{}{}", if op.is_arg() { "arg_" } else { "" }, dt.name());
+    let kernel = if op.is_arg() {
+        crate::dtype::dtype_kernel!("reduce.arg_", dt)
+    } else {
+        crate::dtype::dtype_kernel!("reduce.", dt)
+    };
     let wg = ELEMENTWISE_WORKGROUP;
-    let p = pipeline_spec(&dev, &kernel, wg, &[(1, code), (2, u32::from(serial))])?;
+    let p = pipeline_spec(&dev, kernel, wg, &[(1, code), (2, u32::from(serial))])?;
     let groups = if serial {
         grid(&dev, name, (n_out as u64).div_ceil(u64::from(wg)))?
     } else {

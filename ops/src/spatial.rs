@@ -84,7 +84,7 @@ pub fn pool2d(
     launch(
         s,
         op,
-        "pool",
+        crate::dtype::dtype_kernel!("pool.", dt),
         dt,
         code,
         [b, c, oh, ow],
@@ -178,7 +178,20 @@ pub fn upsample2d(
     }
     let table = s.device().upload(&tab)?;
     let code = u32::from(matches!(mode, Resample::Bilinear { .. }));
-    launch(s, op, "resample", dt, code, [b, c, oh, ow], dims, x, &[], &[], Some(&table), y)
+    launch(
+        s,
+        op,
+        crate::dtype::dtype_kernel!("resample.", dt),
+        dt,
+        code,
+        [b, c, oh, ow],
+        dims,
+        x,
+        &[],
+        &[],
+        Some(&table),
+        y,
+    )
 }
 
 /// Per output position along one axis: `(i0, i1, weight of i1)`, candle-core 0.11's CPU
@@ -227,7 +240,7 @@ fn axis_table(mode: Resample, n_in: usize, n_out: usize, axis: usize) -> Vec<(us
 fn launch(
     s: &mut Stream,
     op: &'static str,
-    file: &str,
+    kernel: &'static str,
     dt: Dtype,
     code: u32,
     yd: [usize; 4],
@@ -264,7 +277,7 @@ fn launch(
     words.extend_from_slice(extra);
     let wg = ELEMENTWISE_WORKGROUP;
     let groups = grid(&dev, op, (n as u64).div_ceil(u64::from(wg)))?;
-    let pl = pipeline_spec(&dev, &format!("{file}.{}", dt.name()), wg, &[(1, code)])?;
+    let pl = pipeline_spec(&dev, kernel, wg, &[(1, code)])?;
     let mut args = vec![BufferArg::range(x.buffer, 0, x_end)];
     if let Some(t) = table {
         args.push(BufferArg::range(t, 0, t.size()));

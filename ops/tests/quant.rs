@@ -112,6 +112,8 @@ fn dequantize_equals_cpu_reference() {
     assert_clean(&dev);
 }
 
+/// `get_rows` (and `get_rows_scaled`) bit-identical to the CPU's dequantized rows (times
+/// the scale), NaN rows for ids past the table, every type.
 #[test]
 fn get_rows_equals_cpu_reference() {
     let dev = device();
@@ -127,6 +129,12 @@ fn get_rows_equals_cpu_reference() {
         quant::get_rows(&mut s, &m, &idb, ids.len(), &out).unwrap();
         s.finish_and_wait().unwrap();
         assert_rows_match(ty, &out.to_vec::<f32>().unwrap(), &ids, &table, k);
+        // Scaled in the same pass: each value times the scale, rounded once.
+        let scale = 48.0f32.sqrt();
+        let scaled: Vec<f32> = table.iter().map(|v| v * scale).collect();
+        quant::get_rows_scaled(&mut s, &m, &idb, ids.len(), &out, scale).unwrap();
+        s.finish_and_wait().unwrap();
+        assert_rows_match(ty, &out.to_vec::<f32>().unwrap(), &ids, &scaled, k);
     }
     assert_clean(&dev);
 }

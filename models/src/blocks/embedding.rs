@@ -35,10 +35,6 @@ where
     /// # Errors
     /// Device errors (ids are checked by the runner first).
     pub fn forward(&self, ids: &Tensor<S>) -> Result<Tensor<S>> {
-        let x = Tensor::qembedding(ids, &self.weight)?;
-        Ok(match self.scale {
-            Some(s) => x.affine(f64::from(s), 0.0)?,
-            None => x,
-        })
+        Ok(Tensor::qembedding(ids, &self.weight, self.scale)?)
     }
 }

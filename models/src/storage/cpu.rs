@@ -168,18 +168,23 @@ impl ModelStorage for CpuStorage {
         Ok(CpuStorage::F32(cpu_loops::glu(&w.matmul(self, l)?, t, act)?))
     }
 
-    fn qembedding(w: &CpuWeight, ids: &Self, l: &Layout) -> CResult<Self> {
-        match w {
-            CpuWeight::Dense(t) => storage(&t.embedding(&tensor(ids, l)?)?),
+    /// The rows, then candle's `affine(scale, 0)` where a scale is given.
+    fn qembedding(w: &CpuWeight, ids: &Self, l: &Layout, scale: Option<f32>) -> CResult<Self> {
+        let rows = match w {
+            CpuWeight::Dense(t) => t.embedding(&tensor(ids, l)?)?,
             CpuWeight::Blocks(m) => {
                 let ids = tensor(ids, l)?.to_vec1::<u32>()?;
                 let mut v = Vec::with_capacity(ids.len() * m.dims().1);
                 for &i in &ids {
                     v.extend(m.row(i as usize)?);
                 }
-                Ok(CpuStorage::F32(v))
+                Tensor::from_vec(v, (ids.len(), m.dims().1), &candle_core::Device::Cpu)?
             }
-        }
+        };
+        storage(&match scale {
+            Some(s) => rows.affine(f64::from(s), 0.0)?,
+            None => rows,
+        })
     }
 
     fn rms_norm(&self, l: &Layout, w: &Self, wl: &Layout, eps: f32) -> CResult<Self> {

@@ -222,12 +222,13 @@ pub trait ModelStorage: BackendStorage + 'static {
     fn qmatmul_glu(&self, l: &Layout, w: &Self::QWeight, act: GluActivation) -> CResult<Self>;
 
     /// Rows `ids` (`u32[t]`, `l`) of `w` as `f32[t, k]` (candle-nn's `Embedding` on the
-    /// dequantized matrix).
+    /// dequantized matrix), times `scale` where given (Gemma's `sqrt(n_embd)`; one pass on
+    /// Vulkan).
     ///
     /// # Errors
     /// A dtype other than U32, device errors. An id past the rows is an error on the CPU;
     /// on Vulkan the kernel clamps it (the model checks ids first).
-    fn qembedding(w: &Self::QWeight, ids: &Self, l: &Layout) -> CResult<Self>;
+    fn qembedding(w: &Self::QWeight, ids: &Self, l: &Layout, scale: Option<f32>) -> CResult<Self>;
 
     /// candle-nn's `ops::rms_norm` over the last dim: `x / sqrt(mean(x²) + eps) * w`
     /// (`x: f32[.., n]`, `w: f32[n]`); contiguous output.

@@ -180,7 +180,8 @@ impl ModelStorage for VulkanStorage {
         Ok(dev.storage(y, DType::F32, t * n))
     }
 
-    fn qembedding(w: &Self::QWeight, ids: &Self, l: &Layout) -> CResult<Self> {
+    /// `vkml_ops::quant::get_rows_scaled`: the scale in the lookup's pass.
+    fn qembedding(w: &Self::QWeight, ids: &Self, l: &Layout, scale: Option<f32>) -> CResult<Self> {
         if ids.dtype() != DType::U32 {
             return Err(candle_core::Error::UnsupportedDTypeForOp(ids.dtype(), "qembedding"));
         }
@@ -188,7 +189,8 @@ impl ModelStorage for VulkanStorage {
         let t = l.shape().elem_count();
         let dev = ids.device();
         let y = dev.alloc(t * w.k(), DType::F32)?;
-        dev.with_stream(|s| vkml_ops::quant::get_rows(s, w, ids_p.buffer(), t, &y).map_err(cerr))?;
+        let scale = scale.unwrap_or(1.0);
+        dev.with_stream(|s| vkml_ops::quant::get_rows_scaled(s, w, ids_p.buffer(), t, &y, scale).map_err(cerr))?;
         Ok(dev.storage(y, DType::F32, t * w.k()))
     }
 

@@ -296,7 +296,15 @@ pub fn mat_mat_with(
                 ..options.clone()
             }
         };
-        let p = dev.pipeline(&dev.kernel(&format!("{name}.{}", variant("mat_mat", m.ty)?))?, &options)?;
+        let k = type_kernels("mat_mat", m.ty)?;
+        let kernel = match opts.path {
+            MatMatPath::Scalar => k.mul_mat_q,
+            MatMatPath::CoopMat2 => k.mul_mat_cm2,
+            MatMatPath::CoopMatInt8 => k.mul_mat_cm_i8,
+            MatMatPath::CoopMat if name == "mul_mat_cm256" => k.mul_mat_cm256,
+            MatMatPath::CoopMat => k.mul_mat_cm,
+        };
+        let p = dev.pipeline(&dev.kernel(kernel)?, &options)?;
         let pc = push_words(&[
             0,
             m.row_bytes as u32,

@@ -441,8 +441,7 @@ fn mat_vec_core(
     let pipeline_for = |nb: usize| -> Result<std::sync::Arc<vkml_hal::Pipeline>> {
         let (name, options) = match row_sg {
             Some((sg, require)) => (
-                if use_dot { dot_kernel(m.ty, dot_x)? } else { block.expect("row_sg holds for block types only") }
-                    .to_string(),
+                if use_dot { dot_kernel(m.ty, dot_x)? } else { block.expect("row_sg holds for block types only") },
                 PipelineOptions {
                     spec_constants: {
                         let ep = if post.is_some() { POST_NORM_EPILOGUE } else { epilogue.spec() };
@@ -457,14 +456,16 @@ fn mat_vec_core(
                 },
             ),
             None => {
-                let kernel = if cfg.vec4 && m.k.is_multiple_of(4) && VEC4_TYPES.contains(&m.ty) {
-                    "mul_mat_vec_vec4"
-                } else {
-                    "mul_mat_vec"
+                let k = type_kernels("mat_vec", m.ty)?;
+                let vec4 = cfg.vec4 && m.k.is_multiple_of(4) && VEC4_TYPES.contains(&m.ty);
+                let kernel = match (vec4, cfg.subgroup_reduce) {
+                    (true, true) => k.mul_mat_vec_vec4_sg,
+                    (true, false) => k.mul_mat_vec_vec4,
+                    (false, true) => k.mul_mat_vec_sg,
+                    (false, false) => k.mul_mat_vec,
                 };
-                let sg = if cfg.subgroup_reduce { "_sg" } else { "" };
                 (
-                    format!("{kernel}.{}{sg}", variant("mat_vec", m.ty)?),
+                    kernel,
                     PipelineOptions {
                         spec_constants: vec![(0, cfg.workgroup), (10, epilogue.spec())],
                         ..Default::default()
@@ -472,7 +473,7 @@ fn mat_vec_core(
                 )
             }
         };
-        Ok(dev.pipeline(&dev.kernel(&name)?, &options)?)
+        Ok(dev.pipeline(&dev.kernel(name)?, &options)?)
     };
     for b0 in (0..batch).step_by(MAX_MAT_VEC_BATCH) {
         let nb = (batch - b0).min(MAX_MAT_VEC_BATCH);

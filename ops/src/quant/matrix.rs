@@ -108,7 +108,7 @@ impl QMatrix {
         bytes: &[u8],
         max_part_bytes: u64,
     ) -> Result<QMatrix> {
-        variant("QMatrix::upload", ty)?;
+        type_kernels("QMatrix::upload", ty)?;
         let bs = ty.block_size();
         if k == 0 || !k.is_multiple_of(bs) {
             return Err(OpsError::Shape {
@@ -274,7 +274,7 @@ pub fn dequantize(s: &mut Stream, m: &QMatrix, out: &vkml_hal::Buffer) -> Result
             reason: format!("output holds {} bytes, needs {}", out.size(), 4 * n),
         });
     }
-    let p = pipeline(&dev, &format!("dequant.{}", variant("dequantize", m.ty)?), ELEMENTWISE_WORKGROUP)?;
+    let p = pipeline(&dev, type_kernels("dequantize", m.ty)?.dequant, ELEMENTWISE_WORKGROUP)?;
     // Per part, in chunks whose f32 output fits one binding too (it is larger than the blocks).
     let chunk = rows_per_part(&dev, "dequantize", 4 * m.k as u64, u64::MAX)?;
     for part in &m.parts {
@@ -303,6 +303,23 @@ pub fn get_rows(
     n_ids: usize,
     out: &vkml_hal::Buffer,
 ) -> Result<()> {
+    get_rows_scaled(s, m, ids, n_ids, out, 1.0)
+}
+
+/// [`get_rows`] with each row multiplied by `scale` in the same pass (Gemma's embedding
+/// scale `sqrt(n_embd)`, llama.cpp's `inp_scaled`): `out[r, :] = dequant(m[ids[r], :]) *
+/// scale`, the product rounded once in f32.
+///
+/// # Errors
+/// As [`get_rows`].
+pub fn get_rows_scaled(
+    s: &mut Stream,
+    m: &QMatrix,
+    ids: &vkml_hal::Buffer,
+    n_ids: usize,
+    out: &vkml_hal::Buffer,
+    scale: f32,
+) -> Result<()> {
     let dev = s.device().clone();
     if ids.size() < 4 * n_ids as u64 || out.size() < 4 * (n_ids * m.k) as u64 {
         return Err(OpsError::Shape {
@@ -313,7 +330,7 @@ pub fn get_rows(
     if n_ids == 0 {
         return Ok(());
     }
-    let p = pipeline(&dev, &format!("get_rows.{}", variant("get_rows", m.ty)?), ELEMENTWISE_WORKGROUP)?;
+    let p = pipeline(&dev, type_kernels("get_rows", m.ty)?.get_rows, ELEMENTWISE_WORKGROUP)?;
     let gx = (m.k as u64).div_ceil(u64::from(ELEMENTWISE_WORKGROUP));
     let max_y = u64::from(dev.caps().limits.max_workgroup_count[1]);
     let gy = (n_ids as u64).min(max_y);
@@ -325,8 +342,8 @@ pub fn get_rows(
     // past the table).
     for (i, part) in m.parts.iter().enumerate() {
         let last = u32::from(i + 1 == m.parts.len());
-        let pc =
-            push_words(&[0, m.row_bytes as u32, m.k as u32, n_ids as u32, part.rows as u32, part.row0 as u32, last]);
+        let (k, rows, row0) = (m.k as u32, part.rows as u32, part.row0 as u32);
+        let pc = push_words(&[0, m.row_bytes as u32, k, n_ids as u32, rows, row0, last, scale.to_bits()]);
         s.dispatch(&p, &[(&part.buffer).into(), ids.into(), out.into()], &pc, [gx as u32, gy as u32, gz as u32])?;
     }
     Ok(())

@@ -165,38 +165,91 @@ pub const DOT_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q8_0];
 /// Most batch columns one mat-vec dispatch handles (`MAX_BATCH` in the shader).
 pub const MAX_MAT_VEC_BATCH: usize = 8;
 
-fn variant(op: &'static str, ty: GgmlType) -> Result<&'static str> {
+/// The per-type kernels of one GGML type, by the names the shader build gives them
+/// (`<file>.<variant>`, the variant the type's lower-case name): [`type_kernels`]. A
+/// kernel a type lacks (`mul_mat_vec_vec4` outside [`VEC4_TYPES`], the cooperative-matrix
+/// mat-mats outside their types) fails at `Device::kernel`, naming it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TypeKernels {
+    /// `dequant.comp`.
+    pub dequant: &'static str,
+    /// `get_rows.comp`.
+    pub get_rows: &'static str,
+    /// `mul_mat_vec.comp`: one workgroup per row, shared-memory reduction.
+    pub mul_mat_vec: &'static str,
+    /// `mul_mat_vec.comp` with subgroup reduction.
+    pub mul_mat_vec_sg: &'static str,
+    /// `mul_mat_vec_vec4.comp`: 4 elements per step, shared-memory reduction.
+    pub mul_mat_vec_vec4: &'static str,
+    /// `mul_mat_vec_vec4.comp` with subgroup reduction.
+    pub mul_mat_vec_vec4_sg: &'static str,
+    /// `mul_mat_q.comp` ([`MatMatPath::Scalar`]).
+    pub mul_mat_q: &'static str,
+    /// `mul_mat_cm.comp` ([`MatMatPath::CoopMat`], 128 rows).
+    pub mul_mat_cm: &'static str,
+    /// `mul_mat_cm256.comp` ([`MatMatPath::CoopMat`], 256 rows).
+    pub mul_mat_cm256: &'static str,
+    /// `mul_mat_cm2.comp` ([`MatMatPath::CoopMat2`]).
+    pub mul_mat_cm2: &'static str,
+    /// `mul_mat_cm_i8.comp` ([`MatMatPath::CoopMatInt8`]).
+    pub mul_mat_cm_i8: &'static str,
+}
+
+macro_rules! type_kernels {
+    ($v:literal) => {
+        TypeKernels {
+            dequant: concat!("dequant.", $v),
+            get_rows: concat!("get_rows.", $v),
+            mul_mat_vec: concat!("mul_mat_vec.", $v),
+            mul_mat_vec_sg: concat!("mul_mat_vec.", $v, "_sg"),
+            mul_mat_vec_vec4: concat!("mul_mat_vec_vec4.", $v),
+            mul_mat_vec_vec4_sg: concat!("mul_mat_vec_vec4.", $v, "_sg"),
+            mul_mat_q: concat!("mul_mat_q.", $v),
+            mul_mat_cm: concat!("mul_mat_cm.", $v),
+            mul_mat_cm256: concat!("mul_mat_cm256.", $v),
+            mul_mat_cm2: concat!("mul_mat_cm2.", $v),
+            mul_mat_cm_i8: concat!("mul_mat_cm_i8.", $v),
+        }
+    };
+}
+
+/// The kernels of `ty` ([`TypeKernels`]).
+///
+/// # Errors
+/// [`OpsError::UnsupportedType`] (naming `op` and the [`SUPPORTED`] types) for a type
+/// without kernels.
+pub fn type_kernels(op: &'static str, ty: GgmlType) -> Result<TypeKernels> {
     Ok(match ty {
-        GgmlType::F32 => "f32",
-        GgmlType::F16 => "f16",
-        GgmlType::BF16 => "bf16",
-        GgmlType::Q4_0 => "q4_0",
-        GgmlType::Q4_1 => "q4_1",
-        GgmlType::Q5_0 => "q5_0",
-        GgmlType::Q5_1 => "q5_1",
-        GgmlType::Q8_0 => "q8_0",
-        GgmlType::Q8_1 => "q8_1",
-        GgmlType::Q2_K => "q2_k",
-        GgmlType::Q3_K => "q3_k",
-        GgmlType::Q4_K => "q4_k",
-        GgmlType::Q5_K => "q5_k",
-        GgmlType::Q6_K => "q6_k",
-        GgmlType::Q8_K => "q8_k",
-        GgmlType::IQ4_NL => "iq4_nl",
-        GgmlType::IQ4_XS => "iq4_xs",
-        GgmlType::MXFP4 => "mxfp4",
-        GgmlType::NVFP4 => "nvfp4",
-        GgmlType::TQ1_0 => "tq1_0",
-        GgmlType::TQ2_0 => "tq2_0",
-        GgmlType::Q1_0 => "q1_0",
-        GgmlType::Q2_0 => "q2_0",
-        GgmlType::IQ2_XXS => "iq2_xxs",
-        GgmlType::IQ2_XS => "iq2_xs",
-        GgmlType::IQ2_S => "iq2_s",
-        GgmlType::IQ3_XXS => "iq3_xxs",
-        GgmlType::IQ3_S => "iq3_s",
-        GgmlType::IQ1_S => "iq1_s",
-        GgmlType::IQ1_M => "iq1_m",
+        GgmlType::F32 => type_kernels!("f32"),
+        GgmlType::F16 => type_kernels!("f16"),
+        GgmlType::BF16 => type_kernels!("bf16"),
+        GgmlType::Q4_0 => type_kernels!("q4_0"),
+        GgmlType::Q4_1 => type_kernels!("q4_1"),
+        GgmlType::Q5_0 => type_kernels!("q5_0"),
+        GgmlType::Q5_1 => type_kernels!("q5_1"),
+        GgmlType::Q8_0 => type_kernels!("q8_0"),
+        GgmlType::Q8_1 => type_kernels!("q8_1"),
+        GgmlType::Q2_K => type_kernels!("q2_k"),
+        GgmlType::Q3_K => type_kernels!("q3_k"),
+        GgmlType::Q4_K => type_kernels!("q4_k"),
+        GgmlType::Q5_K => type_kernels!("q5_k"),
+        GgmlType::Q6_K => type_kernels!("q6_k"),
+        GgmlType::Q8_K => type_kernels!("q8_k"),
+        GgmlType::IQ4_NL => type_kernels!("iq4_nl"),
+        GgmlType::IQ4_XS => type_kernels!("iq4_xs"),
+        GgmlType::MXFP4 => type_kernels!("mxfp4"),
+        GgmlType::NVFP4 => type_kernels!("nvfp4"),
+        GgmlType::TQ1_0 => type_kernels!("tq1_0"),
+        GgmlType::TQ2_0 => type_kernels!("tq2_0"),
+        GgmlType::Q1_0 => type_kernels!("q1_0"),
+        GgmlType::Q2_0 => type_kernels!("q2_0"),
+        GgmlType::IQ2_XXS => type_kernels!("iq2_xxs"),
+        GgmlType::IQ2_XS => type_kernels!("iq2_xs"),
+        GgmlType::IQ2_S => type_kernels!("iq2_s"),
+        GgmlType::IQ3_XXS => type_kernels!("iq3_xxs"),
+        GgmlType::IQ3_S => type_kernels!("iq3_s"),
+        GgmlType::IQ1_S => type_kernels!("iq1_s"),
+        GgmlType::IQ1_M => type_kernels!("iq1_m"),
         ty => {
             let supported = SUPPORTED.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ");
             return Err(OpsError::UnsupportedType { op, ty, supported });
