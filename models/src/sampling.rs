@@ -5,20 +5,21 @@
 //! 2019), after an optional repeat penalty over the last tokens (the CTRL penalty,
 //! Keskar et al., 2019: positive logits divided, negative multiplied).
 //!
-//! Two samplers draw from that distribution:
+//! The distribution is `vkml_ops::sampling::SampleParams`': min-p, then the softmax at
+//! the temperature, top-k, and top-p over the renormalised top-k (Hugging Face's and
+//! llama.cpp's order; candle's `TopKThenTopP` differs in measuring top-p in the
+//! unrenormalised mass). Two samplers draw from it:
 //! - on the device, [`TokenChoice`] ([`SamplingConfig::device_choice`]): the decode step
 //!   chooses its own next token (`vkml_ops::sampling::{argmax_rows, sample_rows}`, a
 //!   seeded Philox draw) and the host reads back one id; [`choose_host`] is the same draw
 //!   on the CPU, in f64 (the CPU backend's, and the tests' reference);
-//! - on the host, [`Sampler`]: candle-transformers' `LogitsProcessor` and
-//!   `utils::apply_repeat_penalty` on a CPU tensor of the logits (one vocabulary row read
-//!   back per token), for the repeat penalty, which the device path lacks.
+//! - on the host, [`Sampler`]: candle-transformers' `utils::apply_repeat_penalty` on the
+//!   logits read back every token, then [`choose_host`] with the sampler's own draw
+//!   counter: for the repeat penalty, which the device path lacks.
 //!
-//! The two draw different tokens for the same seed (different generators); each is
-//! reproducible for a seed.
+//! Each is reproducible for a seed.
 
 use candle_core::{Device, Tensor};
-use candle_transformers::generation::{LogitsProcessor, Sampling};
 
 use crate::error::{Error, Result};
 pub use vkml_ops::sampling::SampleParams;
@@ -111,7 +112,8 @@ impl SamplingConfig {
 /// threshold or the variate sits on a boundary between two tokens.
 ///
 /// # Errors
-/// [`Error::Sampling`] for empty logits or logits that are not all finite.
+/// [`Error::Sampling`] for empty logits, logits that are not all finite, or settings out
+/// of their ranges ([`SampleParams::check`]).
 pub fn choose_host(logits: &[f32], choice: &TokenChoice, draw: u64, row: u32) -> Result<u32> {
     if logits.is_empty() {
         return Err(Error::Sampling("no logits to sample from".into()));
@@ -122,6 +124,7 @@ pub fn choose_host(logits: &[f32], choice: &TokenChoice, draw: u64, row: u32) ->
         TokenChoice::Greedy => return Ok(logits.iter().position(|&l| l == max).unwrap_or(0) as u32),
         TokenChoice::Sample(p) => p,
     };
+    p.check().map_err(|e| Error::Sampling(e.to_string()))?;
     let floor = if p.min_p > 0.0 { max + (p.min_p as f64).ln() as f32 } else { f32::NEG_INFINITY };
     let mut lower = floor;
     let mut order: Vec<usize> = (0..logits.len()).filter(|&i| logits[i] >= floor).collect();
@@ -170,16 +173,13 @@ impl Default for SamplingConfig {
     }
 }
 
-/// A seeded sampler.
+/// A seeded sampler on the host (the repeat penalty, then [`choose_host`]).
+#[derive(Debug)]
 pub struct Sampler {
     cfg: SamplingConfig,
-    inner: LogitsProcessor,
-}
-
-impl std::fmt::Debug for Sampler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sampler").field("cfg", &self.cfg).finish()
-    }
+    how: TokenChoice,
+    /// Draws so far: the Philox counter of the next one.
+    draws: u64,
 }
 
 impl Sampler {
@@ -189,24 +189,17 @@ impl Sampler {
     /// As [`SamplingConfig::validate`].
     pub fn new(cfg: SamplingConfig) -> Result<Sampler> {
         cfg.validate()?;
-        let top_k = cfg.top_k.filter(|&k| k > 0);
-        let top_p = cfg.top_p.filter(|&p| p > 0.0 && p < 1.0);
-        let temperature = cfg.temperature;
-        let sampling = if temperature <= 0.0 {
-            Sampling::ArgMax
-        } else {
-            match (top_k, top_p) {
-                (None, None) => Sampling::All { temperature },
-                (Some(k), None) => Sampling::TopK { k, temperature },
-                (None, Some(p)) => Sampling::TopP { p, temperature },
-                (Some(k), Some(p)) => Sampling::TopKThenTopP { k, p, temperature },
-            }
-        };
-        Ok(Sampler { cfg, inner: LogitsProcessor::from_sampling(cfg.seed, sampling) })
+        let how = SamplingConfig { repeat_penalty: 1.0, ..cfg }.device_choice().expect("no repeat penalty");
+        if let TokenChoice::Sample(p) = how {
+            p.check().map_err(|e| Error::Sampling(e.to_string()))?;
+        }
+        Ok(Sampler { cfg, how, draws: 0 })
     }
 
     /// The next token from `logits` (one per vocabulary entry), with `history` (the
-    /// tokens so far) for the repeat penalty.
+    /// tokens so far) for the repeat penalty: the penalised logits (min-p then sees them,
+    /// as in llama.cpp's chain), then [`choose_host`] with this sampler's draw counter
+    /// (row 1 of the Philox stream, apart from the device's row 0).
     ///
     /// # Errors
     /// [`Error::Sampling`] for empty logits or logits that are not all finite (a model
@@ -218,17 +211,15 @@ impl Sampler {
         }
         check_finite(&logits)?;
         let mut logits = logits;
-        if let Some(p) = self.cfg.min_p.filter(|&p| p > 0.0 && self.cfg.temperature > 0.0) {
-            // p_i >= p * p_max  <=>  l_i >= l_max + ln p (softmax of the raw logits).
-            let floor = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) + p.ln() as f32;
-            logits.iter_mut().filter(|l| **l < floor).for_each(|l| *l = f32::NEG_INFINITY);
-        }
-        let mut t = Tensor::from_vec(logits, n, &Device::Cpu)?;
         if self.cfg.repeat_penalty != 1.0 {
             let start = history.len().saturating_sub(self.cfg.repeat_last_n);
-            t = candle_transformers::utils::apply_repeat_penalty(&t, self.cfg.repeat_penalty, &history[start..])?;
+            let t = Tensor::from_vec(logits, n, &Device::Cpu)?;
+            let t = candle_transformers::utils::apply_repeat_penalty(&t, self.cfg.repeat_penalty, &history[start..])?;
+            logits = t.to_vec1()?;
         }
-        Ok(self.inner.sample(&t)?)
+        let draw = self.draws;
+        self.draws += 1;
+        choose_host(&logits, &self.how, draw, 1)
     }
 }
 
@@ -294,6 +285,11 @@ mod tests {
             assert!([0, 2].contains(&choose_host(&[5.0, 0.0, 4.9, 1.0], &top2, draw, 0).unwrap()));
         }
         assert!(choose_host(&[f32::NAN], &top2, 0, 0).is_err());
+        // Settings out of range are errors on the host path too.
+        let cold = TokenChoice::Sample(SampleParams { temperature: 0.0, ..want });
+        assert!(choose_host(&[1.0, 2.0], &cold, 0, 0).unwrap_err().to_string().contains("temperature 0"));
+        let over = TokenChoice::Sample(SampleParams { min_p: 1.5, ..want });
+        assert!(choose_host(&[1.0, 2.0], &over, 0, 0).unwrap_err().to_string().contains("min-p 1.5"));
     }
 
     #[test]

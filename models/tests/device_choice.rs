@@ -1,8 +1,7 @@
 //! Decoding with the choice made on the device (`Runner::forward_choose`,
 //! `ModelStorage::choose_ids`): greedy, the same tokens as the host's argmax of the
-//! logits; sampled, the distribution of the host's sampler (candle-transformers'
-//! `LogitsProcessor`, a chi-square test over many draws) and the draws of the CPU
-//! reference `choose_host`; the next step run ahead on the device's choice; steps run
+//! logits; sampled, the distribution of the host's sampler (`Sampler`, a chi-square test
+//! over many draws) and the draws of the CPU reference `choose_host`; the next step run ahead on the device's choice; steps run
 //! ahead and then not wanted (another token, a reset, a prompt) leave no trace;
 //! non-finite logits are an error.
 
@@ -123,7 +122,7 @@ fn two_sample_chi_square(a: &[usize], b: &[usize]) -> (f64, f64) {
 }
 
 /// Sampled on the device, 20 000 draws over a 40-token row come from the distribution
-/// the host's `Sampler` draws from (candle-transformers' `LogitsProcessor` after min-p:
+/// the host's `Sampler` draws from (its own Philox stream through `choose_host`:
 /// two-sample chi-square below its 1e-6 quantile, for several settings), and a sampler
 /// with a 30 % hotter temperature fails the same test; each draw is the CPU reference's
 /// (`choose_host` with the same counter) but at rounding boundaries (at most 0.1 %).

@@ -106,16 +106,19 @@ pub fn argmax_rows(
 }
 
 /// What [`sample_rows`] draws from: the softmax of `logits / temperature` over the tokens
-/// that min-p, then top-k, then top-p keep, as candle-transformers' `LogitsProcessor`
-/// (`Sampling::TopKThenTopP`) after llama.cpp's min-p on the raw logits.
+/// that min-p (on the raw logits, as llama.cpp's), then top-k, then top-p keep, top-p
+/// measured over the renormalised top-k as Hugging Face's `TopKLogitsWarper` then
+/// `TopPLogitsWarper` and llama.cpp's top-k then top-p measure it (candle-transformers'
+/// `TopKThenTopP` measures the unrenormalised mass instead). Equal logits at a threshold
+/// are all kept.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SampleParams {
     /// Softmax temperature, finite and above 0 (greedy decoding is [`argmax_rows`]).
     pub temperature: f32,
     /// Keep the `top_k` largest logits (0: all); equal logits at the k-th are all kept.
     pub top_k: u32,
-    /// Keep the fewest largest-probability tokens whose probability (renormalised over the
-    /// top-k) reaches `top_p`, in (0, 1] (1: all).
+    /// Keep the largest-probability tokens while the probability before each (renormalised
+    /// over the top-k) is below `top_p` (the nucleus reaching `top_p`), in (0, 1] (1: all).
     pub top_p: f32,
     /// Keep the tokens whose logit is at least the largest plus `ln(min_p)`, i.e. at least
     /// `min_p` times as likely before the temperature; in [0, 1] (0: all).
@@ -125,9 +128,14 @@ pub struct SampleParams {
 }
 
 impl SampleParams {
-    fn check(&self) -> Result<()> {
+    /// Checks the ranges: a temperature above 0 whose inverse is finite in f32, `top_p` in
+    /// (0, 1], `min_p` in [0, 1].
+    ///
+    /// # Errors
+    /// [`OpsError::Shape`] naming the setting and its value.
+    pub fn check(&self) -> Result<()> {
         let bad = |reason: String| Err(OpsError::Shape { op: "sample_rows", reason });
-        if !(self.temperature.is_finite() && self.temperature > 0.0) {
+        if !(self.temperature.is_finite() && self.temperature > 0.0 && (1.0 / self.temperature).is_finite()) {
             return bad(format!("temperature {}: need a finite number > 0", self.temperature));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
@@ -174,8 +182,10 @@ pub fn sample_scratch_words(rows: usize, n: usize, params: &SampleParams) -> usi
 /// several times (the maximum, each radix-select level, the draw). With a top-k of at
 /// most [`MAX_CANDIDATE_TOP_K`] on rows of at least 8192, `sample_candidates` runs first
 /// on every 4096-logit slice at once and keeps each slice's top-k in `scratch`; `sample`
-/// then reads those candidates instead of the row (the row's top-k is within them; the
-/// same tokens, up to the order of the row sum's additions).
+/// then reads those candidates instead of the row (the row's top-k is within them: the same
+/// distribution, the same tokens but where float rounding moves a draw across a boundary).
+/// Equal seeds and draw counters give equal variates whatever the logits: streams that
+/// must not be correlated need different seeds.
 ///
 /// # Errors
 /// [`OpsError::Shape`] for `n == 0`, more than 65 535 rows or `u32::MAX` elements, buffers

@@ -2,8 +2,8 @@
 //! skipped, a NaN first element the answer) and `sum`, on rows of one to many workgroups,
 //! with ties across and within workgroups, NaN and infinite values placed by proptest.
 //! `sampling::sample_rows` against the distribution its settings define, computed here in
-//! f64 as candle-transformers' `LogitsProcessor` filters (min-p, top-k, top-p): a
-//! chi-square test over many draws, the filtered tokens never drawn, reproducible draws.
+//! f64 (min-p, top-k, top-p over the renormalised top-k): a chi-square test over many
+//! draws, the filtered tokens never drawn, reproducible draws.
 
 mod common;
 use common::device;
@@ -331,4 +331,31 @@ fn sample_rows_candidate_overflow_and_sums() {
     v[n - 7] = f32::NAN;
     let (ids, sums) = draw(&v, 1, &params, 3);
     assert!(ids == [0] && sums[0].is_nan(), "{ids:?} {sums:?}");
+}
+
+/// The candidate stage with its last slice's slots exactly full (10 of 10: a 4.9 at the
+/// slice's last index and nine tied 4.4s for top-k 5): the draw's passes read past the
+/// candidates and must not count the last slot again; the kept set is the row's top 5
+/// (4.9 .. 4.5), every one drawn. A top-p so small that p times the total rounds below one
+/// unit still keeps the top token alone.
+#[test]
+fn sample_rows_full_last_slice_and_tiny_top_p() {
+    let n = 3 * 4096;
+    let mut v: Vec<f32> = (0..n).map(|i| -2.0 + ((i * 37) % 1000) as f32 * 0.001).collect();
+    let last = 2 * 4096;
+    for j in 0..9 {
+        v[last + 100 + j * 300] = 4.4;
+    }
+    v[n - 1] = 4.9;
+    for (at, x) in [(7usize, 4.8f32), (3007, 4.7), (5007, 4.6), (7007, 4.5)] {
+        v[at] = x;
+    }
+    let params = SampleParams { temperature: 1.0, top_k: 5, top_p: 1.0, min_p: 0.0, seed: 21 };
+    let (ids, _) = draw(&v, 400, &params, 0);
+    let want: std::collections::BTreeSet<u32> = [n as u32 - 1, 7, 3007, 5007, 7007].into_iter().collect();
+    let got: std::collections::BTreeSet<u32> = ids.iter().copied().collect();
+    assert_eq!(got, want);
+    let tiny = SampleParams { temperature: 1.0, top_k: 0, top_p: 1e-12, min_p: 0.0, seed: 22 };
+    let (ids, _) = draw(&v, 50, &tiny, 0);
+    assert!(ids.iter().all(|&i| i == n as u32 - 1), "{ids:?}");
 }

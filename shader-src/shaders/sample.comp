@@ -1,7 +1,8 @@
-// Seeded sampling over rows of f32 logits, one workgroup per row: the distribution of
-// candle-transformers' `LogitsProcessor` (softmax of logits / temperature, then top-k,
-// then top-p over the renormalised top-k) after llama.cpp's min-p on the raw logits, so
-// that a decode step samples its own next token and the host reads back one id.
+// Seeded sampling over rows of f32 logits, one workgroup per row, so that a decode step
+// samples its own next token and the host reads back one id. The distribution: llama.cpp's
+// min-p on the raw logits, then the softmax of logits / temperature, its top-k, then top-p
+// over the renormalised top-k (Hugging Face's TopK then TopP warpers, llama.cpp's top-k
+// then top-p; candle's `TopKThenTopP` measures top-p in the unrenormalised mass instead).
 //
 // Every filter keeps the tokens at or above a threshold logit, so one bound `lower` on
 // the order-preserving key of the logit (`order_key`) describes the kept set:
@@ -33,7 +34,9 @@
 // Spec constant 0 = workgroup size (a power of two from 64 to 1024). Grid: y = rows.
 #version 450
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
 layout(local_size_x_id = 0, local_size_x = 1024) in;
+#include "order_key.glsl"
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Chosen { uint chosen[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Sums { float sums[]; };
@@ -90,9 +93,10 @@ float elem(uint i, out bool valid) {
         valid = i < p.n;
         return x[base + min(i, p.n - 1u)];
     }
+    bool inside = i < n_el;
     i = min(i, n_el - 1u);
     uint g = i / p.cap;
-    valid = i - g * p.cap < cand[cbase + g];
+    valid = inside && i - g * p.cap < cand[cbase + g];
     return valid ? uintBitsToFloat(cand[cbase + 2u * p.groups + i]) : uintBitsToFloat(0xFF800000u);
 }
 
@@ -101,11 +105,6 @@ uint elem_index(uint i) {
     return from_cand ? cand[cbase + 2u * p.groups + p.groups * p.cap + i] : i;
 }
 
-// Larger float, larger key (finite values; -0 just below +0).
-uint order_key(float v) {
-    uint b = floatBitsToUint(v);
-    return (b & 0x80000000u) != 0u ? ~b : b | 0x80000000u;
-}
 
 uvec2 add64(uvec2 a, uvec2 b) {
     uint carry;
@@ -200,7 +199,9 @@ uint select_key(uint lower, bool mass, uvec2 target, float frac, float m) {
         if (level == 0u && mass) {
             // The kept total is the first level's whole histogram.
             uvec2 tot = uvec2(s_lo[wg - 1u], s_hi[wg - 1u]);
-            float t = frac * (float(tot.y) * 4294967296.0 + float(tot.x));
+            // Rounded up (a cumulative weight reaches t exactly when it reaches ceil(t)),
+            // and at least 1: the top token is always kept.
+            float t = max(ceil(frac * (float(tot.y) * 4294967296.0 + float(tot.x))), 1.0);
             float hi = floor(t * (1.0 / 4294967296.0));
             target = uvec2(uint(t - hi * 4294967296.0), uint(hi));
         }

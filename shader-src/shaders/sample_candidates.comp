@@ -16,7 +16,9 @@
 // Push constants: offset, n, top_k, groups (G), cap. Spec constant 0 = workgroup size (a
 // power of two, 64 to 256). Grid: x = G, y = rows.
 #version 450
+#extension GL_GOOGLE_include_directive : require
 layout(local_size_x_id = 0, local_size_x = 256) in;
+#include "order_key.glsl"
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Cand { uint cand[]; };
 layout(push_constant) uniform Params {
@@ -41,10 +43,6 @@ shared float s_sum[MAX_WG];
 shared uint s_digit;
 shared uint s_above;
 
-uint order_key(float v) {
-    uint b = floatBitsToUint(v);
-    return (b & 0x80000000u) != 0u ? ~b : b | 0x80000000u;
-}
 
 // Inclusive scan of s_a over the invocations (Hillis-Steele).
 void scan(uint tid, uint wg) {

@@ -76,11 +76,14 @@ impl ModelStorage for CpuStorage {
             TokenChoice::Sample(_) => {
                 let n = l.dims()[1];
                 let v = f32s(self, l)?;
-                let ids = v
-                    .chunks(n)
-                    .enumerate()
-                    .map(|(r, row)| crate::sampling::choose_host(row, choice, draw, r as u32).unwrap_or(0))
-                    .collect();
+                // A row that is not finite chooses 0 (its sum tells the caller); other
+                // errors are errors.
+                let mut ids = Vec::with_capacity(v.len() / n.max(1));
+                for (r, row) in v.chunks(n).enumerate() {
+                    let finite = row.iter().all(|x| x.is_finite());
+                    let id = if finite { crate::sampling::choose_host(row, choice, draw, r as u32) } else { Ok(0) };
+                    ids.push(id.map_err(candle_core::Error::wrap)?);
+                }
                 CpuStorage::U32(ids)
             }
         };
