@@ -1180,13 +1180,33 @@ fn matrix_past_one_binding_runs_in_parts() {
     let mut s = Stream::new(&dev).unwrap();
     quant::mat_vec(&mut s, &m, &xb, 1, &y).unwrap();
     quant::get_rows(&mut s, &m, &idb, ids.len(), &got_rows).unwrap();
+    // The norm folded in: one dispatch per part where the kernels fold it, each part's
+    // workgroups normalising x themselves.
+    let nw: Vec<f32> = weights(1, k, 6).iter().map(|v| 1.0 + 0.5 * v).collect();
+    let nwb = dev.upload(&nw).unwrap();
+    let yn = dev.alloc(4 * rows as u64, MemoryKind::DeviceLocal).unwrap();
+    let d0 = s.stats().dispatches;
+    let norm = quant::PreNorm { weight: &nwb, eps: 1e-5 };
+    let opts = quant::LinearOptions::new(dev.caps());
+    quant::linear(&mut s, &m, &xb, 1, Some(norm), &yn, quant::LinearEpilogue::Store, &opts).unwrap();
+    let dispatches = s.stats().dispatches - d0;
     s.finish_and_wait().unwrap();
-    let y = y.to_vec::<f32>().unwrap();
+    let cfg = vkml_ops::tuning::mat_vec_config(dev.caps());
+    if quant::mat_vec_fuses_norm(dev.caps(), &m, &cfg) {
+        assert_eq!(dispatches, m.parts().len() as u64, "the norm folded into each part's dispatch");
+    }
+    let ms = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / k as f64;
+    let xn: Vec<f32> =
+        x.iter().zip(&nw).map(|(&v, &w)| (f64::from(v) / (ms + 1e-5).sqrt() * f64::from(w)) as f32).collect();
+    let (y, yn) = (y.to_vec::<f32>().unwrap(), yn.to_vec::<f32>().unwrap());
     for (r, row) in bytes.chunks(row_bytes as usize).enumerate() {
         let w = vkml_quant::dequantize_to_vec(ty, row).unwrap();
         let (d, mag) = dot_ref(&w, &x, k, 0, 0);
         let got = f64::from(y[r]);
         assert!((got - d).abs() <= 1e-5 * mag + 1e-30, "row {r}: gpu {got} cpu {d}");
+        let (d, mag) = dot_ref(&w, &xn, k, 0, 0);
+        let got = f64::from(yn[r]);
+        assert!((got - d).abs() <= 1e-4 * mag + 1e-30, "normalised, row {r}: gpu {got} cpu {d}");
     }
     let got = got_rows.to_vec::<f32>().unwrap();
     for (i, &id) in ids.iter().enumerate() {

@@ -161,9 +161,10 @@ pub fn dot_quantizes_x(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize,
 /// for `m`: on the block kernels with subgroup rows (not the integer-dot kernel, whose
 /// workgroups would each quantize the whole normalised x: on the H100 that made llama-8b
 /// Q4_0 decode 259 -> 139 t/s, every workgroup of 4 rows reading x's 16 KiB beside its
-/// 9 KiB of weights; benches/RESULTS.md), for a matrix in one part.
+/// 9 KiB of weights; benches/RESULTS.md). A matrix in several parts runs one such
+/// dispatch per part, each normalising x itself.
 pub fn mat_vec_fuses_norm(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVecConfig) -> bool {
-    runs_subgroup_rows(caps, m, cfg) && !mat_vec_uses_q8_1(caps, m, cfg) && m.parts.len() == 1 && cfg.workgroup <= 128
+    runs_subgroup_rows(caps, m, cfg) && !mat_vec_uses_q8_1(caps, m, cfg) && cfg.workgroup <= 128
 }
 
 /// Where [`rms_norm_mat_vec`] normalises x for `m`.
