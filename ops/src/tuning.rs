@@ -43,6 +43,10 @@ pub struct MatVecConfig {
     pub dot_x_in_kernel: bool,
     /// Rows per subgroup of the kernels that quantize `x` themselves (1..=8).
     pub dot_x_rows_per_subgroup: u32,
+    /// The same for a wide, short matrix ([`DOT_X_WIDE_ROWS`] rows or more of at most
+    /// [`DOT_X_WIDE_MAX_K`]: a vocabulary head over a small hidden size), whose workgroups'
+    /// quantization of the short `x` costs as much as their rows.
+    pub dot_x_rows_per_subgroup_wide: u32,
     /// Invocations per workgroup of the kernels that quantize `x` themselves (a power of
     /// two, 32..=1024, at least the subgroup size).
     pub dot_x_workgroup: u32,
@@ -133,9 +137,14 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
     // 814, 1024/1 818, 1024/2 714 t/s; llama-8b 128/1 126, 256/2 289, 512/2 344, 1024/1
     // 351, 1024/2 310 t/s (against 629 and 296 with a quantize dispatch first). Other
     // GPUs: not measured; 32-64 rows per workgroup as there.
-    let (dot_x_workgroup, dot_x_rows_per_subgroup) = match caps.arch {
-        ArchClass::NvidiaTensorCore | ArchClass::Nvidia => (1024, 1),
-        _ => (256, 2),
+    // Wide, short matrices: H100, tg128 at 1 / 2 / 4 / 8 rows per subgroup of the head
+    // alone (benches/RESULTS.md, issue 29, thirteenth session): gemma3-270m (262 144 x
+    // 640) 937 / 968 / 989 / 928 t/s (the head 129 / 89 / 68 / 80 µs), gemma3-1b (262 144 x
+    // 1152) 570 / 582 / 589 / 583, llama-1b (32 000 x 2048) 928 at each; llama-8b's head
+    // (128 256 x 4096) 348 / 343 / 342 / 293, so k above 2048 keeps one row.
+    let (dot_x_workgroup, dot_x_rows_per_subgroup, dot_x_rows_per_subgroup_wide) = match caps.arch {
+        ArchClass::NvidiaTensorCore | ArchClass::Nvidia => (1024, 1, 4),
+        _ => (256, 2, 2),
     };
     MatVecConfig {
         workgroup,
@@ -151,6 +160,7 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         integer_dot: q8_1_activations(caps),
         dot_x_in_kernel: true,
         dot_x_rows_per_subgroup,
+        dot_x_rows_per_subgroup_wide,
         // The largest power of two the device allows, if it is below the table's.
         dot_x_workgroup: dot_x_workgroup.min(1 << caps.limits.max_workgroup_invocations.max(1).ilog2()),
     }
@@ -166,6 +176,22 @@ pub fn sample_workgroup(caps: &Capabilities) -> u32 {
         _ => 1024,
     };
     cap.min(1 << caps.limits.max_workgroup_invocations.max(1).ilog2())
+}
+
+/// Rows from which a matrix is wide for [`MatVecConfig::dot_x_rows_per_subgroup_wide`].
+pub const DOT_X_WIDE_ROWS: usize = 16384;
+/// Largest row length of a wide matrix for [`MatVecConfig::dot_x_rows_per_subgroup_wide`].
+pub const DOT_X_WIDE_MAX_K: usize = 2048;
+
+/// Rows per subgroup of the x-quantizing integer-dot mat-vec for a `rows` x `k` matrix:
+/// [`MatVecConfig::dot_x_rows_per_subgroup_wide`] for a wide, short one, else
+/// [`MatVecConfig::dot_x_rows_per_subgroup`].
+pub fn dot_x_rows_per_subgroup(cfg: &MatVecConfig, rows: usize, k: usize) -> u32 {
+    if rows >= DOT_X_WIDE_ROWS && k <= DOT_X_WIDE_MAX_K {
+        cfg.dot_x_rows_per_subgroup_wide
+    } else {
+        cfg.dot_x_rows_per_subgroup
+    }
 }
 
 /// Largest KV split of a one-query attention call ([`attn_splits`]).
@@ -575,6 +601,20 @@ mod tests {
                 assert_eq!(big, MatmulPath::Tiled { tile }, "{arch:?} without coopmat");
             }
         }
+    }
+
+    /// Rows per subgroup of the x-quantizing dot kernel: the wide entry for heads over a
+    /// small hidden size only (NVIDIA: 4 against 1).
+    #[test]
+    fn dot_x_rows_per_subgroup_table() {
+        let cfg = mat_vec_config(&fake(ArchClass::NvidiaTensorCore, Vendor::Nvidia, (32, 32, 32), true));
+        assert_eq!((cfg.dot_x_rows_per_subgroup, cfg.dot_x_rows_per_subgroup_wide), (1, 4));
+        assert_eq!(dot_x_rows_per_subgroup(&cfg, 262_144, 640), 4);
+        assert_eq!(dot_x_rows_per_subgroup(&cfg, 32_000, 2048), 4);
+        assert_eq!(dot_x_rows_per_subgroup(&cfg, 128_256, 4096), 1);
+        assert_eq!(dot_x_rows_per_subgroup(&cfg, 2048, 640), 1);
+        let amd = mat_vec_config(&fake(ArchClass::AmdRdna, Vendor::Amd, (64, 32, 64), false));
+        assert_eq!(dot_x_rows_per_subgroup(&amd, 262_144, 640), 2);
     }
 
     /// The sampling workgroup per table entry, and below a device's invocation limit.

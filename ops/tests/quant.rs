@@ -176,6 +176,7 @@ fn mat_vec_configs(dev: &Device) -> Vec<MatVecConfig> {
                 integer_dot: false,
                 dot_x_in_kernel: false,
                 dot_x_rows_per_subgroup: 1,
+                dot_x_rows_per_subgroup_wide: 1,
                 dot_x_workgroup: 64,
             });
         }
@@ -192,6 +193,7 @@ fn mat_vec_configs(dev: &Device) -> Vec<MatVecConfig> {
                 integer_dot: false,
                 dot_x_in_kernel: false,
                 dot_x_rows_per_subgroup: 1,
+                dot_x_rows_per_subgroup_wide: 1,
                 dot_x_workgroup: 64,
             });
         }
@@ -666,6 +668,7 @@ fn tuning_table_per_architecture() {
                 integer_dot: caps.integer_dot.supported && caps.integer_dot.packed_4x8_signed_accelerated,
                 dot_x_in_kernel: true,
                 dot_x_rows_per_subgroup: dot_x_nr,
+                dot_x_rows_per_subgroup_wide: dot_x_nr,
                 dot_x_workgroup: dot_x_wg,
             },
             "{arch:?}"

@@ -424,7 +424,7 @@ fn mat_vec_core(
         None
     };
     let (nr, workgroup) = if dot_x {
-        (cfg.dot_x_rows_per_subgroup, cfg.dot_x_workgroup)
+        (tuning::dot_x_rows_per_subgroup(&cfg, out_rows, m.k), cfg.dot_x_workgroup)
     } else if use_dot {
         (cfg.dot_rows_per_subgroup, cfg.workgroup)
     } else {
