@@ -650,10 +650,11 @@ fn tuning_table_per_architecture() {
             ArchClass::NvidiaTensorCore | ArchClass::Nvidia => 1,
             _ => nr,
         };
-        // The kernels quantizing x themselves: 32 rows per workgroup on NVIDIA (measured).
-        let (dot_x_wg, dot_x_nr) = match arch {
-            ArchClass::NvidiaTensorCore | ArchClass::Nvidia => (1024, 1),
-            _ => (256, 2),
+        // The kernels quantizing x themselves: 32 rows per workgroup on NVIDIA (measured),
+        // 128 for wide, short matrices.
+        let (dot_x_wg, dot_x_nr, dot_x_wide) = match arch {
+            ArchClass::NvidiaTensorCore | ArchClass::Nvidia => (1024, 1, 4),
+            _ => (256, 2, 2),
         };
         assert_eq!(
             cfg,
@@ -668,7 +669,7 @@ fn tuning_table_per_architecture() {
                 integer_dot: caps.integer_dot.supported && caps.integer_dot.packed_4x8_signed_accelerated,
                 dot_x_in_kernel: true,
                 dot_x_rows_per_subgroup: dot_x_nr,
-                dot_x_rows_per_subgroup_wide: dot_x_nr,
+                dot_x_rows_per_subgroup_wide: dot_x_wide,
                 dot_x_workgroup: dot_x_wg,
             },
             "{arch:?}"
