@@ -73,21 +73,9 @@ pub fn rms_norm_f16_out(
     if !n.is_multiple_of(2) {
         return Err(OpsError::Shape { op, reason: format!("rows of {n}: f16 pairs need an even length") });
     }
-    need(op, "x", x, rows * n, Dtype::F32)?;
     need(op, "y", y, rows * n, Dtype::F16)?;
-    if let Some(w) = w {
-        need(op, "weight", w, n, Dtype::F32)?;
-    }
-    if rows == 0 || n == 0 {
-        return Ok(());
-    }
-    let dev = s.device().clone();
-    let name = if tuning::subgroup_reduce(dev.caps()) { "norm.rms_f16_out_f32_sg" } else { "norm.rms_f16_out_f32" };
-    let p = pipeline(&dev, name, ROW_WORKGROUP)?;
-    let pc = push_words(&[n as u32, rows as u32, eps.to_bits(), w.is_some() as u32, 0]);
-    // An unused weight binding gets x (never read: has_w is 0).
-    s.dispatch(&p, &[x.into(), w.unwrap_or(x).into(), y.into()], &pc, grid(&dev, op, rows as u64)?)?;
-    Ok(())
+    let kernels = ("norm.rms_f16_out_f32", "norm.rms_f16_out_f32_sg");
+    rms_norm_other_out(s, op, kernels, x, w, rows, n, eps, y)
 }
 
 /// [`rms_norm`] of f32 rows with the result quantized to Q8_1 as it is made: `xq` gets
@@ -111,23 +99,41 @@ pub fn rms_norm_q8_1(
     if !n.is_multiple_of(32) {
         return Err(OpsError::Shape { op, reason: format!("rows of {n} are not whole Q8_1 blocks of 32") });
     }
-    need(op, "x", x, rows * n, Dtype::F32)?;
-    if let Some(w) = w {
-        need(op, "weight", w, n, Dtype::F32)?;
-    }
     let bytes = 36 * (rows * n / 32) as u64;
     if xq.size() < bytes {
         return Err(OpsError::Shape { op, reason: format!("xq holds {} bytes, needs {bytes}", xq.size()) });
+    }
+    rms_norm_other_out(s, op, ("norm.rms_q8_1_f32", "norm.rms_q8_1_f32_sg"), x, w, rows, n, eps, xq)
+}
+
+/// The RMS norm of f32 `x: [rows, n]` (weight `w: f32[n]` or none) by a `norm.comp`
+/// variant writing another form than f32 into `out` (whose size the caller checked):
+/// `kernels` is the variant without and with subgroup reductions.
+#[allow(clippy::too_many_arguments)]
+fn rms_norm_other_out(
+    s: &mut Stream,
+    op: &'static str,
+    kernels: (&'static str, &'static str),
+    x: &Buffer,
+    w: Option<&Buffer>,
+    rows: usize,
+    n: usize,
+    eps: f32,
+    out: &Buffer,
+) -> Result<()> {
+    need(op, "x", x, rows * n, Dtype::F32)?;
+    if let Some(w) = w {
+        need(op, "weight", w, n, Dtype::F32)?;
     }
     if rows == 0 || n == 0 {
         return Ok(());
     }
     let dev = s.device().clone();
-    let name = if tuning::subgroup_reduce(dev.caps()) { "norm.rms_q8_1_f32_sg" } else { "norm.rms_q8_1_f32" };
+    let name = if tuning::subgroup_reduce(dev.caps()) { kernels.1 } else { kernels.0 };
     let p = pipeline(&dev, name, ROW_WORKGROUP)?;
     let pc = push_words(&[n as u32, rows as u32, eps.to_bits(), w.is_some() as u32, 0]);
     // An unused weight binding gets x (never read: has_w is 0).
-    s.dispatch(&p, &[x.into(), w.unwrap_or(x).into(), xq.into()], &pc, grid(&dev, op, rows as u64)?)?;
+    s.dispatch(&p, &[x.into(), w.unwrap_or(x).into(), out.into()], &pc, grid(&dev, op, rows as u64)?)?;
     Ok(())
 }
 

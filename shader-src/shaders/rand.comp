@@ -35,6 +35,7 @@ layout(constant_id = 1) const uint MODE = 0;
 #include "common.glsl"
 #include "strided.glsl"
 #include "dtype.glsl"
+#include "philox.glsl"
 #ifdef V_F64
 #include "math64.glsl"
 #endif
@@ -61,17 +62,6 @@ layout(push_constant) uniform P {
 #define PER 4u
 #define PARAM(lo, hi) uintBitsToFloat(lo)
 #endif
-
-uvec4 philox(uvec4 c, uvec2 k) {
-    for (int r = 0; r < 10; ++r) {
-        if (r > 0) k += uvec2(0x9E3779B9u, 0xBB67AE85u);
-        uint hi0, lo0, hi1, lo1;
-        umulExtended(0xD2511F53u, c.x, hi0, lo0);
-        umulExtended(0xCD9E8D57u, c.z, hi1, lo1);
-        c = uvec4(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
-    }
-    return c;
-}
 
 void put(uint o, V_T v) {
     if (o < p.n) V_STORE(y, o, v);

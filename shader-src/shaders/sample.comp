@@ -37,6 +37,7 @@
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x_id = 0, local_size_x = 1024) in;
 #include "order_key.glsl"
+#include "philox.glsl"
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Chosen { uint chosen[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Sums { float sums[]; };
@@ -120,17 +121,6 @@ bool ge64(uvec2 a, uvec2 b) {
 uint fixed_weight(float l, float m) {
     float w = exp((l - m) * p.inv_temp);
     return uint(min(w * 4294967296.0, 4294967295.0));
-}
-
-uvec4 philox(uvec4 c, uvec2 k) {
-    for (int r = 0; r < 10; ++r) {
-        if (r > 0) k += uvec2(0x9E3779B9u, 0xBB67AE85u);
-        uint hi0, lo0, hi1, lo1;
-        umulExtended(0xD2511F53u, c.x, hi0, lo0);
-        umulExtended(0xCD9E8D57u, c.z, hi1, lo1);
-        c = uvec4(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
-    }
-    return c;
 }
 
 // Adds the 64-bit `v` (lo, hi) to bin `d`, exactly, with 32-bit shared atomics.

@@ -53,6 +53,14 @@ fn linear(
     dev.with_stream(|s| vkml_ops::quant::linear(s, w, x.buffer(), t, norm, y, ep, &opts).map_err(cerr))
 }
 
+/// That an in-place accumulator (`acc_l`) is a packed `[t, rows]` from element 0.
+fn check_accumulator(op: &str, acc_l: &Layout, t: usize, rows: usize) -> CResult<()> {
+    if !acc_l.is_contiguous() || acc_l.start_offset() != 0 || acc_l.shape().elem_count() != t * rows {
+        candle_core::bail!("{op}: the accumulator {acc_l:?} is not a packed [t, {rows}]")
+    }
+    Ok(())
+}
+
 /// `x: f32[t, heads, d]` (`l`) as rows for `kv_append_from`: `(storage, offset,
 /// stride)` with token `i`'s heads the packed run at `offset + i * stride`. Straight from
 /// `x`'s buffer when its layout already is that (a contiguous tensor, or K and V as views
@@ -123,9 +131,7 @@ impl ModelStorage for VulkanStorage {
     /// `linear` with the `Add` epilogue: the mat-vec's, or the mat-mat's `accumulate`.
     fn qmatmul_add(&self, l: &Layout, w: &Self::QWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
         f32_only(acc, "qmatmul_add")?;
-        if !acc_l.is_contiguous() || acc_l.start_offset() != 0 || acc_l.shape().elem_count() != l.dims()[0] * w.rows() {
-            candle_core::bail!("qmatmul_add: the accumulator {:?} is not a packed [t, {}]", acc_l, w.rows())
-        }
+        check_accumulator("qmatmul_add", acc_l, l.dims()[0], w.rows())?;
         linear(self, l, w, None, acc.buffer(), LinearEpilogue::Add)
     }
 
@@ -162,10 +168,7 @@ impl ModelStorage for VulkanStorage {
     ) -> CResult<()> {
         f32_only(acc, "qmatmul_norm_add")?;
         f32_only(nw, "qmatmul_norm_add")?;
-        let t = l.dims()[0];
-        if !acc_l.is_contiguous() || acc_l.start_offset() != 0 || acc_l.shape().elem_count() != t * w.rows() {
-            candle_core::bail!("qmatmul_norm_add: the accumulator {:?} is not a packed [t, {}]", acc_l, w.rows())
-        }
+        check_accumulator("qmatmul_norm_add", acc_l, l.dims()[0], w.rows())?;
         linear(self, l, w, None, acc.buffer(), LinearEpilogue::NormAdd { weight: nw.buffer(), eps })
     }
 

@@ -121,11 +121,7 @@ pub fn linear(
             LinearEpilogue::Glu(a) => MatVecEpilogue::Glu(a),
             LinearEpilogue::NormAdd { weight, eps } => {
                 let x = match norm {
-                    Some(n) => {
-                        let xn = scratch(s, 4 * t * w.k)?;
-                        rms_norm(s, Dtype::F32, x, Some(n.weight), t, w.k, n.eps, &xn)?;
-                        xn
-                    }
+                    Some(n) => normalised(s, x, n, t, w.k)?,
                     None => x.clone(),
                 };
                 let p = scratch(s, 4 * t * w.rows)?;
@@ -156,8 +152,7 @@ pub fn linear(
             &xn
         }
         Some(n) => {
-            xn = scratch(s, 4 * t * w.k)?;
-            rms_norm(s, Dtype::F32, x, Some(n.weight), t, w.k, n.eps, &xn)?;
+            xn = normalised(s, x, n, t, w.k)?;
             &xn
         }
         None => x,
@@ -179,6 +174,13 @@ pub fn linear(
             norm_add(s, &p, t, w.rows, weight, eps, y)
         }
     }
+}
+
+/// `norm` of `x: f32[t, k]` into a new f32 scratch (`norm.rms`).
+fn normalised(s: &mut Stream, x: &Buffer, norm: PreNorm<'_>, t: usize, k: usize) -> Result<Buffer> {
+    let xn = scratch(s, 4 * t * k)?;
+    rms_norm(s, Dtype::F32, x, Some(norm.weight), t, k, norm.eps, &xn)?;
+    Ok(xn)
 }
 
 /// `acc += rms_norm(p) * weight` for `p: f32[t, n]`: `norm.rms`, then an add.
