@@ -632,14 +632,14 @@ pub fn flash_attn_with(
 /// Whether [`flash_attn_rope_decode`] takes a call of shape `sh` over caches of head
 /// dimension `d` and `n_kv_heads` KV heads: one causal query at the last position
 /// (`q_pos0 + 1 == kv_len`, a decode step), the grouped-query kernel on the device, and
-/// fourteen storage buffers per dispatch.
+/// fifteen storage buffers per dispatch.
 pub fn decode_fuses_rope(caps: &Capabilities, sh: &AttnShape, d: usize, n_kv_heads: usize) -> bool {
     n_kv_heads > 0
         && sh.n_heads.is_multiple_of(n_kv_heads)
         && sh.t_q == 1
         && sh.causal
         && sh.q_pos0 + 1 == sh.kv_len
-        && caps.limits.max_storage_buffers_per_stage >= 14
+        && caps.limits.max_storage_buffers_per_stage >= 15
         && caps.limits.max_shared_memory as usize >= GQA_SHARED + ROPE_IN_SHARED
         && gqa_kernel(caps, d, sh.n_heads / n_kv_heads).is_some()
 }
@@ -668,6 +668,15 @@ pub struct DecodePrologue<'a> {
 /// dispatch instead of up to five; the norm's sum of squares is reduced over one
 /// subgroup, in another order than `nn::rms_norm`'s).
 ///
+/// With `step`, a replayed step: the query's position is word 0 of `step` (u32) when the
+/// dispatch runs, written between submissions of a recording; `sh.q_pos0` (with `kv_len =
+/// q_pos0 + 1`) is then the largest position it may hold, which the checks take (tables,
+/// caches), and `sh.n_splits` the grid, of which the splits [`tuning::attn_splits`] gives for
+/// the keys that position sees run (at most `sh.n_splits`; a grid of
+/// `attn_splits(1, sh.visible_len())` covers every position up to `sh.q_pos0`, with the
+/// bits of a dispatch recorded at that position). A position past `sh.q_pos0` is the
+/// caller's error (reads and writes past the tables and caches).
+///
 /// # Errors
 /// [`OpsError::Shape`] where [`decode_fuses_rope`] does not hold, and as
 /// [`rope_kv_append`] and [`flash_attn`] for tables, sources, caches and buffers; HAL errors.
@@ -681,6 +690,7 @@ pub fn flash_attn_rope_decode(
     out: &Buffer,
     scratch: Option<(&Buffer, &Buffer)>,
     prologue: DecodePrologue<'_>,
+    step: Option<&Buffer>,
 ) -> Result<()> {
     let bad = |reason: String| Err(OpsError::Shape { op: "flash_attn_rope_decode", reason });
     let dev = s.device().clone();
@@ -748,10 +758,12 @@ pub fn flash_attn_rope_decode(
         u32::from(prologue.bias.is_some()),
         prologue.q_norm.map_or(-1.0f32, |n| n.1).to_bits(),
         prologue.k_norm.map_or(-1.0f32, |n| n.1).to_bits(),
+        u32::from(step.is_some()),
+        tuning::ATTN_SPLIT_POSITIONS as u32,
     ]);
     let pc = push_words(&words);
-    // Unused prologue bindings: the query source stands in.
-    let bindings: [BufferArg<'_>; 14] = [
+    // Unused prologue and step bindings: the query source stands in.
+    let bindings: [BufferArg<'_>; 15] = [
         q.buffer.into(),
         k_cache.buffer().into(),
         v_cache.buffer().into(),
@@ -766,6 +778,7 @@ pub fn flash_attn_rope_decode(
         prologue.bias.unwrap_or(q.buffer).into(),
         prologue.q_norm.map_or(q.buffer, |n| n.0).into(),
         prologue.k_norm.map_or(q.buffer, |n| n.0).into(),
+        step.unwrap_or(q.buffer).into(),
     ];
     s.dispatch(&p, &bindings, &pc, [k_cache.n_kv_heads as u32, 1, splits as u32])?;
     Ok(())

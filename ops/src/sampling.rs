@@ -168,11 +168,22 @@ pub fn sample_scratch_words(rows: usize, n: usize, params: &SampleParams) -> usi
     candidate_plan(n, params).map_or(1, |(g, cap)| rows * g * (2 + 2 * cap))
 }
 
+/// The draw counter of [`sample_rows`].
+#[derive(Debug, Clone, Copy)]
+pub enum Draw<'a> {
+    /// A value recorded with the dispatch.
+    Counter(u64),
+    /// Word 0 of this buffer (u32) when the dispatch runs, the high word 0: the position of
+    /// a replayed decode step, written between its submissions.
+    Step(&'a Buffer),
+}
+
 /// Records, for each of `rows` rows of `n` f32 logits in `x` (row `r` from element
 /// `offset + r * n`), one token drawn from the distribution `params` describe, into
 /// `chosen[r]` and `ids[r]` (u32), and the row's sum into `sums[r]` (f32; not finite
 /// where a logit is not, and then the row chooses 0). Row `r`'s uniform variate is
-/// Philox4x32-10's first word for counter (`draw`, `r`, "SAMP") and key `params.seed`:
+/// Philox4x32-10's first word for counter (`draw`, `r`, "SAMP") and key `params.seed`
+/// ([`Draw`]: recorded, or read when the dispatch runs):
 /// the same seed, draw and logits give the same tokens. `chosen` and `sums` may be
 /// host-visible memory, as for [`argmax_rows`]. `scratch` holds
 /// [`sample_scratch_words`] words.
@@ -198,7 +209,7 @@ pub fn sample_rows(
     rows: usize,
     n: usize,
     params: &SampleParams,
-    draw: u64,
+    draw: Draw<'_>,
     scratch: &Buffer,
     chosen: &Buffer,
     sums: &Buffer,
@@ -224,6 +235,11 @@ pub fn sample_rows(
         crate::tuning::sample_workgroup(dev.caps()).min((elements.div_ceil(8).next_power_of_two().max(64)) as u32);
     let p = pipeline(&dev, "sample", workgroup)?;
     let log_min_p = if params.min_p > 0.0 { (params.min_p as f64).ln() as f32 } else { f32::NEG_INFINITY };
+    // Without a step buffer the candidates stand in for its binding.
+    let (counter, step) = match draw {
+        Draw::Counter(c) => (c, None),
+        Draw::Step(b) => (0, Some(b)),
+    };
     let pc = push_words(&[
         offset as u32,
         n as u32,
@@ -233,12 +249,13 @@ pub fn sample_rows(
         (1.0 / params.temperature).to_bits(),
         params.seed as u32,
         (params.seed >> 32) as u32,
-        draw as u32,
-        (draw >> 32) as u32,
+        counter as u32,
+        (counter >> 32) as u32,
         groups as u32,
         cap as u32,
+        u32::from(step.is_some()),
     ]);
-    let bindings = [x.into(), chosen.into(), sums.into(), ids.into(), scratch.into()];
+    let bindings = [x.into(), chosen.into(), sums.into(), ids.into(), scratch.into(), step.unwrap_or(scratch).into()];
     s.dispatch(&p, &bindings, &pc, [1, rows as u32, 1])?;
     Ok(())
 }

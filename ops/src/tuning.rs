@@ -197,6 +197,10 @@ pub fn dot_x_rows_per_subgroup(cfg: &MatVecConfig, rows: usize, k: usize) -> u32
 /// Largest KV split of a one-query attention call ([`attn_splits`]).
 pub const MAX_ATTN_SPLITS: usize = 32;
 
+/// Positions per KV split of a one-query attention call ([`attn_splits`]; a replayed decode
+/// step's attention applies the same rule on the GPU).
+pub const ATTN_SPLIT_POSITIONS: usize = 8;
+
 /// Workgroups the KV length of one (query, KV head) pair is split over in
 /// [`crate::attention::flash_attn`] (FlashDecoding): one per 8 positions, at most
 /// [`MAX_ATTN_SPLITS`], for a single query (decode); 1 for prompts, whose many queries
@@ -208,7 +212,7 @@ pub const MAX_ATTN_SPLITS: usize = 32;
 /// the serial merge: per 16 best, 32 splits at most.)
 pub fn attn_splits(t_q: usize, kv_len: usize) -> usize {
     if t_q == 1 {
-        kv_len.div_ceil(8).clamp(1, MAX_ATTN_SPLITS)
+        kv_len.div_ceil(ATTN_SPLIT_POSITIONS).clamp(1, MAX_ATTN_SPLITS)
     } else {
         1
     }

@@ -12,7 +12,7 @@ mod common;
 use candle_core::Tensor;
 use common::{alloc, download, reduce_devices, round, upload, DTYPES};
 use proptest::prelude::*;
-use vkml_hal::Stream;
+use vkml_hal::{MemoryKind, Stream};
 use vkml_ops::attention::{self, AttnShape, KvCache, SplitMerge};
 use vkml_ops::{Dtype, OpsError};
 
@@ -470,7 +470,8 @@ fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
         let (kc, vc) = caches();
         let out = alloc(dev, Dtype::F32, hq * d);
         let d1 = s.stats().dispatches;
-        attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), sh, &out, sc, Default::default()).unwrap();
+        attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), sh, &out, sc, Default::default(), None)
+            .unwrap();
         assert_eq!(s.stats().dispatches - d1, 1);
         assert_eq!(composed, 2);
         s.finish_and_wait().unwrap();
@@ -486,19 +487,160 @@ fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
         // Not a decode step: two queries, or a query before the last position.
         let (kc, vc) = caches();
         let two = AttnShape { t_q: 2, q_pos0: pos.saturating_sub(1), ..sh };
-        let e = attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), two, &out, sc, Default::default())
-            .unwrap_err();
+        let e = attention::flash_attn_rope_decode(
+            &mut s,
+            tables,
+            srcs,
+            (&kc, &vc),
+            two,
+            &out,
+            sc,
+            Default::default(),
+            None,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("one causal query"), "{e}");
         // More splits than the in-place merge holds.
         let many = AttnShape { n_splits: vkml_ops::tuning::MAX_ATTN_SPLITS + 1, ..sh };
-        let e = attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), many, &out, sc, Default::default())
-            .unwrap_err();
+        let e = attention::flash_attn_rope_decode(
+            &mut s,
+            tables,
+            srcs,
+            (&kc, &vc),
+            many,
+            &out,
+            sc,
+            Default::default(),
+            None,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("splits"), "{e}");
         let early = AttnShape { kv_len: pos + 2, ..sh };
-        let e =
-            attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), early, &out, sc, Default::default())
-                .unwrap_err();
+        let e = attention::flash_attn_rope_decode(
+            &mut s,
+            tables,
+            srcs,
+            (&kc, &vc),
+            early,
+            &out,
+            sc,
+            Default::default(),
+            None,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("last position"), "{e}");
+    }
+}
+
+/// A replayed decode step's attention (`flash_attn_rope_decode` with a step buffer), one
+/// recording submitted at many positions written between submissions, gives at each the
+/// bits of the dispatch recorded at that position: output and both caches, across the
+/// split counts (one per 8 keys seen, the grid's cap), a sliding window over a ring of
+/// slots with a soft-cap, and grouped heads.
+#[test]
+fn flash_attn_rope_decode_replayed_from_a_step_buffer_equals_recorded_positions() {
+    use vkml_ops::attention::{HeadRows, RopeTables};
+    use vkml_ops::nn::RopeStyle;
+    use vkml_ops::tuning::attn_splits;
+    let dev = common::device();
+    let mut seed = 0x5EED_0004u64;
+    for (style, d, hq, hkv, ctx, max_pos, window, softcap, positions) in [
+        (
+            RopeStyle::Neox,
+            64usize,
+            9usize,
+            3usize,
+            300usize,
+            299usize,
+            0usize,
+            0f32,
+            &[0usize, 7, 8, 9, 64, 255, 256, 299][..],
+        ),
+        (RopeStyle::Interleaved, 32, 8, 2, 20, 60, 13, 5.0, &[3, 12, 13, 19, 20, 47, 60][..]),
+    ] {
+        let top = shape(hq, max_pos, window, softcap, 1);
+        if !attention::decode_fuses_rope(dev.caps(), &top, d, hkv) {
+            eprintln!("skipped: the grouped-query kernel does not run here");
+            return;
+        }
+        let grid = AttnShape { n_splits: attn_splits(1, top.visible_len()), ..top };
+        let n_pos = max_pos + 1;
+        let cos = rand_vec(n_pos * d / 2, &mut seed);
+        let sin = rand_vec(n_pos * d / 2, &mut seed);
+        let (cb, sb) = (upload(dev, Dtype::F32, &cos), upload(dev, Dtype::F32, &sin));
+        let stride = (hq + 2 * hkv) * d;
+        let xs = upload(dev, Dtype::F32, &rand_vec(stride, &mut seed));
+        let bytes: Vec<u8> = rand_vec(hkv * ctx * d, &mut seed)
+            .chunks(2)
+            .flat_map(|p| {
+                (u32::from(half::f16::from_f32(p[0]).to_bits()) | u32::from(half::f16::from_f32(p[1]).to_bits()) << 16)
+                    .to_le_bytes()
+            })
+            .collect();
+        let fill = |kc: &KvCache, vc: &KvCache| {
+            kc.buffer().write(0, &bytes).unwrap();
+            vc.buffer().write(0, &bytes.iter().rev().copied().collect::<Vec<u8>>()).unwrap();
+        };
+        let tables = RopeTables { cos: &cb, sin: &sb, positions: n_pos, rot: d, style };
+        let srcs = (
+            HeadRows { buffer: &xs, off: 0, stride },
+            HeadRows { buffer: &xs, off: hq * d, stride },
+            HeadRows { buffer: &xs, off: (hq + hkv) * d, stride },
+        );
+        let (po_len, ml_len) = attention::split_scratch_len(&grid, d);
+        let scratch = (alloc(dev, Dtype::F32, po_len.max(1)), alloc(dev, Dtype::F32, ml_len.max(1)));
+        let sc = (grid.n_splits > 1).then_some((&scratch.0, &scratch.1));
+        // The recording, its position in `step`.
+        let step = dev.alloc(4, MemoryKind::Upload).unwrap();
+        let (kr, vr) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
+        let out_r = alloc(dev, Dtype::F32, hq * d);
+        let mut s = Stream::new(dev).unwrap();
+        attention::flash_attn_rope_decode(
+            &mut s,
+            tables,
+            srcs,
+            (&kr, &vr),
+            grid,
+            &out_r,
+            sc,
+            Default::default(),
+            Some(&step),
+        )
+        .unwrap();
+        let mut rec = s.into_recording().unwrap();
+        assert_eq!(rec.commands(), 1);
+        let mut s = Stream::new(dev).unwrap();
+        for &pos in positions {
+            let case = format!("{style:?} d {d} heads {hq}/{hkv} ctx {ctx} window {window}: position {pos}");
+            let sh = shape(hq, pos, window, softcap, attn_splits(1, shape(hq, pos, window, softcap, 1).visible_len()));
+            let (kc, vc) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
+            fill(&kc, &vc);
+            let out = alloc(dev, Dtype::F32, hq * d);
+            let sc1 = (sh.n_splits > 1).then_some((&scratch.0, &scratch.1));
+            attention::flash_attn_rope_decode(
+                &mut s,
+                tables,
+                srcs,
+                (&kc, &vc),
+                sh,
+                &out,
+                sc1,
+                Default::default(),
+                None,
+            )
+            .unwrap();
+            s.finish_and_wait().unwrap();
+            fill(&kr, &vr);
+            step.write(0, &(pos as u32).to_le_bytes()).unwrap();
+            rec.submit().unwrap().wait().unwrap();
+            let (want, got) = (download(Dtype::F32, &out), download(Dtype::F32, &out_r));
+            assert!(want.iter().any(|&v| v != 0.0), "{case}: zero output");
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(a.to_bits(), b.to_bits(), "{case} ({} splits): output {i}: {a} vs {b}", sh.n_splits);
+            }
+            assert_eq!(kr.buffer().to_vec::<u32>().unwrap(), kc.buffer().to_vec::<u32>().unwrap(), "{case}: keys");
+            assert_eq!(vr.buffer().to_vec::<u32>().unwrap(), vc.buffer().to_vec::<u32>().unwrap(), "{case}: values");
+        }
     }
 }
 
@@ -575,7 +717,8 @@ fn flash_attn_rope_decode_prologue_equals_bias_and_norms_first() {
             q_norm: norms.then_some((&qwb, eps)),
             k_norm: norms.then_some((&kwb, eps)),
         };
-        attention::flash_attn_rope_decode(&mut s, tables, srcs(&raw), (&kc, &vc), sh, &out, sc, prologue).unwrap();
+        attention::flash_attn_rope_decode(&mut s, tables, srcs(&raw), (&kc, &vc), sh, &out, sc, prologue, None)
+            .unwrap();
         s.finish_and_wait().unwrap();
         let case = format!("{style:?} bias {bias} norms {norms} {splits} splits");
         let (want, got) = (download(Dtype::F32, &want_out), download(Dtype::F32, &out));

@@ -11,7 +11,7 @@ use common::device;
 use candle_core::{Device as Cpu, Tensor};
 use proptest::prelude::*;
 use vkml_hal::{MemoryKind, Stream};
-use vkml_ops::sampling::{argmax_rows, argmax_scratch_words, sample_rows, sample_scratch_words, SampleParams};
+use vkml_ops::sampling::{argmax_rows, argmax_scratch_words, sample_rows, sample_scratch_words, Draw, SampleParams};
 
 /// Logits in [-4, 4) on a grid of 1/8 (so that ties are common), with `specials` values
 /// set at chosen places: 0 = NaN, 1 = +inf, 2 = -inf, 3 = the row's grid maximum again.
@@ -113,7 +113,8 @@ fn draw(v: &[f32], rows: usize, params: &SampleParams, draw: u64) -> (Vec<u32>, 
         let r = batch.min(rows - start);
         let ids = dev.alloc(4 * r as u64, MemoryKind::DeviceLocal).unwrap();
         let scratch = dev.alloc(4 * sample_scratch_words(r, n, params) as u64, MemoryKind::DeviceLocal).unwrap();
-        sample_rows(&mut s, &x, 0, r, n, params, draw + b as u64, &scratch, &chosen, &sums, &ids).unwrap();
+        sample_rows(&mut s, &x, 0, r, n, params, Draw::Counter(draw + b as u64), &scratch, &chosen, &sums, &ids)
+            .unwrap();
         s.finish_and_wait().unwrap();
         let (got, i, sum): (Vec<u32>, Vec<u32>, Vec<f32>) =
             (chosen.to_vec().unwrap(), ids.to_vec().unwrap(), sums.to_vec().unwrap());
@@ -303,11 +304,51 @@ fn sample_rows_is_reproducible_and_checks_its_input() {
         (SampleParams { top_p: 1.5, ..params }, "top-p 1.5"),
         (SampleParams { min_p: -0.1, ..params }, "min-p -0.1"),
     ] {
-        let e = sample_rows(&mut s, &x, 0, 1, v.len(), &p, 0, &out, &out, &out, &out).unwrap_err().to_string();
+        let e = sample_rows(&mut s, &x, 0, 1, v.len(), &p, Draw::Counter(0), &out, &out, &out, &out)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(what), "{e}");
     }
-    let e = sample_rows(&mut s, &x, 0, 2, v.len(), &params, 0, &out, &out, &out, &out).unwrap_err().to_string();
+    let e = sample_rows(&mut s, &x, 0, 2, v.len(), &params, Draw::Counter(0), &out, &out, &out, &out)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("x holds 160 bytes, needs 320"), "{e}");
+}
+
+/// A replayed recording that draws with the counter in a step buffer (`Draw::Step`),
+/// resubmitted with the counter written between submissions, chooses what dispatches
+/// recorded with each counter choose: 64 rows at counters 0..40, on the row itself and
+/// through the candidate stage.
+#[test]
+fn sample_rows_draws_with_a_counter_from_a_step_buffer() {
+    let dev = device();
+    let small = logits40();
+    let large: Vec<f32> = (0..20_000).map(|i| ((i * 7919) % 20_000) as f32 * 4e-4 - 4.0).collect();
+    for (v, params) in [
+        (&small, SampleParams { temperature: 0.9, top_k: 0, top_p: 0.9, min_p: 0.0, seed: 5 }),
+        (&large, SampleParams { temperature: 1.2, top_k: 40, top_p: 0.95, min_p: 0.05, seed: 6 }),
+    ] {
+        let (rows, n) = (64, v.len());
+        let all: Vec<f32> = (0..rows).flat_map(|_| v.iter().copied()).collect();
+        let x = dev.upload(&all).unwrap();
+        let buf = |kind| dev.alloc(4 * rows as u64, kind).unwrap();
+        let (chosen, sums, ids) = (buf(MemoryKind::Readback), buf(MemoryKind::Readback), buf(MemoryKind::DeviceLocal));
+        let scratch = dev.alloc(4 * sample_scratch_words(rows, n, &params) as u64, MemoryKind::DeviceLocal).unwrap();
+        let step = dev.alloc(4, MemoryKind::Upload).unwrap();
+        let mut s = Stream::new(dev).unwrap();
+        sample_rows(&mut s, &x, 0, rows, n, &params, Draw::Step(&step), &scratch, &chosen, &sums, &ids).unwrap();
+        let mut rec = s.into_recording().unwrap();
+        let mut distinct = std::collections::HashSet::new();
+        for counter in 0..40u32 {
+            step.write(0, &counter.to_le_bytes()).unwrap();
+            rec.submit().unwrap().wait().unwrap();
+            let replayed: Vec<u32> = chosen.to_vec().unwrap();
+            let (recorded, _) = draw(v, rows, &params, u64::from(counter));
+            assert_eq!(replayed[..rows], recorded[..], "n {n}, counter {counter}");
+            distinct.insert(replayed);
+        }
+        assert!(distinct.len() > 30, "n {n}: the counters drew only {} distinct choices", distinct.len());
+    }
 }
 
 /// Where the candidate stage runs (top-k of at most 256 over rows of 8192 or more): a

@@ -48,6 +48,7 @@ float kv_at(uint word_base, uint i, bool is_v) {
 }
 
 void main() {
+    attn_begin();
     uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, split = gl_WorkGroupID.z;
     uint tid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
     uint kvh = h / (p.n_heads / p.n_kv_heads);
@@ -55,11 +56,11 @@ void main() {
     for (uint i = tid; i < p.d; i += wg) qs[i] = float(q[qbase + i]);
     barrier();
 
-    uint end = p.kv_len;
-    if (p.causal != 0u) end = min(end, p.q_pos0 + t + 1u);
+    uint end = run.kv_len;
+    if (p.causal != 0u) end = min(end, run.q_pos0 + t + 1u);
     // Splits cover the keys the first query sees onward (all of them without a window).
-    uint start = attn_first_key(0u) + split * p.split_len;
-    end = min(end, start + p.split_len);
+    uint start = attn_first_key(0u) + split * run.split_len;
+    end = min(end, start + run.split_len);
     start = max(start, attn_first_key(t));
 
     const float NEG_INF = uintBitsToFloat(0xFF800000u);

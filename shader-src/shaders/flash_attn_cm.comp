@@ -89,12 +89,13 @@ uvec4 q_chunk(uint t0, uint h, uint r, uint c) {
 }
 
 void main() {
+    attn_begin();
     uint h = gl_WorkGroupID.x, t0 = gl_WorkGroupID.y * BR;
     uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
     uint kvh = h / (p.n_heads / p.n_kv_heads);
     uint last = min(t0 + BR, p.t_q); // rows past it are padding
-    uint kv_end = p.kv_len;
-    if (p.causal != 0u) kv_end = min(kv_end, p.q_pos0 + last);
+    uint kv_end = run.kv_len;
+    if (p.causal != 0u) kv_end = min(kv_end, run.q_pos0 + last);
 
     // Q into shared memory (rows of LDK uvec4 over the K and V blocks), then registers.
     for (uint i = tid; i < BR * HV; i += 128u) {
@@ -112,8 +113,8 @@ void main() {
     // This lane's row of the subgroup's 16 and its half of the block's 32 keys.
     uint row = lane >> 1, half_ = lane & 1u;
     uint t = t0 + 16u * sg + row;
-    uint row_end = p.kv_len;
-    if (p.causal != 0u) row_end = min(row_end, p.q_pos0 + t + 1u);
+    uint row_end = run.kv_len;
+    if (p.causal != 0u) row_end = min(row_end, run.q_pos0 + t + 1u);
     uint row_start = attn_first_key(t);
     const float NEG_INF = uintBitsToFloat(0xFF800000u);
     float m_run = NEG_INF, l_run = 0.0;

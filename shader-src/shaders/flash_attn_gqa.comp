@@ -36,7 +36,10 @@
 // (binding 11, f32 [(n_heads + 2 n_kv_heads) d], p.has_bias) is added to the query, key
 // and value heads, and each query head (key head) is RMS-normalised with weight binding
 // 12 (13), f32 [d], where p.q_eps (p.k_eps) is not negative: (x * (1 / sqrt(mean(x²) +
-// eps))) * w, the sum of squares reduced over one subgroup.
+// eps))) * w, the sum of squares reduced over one subgroup. A replayed decode step
+// (p.from_step != 0) reads its position from binding 14 (u32, word 0) instead of q_pos0
+// and kv_len; its grid has p.n_splits splits, of which those the position's keys need run
+// (one per p.split_positions keys seen, as ops' tuning::attn_splits chooses them) and merge.
 // Specialization constants: 0 = workgroup size (at most MAX_SG subgroups), 1 = GQ (G, at
 // most 8), 2 = NPL (pairs per lane per head: at least ceil(d / 2 / subgroup size)).
 // G * d <= MAX_GD. Needs subgroup arithmetic.
@@ -71,6 +74,7 @@ layout(std430, set = 0, binding = 10) readonly buffer VN { float v_new[]; };
 layout(std430, set = 0, binding = 11) readonly buffer QB { float qkv_bias[]; };
 layout(std430, set = 0, binding = 12) readonly buffer QW { float q_norm_w[]; };
 layout(std430, set = 0, binding = 13) readonly buffer KW { float k_norm_w[]; };
+layout(std430, set = 0, binding = 14) readonly buffer STEP { uint step_pos[]; };
 // The new key and value rows of this workgroup's KV head, packed f16 pairs.
 shared uint kn_sh[128];
 shared uint vn_sh[128];
@@ -95,7 +99,7 @@ float rope_in(bool from_q, uint base, uint bias_at, uint e, float scale) {
     bool first;
     rope_pair(e, p.rot, j, first, partner);
     float b = pre_rope(from_q, base, bias_at, partner, scale);
-    uint row = p.q_pos0 * (p.rot / 2u) + j;
+    uint row = run.q_pos0 * (p.rot / 2u) + j;
     return rope_apply(a, b, first, cs[row], sn[row]);
 }
 #endif
@@ -113,11 +117,25 @@ shared float mrg[MAX_SG * MAX_GD];
 shared float mls[MAX_SG * 16u];
 
 void main() {
+    attn_begin();
     uint kvh = gl_WorkGroupID.x, t = gl_WorkGroupID.y, split = gl_WorkGroupID.z;
     uint h0 = kvh * GQ;
     uint tid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
     uint sg = gl_SubgroupID, nsg = gl_NumSubgroups, lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
     uint hw = p.d / 2u;
+#ifdef ROPE_IN
+    if (p.from_step != 0u) {
+        // A replayed step: its position from the step buffer, and the splits its keys
+        // need (ops' tuning::attn_splits: one per split_positions keys seen, at most the
+        // grid's); the grid's other splits have nothing to do.
+        run.q_pos0 = step_pos[0];
+        run.kv_len = run.q_pos0 + 1u;
+        uint seen = run.kv_len - attn_first_key(0u);
+        run.n_splits = clamp((seen + p.split_positions - 1u) / p.split_positions, 1u, p.n_splits);
+        run.split_len = max((seen + run.n_splits - 1u) / run.n_splits, 1u);
+        if (split >= run.n_splits) return;
+    }
+#endif
     // The G heads' queries of token t are contiguous: [t, n_heads, d] rows h0 .. h0 + G.
 #ifdef ROPE_IN
     // One query token. The RMS-norm scales of its G query heads and of the key head
@@ -158,11 +176,11 @@ void main() {
 #endif
     barrier();
 
-    uint end = p.kv_len;
-    if (p.causal != 0u) end = min(end, p.q_pos0 + t + 1u);
+    uint end = run.kv_len;
+    if (p.causal != 0u) end = min(end, run.q_pos0 + t + 1u);
     // Splits cover the keys the first query sees onward (all of them without a window).
-    uint start = attn_first_key(0u) + split * p.split_len;
-    end = min(end, start + p.split_len);
+    uint start = attn_first_key(0u) + split * run.split_len;
+    end = min(end, start + run.split_len);
     start = max(start, attn_first_key(t));
 
     const float NEG_INF = uintBitsToFloat(0xFF800000u);
@@ -176,7 +194,7 @@ void main() {
     uint head_words = kvh * p.ctx * hw;
 #ifdef ROPE_IN
     // The split holding the new position stores its key and value rows in the caches.
-    uint pos = p.q_pos0;
+    uint pos = run.q_pos0;
     if (pos >= start && pos < end) {
         for (uint i = tid; i < hw; i += wg) {
             kw[head_words + attn_slot(pos) * hw + i] = kn_sh[i];
@@ -245,13 +263,13 @@ void main() {
         attn_store(split, t, h0 + g, dd, at, mt, lt, dd == 0u);
     }
 #ifdef ATTN_COMBINE_IN_PLACE
-    if (p.n_splits == 1u) return;
+    if (run.n_splits == 1u) return;
     // Publish this split's po / ml writes, then count it.
     memoryBarrierBuffer();
     barrier();
     if (tid == 0u) {
         uint done = atomicAdd(cnt[t * p.n_kv_heads + kvh], 1u);
-        is_last = done + 1u == p.n_splits ? 1u : 0u;
+        is_last = done + 1u == run.n_splits ? 1u : 0u;
     }
     barrier();
     if (is_last == 0u) return;
@@ -261,7 +279,7 @@ void main() {
     // another: every split's (m, l) of the G heads into shared memory at once (mrg, free
     // since this workgroup's own merge), each head's weights exp(m_s - M) and sum L once,
     // then each element's sum over the splits from eight loads in flight at a time.
-    uint stride = p.t_q * p.n_heads, ns = p.n_splits; // ns <= 32 (ops: MAX_ATTN_SPLITS)
+    uint stride = p.t_q * p.n_heads, ns = run.n_splits; // ns <= 32 (ops: MAX_ATTN_SPLITS)
     uint wbase = 2u * GQ * ns; // mrg[wbase + g ns + s]: split s's weight for head g
     for (uint i = tid; i < GQ * ns; i += wg) {
         uint row = t * p.n_heads + h0 + i / ns;

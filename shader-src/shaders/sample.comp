@@ -27,10 +27,12 @@
 // slice's top-k in index order, instead of the row, unless a slice overflowed.
 //
 // Bindings: 0 = x (f32, row r from element offset + r * n), 1 = chosen (u32[rows]),
-// 2 = sums (f32[rows]), 3 = ids (u32[rows]), 4 = candidates (sample_candidates' layout).
+// 2 = sums (f32[rows]), 3 = ids (u32[rows]), 4 = candidates (sample_candidates' layout),
+// 5 = the step position (u32, word 0: the draw counter where draw_from_step != 0).
 // Push constants: offset, n, top_k (0: all), top_p (f32 bits, 1: all), log_min_p (f32
 // bits, -inf: no min-p), inv_temp (f32 bits, 1 / temperature > 0), seed and draw words,
-// groups (slices of the candidate stage, 0: none), cap (candidate slots per slice).
+// groups (slices of the candidate stage, 0: none), cap (candidate slots per slice),
+// draw_from_step (a replayed step: the draw counter from binding 5, high word 0).
 // Spec constant 0 = workgroup size (a power of two from 64 to 1024). Grid: y = rows.
 #version 450
 #extension GL_EXT_control_flow_attributes : require
@@ -43,6 +45,7 @@ layout(std430, set = 0, binding = 1) writeonly buffer Chosen { uint chosen[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Sums { float sums[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Ids { uint ids[]; };
 layout(std430, set = 0, binding = 4) readonly buffer Cand { uint cand[]; };
+layout(std430, set = 0, binding = 5) readonly buffer Step { uint step_pos[]; };
 layout(push_constant) uniform Params {
     uint offset;
     uint n;
@@ -56,6 +59,7 @@ layout(push_constant) uniform Params {
     uint draw_hi;
     uint groups;
     uint cap;
+    uint draw_from_step;
 } p;
 
 const uint MAX_WG = 1024u;
@@ -308,7 +312,9 @@ void main() {
     float incl = s_f[tid];
     float excl = tid > 0u ? s_f[tid - 1u] : 0.0;
     float total = s_f[wg - 1u];
-    uvec4 w = philox(uvec4(p.draw_lo, p.draw_hi, r, SAMP), uvec2(p.seed_lo, p.seed_hi));
+    // A replayed step draws with its position (binding 5, word 0) as the counter.
+    uvec2 draw = p.draw_from_step != 0u ? uvec2(step_pos[0], 0u) : uvec2(p.draw_lo, p.draw_hi);
+    uvec4 w = philox(uvec4(draw, r, SAMP), uvec2(p.seed_lo, p.seed_hi));
     float u = float(w.x >> 8) * (1.0 / 16777216.0);
     float target = u * total;
     // The first chunk whose inclusive sum passes the target walks (the last chunk with

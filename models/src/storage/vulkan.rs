@@ -299,7 +299,8 @@ impl ModelStorage for VulkanStorage {
                 k_norm: prologue.k_norm.map(|(w, eps)| (w.buffer(), eps)),
             };
             dev.with_stream(|s| {
-                attention::flash_attn_rope_decode(s, tables, srcs, (k_cache, v_cache), sh, &y, sc, pro).map_err(cerr)
+                attention::flash_attn_rope_decode(s, tables, srcs, (k_cache, v_cache), sh, &y, sc, pro, None)
+                    .map_err(cerr)
             })?;
             if let Some((a, b)) = scratch {
                 dev.recycle(a);
@@ -437,7 +438,20 @@ impl ModelStorage for VulkanStorage {
                 dev.with_stream(|s| {
                     let (x, sc) = (self.buffer(), scratch.buffer());
                     let (c, sm, i) = (chosen.buffer(), sums.buffer(), ids.buffer());
-                    vkml_ops::sampling::sample_rows(s, x, start, t, n, p, draw, sc, c, sm, i).map_err(cerr)
+                    vkml_ops::sampling::sample_rows(
+                        s,
+                        x,
+                        start,
+                        t,
+                        n,
+                        p,
+                        vkml_ops::sampling::Draw::Counter(draw),
+                        sc,
+                        c,
+                        sm,
+                        i,
+                    )
+                    .map_err(cerr)
                 })?
             }
         }

@@ -1,5 +1,6 @@
 // The interface flash_attn.comp, flash_attn_gqa.comp and flash_attn_cm.comp share (include
-// after common.glsl and the q, K, V bindings 0-2): their push constants and output binding
+// after common.glsl and the q, K, V bindings 0-2; main begins with attn_begin()): their push
+// constants, the call's shape as it runs (run) and output binding
 // 3 (ACT out [t_q, n_heads, d]); unless ATTN_NO_SPLITS, also the split outputs (binding 4,
 // po: f32 [n_splits, t_q, n_heads, d]; binding 5, ml: f32 [n_splits, t_q, n_heads, 2])
 // and attn_store, which writes one output element as flash_attn_combine.comp reads it.
@@ -11,8 +12,26 @@ layout(push_constant) uniform P {
     // flash_attn_gqa.comp's rope_* variants: rotated dims, element offsets of q, k, v;
     // the prologue: a QKV bias, the q and k norms' eps (negative: no norm).
     uint rot; uint q_off; uint k_off; uint v_off; uint has_bias; float q_eps; float k_eps;
+    // A replayed step (from_step != 0): the query position is word 0 of the step buffer,
+    // n_splits is the grid, and one split runs per split_positions keys seen.
+    uint from_step; uint split_positions;
 #endif
 } p;
+
+// The call's query position, keys and splits as the kernel runs them: the push constants'
+// (attn_begin), or those a replayed decode step derives from its step buffer
+// (flash_attn_gqa.comp's rope_* variants).
+struct AttnRun {
+    uint q_pos0;
+    uint kv_len;
+    uint n_splits;
+    uint split_len;
+};
+AttnRun run;
+
+void attn_begin() {
+    run = AttnRun(p.q_pos0, p.kv_len, p.n_splits, p.split_len);
+}
 
 // A score q.k after the scale, soft-capped to (-softcap, softcap) where p.softcap > 0
 // (Gemma 2's attention logit soft-capping: softcap * tanh(s / softcap)). The argument is
@@ -25,7 +44,7 @@ float attn_cap(float s) {
 // positions (0: none), keys j with q_pos0 + t - window < j (llama.cpp's
 // LLAMA_SWA_TYPE_STANDARD: a query sees `window` keys, itself included).
 uint attn_first_key(uint t) {
-    uint qp = p.q_pos0 + t;
+    uint qp = run.q_pos0 + t;
     return (p.window != 0u && qp + 1u > p.window) ? qp + 1u - p.window : 0u;
 }
 
@@ -51,7 +70,7 @@ layout(std430, set = 0, binding = 5) writeonly buffer ML { float ml[]; };
 // keys, running max m and sum l: out = acc / l (zeros where no key was visible) without a
 // split, else acc into po and, where write_ml, (m, l) into ml.
 void attn_store(uint split, uint t, uint h, uint dd, float acc, float m, float l, bool write_ml) {
-    if (p.n_splits == 1u) {
+    if (run.n_splits == 1u) {
         float inv = l > 0.0 ? 1.0 / l : 0.0;
         o[(t * p.n_heads + h) * p.d + dd] = ACT(acc * inv);
     } else {
