@@ -508,6 +508,11 @@ impl Device {
         Ok(())
     }
 
+    /// Whether profiling is on ([`Device::set_profiling`]).
+    pub fn profiling(&self) -> bool {
+        self.inner.profiler.on.load(Ordering::Acquire)
+    }
+
     /// The GPU time per kernel summed since profiling was switched on or this was last
     /// called (which resets the sums), slowest first. Only completed submissions count:
     /// wait for the work (e.g. [`crate::Stream::finish_and_wait`]) before reading.

@@ -3,7 +3,9 @@
 //! logits; sampled, the distribution of the host's sampler (`Sampler`, a chi-square test
 //! over many draws) and the draws of the CPU reference `choose_host`; the next step run ahead on the device's choice; steps run
 //! ahead and then not wanted (another token, a reset, a prompt) leave no trace;
-//! non-finite logits are an error.
+//! non-finite logits are an error; on one device the step is recorded once and replayed
+//! at every position, with the tokens of steps recorded one by one, for every
+//! architecture.
 
 mod common;
 use common::{argmax, device, test_model};
@@ -12,6 +14,7 @@ use vkml_candle::front::Tensor;
 use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
 use vkml_models::sampling::{choose_host, SampleParams, Sampler, SamplingConfig, TokenChoice};
 use vkml_models::storage::ModelStorage;
+use vkml_models::synth::{synthetic_model, SynthShape};
 use vkml_models::{LoadOptions, Runner};
 use vkml_quant::gguf::GgufFile;
 
@@ -38,7 +41,7 @@ fn greedy_ids_are_candles_argmax() {
     v[2 * n + 5] = f32::NAN; // row 2: skipped by the argmax, NaN sum
     v[3 * n + 999] = f32::INFINITY; // row 3: the last, infinite sum
     let x = Tensor::<VulkanStorage>::from_slice(&v, (t, n), &dev).unwrap();
-    let c = x.storage().choose_ids(x.layout(), &dev, &TokenChoice::Greedy, 0).unwrap();
+    let c = x.storage().choose_ids(x.layout(), &dev, &TokenChoice::Greedy, 0, None).unwrap();
     let one = candle_core::Layout::contiguous(t);
     dev.flush().unwrap();
     let (chosen, sums, ids) = (c.chosen.read_u32(&one), c.sums.read_f32(&one), c.ids.read_u32(&one));
@@ -148,7 +151,7 @@ fn sampled_ids_follow_the_host_samplers_distribution() {
     ];
     for cfg in configs {
         let how = cfg.device_choice().unwrap();
-        let c = x.storage().choose_ids(x.layout(), &dev, &how, 77).unwrap();
+        let c = x.storage().choose_ids(x.layout(), &dev, &how, 77, None).unwrap();
         dev.flush().unwrap();
         let ids = c.chosen.read_u32(&candle_core::Layout::contiguous(rows)).unwrap();
         let mut device = vec![0usize; n];
@@ -205,5 +208,52 @@ fn forward_choose_samples_as_the_host_draws() {
             }
             assert_eq!(got, want, "{what}, round {round}");
         }
+    }
+}
+
+/// Decoding on a replayed step (`Runner::forward_choose` on one device: the step recorded
+/// once, its position written before each submission) gives, for every architecture, the
+/// tokens of steps recorded one by one (`forward`, then the host's argmax or
+/// `choose_host` on its logits): 40 positions past a 12-token prompt, across the decode
+/// attention's split counts (one per 8 keys) and, for Gemma, a window of 5 over ring
+/// caches; greedy and sampled, settings changed mid-way (the step recorded again).
+#[test]
+fn replayed_steps_decode_as_steps_recorded_one_by_one() {
+    let dev = vd(4);
+    let shape = common::tiny_shape(2);
+    let gemma3 = SynthShape { arch: "gemma3", head_dim: Some(64), sliding_window: Some(5), n_layers: 7, ..shape };
+    let sample = TokenChoice::Sample(SampleParams { temperature: 1.3, top_k: 40, top_p: 0.95, min_p: 0.0, seed: 9 });
+    // The prompt in chunks of 4: sliding-window caches are rings of window + 3 slots.
+    let opts = LoadOptions { ctx: Some(64), max_batch: 4, ..LoadOptions::default() };
+    for (arch, shape) in [
+        ("llama", shape),
+        ("qwen2", shape),
+        ("qwen3", SynthShape { arch: "qwen3", head_dim: Some(64), ..shape }),
+        ("gemma3", gemma3),
+        ("gemma2", SynthShape { arch: "gemma2", n_layers: 3, ..gemma3 }),
+        ("phi3", SynthShape { arch: "phi3", tied: false, ..shape }),
+    ] {
+        let file = synthetic_model(arch, &shape, vkml_quant::GgmlType::Q4_0, 11).unwrap();
+        let prompt: Vec<u32> = (0..12u32).map(|i| (i * 37 + 5) % shape.vocab as u32).collect();
+        let mut steps = Runner::<VulkanStorage>::load(&dev, &file, opts, &mut |_, _| {}).unwrap();
+        let mut replayed = Runner::<VulkanStorage>::load(&dev, &file, opts, &mut |_, _| {}).unwrap();
+        assert!(replayed.replays(), "{arch}: the decode step is not replayed on {dev:?}");
+        let how = |i: usize| if (10..25).contains(&i) { sample } else { TokenChoice::Greedy };
+        let mut tok = argmax(&steps.forward(&prompt, false).unwrap());
+        let mut want = vec![tok];
+        for i in 0..40 {
+            let pos = steps.position() as u64;
+            tok = choose_host(&steps.forward(&[tok], false).unwrap(), &how(i), pos, 0).unwrap();
+            want.push(tok);
+        }
+        let distinct: std::collections::HashSet<_> = want.iter().collect();
+        assert!(distinct.len() >= 8, "{arch}: {want:?}");
+        let mut tok = argmax(&replayed.forward(&prompt, false).unwrap());
+        let mut got = vec![tok];
+        for i in 0..40 {
+            tok = replayed.forward_choose(tok, &how(i)).unwrap();
+            got.push(tok);
+        }
+        assert_eq!(got, want, "{arch}");
     }
 }

@@ -2,7 +2,7 @@
 //! fills) and the recycler that serves its ops the buffers of dropped storages.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use candle_core::backend::BackendDevice;
@@ -68,6 +68,9 @@ impl VulkanDevice {
                 status,
                 hops: Mutex::new(Vec::new()),
                 feeds: AtomicU64::new(0),
+                replay_step: Mutex::new(None),
+                replaying: AtomicBool::new(false),
+                replayed: Mutex::new(vkml_hal::StreamStats::default()),
             }),
         })
     }
@@ -93,9 +96,16 @@ impl VulkanDevice {
         }
     }
 
-    /// What the device's stream has recorded and submitted so far.
+    /// What the device's stream has recorded and submitted so far, with what the
+    /// submissions of its [`super::Replay`]s ran.
     pub fn stream_stats(&self) -> vkml_hal::StreamStats {
-        self.inner.stream.lock().stats()
+        let (s, r) = (self.inner.stream.lock().stats(), *self.inner.replayed.lock());
+        vkml_hal::StreamStats {
+            dispatches: s.dispatches + r.dispatches,
+            transfers: s.transfers + r.transfers,
+            barriers: s.barriers + r.barriers,
+            submissions: s.submissions + r.submissions,
+        }
     }
 
     /// Runs `f` with the device's stream (ops record their dispatches there).
@@ -156,6 +166,10 @@ impl VulkanDevice {
     /// Hands a buffer from [`VulkanDevice::alloc`] back for reuse by later ops, once
     /// nothing but commands already recorded refers to it.
     pub fn recycle(&self, b: Buffer) {
+        if self.replaying() {
+            // A recording for replay writes it again at every submission.
+            return;
+        }
         let mut r = self.inner.recycled.lock();
         if b.kind() == MemoryKind::DeviceLocal && r.bytes + b.size() <= r.limit {
             r.bytes += b.size();
@@ -163,9 +177,10 @@ impl VulkanDevice {
         }
     }
 
-    /// A storage that owns `buffer` (from [`VulkanDevice::alloc`]): recycled on drop.
+    /// A storage that owns `buffer` (from [`VulkanDevice::alloc`]): recycled on drop,
+    /// unless made while [`VulkanDevice::record_replay`] records.
     pub fn storage(&self, buffer: Buffer, dtype: DType, len: usize) -> VulkanStorage {
-        VulkanStorage { buffer, dtype, len, device: self.clone(), owned: true }
+        VulkanStorage { buffer, dtype, len, device: self.clone(), owned: !self.replaying() }
     }
 
     /// A storage over a buffer something else also holds: never recycled.

@@ -46,20 +46,22 @@ mod backend_device;
 mod backend_storage;
 mod candle_compat;
 mod device;
+mod replay;
 mod storage;
 mod transfer;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::Arc;
 
 use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout};
 use parking_lot::Mutex;
-use vkml_hal::{Buffer, Device, Stream};
+use vkml_hal::{Buffer, Device, Stream, StreamStats};
 use vkml_ops::Dtype;
 
 use device::Recycler;
+pub use replay::Replay;
 use transfer::Hop;
 
 type CResult<T> = candle_core::Result<T>;
@@ -97,6 +99,12 @@ struct Inner {
     /// device (0: none): while that command buffer is still being recorded, a hop into
     /// this device ends it first (`transfer.rs`).
     feeds: AtomicU64,
+    /// While `record_replay` records: its step buffer, and the flag that keeps the storages
+    /// made meanwhile out of the recycler.
+    replay_step: Mutex<Option<Buffer>>,
+    replaying: AtomicBool,
+    /// What the replays submitted so far ran (`Replay::submit`), for `stream_stats`.
+    replayed: Mutex<StreamStats>,
 }
 
 /// A Vulkan device as a candle backend device: a [`vkml_hal::Device`] plus the stream

@@ -62,13 +62,24 @@ impl CpuWeight {
 impl ModelStorage for CpuStorage {
     type QWeight = CpuWeight;
     type KvCache = CpuKvCache;
+    type Replay = ();
 
     /// candle's CPU `argmax` (greedy) or [`crate::sampling::choose_host`] per row, and candle's `sum`, over the last dim; every
-    /// result on the one CPU. A row that is not finite chooses 0.
-    fn choose_ids(&self, l: &Layout, _to: &CpuDevice, choice: &TokenChoice, draw: u64) -> CResult<DeviceChoice<Self>> {
+    /// result on the one CPU. A row that is not finite chooses 0. No `into`: nothing is replayed here.
+    fn choose_ids(
+        &self,
+        l: &Layout,
+        _to: &CpuDevice,
+        choice: &TokenChoice,
+        draw: u64,
+        into: Option<&Self>,
+    ) -> CResult<DeviceChoice<Self>> {
         use candle_core::op::ReduceOp;
         if l.dims().len() != 2 || self.dtype() != candle_core::DType::F32 {
             candle_core::bail!("choose_ids takes [t, n] f32 logits, got {:?} {:?}", self.dtype(), l.dims())
+        }
+        if into.is_some() {
+            candle_core::bail!("choose_ids: the CPU backend runs steps when called, it has no replayed input to write")
         }
         let sums = self.reduce_op(ReduceOp::Sum, l, &[1])?;
         let chosen = match choice {
@@ -126,6 +137,14 @@ impl ModelStorage for CpuStorage {
 
     fn host_u32(_: &CpuDevice, n: usize) -> CResult<Self> {
         Ok(CpuStorage::U32(vec![0; n]))
+    }
+
+    fn record_replay<T>(_: &CpuDevice, _: &Self, _: impl FnOnce() -> crate::Result<T>) -> crate::Result<(T, ())> {
+        Err(crate::error::model_err("the CPU backend runs steps when called: it records none for replay"))
+    }
+
+    fn submit_replay(_: &mut ()) -> CResult<()> {
+        Ok(())
     }
 
     fn qweight_concat(_: &CpuDevice, parts: &[&CpuWeight]) -> CResult<CpuWeight> {

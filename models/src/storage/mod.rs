@@ -133,6 +133,9 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// One layer's keys or values for every position: `[n_kv_heads, ctx, d]`, stored as
     /// f16 on every backend (the rounding is part of the model).
     type KvCache: std::fmt::Debug + 'static;
+    /// Work recorded once and run again by each [`ModelStorage::submit_replay`] (Vulkan:
+    /// [`vkml_candle::vulkan::Replay`]; `()` where ops run when called).
+    type Replay: 'static;
 
     /// Uploads a GGUF tensor (`info`, and its data `bytes`) as a weight matrix, kept as
     /// `format` asks where the backend offers a choice.
@@ -325,13 +328,22 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// first device of a split), and indices and sums in memory the host reads
     /// ([`ModelStorage::read_u32`], [`ModelStorage::read_f32`]) without waiting for work
     /// recorded after this call: so a decode step can run on the device's own choice
-    /// while the host reads it.
+    /// while the host reads it. With `into` (U32, at least `t` values, on `to`) the indices
+    /// go there and [`DeviceChoice::ids`] is that memory: a replayed step's input, which
+    /// its own choice overwrites ([`ModelStorage::record_replay`]). While a replay is
+    /// recorded a draw's counter is the step's position, read when it runs.
     ///
     /// # Errors
     /// A dtype other than F32, a shape that is not `[t, n]`, sampling settings out of
-    /// range, device errors.
-    fn choose_ids(&self, l: &Layout, to: &Self::Device, choice: &TokenChoice, draw: u64)
-        -> CResult<DeviceChoice<Self>>;
+    /// range, an `into` that cannot hold the indices, device errors.
+    fn choose_ids(
+        &self,
+        l: &Layout,
+        to: &Self::Device,
+        choice: &TokenChoice,
+        draw: u64,
+        into: Option<&Self>,
+    ) -> CResult<DeviceChoice<Self>>;
 
     /// The U32 values of `self` under `l` (contiguous), computed by work already
     /// submitted; work recorded since is not submitted by this read.
@@ -384,6 +396,37 @@ pub trait ModelStorage: BackendStorage + 'static {
     fn write_u32(&self, _values: &[u32]) -> CResult<()> {
         candle_core::bail!("write_u32: the {:?} backend runs ops when called, not deferred", self.device().location())
     }
+
+    /// Whether `dev` records a decode step once and runs it again at every position
+    /// ([`ModelStorage::record_replay`]): a deferred backend that can (Vulkan: not while
+    /// profiling).
+    fn replays(_dev: &Self::Device) -> bool {
+        false
+    }
+
+    /// Records the ops `f` records on `dev` into a [`ModelStorage::Replay`] instead of
+    /// running them, and returns what `f` returns. `step` (from [`ModelStorage::host_u32`],
+    /// one value) is the position of the step the replay runs, written with
+    /// [`ModelStorage::write_u32`] before each [`ModelStorage::submit_replay`]: the decode
+    /// attention (rotation, cache slot, keys seen, splits) and the draw's counter read it
+    /// when the replay runs. An attention that cannot read it (a device without
+    /// [`ModelStorage::attention_fuses_prologue`] for one token) fails the recording.
+    /// Storages made before and used by the recorded ops must outlive the replay.
+    ///
+    /// # Errors
+    /// A backend without replays ([`ModelStorage::replays`]); `f`'s errors; work that
+    /// reaches another device; device errors.
+    fn record_replay<T>(
+        dev: &Self::Device,
+        step: &Self,
+        f: impl FnOnce() -> crate::Result<T>,
+    ) -> crate::Result<(T, Self::Replay)>;
+
+    /// Runs a [`ModelStorage::Replay`] again, after the work recorded on its device so far.
+    ///
+    /// # Errors
+    /// Device errors.
+    fn submit_replay(r: &mut Self::Replay) -> CResult<()>;
 
     /// Starts the work recorded on `dev` (nothing on a backend that is not deferred).
     ///

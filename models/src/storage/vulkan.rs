@@ -96,6 +96,7 @@ fn rope_tables<'a>(r: &AttnRope<'a, VulkanStorage>) -> vkml_ops::attention::Rope
 impl ModelStorage for VulkanStorage {
     type QWeight = vkml_ops::quant::QMatrix;
     type KvCache = vkml_ops::attention::KvCache;
+    type Replay = vkml_candle::vulkan::Replay;
 
     /// Always kept in its GGML blocks (`_format` is for the CPU).
     fn qweight(
@@ -259,6 +260,19 @@ impl ModelStorage for VulkanStorage {
         let &[t, h, d] = q.1.dims() else { candle_core::bail!("attention takes q [t, heads, d]") };
         let (kr, vr) = (kv_rows(k.0, k.1)?, kv_rows(v.0, v.1)?);
         let dev = q.0.device();
+        // In a step recorded for replay the kernel reads the position when it runs; the
+        // checks and the grid take the last one the tables (and, without a window, the
+        // caches) hold.
+        let step = dev.step_buffer();
+        let pos0 = match (&step, &rope) {
+            (None, _) => pos0,
+            (Some(_), Some(r)) if t == 1 && r.positions > 0 => {
+                if p.window.is_some() { r.positions } else { r.positions.min(k_cache.ctx) }.max(1) - 1
+            }
+            (Some(_), _) => candle_core::bail!(
+                "attention in a step recorded for replay takes one rotated token (its position is read when it runs), got {t}"
+            ),
+        };
         let kv_len = pos0 + t;
         // A window that covers every position masks nothing.
         let window = p.window.filter(|&w| w < kv_len).unwrap_or(0);
@@ -299,7 +313,7 @@ impl ModelStorage for VulkanStorage {
                 k_norm: prologue.k_norm.map(|(w, eps)| (w.buffer(), eps)),
             };
             dev.with_stream(|s| {
-                attention::flash_attn_rope_decode(s, tables, srcs, (k_cache, v_cache), sh, &y, sc, pro, None)
+                attention::flash_attn_rope_decode(s, tables, srcs, (k_cache, v_cache), sh, &y, sc, pro, step.as_ref())
                     .map_err(cerr)
             })?;
             if let Some((a, b)) = scratch {
@@ -307,6 +321,12 @@ impl ModelStorage for VulkanStorage {
                 dev.recycle(b);
             }
             return Ok(dev.storage(y, DType::F32, t * h * d));
+        }
+        if step.is_some() {
+            candle_core::bail!(
+                "attention: a step recorded for replay needs the decode attention that reads its position \
+                 (vkml_ops::attention::decode_fuses_rope) on {dev:?}"
+            )
         }
         if !prologue.is_none() {
             candle_core::bail!("attention: a QKV prologue outside a decode step on the grouped-query kernel (see attention_fuses_prologue)")
@@ -399,6 +419,26 @@ impl ModelStorage for VulkanStorage {
         dev.flush()
     }
 
+    fn replays(dev: &VulkanDevice) -> bool {
+        dev.can_replay()
+    }
+
+    /// [`VulkanDevice::record_replay`] with `step`'s buffer as the step buffer.
+    fn record_replay<T>(
+        dev: &VulkanDevice,
+        step: &Self,
+        f: impl FnOnce() -> crate::Result<T>,
+    ) -> crate::Result<(T, Self::Replay)> {
+        if step.dtype() != DType::U32 {
+            return Err(crate::error::model_err(format!("a replay's step buffer holds U32, not {:?}", step.dtype())));
+        }
+        dev.record_replay(step.buffer(), f)
+    }
+
+    fn submit_replay(r: &mut Self::Replay) -> CResult<()> {
+        r.submit()
+    }
+
     /// `vkml_ops::sampling::argmax_rows` (kernel `argmax`) or `sample_rows` (kernel
     /// `sample`) writing the choice and the sum straight into host-visible (readback)
     /// memory, and the choice into device-local memory for the next step (sent through
@@ -410,6 +450,7 @@ impl ModelStorage for VulkanStorage {
         to: &VulkanDevice,
         choice: &TokenChoice,
         draw: u64,
+        into: Option<&Self>,
     ) -> CResult<DeviceChoice<Self>> {
         f32_only(self, "choose_ids")?;
         let (&[t, n], Some((start, _))) = (l.dims(), l.contiguous_offsets()) else {
@@ -421,7 +462,24 @@ impl ModelStorage for VulkanStorage {
             Ok(dev.shared_storage(b, dtype, t))
         };
         let (chosen, sums) = (host(DType::U32)?, host(DType::F32)?);
-        let ids = dev.storage(dev.alloc(t, DType::U32)?, DType::U32, t);
+        let ids = match into {
+            Some(i) if i.dtype() == DType::U32 && i.len() >= t && dev.same_device(to) && i.device().same_device(to) => {
+                dev.shared_storage(i.buffer().clone(), DType::U32, t)
+            }
+            Some(i) => candle_core::bail!(
+                "choose_ids: {t} ids into {:?}[{}] on {:?} (U32 on the logits' device, holding them)",
+                i.dtype(),
+                i.len(),
+                i.device()
+            ),
+            None => dev.storage(dev.alloc(t, DType::U32)?, DType::U32, t),
+        };
+        // A replay being recorded draws with its step's position.
+        let step = dev.step_buffer();
+        let draw = match &step {
+            Some(b) => vkml_ops::sampling::Draw::Step(b),
+            None => vkml_ops::sampling::Draw::Counter(draw),
+        };
         match choice {
             TokenChoice::Greedy => {
                 let words = vkml_ops::sampling::argmax_scratch_words(t, n);
@@ -438,20 +496,7 @@ impl ModelStorage for VulkanStorage {
                 dev.with_stream(|s| {
                     let (x, sc) = (self.buffer(), scratch.buffer());
                     let (c, sm, i) = (chosen.buffer(), sums.buffer(), ids.buffer());
-                    vkml_ops::sampling::sample_rows(
-                        s,
-                        x,
-                        start,
-                        t,
-                        n,
-                        p,
-                        vkml_ops::sampling::Draw::Counter(draw),
-                        sc,
-                        c,
-                        sm,
-                        i,
-                    )
-                    .map_err(cerr)
+                    vkml_ops::sampling::sample_rows(s, x, start, t, n, p, draw, sc, c, sm, i).map_err(cerr)
                 })?
             }
         }

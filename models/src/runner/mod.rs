@@ -17,6 +17,9 @@ use crate::error::{model_err, Error, Result};
 use crate::sampling::TokenChoice;
 use crate::storage::{DeviceChoice, ModelStorage, WeightFormat};
 
+mod replay;
+use replay::Replayed;
+
 /// The longest context vkml loads a model for: 2^20 positions (Qwen's YaRN-extended
 /// 1M). Its rope tables alone are then 1 GiB at a head dim of 256.
 pub const MAX_CONTEXT: usize = 1 << 20;
@@ -184,6 +187,8 @@ pub struct Runner<S: ModelStorage = VulkanStorage> {
     pending: Option<Pending<S>>,
     /// The step [`Runner::forward_choose`] submitted ahead.
     greedy: Option<Greedy<S>>,
+    /// The decode step [`Runner::forward_choose`] replays, where the device replays.
+    replay: Option<Box<Replayed<S>>>,
     profile: StepProfile,
 }
 
@@ -319,6 +324,7 @@ where
             pos: 0,
             pending: None,
             greedy: None,
+            replay: None,
             profile: StepProfile::default(),
         })
     }
@@ -365,6 +371,15 @@ where
         self.devs.devices().iter().map(S::submissions).sum()
     }
 
+    /// Forgets the decode steps [`Runner::forward_choose`] submitted ahead: they run (or
+    /// ran), and the positions they wrote are overwritten before any step reads them.
+    fn drop_ahead(&mut self) {
+        self.greedy = None;
+        if let Some(r) = &mut self.replay {
+            r.ahead = None;
+        }
+    }
+
     /// Submits what each device recorded, in pipeline order (each waits, on the host, for
     /// the values it takes from the one before; see [`ModelStorage::to_device`]).
     fn submit(&self) -> Result<()> {
@@ -382,7 +397,7 @@ where
     /// Empties the KV cache (the next token is at position 0).
     pub fn reset(&mut self) {
         self.pos = 0;
-        self.greedy = None;
+        self.drop_ahead();
     }
 
     /// Cuts the KV cache back to its first `n` positions (the next token is at `n`), so
@@ -398,7 +413,7 @@ where
         let ok = n <= p && self.model.kv_ring().is_none_or(|r| p < r || p - n < self.max_batch);
         if ok {
             self.pos = n;
-            self.greedy = None;
+            self.drop_ahead();
         }
         ok
     }
@@ -450,7 +465,7 @@ where
         self.check_input(tokens)?;
         // A step run ahead on the device's choice has run; its K and V at this position are
         // overwritten by these tokens.
-        self.greedy = None;
+        self.drop_ahead();
         let mut out = Vec::new();
         let n_chunks = tokens.len().div_ceil(self.pass);
         for (i, chunk) in tokens.chunks(self.pass).enumerate() {
@@ -482,8 +497,11 @@ where
     /// device through the host, which then waits for each step before submitting the
     /// next: the devices do not overlap in decode.) A call with another token or choice,
     /// or any other call, leaves that step's keys and values at the next position to be
-    /// overwritten (as a stale step recorded ahead, [`Runner::forward`]). Elsewhere this is
-    /// [`Runner::forward`] and [`crate::sampling::choose_host`] (the same draw on the CPU).
+    /// overwritten (as a stale step recorded ahead, [`Runner::forward`]). On one device
+    /// that replays ([`ModelStorage::replays`]: Vulkan, except while profiling) the step is
+    /// recorded once (again when `how` changes) and replayed at every position: the host
+    /// writes the position and submits, no step is recorded per token. On a backend that is not
+    /// deferred it is [`Runner::forward`] and [`crate::sampling::choose_host`] (the same draw on the CPU).
     ///
     /// # Errors
     /// As [`Runner::forward`]; [`Error::Sampling`] where the logits are not all finite;
@@ -495,6 +513,9 @@ where
             return crate::sampling::choose_host(&l, how, pos as u64, 0);
         }
         self.check_input(&[token])?;
+        if self.replays() {
+            return self.forward_choose_replayed(token, how);
+        }
         let t0 = Instant::now();
         let mut record_s = 0.0;
         // This position's step: already submitted by the call before (it ran on the choice
@@ -512,7 +533,8 @@ where
                         self.step(&ids, self.pos, false, true)?.expect("logits wanted")
                     }
                 };
-                let choice = logits.storage().choose_ids(logits.layout(), self.devs.first(), how, self.pos as u64)?;
+                let choice =
+                    logits.storage().choose_ids(logits.layout(), self.devs.first(), how, self.pos as u64, None)?;
                 self.submit()?;
                 record_s = t0.elapsed().as_secs_f64();
                 Greedy { pos: self.pos, how: *how, input: token, choice }
@@ -527,7 +549,7 @@ where
         if self.pos < self.ctx {
             let ids = Tensor::from_storage(ids, 1);
             let logits = self.step(&ids, self.pos, false, true)?.expect("logits wanted");
-            let choice = logits.storage().choose_ids(logits.layout(), self.devs.first(), how, self.pos as u64)?;
+            let choice = logits.storage().choose_ids(logits.layout(), self.devs.first(), how, self.pos as u64, None)?;
             self.submit()?;
             next = Some(Greedy { pos: self.pos, how: *how, input: 0, choice });
         }

@@ -1,0 +1,117 @@
+//! Work recorded once and submitted again and again: [`VulkanDevice::record_replay`] and
+//! [`Replay`], what a decode step becomes when only its position changes from token to
+//! token (the position then lives in a step buffer the kernels read, written between
+//! submissions).
+
+use std::sync::atomic::Ordering;
+
+use vkml_hal::{Buffer, Recording, Stream, StreamStats};
+
+use super::{CResult, VulkanDevice};
+
+/// Ops recorded once by [`VulkanDevice::record_replay`], run again by every
+/// [`Replay::submit`]. It holds every buffer its commands use; the storages made while it
+/// was recorded are never recycled, so no later op is served their memory while the
+/// recording may still write it. Storages made before and used by it must outlive it
+/// (dropped, an owned storage's buffer would serve later ops while replays still use it).
+pub struct Replay {
+    recording: Recording,
+    /// Dispatches and barriers of one submission (`submissions` 1).
+    stats: StreamStats,
+    device: VulkanDevice,
+}
+
+impl std::fmt::Debug for Replay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Replay({} dispatches on {:?})", self.stats.dispatches, self.device)
+    }
+}
+
+impl Replay {
+    /// Submits the recorded work again, after everything the device's stream has recorded
+    /// so far (which this submits first, so that the two run in the order they were
+    /// called). Waits on the host only where the previous submission of this replay has
+    /// not completed yet (a command buffer cannot be pending twice).
+    ///
+    /// # Errors
+    /// Device errors (device lost), naming the device.
+    pub fn submit(&mut self) -> CResult<()> {
+        self.device.flush()?;
+        self.recording.submit().map_err(|e| self.device.named_error(e))?;
+        let mut r = self.device.inner.replayed.lock();
+        r.dispatches += self.stats.dispatches;
+        r.barriers += self.stats.barriers;
+        r.transfers += self.stats.transfers;
+        r.submissions += 1;
+        Ok(())
+    }
+
+    /// What one submission runs: dispatches, barriers and copies.
+    pub fn stats(&self) -> StreamStats {
+        self.stats
+    }
+}
+
+impl VulkanDevice {
+    /// Whether [`VulkanDevice::record_replay`] records here: not while the device profiles
+    /// (a recording's timestamps would be written again by every submission).
+    pub fn can_replay(&self) -> bool {
+        !self.inner.dev.profiling()
+    }
+
+    /// The step buffer of the replay being recorded ([`VulkanDevice::record_replay`]):
+    /// ops whose values change from one submission to the next (a decode step's position)
+    /// read them from it when they run, instead of recording them. `None` outside a
+    /// recording for replay.
+    pub fn step_buffer(&self) -> Option<Buffer> {
+        self.inner.replay_step.lock().clone()
+    }
+
+    /// Records the ops `f` records on this device into a [`Replay`] instead of the
+    /// device's stream, with `step` as [`VulkanDevice::step_buffer`] meanwhile, and returns
+    /// what `f` returns. Work recorded before is submitted first. The storages made
+    /// meanwhile are never recycled (see [`Replay`]), and the recycler does not take
+    /// buffers back meanwhile. One thread records on a device at a time.
+    ///
+    /// # Errors
+    /// [`VulkanDevice::can_replay`] does not hold; `f`'s error; an op that submitted work
+    /// while recording (a copy from another device); device errors.
+    pub fn record_replay<T, E: From<candle_core::Error>>(
+        &self,
+        step: &Buffer,
+        f: impl FnOnce() -> Result<T, E>,
+    ) -> Result<(T, Replay), E> {
+        if !self.can_replay() {
+            return Err(candle_core::Error::Msg(format!(
+                "vkml: {self:?} profiles its commands, so it records them for one submission only (no replay)"
+            ))
+            .into());
+        }
+        self.flush()?;
+        let fresh = Stream::new(&self.inner.dev).map_err(|e| self.named_error(e))?;
+        let main = std::mem::replace(&mut *self.inner.stream.lock(), fresh);
+        *self.inner.replay_step.lock() = Some(step.clone());
+        self.inner.replaying.store(true, Ordering::Release);
+        let out = f();
+        self.inner.replaying.store(false, Ordering::Release);
+        *self.inner.replay_step.lock() = None;
+        let stream = std::mem::replace(&mut *self.inner.stream.lock(), main);
+        let out = out?;
+        let stats = stream.stats();
+        if stats.submissions > 0 || !self.inner.hops.lock().is_empty() {
+            return Err(candle_core::Error::Msg(format!(
+                "vkml: work recorded for replay on {self:?} was submitted or waits for another device while it \
+                 was recorded (a copy between devices): record one device's work only"
+            ))
+            .into());
+        }
+        let recording = stream.into_recording().map_err(|e| self.named_error(e))?;
+        Ok((out, Replay { recording, stats: StreamStats { submissions: 1, ..stats }, device: self.clone() }))
+    }
+
+    /// Whether [`VulkanDevice::record_replay`] is recording (storages made now are never
+    /// recycled).
+    pub(super) fn replaying(&self) -> bool {
+        self.inner.replaying.load(Ordering::Acquire)
+    }
+}
