@@ -417,8 +417,14 @@ fn models(a: ModelArgs) -> Result<(), String> {
                     o.insert("host_record_ahead_us".into(), json!(ahead));
                     o.insert("submit_wait_readback_us".into(), json!(wait));
                 }
+                // Runner::forward_choose replays one recorded step where the device can.
+                let replayed = choice(&a).is_some() && model.replays();
+                if let Some(o) = step.as_object_mut() {
+                    o.insert("replayed".into(), json!(replayed));
+                }
+                let how = if replayed { "replayed step" } else { "step recorded per token" };
                 eprintln!(
-                    "{label} {test}: per token: host record {rec:.0} µs, recorded ahead {ahead:.0} µs, submit + wait + read-back {wait:.0} µs; per decode step: {counts}"
+                    "{label} {test} ({how}): per token: host record {rec:.0} µs, recorded ahead {ahead:.0} µs, submit + wait + read-back {wait:.0} µs; per decode step: {counts}"
                 );
             } else {
                 let ms = |v: f64| v / runs * 1e3;

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
-use vkml_hal::{Buffer, Recording, Stream, StreamStats};
+use vkml_hal::{Buffer, MemoryKind, Recording, Stream, StreamStats};
 
 use super::{CResult, VulkanDevice};
 
@@ -59,7 +59,8 @@ impl VulkanDevice {
         !self.inner.dev.profiling()
     }
 
-    /// The step buffer of the replay being recorded ([`VulkanDevice::record_replay`]):
+    /// The step buffer of the replay being recorded ([`VulkanDevice::record_replay`]), as
+    /// its kernels read it (a device-local copy made at the start of each submission):
     /// ops whose values change from one submission to the next (a decode step's position)
     /// read them from it when they run, instead of recording them. `None` outside a
     /// recording for replay.
@@ -68,7 +69,8 @@ impl VulkanDevice {
     }
 
     /// Records the ops `f` records on this device into a [`Replay`] instead of the
-    /// device's stream, with `step` as [`VulkanDevice::step_buffer`] meanwhile, and returns
+    /// device's stream, with `step` (copied to the device first at every submission) as
+    /// [`VulkanDevice::step_buffer`] meanwhile, and returns
     /// what `f` returns. Work recorded before is submitted first. The storages made
     /// meanwhile are never recycled (see [`Replay`]), and the recycler does not take
     /// buffers back meanwhile. One thread records on a device at a time.
@@ -88,9 +90,14 @@ impl VulkanDevice {
             .into());
         }
         self.flush()?;
-        let fresh = Stream::new(&self.inner.dev).map_err(|e| self.named_error(e))?;
+        let mut fresh = Stream::new(&self.inner.dev).map_err(|e| self.named_error(e))?;
+        // The kernels read the step from device-local memory: a copy at the start of each
+        // submission, beside the first dispatches, instead of a read from host-visible
+        // memory (across the bus on a discrete GPU) in every kernel that reads it.
+        let local = self.inner.dev.alloc(step.size(), MemoryKind::DeviceLocal).map_err(|e| self.named_error(e))?;
+        fresh.copy(step, 0, &local, 0, step.size()).map_err(|e| self.named_error(e))?;
         let main = std::mem::replace(&mut *self.inner.stream.lock(), fresh);
-        *self.inner.replay_step.lock() = Some(step.clone());
+        *self.inner.replay_step.lock() = Some(local);
         self.inner.replaying.store(true, Ordering::Release);
         let out = f();
         self.inner.replaying.store(false, Ordering::Release);
