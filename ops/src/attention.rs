@@ -675,7 +675,8 @@ pub struct DecodePrologue<'a> {
 /// the keys that position sees run (at most `sh.n_splits`; a grid of
 /// `attn_splits(1, sh.visible_len())` covers every position up to `sh.q_pos0`, with the
 /// bits of a dispatch recorded at that position). A position past `sh.q_pos0` is the
-/// caller's error (reads and writes past the tables and caches).
+/// caller's error: the rotation reads past the tables, and a key past the cache's slots
+/// overwrites another.
 ///
 /// # Errors
 /// [`OpsError::Shape`] where [`decode_fuses_rope`] does not hold, and as

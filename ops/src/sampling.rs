@@ -173,8 +173,9 @@ pub fn sample_scratch_words(rows: usize, n: usize, params: &SampleParams) -> usi
 pub enum Draw<'a> {
     /// A value recorded with the dispatch.
     Counter(u64),
-    /// Word 0 of this buffer (u32) when the dispatch runs, the high word 0: the position of
-    /// a replayed decode step, written between its submissions.
+    /// Word 0 of this buffer (u32, at least 4 bytes, on the stream's device) when the
+    /// dispatch runs, the high word 0: the position of a replayed decode step, written
+    /// between its submissions.
     Step(&'a Buffer),
 }
 

@@ -589,7 +589,10 @@ fn flash_attn_rope_decode_replayed_from_a_step_buffer_equals_recorded_positions(
         );
         let (po_len, ml_len) = attention::split_scratch_len(&grid, d);
         let scratch = (alloc(dev, Dtype::F32, po_len.max(1)), alloc(dev, Dtype::F32, ml_len.max(1)));
-        let sc = (grid.n_splits > 1).then_some((&scratch.0, &scratch.1));
+        // The recording's own split outputs, NaN before each submission: a merge that read
+        // a split before its write, or the wrong one, cannot find the recorded dispatch's.
+        let scratch_r = (alloc(dev, Dtype::F32, po_len.max(1)), alloc(dev, Dtype::F32, ml_len.max(1)));
+        let sc = (grid.n_splits > 1).then_some((&scratch_r.0, &scratch_r.1));
         // The recording, its position in `step`.
         let step = dev.alloc(4, MemoryKind::Upload).unwrap();
         let (kr, vr) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
@@ -631,6 +634,9 @@ fn flash_attn_rope_decode_replayed_from_a_step_buffer_equals_recorded_positions(
             .unwrap();
             s.finish_and_wait().unwrap();
             fill(&kr, &vr);
+            for b in [&scratch_r.0, &scratch_r.1] {
+                b.write(0, &vec![0xFFu8; b.size() as usize]).unwrap();
+            }
             step.write(0, &(pos as u32).to_le_bytes()).unwrap();
             rec.submit().unwrap().wait().unwrap();
             let (want, got) = (download(Dtype::F32, &out), download(Dtype::F32, &out_r));

@@ -91,6 +91,7 @@ impl BackendDevice for VulkanDevice {
     }
 
     fn synchronize(&self) -> CResult<()> {
+        self.refuse_while_replaying("a synchronize")?;
         self.run_hops()?;
         self.inner.stream.lock().finish_and_wait().map_err(|e| self.named_error(e))?;
         self.check_status()

@@ -30,8 +30,10 @@ const RECYCLE_LIMIT: u64 = 4 << 30;
 /// this, every op of a deferred step would get fresh memory (gigabytes for a long prompt
 /// through a large model). Reuse here is safe because every user of these buffers records
 /// on the device's one stream, which orders commands and inserts the barrier a reuse
-/// needs (write after read), and because the host never writes them: host uploads get
-/// fresh HAL buffers, and storages that share a buffer with another (views, buffers
+/// needs (write after read), or into a replay, whose submissions run in queue order
+/// between the stream's and whose own storages are never recycled (so no later op shares
+/// memory a replay still writes); and because the host never writes them: host uploads
+/// get fresh HAL buffers, and storages that share a buffer with another (views, buffers
 /// passed in by the caller) are never recycled.
 #[derive(Default)]
 pub(super) struct Recycler {
@@ -108,6 +110,12 @@ impl VulkanDevice {
         }
     }
 
+    /// Command buffers the device's own stream has submitted (not counting replays): the
+    /// epoch of a host copy between devices (`transfer.rs`).
+    pub(super) fn own_submissions(&self) -> u64 {
+        self.inner.stream.lock().stats().submissions
+    }
+
     /// Runs `f` with the device's stream (ops record their dispatches there).
     pub fn with_stream<T>(&self, f: impl FnOnce(&mut Stream) -> CResult<T>) -> CResult<T> {
         let mut s = self.inner.stream.lock();
@@ -122,6 +130,7 @@ impl VulkanDevice {
     /// # Errors
     /// Device errors (device lost), naming the device.
     pub fn flush(&self) -> CResult<()> {
+        self.refuse_while_replaying("a submission")?;
         self.run_hops()?;
         let mut s = self.inner.stream.lock();
         s.submit().map_err(|e| self.named_error(e))?;

@@ -70,14 +70,15 @@ impl VulkanDevice {
 
     /// Records the ops `f` records on this device into a [`Replay`] instead of the
     /// device's stream, with `step` (copied to the device first at every submission) as
-    /// [`VulkanDevice::step_buffer`] meanwhile, and returns
-    /// what `f` returns. Work recorded before is submitted first. The storages made
-    /// meanwhile are never recycled (see [`Replay`]), and the recycler does not take
-    /// buffers back meanwhile. One thread records on a device at a time.
+    /// [`VulkanDevice::step_buffer`] meanwhile, and returns what `f` returns. Work recorded
+    /// before is submitted first. Meanwhile the storages made are never recycled (see
+    /// [`Replay`]), the recycler takes no buffer back, and submitting (a flush, a read-back)
+    /// or copying to or from another device is an error. One thread records on a device at
+    /// a time.
     ///
     /// # Errors
-    /// [`VulkanDevice::can_replay`] does not hold; `f`'s error; an op that submitted work
-    /// while recording (a copy from another device); device errors.
+    /// [`VulkanDevice::can_replay`] does not hold; `f`'s error (among them an op that
+    /// submits or reaches another device); device errors.
     pub fn record_replay<T, E: From<candle_core::Error>>(
         &self,
         step: &Buffer,
@@ -96,19 +97,14 @@ impl VulkanDevice {
         // memory (across the bus on a discrete GPU) in every kernel that reads it.
         let local = self.inner.dev.alloc(step.size(), MemoryKind::DeviceLocal).map_err(|e| self.named_error(e))?;
         fresh.copy(step, 0, &local, 0, step.size()).map_err(|e| self.named_error(e))?;
-        let main = std::mem::replace(&mut *self.inner.stream.lock(), fresh);
-        *self.inner.replay_step.lock() = Some(local);
-        self.inner.replaying.store(true, Ordering::Release);
+        let mut mode = ReplayMode::enter(self, fresh, local);
         let out = f();
-        self.inner.replaying.store(false, Ordering::Release);
-        *self.inner.replay_step.lock() = None;
-        let stream = std::mem::replace(&mut *self.inner.stream.lock(), main);
+        let stream = mode.leave();
         let out = out?;
         let stats = stream.stats();
-        if stats.submissions > 0 || !self.inner.hops.lock().is_empty() {
+        if stats.submissions > 0 {
             return Err(candle_core::Error::Msg(format!(
-                "vkml: work recorded for replay on {self:?} was submitted or waits for another device while it \
-                 was recorded (a copy between devices): record one device's work only"
+                "vkml: work recorded for replay on {self:?} was submitted while it was recorded"
             ))
             .into());
         }
@@ -116,9 +112,56 @@ impl VulkanDevice {
         Ok((out, Replay { recording, stats: StreamStats { submissions: 1, ..stats }, device: self.clone() }))
     }
 
+    /// An error where [`VulkanDevice::record_replay`] is recording: `what` would submit
+    /// part of the work recorded for replay, or reach another device.
+    pub(super) fn refuse_while_replaying(&self, what: &str) -> CResult<()> {
+        if self.replaying() {
+            candle_core::bail!(
+                "vkml: {what} on {self:?} while a step is recorded for replay (recorded once, submitted again): \
+                 only that device's own ops, recorded without a read-back, can be replayed"
+            )
+        }
+        Ok(())
+    }
+
     /// Whether [`VulkanDevice::record_replay`] is recording (storages made now are never
     /// recycled).
     pub(super) fn replaying(&self) -> bool {
         self.inner.replaying.load(Ordering::Acquire)
+    }
+}
+
+/// The device in replay recording ([`VulkanDevice::record_replay`]): its stream swapped for
+/// the recording's, its step buffer set, its storages kept out of the recycler; restored by
+/// [`ReplayMode::leave`], or on drop (a panic in the recording closure).
+struct ReplayMode<'a> {
+    device: &'a VulkanDevice,
+    main: Option<Stream>,
+}
+
+impl<'a> ReplayMode<'a> {
+    fn enter(device: &'a VulkanDevice, fresh: Stream, step: Buffer) -> Self {
+        let main = std::mem::replace(&mut *device.inner.stream.lock(), fresh);
+        *device.inner.replay_step.lock() = Some(step);
+        device.inner.replaying.store(true, Ordering::Release);
+        ReplayMode { device, main: Some(main) }
+    }
+
+    /// Restores the device and returns the stream that recorded.
+    fn leave(&mut self) -> Stream {
+        let inner = &self.device.inner;
+        inner.replaying.store(false, Ordering::Release);
+        *inner.replay_step.lock() = None;
+        let main = self.main.take().expect("left once");
+        std::mem::replace(&mut *inner.stream.lock(), main)
+    }
+}
+
+impl Drop for ReplayMode<'_> {
+    fn drop(&mut self) {
+        if self.main.is_some() {
+            // Unsubmitted: dropping the recording's stream discards its commands.
+            drop(self.leave());
+        }
     }
 }

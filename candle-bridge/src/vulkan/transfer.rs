@@ -49,6 +49,8 @@ impl VulkanStorage {
         if self.device.same_device(to) {
             return packed(self, l);
         }
+        self.device.refuse_while_replaying("a copy to another device")?;
+        to.refuse_while_replaying("a copy from another device")?;
         let n = l.shape().elem_count();
         let src = packed(self, l)?;
         let bytes = (n * self.dtype.size_in_bytes()) as u64;
@@ -61,7 +63,7 @@ impl VulkanStorage {
         })?;
         from.inner.feeds.store(epoch + 1, Ordering::Release);
         // `to`'s open command buffer feeds a pending hop: end it before it takes this one.
-        if to.inner.feeds.load(Ordering::Acquire) == to.stream_stats().submissions + 1 {
+        if to.inner.feeds.load(Ordering::Acquire) == to.own_submissions() + 1 {
             to.flush()?;
         }
         let upload = to.hal().alloc(size, MemoryKind::Upload).map_err(|e| to.named_error(e))?;
@@ -83,7 +85,7 @@ impl VulkanDevice {
         let mut hops = std::mem::take(&mut *self.inner.hops.lock());
         let mut staging = Vec::new();
         let mut run = |h: &Hop| -> CResult<()> {
-            if h.from.stream_stats().submissions == h.epoch {
+            if h.from.own_submissions() == h.epoch {
                 h.from.flush()?;
             }
             staging.resize(h.src.size() as usize, 0u8);

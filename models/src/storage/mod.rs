@@ -328,8 +328,9 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// first device of a split), and indices and sums in memory the host reads
     /// ([`ModelStorage::read_u32`], [`ModelStorage::read_f32`]) without waiting for work
     /// recorded after this call: so a decode step can run on the device's own choice
-    /// while the host reads it. With `into` (U32, at least `t` values, on `to`) the indices
-    /// go there and [`DeviceChoice::ids`] is that memory: a replayed step's input, which
+    /// while the host reads it. With `into` (U32, at least `t` values, on `to`, which must
+    /// then be the logits' device; a backend that runs ops when called takes none) the
+    /// indices go there and [`DeviceChoice::ids`] is that memory: a replayed step's input, which
     /// its own choice overwrites ([`ModelStorage::record_replay`]). While a replay is
     /// recorded a draw's counter is the step's position, read when it runs.
     ///
