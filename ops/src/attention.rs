@@ -444,7 +444,12 @@ const GQA_MAX_GD: usize = 1024;
 const GQA_MAX_SG: usize = 4;
 /// Its shared memory in bytes, and what the `rope_*` variants add (the new key and value
 /// rows, 128 words each, and 9 head scales).
-const GQA_SHARED: usize = 4 * (GQA_MAX_GD * (1 + GQA_MAX_SG) + 16 * GQA_MAX_SG);
+const GQA_SHARED: usize = gqa_shared(GQA_MAX_GD, GQA_MAX_SG);
+
+/// `flash_attn_gqa.comp`'s shared memory in bytes for MAX_GD `gd` and MAX_SG `sg`.
+const fn gqa_shared(gd: usize, sg: usize) -> usize {
+    4 * (gd * (1 + sg) + 16 * sg)
+}
 const ROPE_IN_SHARED: usize = 4 * (2 * 128 + 9);
 
 /// `flash_attn_gqa.comp`'s (workgroup size, pairs per lane per head) for head dim `d` and
@@ -629,6 +634,34 @@ pub fn flash_attn_with(
     Ok(())
 }
 
+/// The group size (query values, 256 or 512) of the wide decode attention
+/// (`flash_attn_gqa.rope_*_wide{256,512}`, [`tuning::DECODE_ATTN_WIDE`]) for `g` query
+/// heads per KV head of dim `d`: where the architecture takes it
+/// ([`tuning::decode_attn_wide`]), the group fits, and the device has the workgroup and the
+/// smallest variant's shared memory; else `None` (the narrow `rope_*` variants).
+fn decode_wide_group(caps: &Capabilities, d: usize, g: usize) -> Option<usize> {
+    let sg = tuning::DECODE_ATTN_WIDE.subgroups;
+    let invocations = sg * caps.subgroup.min_size as usize;
+    if !tuning::decode_attn_wide(caps) || invocations > caps.limits.max_workgroup_invocations as usize {
+        return None;
+    }
+    [256, 512]
+        .into_iter()
+        .find(|&gd| g * d <= gd && caps.limits.max_shared_memory as usize >= gqa_shared(gd, sg) + ROPE_IN_SHARED)
+}
+
+/// The form [`flash_attn_rope_decode`] runs in for `g` query heads per KV head of dim `d`
+/// on `caps` ([`tuning::DECODE_ATTN_WIDE`] or [`tuning::DECODE_ATTN_NARROW`]), whose
+/// [`tuning::DecodeAttnConfig::splits`] the caller's split count should follow (a replayed
+/// step's grid: the splits for the most keys it will see).
+pub fn decode_attn_config(caps: &Capabilities, d: usize, g: usize) -> tuning::DecodeAttnConfig {
+    if decode_wide_group(caps, d, g).is_some() {
+        tuning::DECODE_ATTN_WIDE
+    } else {
+        tuning::DECODE_ATTN_NARROW
+    }
+}
+
 /// Whether [`flash_attn_rope_decode`] takes a call of shape `sh` over caches of head
 /// dimension `d` and `n_kv_heads` KV heads: one causal query at the last position
 /// (`q_pos0 + 1 == kv_len`, a decode step), the grouped-query kernel on the device, and
@@ -671,10 +704,11 @@ pub struct DecodePrologue<'a> {
 /// With `step`, a replayed step: the query's position is word 0 of `step` (u32) when the
 /// dispatch runs, written between submissions of a recording; `sh.q_pos0` (with `kv_len =
 /// q_pos0 + 1`) is then the largest position it may hold, which the checks take (tables,
-/// caches), and `sh.n_splits` the grid, of which the splits [`tuning::attn_splits`] gives for
-/// the keys that position sees run (at most `sh.n_splits`; a grid of
-/// `attn_splits(1, sh.visible_len())` covers every position up to `sh.q_pos0`, with the
-/// bits of a dispatch recorded at that position). A position past `sh.q_pos0` is the
+/// caches), and `sh.n_splits` the grid, of which the splits [`decode_attn_config`] gives for
+/// the keys that position sees run (at most `sh.n_splits`; a grid of its splits for
+/// `sh.visible_len()` keys covers every position up to `sh.q_pos0`, with the bits of a
+/// dispatch recorded at that position). The workgroup shape and split rule are
+/// [`decode_attn_config`]'s; the caller's `sh.n_splits` should follow it. A position past `sh.q_pos0` is the
 /// caller's error: the rotation reads past the tables, and a key past the cache's slots
 /// overwrites another.
 ///
@@ -743,10 +777,20 @@ pub fn flash_attn_rope_decode(
         }
     }
     let g = sh.n_heads / k_cache.n_kv_heads;
-    let (wg, npl) = gqa_kernel(dev.caps(), d, g).expect("checked by decode_fuses_rope");
-    let name = match rope.style {
-        crate::nn::RopeStyle::Neox => "flash_attn_gqa.rope_neox_f32",
-        crate::nn::RopeStyle::Interleaved => "flash_attn_gqa.rope_interleaved_f32",
+    let (mut wg, npl) = gqa_kernel(dev.caps(), d, g).expect("checked by decode_fuses_rope");
+    let wide = decode_wide_group(dev.caps(), d, g);
+    let cfg = decode_attn_config(dev.caps(), d, g);
+    if wide.is_some() {
+        wg = (tuning::DECODE_ATTN_WIDE.subgroups as u32) * dev.caps().subgroup.min_size;
+    }
+    use crate::nn::RopeStyle::{Interleaved, Neox};
+    let name = match (rope.style, wide) {
+        (Neox, None) => "flash_attn_gqa.rope_neox_f32",
+        (Interleaved, None) => "flash_attn_gqa.rope_interleaved_f32",
+        (Neox, Some(256)) => "flash_attn_gqa.rope_neox_f32_wide256",
+        (Interleaved, Some(256)) => "flash_attn_gqa.rope_interleaved_f32_wide256",
+        (Neox, Some(_)) => "flash_attn_gqa.rope_neox_f32_wide512",
+        (Interleaved, Some(_)) => "flash_attn_gqa.rope_interleaved_f32_wide512",
     };
     let p = pipeline_spec(&dev, name, wg, &[(1, g as u32), (2, npl)])?;
     let split_len = sh.visible_len().div_ceil(splits).max(1);
@@ -760,7 +804,7 @@ pub fn flash_attn_rope_decode(
         prologue.q_norm.map_or(-1.0f32, |n| n.1).to_bits(),
         prologue.k_norm.map_or(-1.0f32, |n| n.1).to_bits(),
         u32::from(step.is_some()),
-        tuning::ATTN_SPLIT_POSITIONS as u32,
+        cfg.split_positions as u32,
     ]);
     let pc = push_words(&words);
     // Unused prologue and step bindings: the query source stands in.

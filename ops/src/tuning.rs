@@ -201,6 +201,47 @@ pub const MAX_ATTN_SPLITS: usize = 32;
 /// step's attention applies the same rule on the GPU).
 pub const ATTN_SPLIT_POSITIONS: usize = 8;
 
+/// The workgroup shape and KV split rule of a decode step's attention
+/// ([`crate::attention::flash_attn_rope_decode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeAttnConfig {
+    /// Subgroups per workgroup (of the smallest size): each takes every `subgroups`-th key
+    /// of the workgroup's split.
+    pub subgroups: usize,
+    /// Keys seen per KV split.
+    pub split_positions: usize,
+    /// Most splits.
+    pub max_splits: usize,
+}
+
+impl DecodeAttnConfig {
+    /// The splits over `seen` keys: one per `split_positions`, 1 to `max_splits`.
+    pub fn splits(&self, seen: usize) -> usize {
+        seen.div_ceil(self.split_positions).clamp(1, self.max_splits)
+    }
+}
+
+/// Four subgroups per workgroup, a split per [`ATTN_SPLIT_POSITIONS`] keys, at most
+/// [`MAX_ATTN_SPLITS`]: the `rope_*` variants, and the rule of [`attn_splits`].
+pub const DECODE_ATTN_NARROW: DecodeAttnConfig =
+    DecodeAttnConfig { subgroups: 4, split_positions: ATTN_SPLIT_POSITIONS, max_splits: MAX_ATTN_SPLITS };
+
+/// Sixteen subgroups per workgroup, a split per 16 keys, at most 16: the `rope_*_wide{256,512}`
+/// variants. H100, tg128 (`vkml bench`, benches/RESULTS.md, issue 29, fourteenth session),
+/// narrow (per 8) against wide per 8 / 16 / 32 / 64 keys: SmolLM2 941 against 986 / 1 003 /
+/// 994 / 979 t/s, llama-1b 919 against 1 001 / 1 013 / 991 / 964, llama-8b 340 against 356
+/// / 359 / 356 / 353; tg512 of llama-8b 321 against 345 (per 16, 32 splits) and 352 (per 32,
+/// 16 splits): hence per 16 with at most 16 splits.
+pub const DECODE_ATTN_WIDE: DecodeAttnConfig = DecodeAttnConfig { subgroups: 16, split_positions: 16, max_splits: 16 };
+
+/// Whether the decode attention takes [`DECODE_ATTN_WIDE`] on this architecture where its
+/// group fits (`crate::attention` checks the workgroup and shared memory): measured on
+/// NVIDIA; on CPU implementations (lavapipe) so that the tests run it; elsewhere not
+/// measured, [`DECODE_ATTN_NARROW`].
+pub fn decode_attn_wide(caps: &Capabilities) -> bool {
+    matches!(caps.arch, ArchClass::NvidiaTensorCore | ArchClass::Nvidia | ArchClass::Cpu)
+}
+
 /// Workgroups the KV length of one (query, KV head) pair is split over in
 /// [`crate::attention::flash_attn`] (FlashDecoding): one per 8 positions, at most
 /// [`MAX_ATTN_SPLITS`], for a single query (decode); 1 for prompts, whose many queries
@@ -212,7 +253,7 @@ pub const ATTN_SPLIT_POSITIONS: usize = 8;
 /// the serial merge: per 16 best, 32 splits at most.)
 pub fn attn_splits(t_q: usize, kv_len: usize) -> usize {
     if t_q == 1 {
-        kv_len.div_ceil(ATTN_SPLIT_POSITIONS).clamp(1, MAX_ATTN_SPLITS)
+        DECODE_ATTN_NARROW.splits(kv_len)
     } else {
         1
     }
@@ -622,6 +663,30 @@ mod tests {
     }
 
     /// The sampling workgroup per table entry, and below a device's invocation limit.
+    /// The decode attention's form per architecture (wide where measured, and on CPU
+    /// implementations for the tests), and its split rules.
+    #[test]
+    fn decode_attention_table() {
+        let cases = [
+            (ArchClass::NvidiaTensorCore, Vendor::Nvidia, (32, 32, 32), true),
+            (ArchClass::Nvidia, Vendor::Nvidia, (32, 32, 32), true),
+            (ArchClass::AmdRdna, Vendor::Amd, (64, 32, 64), false),
+            (ArchClass::AmdGcn, Vendor::Amd, (64, 64, 64), false),
+            (ArchClass::Intel, Vendor::Intel, (32, 8, 32), false),
+            (ArchClass::Apple, Vendor::Apple, (32, 32, 32), false),
+            (ArchClass::Adreno, Vendor::Qualcomm, (64, 64, 128), false),
+            (ArchClass::Mali, Vendor::Arm, (16, 16, 16), false),
+            (ArchClass::Cpu, Vendor::Mesa, (8, 8, 8), true),
+            (ArchClass::Other, Vendor::Other, (32, 32, 32), false),
+        ];
+        for (arch, vendor, sg, wide) in cases {
+            assert_eq!(decode_attn_wide(&fake(arch, vendor, sg, false)), wide, "{arch:?}");
+        }
+        assert_eq!([1, 8, 9, 64, 256, 257, 4096].map(|n| DECODE_ATTN_NARROW.splits(n)), [1, 1, 2, 8, 32, 32, 32]);
+        assert_eq!([1, 16, 17, 64, 256, 257, 4096].map(|n| DECODE_ATTN_WIDE.splits(n)), [1, 1, 2, 4, 16, 16, 16]);
+        assert_eq!(attn_splits(1, 64), DECODE_ATTN_NARROW.splits(64));
+    }
+
     #[test]
     fn sample_workgroup_table() {
         let gpu = fake(ArchClass::NvidiaTensorCore, Vendor::Nvidia, (32, 32, 32), true);

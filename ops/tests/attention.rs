@@ -410,125 +410,132 @@ fn rope_kv_append_equals_rope_then_append() {
 fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
     use vkml_ops::attention::{HeadRows, RopeTables};
     use vkml_ops::nn::RopeStyle;
-    let dev = common::device();
-    let mut seed = 0x5EED_0002u64;
-    for (style, d, rot, hq, hkv, pos, ctx, window, softcap, splits) in [
-        (RopeStyle::Neox, 64usize, 64usize, 9usize, 3usize, 37usize, 64usize, 0usize, 0f32, 1usize),
-        (RopeStyle::Neox, 64, 64, 9, 3, 37, 64, 0, 0.0, 4),
-        (RopeStyle::Interleaved, 128, 64, 4, 4, 20, 32, 0, 0.0, 3),
-        (RopeStyle::Interleaved, 32, 32, 8, 2, 0, 8, 0, 0.0, 1),
-        (RopeStyle::Neox, 16, 10, 4, 1, 25, 10, 8, 5.0, 2),
-    ] {
-        if !attention::decode_fuses_rope(dev.caps(), &shape(hq, pos, window, softcap, splits), d, hkv) {
-            eprintln!("skipped: the grouped-query kernel does not run here");
-            return;
-        }
-        let sh = shape(hq, pos, window, softcap, splits);
-        let positions = pos + 3;
-        let cos = rand_vec(positions * rot / 2, &mut seed);
-        let sin = rand_vec(positions * rot / 2, &mut seed);
-        let (cb, sb) = (upload(dev, Dtype::F32, &cos), upload(dev, Dtype::F32, &sin));
-        let stride = (hq + 2 * hkv) * d;
-        let rows = rand_vec(stride, &mut seed);
-        let xs = upload(dev, Dtype::F32, &rows);
-        // Caches already holding earlier keys and values (random f16 words).
-        let words: Vec<u32> = rand_vec(hkv * ctx * d, &mut seed)
-            .chunks(2)
-            .map(|p| {
-                u32::from(half::f16::from_f32(p[0]).to_bits()) | u32::from(half::f16::from_f32(p[1]).to_bits()) << 16
-            })
-            .collect();
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let caches = || {
-            let (kc, vc) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
-            // The values: the keys' words the other way round.
-            let (lo, hi) = bytes.split_at(bytes.len() / 2);
-            kc.buffer().write(0, &bytes).unwrap();
-            vc.buffer().write(0, hi).unwrap();
-            vc.buffer().write(hi.len() as u64, lo).unwrap();
-            (kc, vc)
-        };
-        let tables = RopeTables { cos: &cb, sin: &sb, positions, rot, style };
-        let srcs = (
-            HeadRows { buffer: &xs, off: 0, stride },
-            HeadRows { buffer: &xs, off: hq * d, stride },
-            HeadRows { buffer: &xs, off: (hq + hkv) * d, stride },
+    let mut wide_cases = 0;
+    for (form, dev) in [("as tuned", common::device()), ("narrow", common::narrow_attention_device())] {
+        let mut seed = 0x5EED_0002u64;
+        for (style, d, rot, hq, hkv, pos, ctx, window, softcap, splits) in [
+            (RopeStyle::Neox, 64usize, 64usize, 9usize, 3usize, 37usize, 64usize, 0usize, 0f32, 1usize),
+            (RopeStyle::Neox, 64, 64, 9, 3, 37, 64, 0, 0.0, 4),
+            (RopeStyle::Interleaved, 128, 64, 4, 4, 20, 32, 0, 0.0, 3),
+            (RopeStyle::Interleaved, 32, 32, 8, 2, 0, 8, 0, 0.0, 1),
+            (RopeStyle::Neox, 16, 10, 4, 1, 25, 10, 8, 5.0, 2),
+        ] {
+            if !attention::decode_fuses_rope(dev.caps(), &shape(hq, pos, window, softcap, splits), d, hkv) {
+                eprintln!("skipped: the grouped-query kernel does not run here");
+                return;
+            }
+            let sh = shape(hq, pos, window, softcap, splits);
+            let positions = pos + 3;
+            let cos = rand_vec(positions * rot / 2, &mut seed);
+            let sin = rand_vec(positions * rot / 2, &mut seed);
+            let (cb, sb) = (upload(dev, Dtype::F32, &cos), upload(dev, Dtype::F32, &sin));
+            let stride = (hq + 2 * hkv) * d;
+            let rows = rand_vec(stride, &mut seed);
+            let xs = upload(dev, Dtype::F32, &rows);
+            // Caches already holding earlier keys and values (random f16 words).
+            let words: Vec<u32> = rand_vec(hkv * ctx * d, &mut seed)
+                .chunks(2)
+                .map(|p| {
+                    u32::from(half::f16::from_f32(p[0]).to_bits())
+                        | u32::from(half::f16::from_f32(p[1]).to_bits()) << 16
+                })
+                .collect();
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let caches = || {
+                let (kc, vc) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
+                // The values: the keys' words the other way round.
+                let (lo, hi) = bytes.split_at(bytes.len() / 2);
+                kc.buffer().write(0, &bytes).unwrap();
+                vc.buffer().write(0, hi).unwrap();
+                vc.buffer().write(hi.len() as u64, lo).unwrap();
+                (kc, vc)
+            };
+            let tables = RopeTables { cos: &cb, sin: &sb, positions, rot, style };
+            let srcs = (
+                HeadRows { buffer: &xs, off: 0, stride },
+                HeadRows { buffer: &xs, off: hq * d, stride },
+                HeadRows { buffer: &xs, off: (hq + hkv) * d, stride },
+            );
+            let (po_len, ml_len) = attention::split_scratch_len(&sh, d);
+            let scratch = (alloc(dev, Dtype::F32, po_len.max(1)), alloc(dev, Dtype::F32, ml_len.max(1)));
+            let sc = (splits > 1).then_some((&scratch.0, &scratch.1));
+            let mut s = Stream::new(dev).unwrap();
+            // The composition.
+            let (kc0, vc0) = caches();
+            let q_rot = alloc(dev, Dtype::F32, hq * d);
+            let want_out = alloc(dev, Dtype::F32, hq * d);
+            let d0 = s.stats().dispatches;
+            attention::rope_kv_append(&mut s, tables, srcs, hq, 1, pos, (&kc0, &vc0), &q_rot).unwrap();
+            attention::flash_attn(&mut s, Dtype::F32, &q_rot, &kc0, &vc0, sh, &want_out, sc).unwrap();
+            let composed = s.stats().dispatches - d0;
+            // The fused form.
+            let (kc, vc) = caches();
+            let out = alloc(dev, Dtype::F32, hq * d);
+            let d1 = s.stats().dispatches;
+            attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), sh, &out, sc, Default::default(), None)
+                .unwrap();
+            assert_eq!(s.stats().dispatches - d1, 1);
+            assert_eq!(composed, 2);
+            s.finish_and_wait().unwrap();
+            let wide = attention::decode_attn_config(dev.caps(), d, hq / hkv) == vkml_ops::tuning::DECODE_ATTN_WIDE;
+            wide_cases += usize::from(wide);
+            let case = format!(
+            "{form} (wide {wide}): {style:?} d {d} rot {rot} heads {hq}/{hkv} at {pos}, ctx {ctx}, window {window}, {splits} splits"
         );
-        let (po_len, ml_len) = attention::split_scratch_len(&sh, d);
-        let scratch = (alloc(dev, Dtype::F32, po_len.max(1)), alloc(dev, Dtype::F32, ml_len.max(1)));
-        let sc = (splits > 1).then_some((&scratch.0, &scratch.1));
-        let mut s = Stream::new(dev).unwrap();
-        // The composition.
-        let (kc0, vc0) = caches();
-        let q_rot = alloc(dev, Dtype::F32, hq * d);
-        let want_out = alloc(dev, Dtype::F32, hq * d);
-        let d0 = s.stats().dispatches;
-        attention::rope_kv_append(&mut s, tables, srcs, hq, 1, pos, (&kc0, &vc0), &q_rot).unwrap();
-        attention::flash_attn(&mut s, Dtype::F32, &q_rot, &kc0, &vc0, sh, &want_out, sc).unwrap();
-        let composed = s.stats().dispatches - d0;
-        // The fused form.
-        let (kc, vc) = caches();
-        let out = alloc(dev, Dtype::F32, hq * d);
-        let d1 = s.stats().dispatches;
-        attention::flash_attn_rope_decode(&mut s, tables, srcs, (&kc, &vc), sh, &out, sc, Default::default(), None)
-            .unwrap();
-        assert_eq!(s.stats().dispatches - d1, 1);
-        assert_eq!(composed, 2);
-        s.finish_and_wait().unwrap();
-        let case =
-            format!("{style:?} d {d} rot {rot} heads {hq}/{hkv} at {pos}, ctx {ctx}, window {window}, {splits} splits");
-        let (want, got) = (download(Dtype::F32, &want_out), download(Dtype::F32, &out));
-        assert!(want.iter().any(|&v| v != 0.0), "{case}: zero output");
-        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(a.to_bits(), b.to_bits(), "{case}: output {i}: {a} vs {b}");
+            let (want, got) = (download(Dtype::F32, &want_out), download(Dtype::F32, &out));
+            assert!(want.iter().any(|&v| v != 0.0), "{case}: zero output");
+            assert_attention_output(&got, &want, !wide, &case);
+            assert_eq!(kc.buffer().to_vec::<u32>().unwrap(), kc0.buffer().to_vec::<u32>().unwrap(), "{case}: keys");
+            assert_eq!(vc.buffer().to_vec::<u32>().unwrap(), vc0.buffer().to_vec::<u32>().unwrap(), "{case}: values");
+            // Not a decode step: two queries, or a query before the last position.
+            let (kc, vc) = caches();
+            let two = AttnShape { t_q: 2, q_pos0: pos.saturating_sub(1), ..sh };
+            let e = attention::flash_attn_rope_decode(
+                &mut s,
+                tables,
+                srcs,
+                (&kc, &vc),
+                two,
+                &out,
+                sc,
+                Default::default(),
+                None,
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("one causal query"), "{e}");
+            // More splits than the in-place merge holds.
+            let many = AttnShape { n_splits: vkml_ops::tuning::MAX_ATTN_SPLITS + 1, ..sh };
+            let e = attention::flash_attn_rope_decode(
+                &mut s,
+                tables,
+                srcs,
+                (&kc, &vc),
+                many,
+                &out,
+                sc,
+                Default::default(),
+                None,
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("splits"), "{e}");
+            let early = AttnShape { kv_len: pos + 2, ..sh };
+            let e = attention::flash_attn_rope_decode(
+                &mut s,
+                tables,
+                srcs,
+                (&kc, &vc),
+                early,
+                &out,
+                sc,
+                Default::default(),
+                None,
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("last position"), "{e}");
         }
-        assert_eq!(kc.buffer().to_vec::<u32>().unwrap(), kc0.buffer().to_vec::<u32>().unwrap(), "{case}: keys");
-        assert_eq!(vc.buffer().to_vec::<u32>().unwrap(), vc0.buffer().to_vec::<u32>().unwrap(), "{case}: values");
-        // Not a decode step: two queries, or a query before the last position.
-        let (kc, vc) = caches();
-        let two = AttnShape { t_q: 2, q_pos0: pos.saturating_sub(1), ..sh };
-        let e = attention::flash_attn_rope_decode(
-            &mut s,
-            tables,
-            srcs,
-            (&kc, &vc),
-            two,
-            &out,
-            sc,
-            Default::default(),
-            None,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("one causal query"), "{e}");
-        // More splits than the in-place merge holds.
-        let many = AttnShape { n_splits: vkml_ops::tuning::MAX_ATTN_SPLITS + 1, ..sh };
-        let e = attention::flash_attn_rope_decode(
-            &mut s,
-            tables,
-            srcs,
-            (&kc, &vc),
-            many,
-            &out,
-            sc,
-            Default::default(),
-            None,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("splits"), "{e}");
-        let early = AttnShape { kv_len: pos + 2, ..sh };
-        let e = attention::flash_attn_rope_decode(
-            &mut s,
-            tables,
-            srcs,
-            (&kc, &vc),
-            early,
-            &out,
-            sc,
-            Default::default(),
-            None,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("last position"), "{e}");
+    }
+    if vkml_ops::tuning::decode_attn_wide(common::device().caps()) {
+        assert!(wide_cases > 0, "the wide decode attention never ran");
     }
 }
 
@@ -541,111 +548,133 @@ fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
 fn flash_attn_rope_decode_replayed_from_a_step_buffer_equals_recorded_positions() {
     use vkml_ops::attention::{HeadRows, RopeTables};
     use vkml_ops::nn::RopeStyle;
-    use vkml_ops::tuning::attn_splits;
-    let dev = common::device();
-    let mut seed = 0x5EED_0004u64;
-    for (style, d, hq, hkv, ctx, max_pos, window, softcap, positions) in [
-        (
-            RopeStyle::Neox,
-            64usize,
-            9usize,
-            3usize,
-            300usize,
-            299usize,
-            0usize,
-            0f32,
-            &[0usize, 7, 8, 9, 64, 255, 256, 299][..],
-        ),
-        (RopeStyle::Interleaved, 32, 8, 2, 20, 60, 13, 5.0, &[3, 12, 13, 19, 20, 47, 60][..]),
-    ] {
-        let top = shape(hq, max_pos, window, softcap, 1);
-        if !attention::decode_fuses_rope(dev.caps(), &top, d, hkv) {
-            eprintln!("skipped: the grouped-query kernel does not run here");
-            return;
-        }
-        let grid = AttnShape { n_splits: attn_splits(1, top.visible_len()), ..top };
-        let n_pos = max_pos + 1;
-        let cos = rand_vec(n_pos * d / 2, &mut seed);
-        let sin = rand_vec(n_pos * d / 2, &mut seed);
-        let (cb, sb) = (upload(dev, Dtype::F32, &cos), upload(dev, Dtype::F32, &sin));
-        let stride = (hq + 2 * hkv) * d;
-        let xs = upload(dev, Dtype::F32, &rand_vec(stride, &mut seed));
-        let bytes: Vec<u8> = rand_vec(hkv * ctx * d, &mut seed)
-            .chunks(2)
-            .flat_map(|p| {
-                (u32::from(half::f16::from_f32(p[0]).to_bits()) | u32::from(half::f16::from_f32(p[1]).to_bits()) << 16)
-                    .to_le_bytes()
-            })
-            .collect();
-        let fill = |kc: &KvCache, vc: &KvCache| {
-            kc.buffer().write(0, &bytes).unwrap();
-            vc.buffer().write(0, &bytes.iter().rev().copied().collect::<Vec<u8>>()).unwrap();
-        };
-        let tables = RopeTables { cos: &cb, sin: &sb, positions: n_pos, rot: d, style };
-        let srcs = (
-            HeadRows { buffer: &xs, off: 0, stride },
-            HeadRows { buffer: &xs, off: hq * d, stride },
-            HeadRows { buffer: &xs, off: (hq + hkv) * d, stride },
-        );
-        let (po_len, ml_len) = attention::split_scratch_len(&grid, d);
-        let scratch = (alloc(dev, Dtype::F32, po_len.max(1)), alloc(dev, Dtype::F32, ml_len.max(1)));
-        // The recording's own split outputs, NaN before each submission: a merge that read
-        // a split before its write, or the wrong one, cannot find the recorded dispatch's.
-        let scratch_r = (alloc(dev, Dtype::F32, po_len.max(1)), alloc(dev, Dtype::F32, ml_len.max(1)));
-        let sc = (grid.n_splits > 1).then_some((&scratch_r.0, &scratch_r.1));
-        // The recording, its position in `step`.
-        let step = dev.alloc(4, MemoryKind::Upload).unwrap();
-        let (kr, vr) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
-        let out_r = alloc(dev, Dtype::F32, hq * d);
-        let mut s = Stream::new(dev).unwrap();
-        attention::flash_attn_rope_decode(
-            &mut s,
-            tables,
-            srcs,
-            (&kr, &vr),
-            grid,
-            &out_r,
-            sc,
-            Default::default(),
-            Some(&step),
-        )
-        .unwrap();
-        let mut rec = s.into_recording().unwrap();
-        assert_eq!(rec.commands(), 1);
-        let mut s = Stream::new(dev).unwrap();
-        for &pos in positions {
-            let case = format!("{style:?} d {d} heads {hq}/{hkv} ctx {ctx} window {window}: position {pos}");
-            let sh = shape(hq, pos, window, softcap, attn_splits(1, shape(hq, pos, window, softcap, 1).visible_len()));
-            let (kc, vc) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
-            fill(&kc, &vc);
-            let out = alloc(dev, Dtype::F32, hq * d);
-            let sc1 = (sh.n_splits > 1).then_some((&scratch.0, &scratch.1));
+    for (form, dev) in [("as tuned", common::device()), ("narrow", common::narrow_attention_device())] {
+        let mut seed = 0x5EED_0004u64;
+        for (style, d, hq, hkv, ctx, max_pos, window, softcap, positions) in [
+            (
+                RopeStyle::Neox,
+                64usize,
+                9usize,
+                3usize,
+                300usize,
+                299usize,
+                0usize,
+                0f32,
+                &[0usize, 7, 8, 9, 64, 255, 256, 299][..],
+            ),
+            (RopeStyle::Interleaved, 32, 8, 2, 20, 60, 13, 5.0, &[3, 12, 13, 19, 20, 47, 60][..]),
+        ] {
+            let top = shape(hq, max_pos, window, softcap, 1);
+            if !attention::decode_fuses_rope(dev.caps(), &top, d, hkv) {
+                eprintln!("skipped: the grouped-query kernel does not run here");
+                return;
+            }
+            let cfg = attention::decode_attn_config(dev.caps(), d, hq / hkv);
+            let grid = AttnShape { n_splits: cfg.splits(top.visible_len()), ..top };
+            let n_pos = max_pos + 1;
+            let cos = rand_vec(n_pos * d / 2, &mut seed);
+            let sin = rand_vec(n_pos * d / 2, &mut seed);
+            let (cb, sb) = (upload(dev, Dtype::F32, &cos), upload(dev, Dtype::F32, &sin));
+            let stride = (hq + 2 * hkv) * d;
+            let xs = upload(dev, Dtype::F32, &rand_vec(stride, &mut seed));
+            let bytes: Vec<u8> = rand_vec(hkv * ctx * d, &mut seed)
+                .chunks(2)
+                .flat_map(|p| {
+                    (u32::from(half::f16::from_f32(p[0]).to_bits())
+                        | u32::from(half::f16::from_f32(p[1]).to_bits()) << 16)
+                        .to_le_bytes()
+                })
+                .collect();
+            let fill = |kc: &KvCache, vc: &KvCache| {
+                kc.buffer().write(0, &bytes).unwrap();
+                vc.buffer().write(0, &bytes.iter().rev().copied().collect::<Vec<u8>>()).unwrap();
+            };
+            let tables = RopeTables { cos: &cb, sin: &sb, positions: n_pos, rot: d, style };
+            let srcs = (
+                HeadRows { buffer: &xs, off: 0, stride },
+                HeadRows { buffer: &xs, off: hq * d, stride },
+                HeadRows { buffer: &xs, off: (hq + hkv) * d, stride },
+            );
+            let (po_len, ml_len) = attention::split_scratch_len(&grid, d);
+            let scratch = (alloc(dev, Dtype::F32, po_len.max(1)), alloc(dev, Dtype::F32, ml_len.max(1)));
+            // The recording's own split outputs, NaN before each submission: a merge that read
+            // a split before its write, or the wrong one, cannot find the recorded dispatch's.
+            let scratch_r = (alloc(dev, Dtype::F32, po_len.max(1)), alloc(dev, Dtype::F32, ml_len.max(1)));
+            let sc = (grid.n_splits > 1).then_some((&scratch_r.0, &scratch_r.1));
+            // The recording, its position in `step`.
+            let step = dev.alloc(4, MemoryKind::Upload).unwrap();
+            let (kr, vr) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
+            let out_r = alloc(dev, Dtype::F32, hq * d);
+            let mut s = Stream::new(dev).unwrap();
             attention::flash_attn_rope_decode(
                 &mut s,
                 tables,
                 srcs,
-                (&kc, &vc),
-                sh,
-                &out,
-                sc1,
+                (&kr, &vr),
+                grid,
+                &out_r,
+                sc,
                 Default::default(),
-                None,
+                Some(&step),
             )
             .unwrap();
-            s.finish_and_wait().unwrap();
-            fill(&kr, &vr);
-            for b in [&scratch_r.0, &scratch_r.1] {
-                b.write(0, &vec![0xFFu8; b.size() as usize]).unwrap();
+            let mut rec = s.into_recording().unwrap();
+            assert_eq!(rec.commands(), 1);
+            let mut s = Stream::new(dev).unwrap();
+            for &pos in positions {
+                let case =
+                    format!("{form}: {style:?} d {d} heads {hq}/{hkv} ctx {ctx} window {window}: position {pos}");
+                let sh = shape(hq, pos, window, softcap, cfg.splits(shape(hq, pos, window, softcap, 1).visible_len()));
+                let (kc, vc) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
+                fill(&kc, &vc);
+                let out = alloc(dev, Dtype::F32, hq * d);
+                let sc1 = (sh.n_splits > 1).then_some((&scratch.0, &scratch.1));
+                attention::flash_attn_rope_decode(
+                    &mut s,
+                    tables,
+                    srcs,
+                    (&kc, &vc),
+                    sh,
+                    &out,
+                    sc1,
+                    Default::default(),
+                    None,
+                )
+                .unwrap();
+                s.finish_and_wait().unwrap();
+                fill(&kr, &vr);
+                for b in [&scratch_r.0, &scratch_r.1] {
+                    b.write(0, &vec![0xFFu8; b.size() as usize]).unwrap();
+                }
+                step.write(0, &(pos as u32).to_le_bytes()).unwrap();
+                rec.submit().unwrap().wait().unwrap();
+                let (want, got) = (download(Dtype::F32, &out), download(Dtype::F32, &out_r));
+                assert!(want.iter().any(|&v| v != 0.0), "{case}: zero output");
+                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(a.to_bits(), b.to_bits(), "{case} ({} splits): output {i}: {a} vs {b}", sh.n_splits);
+                }
+                assert_eq!(kr.buffer().to_vec::<u32>().unwrap(), kc.buffer().to_vec::<u32>().unwrap(), "{case}: keys");
+                assert_eq!(
+                    vr.buffer().to_vec::<u32>().unwrap(),
+                    vc.buffer().to_vec::<u32>().unwrap(),
+                    "{case}: values"
+                );
             }
-            step.write(0, &(pos as u32).to_le_bytes()).unwrap();
-            rec.submit().unwrap().wait().unwrap();
-            let (want, got) = (download(Dtype::F32, &out), download(Dtype::F32, &out_r));
-            assert!(want.iter().any(|&v| v != 0.0), "{case}: zero output");
-            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(a.to_bits(), b.to_bits(), "{case} ({} splits): output {i}: {a} vs {b}", sh.n_splits);
-            }
-            assert_eq!(kr.buffer().to_vec::<u32>().unwrap(), kc.buffer().to_vec::<u32>().unwrap(), "{case}: keys");
-            assert_eq!(vr.buffer().to_vec::<u32>().unwrap(), vc.buffer().to_vec::<u32>().unwrap(), "{case}: values");
+        }
+    }
+}
+
+/// The fused decode attention's output `got` against the composition's `want`: the same
+/// bits where `exact` (the narrow form, which sums the keys in the composition's order);
+/// else (the wide form spreads a split's keys over 16 subgroups, another order of the
+/// online softmax) within 1e-5 of the largest output.
+fn assert_attention_output(got: &[f32], want: &[f32], exact: bool, case: &str) {
+    let top = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        if exact {
+            assert_eq!(a.to_bits(), b.to_bits(), "{case}: output {i}: {a} vs {b}");
+        } else {
+            assert!((a - b).abs() <= 1e-5 * top, "{case}: output {i}: {a} vs {b}");
         }
     }
 }
@@ -663,87 +692,90 @@ fn shape(n_heads: usize, pos: usize, window: usize, softcap: f32, n_splits: usiz
 fn flash_attn_rope_decode_prologue_equals_bias_and_norms_first() {
     use vkml_ops::attention::{DecodePrologue, HeadRows, RopeTables};
     use vkml_ops::nn::RopeStyle;
-    let dev = common::device();
-    let mut seed = 0x5EED_0003u64;
     let (d, hq, hkv, pos, ctx, eps) = (64usize, 8usize, 2usize, 21usize, 32usize, 1e-6f32);
-    for (style, bias, norms, splits) in [
-        (RopeStyle::Interleaved, true, false, 2usize),
-        (RopeStyle::Neox, false, true, 1),
-        (RopeStyle::Neox, true, true, 3),
-    ] {
-        let sh = shape(hq, pos, 0, 0.0, splits);
-        if !attention::decode_fuses_rope(dev.caps(), &sh, d, hkv) {
-            eprintln!("skipped: the grouped-query kernel does not run here");
-            return;
-        }
-        let positions = pos + 1;
-        let cos = rand_vec(positions * d / 2, &mut seed);
-        let sin = rand_vec(positions * d / 2, &mut seed);
-        let (cb, sb) = (upload(dev, Dtype::F32, &cos), upload(dev, Dtype::F32, &sin));
-        let n = (hq + 2 * hkv) * d;
-        let rows: Vec<f32> = rand_vec(n, &mut seed).iter().map(|v| 3.0 * v).collect();
-        let b: Vec<f32> = rand_vec(n, &mut seed);
-        let (qw, kw): (Vec<f32>, Vec<f32>) = (rand_vec(d, &mut seed), rand_vec(d, &mut seed));
-        // The prologue on the host: bias, then each q / k head normalised as norm.comp does.
-        let mut pre = rows.clone();
-        if bias {
-            pre.iter_mut().zip(&b).for_each(|(x, bi)| *x += bi);
-        }
-        if norms {
-            for h in 0..hq + hkv {
-                let w = if h < hq { &qw } else { &kw };
-                let head = &mut pre[h * d..(h + 1) * d];
-                let scale = 1.0 / (head.iter().map(|x| x * x).sum::<f32>() / d as f32 + eps).sqrt();
-                head.iter_mut().zip(w).for_each(|(x, wi)| *x = *x * scale * wi);
+    for (form, dev) in [("as tuned", common::device()), ("narrow", common::narrow_attention_device())] {
+        let mut seed = 0x5EED_0003u64;
+        for (style, bias, norms, splits) in [
+            (RopeStyle::Interleaved, true, false, 2usize),
+            (RopeStyle::Neox, false, true, 1),
+            (RopeStyle::Neox, true, true, 3),
+        ] {
+            let sh = shape(hq, pos, 0, 0.0, splits);
+            if !attention::decode_fuses_rope(dev.caps(), &sh, d, hkv) {
+                eprintln!("skipped: the grouped-query kernel does not run here");
+                return;
             }
-        }
-        let (raw, prepped) = (upload(dev, Dtype::F32, &rows), upload(dev, Dtype::F32, &pre));
-        let (bb, qwb, kwb) = (upload(dev, Dtype::F32, &b), upload(dev, Dtype::F32, &qw), upload(dev, Dtype::F32, &kw));
-        let tables = RopeTables { cos: &cb, sin: &sb, positions, rot: d, style };
-        let srcs = |x| {
-            (
-                HeadRows { buffer: x, off: 0, stride: n },
-                HeadRows { buffer: x, off: hq * d, stride: n },
-                HeadRows { buffer: x, off: (hq + hkv) * d, stride: n },
-            )
-        };
-        let (po_len, ml_len) = attention::split_scratch_len(&sh, d);
-        let scratch = (alloc(dev, Dtype::F32, po_len.max(1)), alloc(dev, Dtype::F32, ml_len.max(1)));
-        let sc = (splits > 1).then_some((&scratch.0, &scratch.1));
-        let mut s = Stream::new(dev).unwrap();
-        let caches = || (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
-        let (kc0, vc0) = caches();
-        let (q_rot, want_out) = (alloc(dev, Dtype::F32, hq * d), alloc(dev, Dtype::F32, hq * d));
-        attention::rope_kv_append(&mut s, tables, srcs(&prepped), hq, 1, pos, (&kc0, &vc0), &q_rot).unwrap();
-        attention::flash_attn(&mut s, Dtype::F32, &q_rot, &kc0, &vc0, sh, &want_out, sc).unwrap();
-        let (kc, vc) = caches();
-        let out = alloc(dev, Dtype::F32, hq * d);
-        let prologue = DecodePrologue {
-            bias: bias.then_some(&bb),
-            q_norm: norms.then_some((&qwb, eps)),
-            k_norm: norms.then_some((&kwb, eps)),
-        };
-        attention::flash_attn_rope_decode(&mut s, tables, srcs(&raw), (&kc, &vc), sh, &out, sc, prologue, None)
-            .unwrap();
-        s.finish_and_wait().unwrap();
-        let case = format!("{style:?} bias {bias} norms {norms} {splits} splits");
-        let (want, got) = (download(Dtype::F32, &want_out), download(Dtype::F32, &out));
-        let (kw0, kw1) = (kc0.buffer().to_vec::<u32>().unwrap(), kc.buffer().to_vec::<u32>().unwrap());
-        assert_eq!(vc.buffer().to_vec::<u32>().unwrap(), vc0.buffer().to_vec::<u32>().unwrap(), "{case}: values");
-        if !norms {
-            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{case}: output bits");
-            assert_eq!(kw1, kw0, "{case}: keys");
-            continue;
-        }
-        let top = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-            assert!((a - b).abs() <= 1e-5 * top, "{case}: output {i}: {a} vs {b}");
-        }
-        let halves = |w: &[u32]| -> Vec<f32> {
-            w.iter().flat_map(|&x| [x as u16, (x >> 16) as u16]).map(|h| half::f16::from_bits(h).to_f32()).collect()
-        };
-        for (a, b) in halves(&kw1).iter().zip(halves(&kw0)) {
-            assert!((a - b).abs() <= b.abs() * 1e-3 + 1e-6, "{case}: key {a} vs {b}");
+            let positions = pos + 1;
+            let cos = rand_vec(positions * d / 2, &mut seed);
+            let sin = rand_vec(positions * d / 2, &mut seed);
+            let (cb, sb) = (upload(dev, Dtype::F32, &cos), upload(dev, Dtype::F32, &sin));
+            let n = (hq + 2 * hkv) * d;
+            let rows: Vec<f32> = rand_vec(n, &mut seed).iter().map(|v| 3.0 * v).collect();
+            let b: Vec<f32> = rand_vec(n, &mut seed);
+            let (qw, kw): (Vec<f32>, Vec<f32>) = (rand_vec(d, &mut seed), rand_vec(d, &mut seed));
+            // The prologue on the host: bias, then each q / k head normalised as norm.comp does.
+            let mut pre = rows.clone();
+            if bias {
+                pre.iter_mut().zip(&b).for_each(|(x, bi)| *x += bi);
+            }
+            if norms {
+                for h in 0..hq + hkv {
+                    let w = if h < hq { &qw } else { &kw };
+                    let head = &mut pre[h * d..(h + 1) * d];
+                    let scale = 1.0 / (head.iter().map(|x| x * x).sum::<f32>() / d as f32 + eps).sqrt();
+                    head.iter_mut().zip(w).for_each(|(x, wi)| *x = *x * scale * wi);
+                }
+            }
+            let (raw, prepped) = (upload(dev, Dtype::F32, &rows), upload(dev, Dtype::F32, &pre));
+            let (bb, qwb, kwb) =
+                (upload(dev, Dtype::F32, &b), upload(dev, Dtype::F32, &qw), upload(dev, Dtype::F32, &kw));
+            let tables = RopeTables { cos: &cb, sin: &sb, positions, rot: d, style };
+            let srcs = |x| {
+                (
+                    HeadRows { buffer: x, off: 0, stride: n },
+                    HeadRows { buffer: x, off: hq * d, stride: n },
+                    HeadRows { buffer: x, off: (hq + hkv) * d, stride: n },
+                )
+            };
+            let (po_len, ml_len) = attention::split_scratch_len(&sh, d);
+            let scratch = (alloc(dev, Dtype::F32, po_len.max(1)), alloc(dev, Dtype::F32, ml_len.max(1)));
+            let sc = (splits > 1).then_some((&scratch.0, &scratch.1));
+            let mut s = Stream::new(dev).unwrap();
+            let caches = || (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
+            let (kc0, vc0) = caches();
+            let (q_rot, want_out) = (alloc(dev, Dtype::F32, hq * d), alloc(dev, Dtype::F32, hq * d));
+            attention::rope_kv_append(&mut s, tables, srcs(&prepped), hq, 1, pos, (&kc0, &vc0), &q_rot).unwrap();
+            attention::flash_attn(&mut s, Dtype::F32, &q_rot, &kc0, &vc0, sh, &want_out, sc).unwrap();
+            let (kc, vc) = caches();
+            let out = alloc(dev, Dtype::F32, hq * d);
+            let prologue = DecodePrologue {
+                bias: bias.then_some(&bb),
+                q_norm: norms.then_some((&qwb, eps)),
+                k_norm: norms.then_some((&kwb, eps)),
+            };
+            attention::flash_attn_rope_decode(&mut s, tables, srcs(&raw), (&kc, &vc), sh, &out, sc, prologue, None)
+                .unwrap();
+            s.finish_and_wait().unwrap();
+            let wide = attention::decode_attn_config(dev.caps(), d, hq / hkv) == vkml_ops::tuning::DECODE_ATTN_WIDE;
+            let case = format!("{form} (wide {wide}): {style:?} bias {bias} norms {norms} {splits} splits");
+            let (want, got) = (download(Dtype::F32, &want_out), download(Dtype::F32, &out));
+            let (kw0, kw1) = (kc0.buffer().to_vec::<u32>().unwrap(), kc.buffer().to_vec::<u32>().unwrap());
+            assert_eq!(vc.buffer().to_vec::<u32>().unwrap(), vc0.buffer().to_vec::<u32>().unwrap(), "{case}: values");
+            if !norms {
+                assert_attention_output(&got, &want, !wide, &case);
+                assert_eq!(kw1, kw0, "{case}: keys");
+                continue;
+            }
+            let top = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!((a - b).abs() <= 1e-5 * top, "{case}: output {i}: {a} vs {b}");
+            }
+            let halves = |w: &[u32]| -> Vec<f32> {
+                w.iter().flat_map(|&x| [x as u16, (x >> 16) as u16]).map(|h| half::f16::from_bits(h).to_f32()).collect()
+            };
+            for (a, b) in halves(&kw1).iter().zip(halves(&kw0)) {
+                assert!((a - b).abs() <= b.abs() * 1e-3 + 1e-6, "{case}: key {a} vs {b}");
+            }
         }
     }
 }

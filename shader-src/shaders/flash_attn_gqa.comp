@@ -4,6 +4,10 @@
 //! variant combine_f16 F16=1 ATTN_COMBINE_IN_PLACE=1
 //! variant rope_neox_f32 ATTN_COMBINE_IN_PLACE=1 ROPE_IN=1
 //! variant rope_interleaved_f32 ATTN_COMBINE_IN_PLACE=1 ROPE_IN=1 INTERLEAVED=1
+//! variant rope_neox_f32_wide256 ATTN_COMBINE_IN_PLACE=1 ROPE_IN=1 MAX_SG=16u MAX_GD=256u
+//! variant rope_interleaved_f32_wide256 ATTN_COMBINE_IN_PLACE=1 ROPE_IN=1 INTERLEAVED=1 MAX_SG=16u MAX_GD=256u
+//! variant rope_neox_f32_wide512 ATTN_COMBINE_IN_PLACE=1 ROPE_IN=1 MAX_SG=16u MAX_GD=512u
+//! variant rope_interleaved_f32_wide512 ATTN_COMBINE_IN_PLACE=1 ROPE_IN=1 INTERLEAVED=1 MAX_SG=16u MAX_GD=512u
 // Flash attention with the query heads of one KV head together (grouped-query attention):
 // the same function, layouts, bindings, push constants and split outputs as
 // flash_attn.comp, but one workgroup per (KV head, query token, split) takes all
@@ -40,6 +44,9 @@
 // (p.from_step != 0) reads its position from binding 14 (u32, word 0) instead of q_pos0
 // and kv_len; its grid has p.n_splits splits, of which those the position's keys need run
 // (one per p.split_positions keys seen, as ops' tuning::attn_splits chooses them) and merge.
+// The *_wide{256,512} variants are the rope_* ones with up to 16 subgroups per workgroup
+// (MAX_SG) for groups of at most 256 or 512 query values (MAX_GD): more keys of a split
+// in flight at once, fewer splits to merge (ops' tuning::DECODE_ATTN_WIDE).
 // Specialization constants: 0 = workgroup size (at most MAX_SG subgroups), 1 = GQ (G, at
 // most 8), 2 = NPL (pairs per lane per head: at least ceil(d / 2 / subgroup size)).
 // G * d <= MAX_GD. Needs subgroup arithmetic.
@@ -110,8 +117,10 @@ shared uint is_last;
 #endif
 
 // (ops/src/attention.rs mirrors these two as GQA_MAX_GD and GQA_MAX_SG.)
+#ifndef MAX_SG
 #define MAX_GD 1024u
 #define MAX_SG 4u
+#endif // else a *_wide variant's
 shared float qs[MAX_GD];
 shared float mrg[MAX_SG * MAX_GD];
 shared float mls[MAX_SG * 16u];

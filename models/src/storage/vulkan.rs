@@ -288,8 +288,15 @@ impl ModelStorage for VulkanStorage {
             scale: p.scale,
             n_splits: 1,
         };
-        // KV splits over the keys some query sees (a window's, not the whole context's).
-        sh.n_splits = vkml_ops::tuning::attn_splits(t, sh.visible_len());
+        // KV splits over the keys some query sees (a window's, not the whole context's), by
+        // the rule of the kernel that runs.
+        let caps = dev.hal().caps();
+        let fused = rope.is_some() && attention::decode_fuses_rope(caps, &sh, d, k_cache.n_kv_heads);
+        sh.n_splits = if fused {
+            attention::decode_attn_config(caps, d, h / k_cache.n_kv_heads).splits(sh.visible_len())
+        } else {
+            vkml_ops::tuning::attn_splits(t, sh.visible_len())
+        };
         let n_splits = sh.n_splits;
         let scratch = if n_splits > 1 {
             let (a, b) = attention::split_scratch_len(&sh, d);
@@ -300,9 +307,7 @@ impl ModelStorage for VulkanStorage {
         let y = dev.alloc(t * h * d, DType::F32)?;
         // A decode step with a rotation: the rotation, the cache append and the attention
         // in one dispatch (`flash_attn_rope_decode`).
-        if let Some(r) =
-            rope.as_ref().filter(|_| attention::decode_fuses_rope(dev.hal().caps(), &sh, d, k_cache.n_kv_heads))
-        {
+        if let Some(r) = rope.as_ref().filter(|_| fused) {
             let qr = kv_rows(q.0, q.1)?;
             let tables = rope_tables(r);
             let srcs = (head_rows(&qr), head_rows(&kr), head_rows(&vr));

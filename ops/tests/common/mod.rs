@@ -44,6 +44,13 @@ pub fn reduce_devices() -> [(&'static str, &'static Device); 2] {
     [("subgroup", device()), ("portable", portable_device())]
 }
 
+/// The same adapter as an architecture without a tuning table of its own (`Other`): the
+/// decode attention runs its narrow form (`tuning::DECODE_ATTN_NARROW`) there.
+pub fn narrow_attention_device() -> &'static Device {
+    static DEV: OnceLock<Device> = OnceLock::new();
+    DEV.get_or_init(|| device_with(|c| c.arch = vkml_hal::caps::ArchClass::Other))
+}
+
 /// The same adapter without 16-bit storage (the feature is then not enabled either).
 pub fn no_f16_device() -> Device {
     device_with(|c| c.types.storage_buffer_16bit = false)
