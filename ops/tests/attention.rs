@@ -419,6 +419,8 @@ fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
             (RopeStyle::Interleaved, 128, 64, 4, 4, 20, 32, 0, 0.0, 3),
             (RopeStyle::Interleaved, 32, 32, 8, 2, 0, 8, 0, 0.0, 1),
             (RopeStyle::Neox, 16, 10, 4, 1, 25, 10, 8, 5.0, 2),
+            // A group of 512 query values (llama-8b's): the wide512 form where shared memory holds it.
+            (RopeStyle::Neox, 128, 128, 8, 2, 70, 96, 0, 0.0, 5),
         ] {
             if !attention::decode_fuses_rope(dev.caps(), &shape(hq, pos, window, softcap, splits), d, hkv) {
                 eprintln!("skipped: the grouped-query kernel does not run here");
