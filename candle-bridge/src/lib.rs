@@ -6,11 +6,13 @@
 //!   on the GPU.
 //! - [`front`]: [`front::Tensor`], candle's tensor methods over any `BackendStorage`
 //!   (Vulkan here, or candle's own `CpuStorage`), with `from_candle` / `to_candle`.
+//! - [`quantized`]: candle's `QTensor` and `QMatMul` on Vulkan (GGML blocks as they are).
 //!
 //! Models, and the model ops candle keeps outside `BackendStorage`, live in vkml-models.
 
 pub mod error;
 pub mod front;
+pub mod quantized;
 pub mod vulkan;
 
 pub use error::{Error, Result};

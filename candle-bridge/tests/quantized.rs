@@ -1,0 +1,130 @@
+//! Candle's quantized tensors on Vulkan (`vkml_candle::quantized`): every candle
+//! `GgmlDType` crosses to the device and back with its bytes unchanged; `QMatMul::forward`
+//! gives the product of the dequantized weight in f64 (to f32 summation) and candle's CPU
+//! `QMatMul` (to the Q8 rounding of x its dot products make), for x of any leading dims,
+//! f32 and f16, on the mat-vec and the mat-mat kernels.
+
+mod common;
+use common::{values, vulkan_device, vulkan_device_mat_mat_from};
+
+use candle_core::quantized::{GgmlDType, QMatMul as CQMatMul, QTensor as CQTensor};
+use candle_core::{DType, Device as Cpu, Module, Tensor as CTensor};
+use vkml_candle::front::Tensor;
+use vkml_candle::quantized::{QMatMul, QTensor};
+use vkml_candle::vulkan::VulkanStorage;
+
+type VTensor = Tensor<VulkanStorage>;
+
+const ALL: [GgmlDType; 15] = [
+    GgmlDType::F32,
+    GgmlDType::F16,
+    GgmlDType::BF16,
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q8_1,
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+    GgmlDType::Q8K,
+];
+
+/// A candle QTensor of `dims` (last dim 256) quantized from seeded values.
+fn cpu_qtensor(dims: &[usize], dt: GgmlDType, seed: u64) -> CQTensor {
+    let n: usize = dims.iter().product();
+    let t = CTensor::from_vec(values(n, seed), dims, &Cpu::Cpu).unwrap();
+    CQTensor::quantize(&t, dt).unwrap()
+}
+
+#[test]
+fn every_candle_type_crosses_with_its_bytes() {
+    let dev = vulkan_device();
+    for (i, dt) in ALL.into_iter().enumerate() {
+        for dims in [&[5usize, 256][..], &[2, 3, 512][..]] {
+            let q = cpu_qtensor(dims, dt, i as u64);
+            let v = QTensor::from_candle(&q, &dev).unwrap();
+            assert_eq!((v.dtype(), v.shape().dims()), (dt, dims), "{dt:?}");
+            let back = v.to_candle().unwrap();
+            assert_eq!((back.dtype(), back.shape().dims()), (dt, dims), "{dt:?}");
+            assert_eq!(back.data().unwrap(), q.data().unwrap(), "{dt:?} {dims:?}: bytes");
+            // The device's block decoding is candle's.
+            let want = q.dequantize(&Cpu::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            assert_eq!(v.dequantize().unwrap().to_vec::<f32>().unwrap(), want, "{dt:?} {dims:?}: values");
+        }
+    }
+}
+
+/// Max |a - b| over max |b|.
+fn rel(a: &[f32], b: &[f64]) -> f64 {
+    let top = b.iter().fold(1e-30f64, |m, v| m.max(v.abs()));
+    a.iter().zip(b).map(|(x, y)| (*x as f64 - y).abs()).fold(0.0, f64::max) / top
+}
+
+#[test]
+fn qmatmul_matches_the_dequantized_product_and_candles_cpu() {
+    let (n, k) = (48, 256);
+    for (what, dev) in [("mat-vec", vulkan_device()), ("mat-mat", vulkan_device_mat_mat_from(2))] {
+        for (i, dt) in ALL.into_iter().enumerate() {
+            let q = cpu_qtensor(&[n, k], dt, 10 + i as u64);
+            let w: Vec<f32> = q.dequantize(&Cpu::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let mm = QMatMul::from_qtensor(QTensor::from_candle(&q, &dev).unwrap());
+            let cpu_mm = CQMatMul::from_qtensor(q).unwrap();
+            for dims in [&[k][..], &[3, k][..], &[2, 5, k][..]] {
+                let case = format!("{what} {dt:?} x {dims:?}");
+                let len: usize = dims.iter().product();
+                let xv = values(len, 99);
+                let x = VTensor::from_slice(&xv, dims, &dev).unwrap();
+                let y = mm.forward(&x).unwrap();
+                let mut want_dims = dims.to_vec();
+                *want_dims.last_mut().unwrap() = n;
+                assert_eq!(y.dims(), &want_dims[..], "{case}");
+                let got = y.to_vec::<f32>().unwrap();
+                let exact: Vec<f64> = xv
+                    .chunks(k)
+                    .flat_map(|row| {
+                        w.chunks(k).map(move |wr| wr.iter().zip(row).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>())
+                    })
+                    .collect();
+                let r = rel(&got, &exact);
+                assert!(r < 1e-5, "{case}: {r} from the dequantized product");
+                // candle's CPU QMatMul (its dequantized F32/F16/BF16 weights take no 1-D x).
+                if dims.len() > 1 {
+                    let cx = CTensor::from_vec(xv.clone(), dims, &Cpu::Cpu).unwrap();
+                    let cpu: Vec<f32> = cpu_mm.forward(&cx).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                    let cpu64: Vec<f64> = cpu.iter().map(|&v| v as f64).collect();
+                    let r = rel(&got, &cpu64);
+                    assert!(r < 3e-2, "{case}: {r} from candle's CPU QMatMul (x rounded to Q8 there)");
+                }
+                // f16 x: the product of the f16 values, rounded to f16.
+                let y16 = mm.forward(&x.to_dtype(DType::F16).unwrap()).unwrap();
+                assert_eq!(y16.dtype(), DType::F16, "{case}");
+                let x16: Vec<f32> = xv.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect();
+                let exact16: Vec<f64> = x16
+                    .chunks(k)
+                    .flat_map(|row| {
+                        w.chunks(k).map(move |wr| wr.iter().zip(row).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>())
+                    })
+                    .collect();
+                let got16: Vec<f32> = y16.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+                let r = rel(&got16, &exact16);
+                assert!(r < 2e-3, "{case}: f16 x {r}");
+            }
+        }
+    }
+}
+
+#[test]
+fn qmatmul_refuses_what_it_cannot_multiply() {
+    let dev = vulkan_device();
+    let mm = QMatMul::from_qtensor(QTensor::from_candle(&cpu_qtensor(&[8, 256], GgmlDType::Q4_0, 1), &dev).unwrap());
+    let x = VTensor::from_slice(&values(2 * 128, 2), (2, 128), &dev).unwrap();
+    let e = mm.forward(&x).unwrap_err().to_string();
+    assert!(e.contains("last dim must be 256"), "{e}");
+    let xi = VTensor::from_slice(&vec![1u32; 256], 256, &dev).unwrap();
+    let e = mm.forward(&xi).unwrap_err().to_string();
+    assert!(e.contains("QMatMul"), "{e}");
+}
