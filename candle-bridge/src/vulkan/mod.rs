@@ -45,6 +45,7 @@
 mod backend_device;
 mod backend_storage;
 mod candle_compat;
+mod custom;
 mod device;
 mod replay;
 mod storage;
@@ -60,6 +61,7 @@ use parking_lot::Mutex;
 use vkml_hal::{Buffer, Device, Stream, StreamStats};
 use vkml_ops::Dtype;
 
+pub use custom::CustomKernel;
 use device::Recycler;
 pub use replay::Replay;
 use transfer::Hop;
