@@ -206,7 +206,7 @@ impl UnaryOp {
 fn unary_supported(kind: UnaryKind, dt: Dtype) -> Result<()> {
     use UnaryOp::*;
     let (ok, supported) = match dt {
-        Dtype::F64 if matches!(kind, UnaryKind::Softcap) => (false, "f32, f16, bf16"),
+        Dtype::F64 if matches!(kind, UnaryKind::Softcap | UnaryKind::Sigmoid) => (false, "f32, f16, bf16"),
         Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::F64 => (true, ""),
         Dtype::U8 | Dtype::U32 | Dtype::I64 => (
             matches!(kind, UnaryKind::Affine)
@@ -230,6 +230,7 @@ enum UnaryKind {
     Powf,
     Elu,
     Softcap,
+    Sigmoid,
 }
 
 impl UnaryKind {
@@ -240,6 +241,7 @@ impl UnaryKind {
             UnaryKind::Powf => 20,
             UnaryKind::Elu => 21,
             UnaryKind::Softcap => 22,
+            UnaryKind::Sigmoid => 23,
         }
     }
 
@@ -250,6 +252,7 @@ impl UnaryKind {
             UnaryKind::Powf => "powf",
             UnaryKind::Elu => "elu",
             UnaryKind::Softcap => "softcap",
+            UnaryKind::Sigmoid => "sigmoid",
         }
     }
 }
@@ -481,6 +484,15 @@ pub fn elu(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, alpha: f64, 
 pub fn softcap(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, cap: f32, y: &Buffer) -> Result<()> {
     let inv = (1.0 / f64::from(cap)) as f32;
     map_with(s, UnaryKind::Softcap, [inv, cap], [0, 0], dt, shape, x, y)
+}
+
+/// Records `y = 1 / (1 + exp(-x))` element-wise (candle-nn's `ops::sigmoid`), computed in
+/// f32 for f32, f16 and bf16. Shapes, layout and errors as [`unary`].
+///
+/// # Errors
+/// As [`unary`]; [`OpsError::UnsupportedDtype`] for other dtypes.
+pub fn sigmoid(s: &mut Stream, dt: Dtype, shape: &[usize], x: View<'_>, y: &Buffer) -> Result<()> {
+    map(s, UnaryKind::Sigmoid, [0.0, 0.0], dt, shape, x, y)
 }
 
 /// A parameter as candle passes it to an f32 / f16 / bf16 map (`T::from_f64`), as f32.

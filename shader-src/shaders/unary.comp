@@ -62,6 +62,7 @@ layout(constant_id = 1) const uint OP = 0;
 #define OP_POWF 20u
 #define OP_ELU 21u
 #define OP_SOFTCAP 22u
+#define OP_SIGMOID 23u
 
 layout(std430, set = 0, binding = 0) readonly buffer X { V_ST x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Y { V_ST y[]; };
@@ -143,6 +144,8 @@ float apply_f32(float v) {
         return r;
     }
     if (OP == OP_POWF) return powf_ieee(v, p.p0);
+    // candle-nn's sigmoid: 1 / (1 + exp(-v)).
+    if (OP == OP_SIGMOID) return 1.0 / (1.0 + exp(-v));
     if (OP == OP_SOFTCAP) {
         // p1 * tanh(v * p0) with p0 = 1 / p1: affine, tanh, affine as three ops round them.
         precise float a = v * p.p0 + 0.0;

@@ -47,7 +47,9 @@ impl VulkanStorage {
 
     /// `l`'s elements packed from element 0: this storage itself (shared, not copied)
     /// when `l` already is that, else a packed copy recorded on the device's stream.
-    /// What kernels that take plain buffers read.
+    /// What kernels that take plain buffers read. A shared result does not own the buffer:
+    /// keep `self` alive until the ops reading the result are recorded (dropped earlier, an
+    /// owned buffer goes back to the recycler and may serve an op recorded in between).
     ///
     /// # Errors
     /// Device errors of the copy.

@@ -1,0 +1,73 @@
+//! candle-nn's `ops` on Vulkan tensors: `softmax_last_dim`, `rms_norm`, `layer_norm`,
+//! `sigmoid` (same names, arguments and results; f32 arithmetic).
+
+use candle_core::Layout;
+
+use super::{back, f32_weight, kernel_input, CResult, VTensor};
+
+/// The softmax over the last dim (candle-nn's `ops::softmax_last_dim`): `exp(x - max) / sum`
+/// per row, kernel `softmax` (f32 arithmetic).
+///
+/// # Errors
+/// A scalar `x`; a dtype other than F32, F16, BF16, F64; device errors.
+pub fn softmax_last_dim(xs: &VTensor) -> CResult<VTensor> {
+    let Some(&n) = xs.dims().last() else { candle_core::bail!("softmax_last_dim of a scalar") };
+    let (dt, x) = kernel_input(xs, "softmax_last_dim")?;
+    let p = x.storage().packed(x.layout())?;
+    let rows = x.elem_count() / n.max(1);
+    let l = Layout::contiguous(x.shape().clone());
+    let y = p.map(&l, x.dtype(), |s, y| vkml_ops::nn::softmax(s, dt, p.buffer(), None, rows, n, 1.0, y))?;
+    back(VTensor::from_storage(y, x.shape().clone()), xs.dtype())
+}
+
+/// `x / sqrt(mean(x²) + eps) * alpha` over the last dim (candle-nn's `ops::rms_norm`;
+/// `alpha: [n]`), kernel `norm.rms*`.
+///
+/// # Errors
+/// `alpha` not `[n]`; dtypes as [`softmax_last_dim`]; device errors.
+pub fn rms_norm(xs: &VTensor, alpha: &VTensor, eps: f32) -> CResult<VTensor> {
+    let Some(&n) = xs.dims().last() else { candle_core::bail!("rms_norm of a scalar") };
+    let (dt, x) = kernel_input(xs, "rms_norm")?;
+    let w = f32_weight(alpha, n, "alpha", "rms_norm")?;
+    let p = x.storage().packed(x.layout())?;
+    let rows = x.elem_count() / n.max(1);
+    let l = Layout::contiguous(x.shape().clone());
+    let wb = w.storage().buffer();
+    let y = p.map(&l, x.dtype(), |s, y| vkml_ops::nn::rms_norm(s, dt, p.buffer(), Some(wb), rows, n, eps, y))?;
+    back(VTensor::from_storage(y, x.shape().clone()), xs.dtype())
+}
+
+/// `(x - mean) / sqrt(var + eps) * alpha + beta` over the last dim, biased variance
+/// (candle-nn's `ops::layer_norm`; `alpha`, `beta`: `[n]`), kernel `norm.layer*`.
+///
+/// # Errors
+/// `alpha` or `beta` not `[n]`; dtypes as [`softmax_last_dim`]; device errors.
+pub fn layer_norm(xs: &VTensor, alpha: &VTensor, beta: &VTensor, eps: f32) -> CResult<VTensor> {
+    let Some(&n) = xs.dims().last() else { candle_core::bail!("layer_norm of a scalar") };
+    let (dt, x) = kernel_input(xs, "layer_norm")?;
+    let w = f32_weight(alpha, n, "alpha", "layer_norm")?;
+    let b = f32_weight(beta, n, "beta", "layer_norm")?;
+    let p = x.storage().packed(x.layout())?;
+    let rows = x.elem_count() / n.max(1);
+    let l = Layout::contiguous(x.shape().clone());
+    let (wb, bb) = (w.storage().buffer(), b.storage().buffer());
+    let y =
+        p.map(&l, x.dtype(), |s, y| vkml_ops::nn::layer_norm(s, dt, p.buffer(), Some(wb), Some(bb), rows, n, eps, y))?;
+    back(VTensor::from_storage(y, x.shape().clone()), xs.dtype())
+}
+
+/// `1 / (1 + exp(-x))` element-wise (candle-nn's `ops::sigmoid`), kernel `unary.*` (f32
+/// arithmetic for f32, f16, bf16), strided `x` read in place.
+///
+/// # Errors
+/// A dtype other than F32, F16, BF16; device errors.
+pub fn sigmoid(xs: &VTensor) -> CResult<VTensor> {
+    let dt = crate::vulkan::ops_dtype(xs.dtype(), "sigmoid")?;
+    let st = xs.storage();
+    let l = xs.layout();
+    let view = vkml_ops::elementwise::View { buffer: st.buffer(), offset: l.start_offset(), strides: l.stride() };
+    let y = st.map(&Layout::contiguous(xs.shape().clone()), xs.dtype(), |s, y| {
+        vkml_ops::elementwise::sigmoid(s, dt, xs.dims(), view, y)
+    })?;
+    Ok(VTensor::from_storage(y, xs.shape().clone()))
+}

@@ -1,0 +1,81 @@
+//! candle-nn's `rotary_emb` on Vulkan tensors: `rope` (pairs `(i, i + d/2)`), `rope_i`
+//! (pairs `(2i, 2i + 1)`) over `[b, h, t, d]`, and `rope_thd` (`rope` over `[b, t, h, d]`),
+//! with `cos`, `sin` of `[t', d/2]`, `t' >= t` (the first `t` rows used), kernel `rope.*`
+//! (f32 arithmetic).
+
+use candle_core::{DType, Layout};
+use vkml_ops::nn::{RopeShape, RopeStyle};
+
+use super::{back, kernel_input, CResult, VTensor};
+
+/// The rotation of `xs: [b, h, t, d]` (`token_major`: `[t, b h, d]` as the kernel reads
+/// it) by `cos`, `sin`: `[t', d/2]`.
+fn rotate(
+    xs: &VTensor,
+    cos: &VTensor,
+    sin: &VTensor,
+    style: RopeStyle,
+    token_major: bool,
+    op: &'static str,
+) -> CResult<VTensor> {
+    let &[b, h, t, d] = xs.dims() else { candle_core::bail!("{op}: x of shape {:?}, not 4-D", xs.dims()) };
+    let bh = b * h;
+    let tables = |c: &VTensor, what: &str| -> CResult<VTensor> {
+        match c.dims() {
+            &[rows, half] if half * 2 == d && rows >= t => {}
+            &[_, _, _] => candle_core::bail!(
+                "{op}: per-batch {what} tables {:?} are not supported on Vulkan yet (pass [t, d/2])",
+                c.dims()
+            ),
+            other => candle_core::bail!(
+                "{op}: {what} of shape {other:?} for x {:?}: it must be [>= {t}, {}]",
+                xs.dims(),
+                d / 2
+            ),
+        }
+        let c = if c.dtype() == DType::F32 { c.clone() } else { c.to_dtype(DType::F32)? };
+        super::packed_f32(&c)
+    };
+    let (cs, sn) = (tables(cos, "cos")?, tables(sin, "sin")?);
+    let (dt, x) = kernel_input(xs, op)?;
+    let p = x.storage().packed(x.layout())?;
+    let sh = RopeShape { bh, t, d, rot: d, pos_offset: 0, positions: cos.dims()[0], token_major };
+    let l = Layout::contiguous(x.shape().clone());
+    let (cb, sb) = (cs.storage().buffer(), sn.storage().buffer());
+    let y = p.map(&l, x.dtype(), |s, y| vkml_ops::nn::rope(s, dt, style, p.buffer(), cb, sb, sh, y))?;
+    back(VTensor::from_storage(y, x.shape().clone()), xs.dtype())
+}
+
+/// candle-nn's `rotary_emb::rope`: `xs: [b, h, t, d]`, dims `i` and `i + d/2` rotated by
+/// `cos`, `sin: [t', d/2]` (rows `0..t`).
+///
+/// # Errors
+/// Shapes that do not fit (per-batch `[b, t, d/2]` tables are refused), dtypes other than
+/// F32, F16, BF16, F64; device errors.
+pub fn rope(xs: &VTensor, cos: &VTensor, sin: &VTensor) -> CResult<VTensor> {
+    rotate(xs, cos, sin, RopeStyle::Neox, false, "rope")
+}
+
+/// candle-nn's `rotary_emb::rope_i`: as [`rope`] with dims `2i` and `2i + 1` paired.
+///
+/// # Errors
+/// As [`rope`].
+pub fn rope_i(xs: &VTensor, cos: &VTensor, sin: &VTensor) -> CResult<VTensor> {
+    rotate(xs, cos, sin, RopeStyle::Interleaved, false, "rope_i")
+}
+
+/// candle-nn's `rotary_emb::rope_thd`: [`rope`] of `xs: [b, t, h, d]`. One batch is read as
+/// it lies (`[t, h, d]`, token-major); several go through a `[b, h, t, d]` copy and back.
+///
+/// # Errors
+/// As [`rope`].
+pub fn rope_thd(xs: &VTensor, cos: &VTensor, sin: &VTensor) -> CResult<VTensor> {
+    let &[b, t, h, d] = xs.dims() else { candle_core::bail!("rope_thd: x of shape {:?}, not 4-D", xs.dims()) };
+    if b == 1 {
+        // [1, t, h, d] is [t, h, d]: the kernel's token-major layout with b h = h heads.
+        let y = rotate(&xs.reshape((1, h, t, d))?, cos, sin, RopeStyle::Neox, true, "rope_thd")?;
+        return y.reshape((1, t, h, d));
+    }
+    let bhtd = xs.transpose(1, 2)?.contiguous()?;
+    rope(&bhtd, cos, sin)?.transpose(1, 2)?.contiguous()
+}
