@@ -25,6 +25,6 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --release
 cargo test --workspace --release
 # The examples, run (cargo test only builds them).
-for ex in vkml-hal:custom_kernel vkml-candle:tensor_ops vkml-ops:quantized_matvec vkml-models:chat; do
+for ex in vkml-hal:custom_kernel vkml-candle:tensor_ops vkml-candle:mlp_block vkml-ops:quantized_matvec vkml-models:chat; do
   cargo run --release -q -p "${ex%%:*}" --example "${ex#*:}"
 done
