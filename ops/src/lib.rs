@@ -19,6 +19,7 @@ pub mod conv;
 mod dtype;
 pub mod elementwise;
 pub mod error;
+pub mod fp8;
 pub mod index;
 mod launch;
 pub mod matmul;

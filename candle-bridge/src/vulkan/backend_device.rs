@@ -50,6 +50,10 @@ impl BackendDevice for VulkanDevice {
         fn b<T: bytemuck::Pod>(v: &[T]) -> &[u8] {
             bytemuck::cast_slice(v)
         }
+        if let CpuStorage::F8E4M3(v) = c {
+            let bytes: Vec<u8> = v.iter().map(|x| x.to_bits()).collect();
+            return self.upload_bytes(&bytes, DType::F8E4M3, v.len());
+        }
         let (bytes, len) = match c {
             CpuStorage::U8(v) => (b(v), v.len()),
             CpuStorage::U32(v) => (b(v), v.len()),

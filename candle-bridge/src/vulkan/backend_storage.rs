@@ -90,6 +90,7 @@ impl BackendStorage for VulkanStorage {
             DType::F16 => CpuStorage::F16(cast(&bytes)),
             DType::F32 => CpuStorage::F32(cast(&bytes)),
             DType::F64 => CpuStorage::F64(cast(&bytes)),
+            DType::F8E4M3 => CpuStorage::F8E4M3(bytes.into_iter().map(float8::F8E4M3::from_bits).collect()),
             dt => return Err(candle_core::Error::UnsupportedDTypeForOp(dt, "vulkan to_cpu_storage")),
         })
     }
@@ -147,6 +148,9 @@ impl BackendStorage for VulkanStorage {
     }
 
     fn to_dtype(&self, l: &Layout, dtype: DType) -> CResult<Self> {
+        if self.dtype == DType::F8E4M3 || dtype == DType::F8E4M3 {
+            return self.to_dtype_f8e4m3(l, dtype);
+        }
         let src = ops_dtype(self.dtype, "to_dtype")?;
         let dst = ops_dtype(dtype, "to_dtype")?;
         let out = Layout::contiguous(l.shape());

@@ -57,6 +57,42 @@ impl VulkanStorage {
         packed(self, l)
     }
 
+    /// `to_dtype` where either side is `F8E4M3`, with the bits of candle's CPU: E4M3 to and
+    /// from f32 on the GPU (`vkml_ops::fp8`), other dtypes through an f32 copy (exact
+    /// both ways but from F64, which candle rounds once and an f32 step would round twice:
+    /// refused); E4M3 to E4M3 a packed copy.
+    pub(super) fn to_dtype_f8e4m3(&self, l: &Layout, dtype: DType) -> CResult<VulkanStorage> {
+        let n = l.shape().elem_count();
+        let dev = &self.device;
+        if self.dtype == dtype {
+            return super::packed_copy(self, l);
+        }
+        if self.dtype == DType::F8E4M3 {
+            let x = super::packed(self, l)?;
+            let f = dev.alloc(n, DType::F32)?;
+            dev.with_stream(|s| vkml_ops::fp8::e4m3_to_f32(s, &x.buffer, n, &f).map_err(cerr))?;
+            let f = dev.storage(f, DType::F32, n);
+            return if dtype == DType::F32 {
+                Ok(f)
+            } else {
+                candle_core::backend::BackendStorage::to_dtype(&f, &Layout::contiguous(l.shape()), dtype)
+            };
+        }
+        if self.dtype == DType::F64 {
+            candle_core::bail!(
+                "vkml: F64 to F8E4M3 would round twice through F32 (candle rounds once): convert to F32 first"
+            )
+        }
+        let f = if self.dtype == DType::F32 {
+            super::packed(self, l)?
+        } else {
+            candle_core::backend::BackendStorage::to_dtype(self, l, DType::F32)?
+        };
+        let y = dev.alloc(n, DType::F8E4M3)?;
+        dev.with_stream(|s| vkml_ops::fp8::f32_to_e4m3(s, &f.buffer, n, &y).map_err(cerr))?;
+        Ok(dev.storage(y, DType::F8E4M3, n))
+    }
+
     /// Wraps a buffer holding `len` elements of `dtype`.
     ///
     /// # Errors
@@ -285,6 +321,14 @@ impl VulkanStorage {
     /// whose elements are one contiguous run.
     pub(super) fn copy_raw(&self, l: &Layout, dst: &VulkanStorage, dst_offset: usize) -> CResult<()> {
         let Some((a, b)) = l.contiguous_offsets() else {
+            if self.dtype.size_in_bytes() == 1 {
+                // One-byte elements (F8E4M3): the bits through the U8 strided copy.
+                let out = Layout::contiguous(l.shape());
+                let dst_view = View { buffer: &dst.buffer, offset: dst_offset, strides: out.stride() };
+                return self.device.with_stream(|s| {
+                    vkml_ops::elementwise::copy(s, l.dims(), Dtype::U8, self.view(l), Dtype::U8, dst_view).map_err(cerr)
+                });
+            }
             return Err(candle_core::Error::UnsupportedDTypeForOp(self.dtype, "vulkan strided copy"));
         };
         let es = self.dtype.size_in_bytes() as u64;
