@@ -79,11 +79,35 @@ impl QTensor {
         Ok(QTensor { matrix, dtype, shape, device: dev.clone() })
     }
 
+    /// `src` (`[.., k]`, any float dtype, on a Vulkan device) quantized to `dtype` on the
+    /// device (candle's `QTensor::quantize`; `vkml_ops::quant::quantize`): the bytes of
+    /// vkml-quant's CPU quantizers (ggml's reference) but where the device's division moves
+    /// a value across a rounding boundary (then one quant one step away). The GPU writes
+    /// `vkml_ops::quant::GPU_QUANTIZED`; other types are an error naming them.
+    ///
+    /// # Errors
+    /// A type the GPU does not quantize; a last dim that is not whole blocks; an input past
+    /// one storage binding; device errors.
+    pub fn quantize(src: &Tensor<VulkanStorage>, dtype: GgmlDType) -> CResult<QTensor> {
+        let ty = ggml_type(dtype);
+        let shape = src.shape().clone();
+        let Some(&k) = shape.dims().last() else { candle_core::bail!("quantize: a scalar has no rows of values") };
+        let rows = shape.elem_count() / k.max(1);
+        let dev = src.storage().device().clone();
+        let x = if src.dtype() == DType::F32 { src.clone() } else { src.to_dtype(DType::F32)? };
+        let xp = x.storage().packed(x.layout())?;
+        let matrix = QMatrix::alloc(dev.hal(), ty, rows, k).map_err(cerr)?;
+        dev.with_stream(|s| vkml_ops::quant::quantize(s, xp.buffer(), &matrix).map_err(cerr))?;
+        Ok(QTensor { matrix, dtype, shape, device: dev })
+    }
+
     /// The blocks back as candle's `QTensor` on the CPU (the bytes uploaded, unchanged).
     ///
     /// # Errors
     /// Device errors of the read-back.
     pub fn to_candle(&self) -> CResult<candle_core::quantized::QTensor> {
+        // Blocks written on the device (`quantize`) are recorded work: submit it first.
+        self.device.flush()?;
         let m = &self.matrix;
         let row_bytes = m.row_bytes() as usize;
         let mut bytes = vec![0u8; m.rows() * row_bytes];

@@ -128,3 +128,52 @@ fn qmatmul_refuses_what_it_cannot_multiply() {
     let e = mm.forward(&xi).unwrap_err().to_string();
     assert!(e.contains("QMatMul"), "{e}");
 }
+
+/// Quantizing on the device (`QTensor::quantize`) against vkml-quant's CPU quantizers
+/// (ggml's reference) on the same values, every type the GPU writes: random rows, and
+/// blocks of zeros, of one value, with an outlier, of tiny values. Blocks whose bytes
+/// differ (the device's division not correctly rounded) must hold values one quant step
+/// from the CPU's at most, with an error no larger than the CPU's (up to f32 rounding);
+/// the fraction seen is printed and must stay under 1 %.
+#[test]
+fn quantizing_on_the_device_gives_the_cpus_blocks() {
+    use vkml_quant::dequant::dequantize_to_vec;
+    let dev = vulkan_device();
+    let (rows, k) = (64, 512);
+    let mut x: Vec<f32> = values(rows * k, 77).iter().enumerate().map(|(i, v)| v * (1.0 + (i % 7) as f32)).collect();
+    x[..32].fill(0.0);
+    x[32..64].fill(0.75);
+    x[64..96].iter_mut().enumerate().for_each(|(i, v)| *v = if i == 9 { -40.0 } else { 0.01 * i as f32 });
+    x[96..128].iter_mut().enumerate().for_each(|(i, v)| *v = 1e-6 * (i as f32 - 16.0));
+    let src = VTensor::from_slice(&x, (rows, k), &dev).unwrap();
+    for dt in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q5_1, GgmlDType::Q8_0, GgmlDType::Q8_1] {
+        let ty = vkml_candle::quantized::ggml_type(dt);
+        let gpu = QTensor::quantize(&src, dt).unwrap().to_candle().unwrap().data().unwrap().to_vec();
+        let cpu = vkml_quant::quantize(ty, &x).unwrap();
+        assert_eq!(gpu.len(), cpu.len(), "{dt:?}");
+        let bb = ty.type_size();
+        let mut differ = 0;
+        for (b, (g, c)) in gpu.chunks(bb).zip(cpu.chunks(bb)).enumerate() {
+            if g == c {
+                continue;
+            }
+            differ += 1;
+            let (gv, cv) = (dequantize_to_vec(ty, g).unwrap(), dequantize_to_vec(ty, c).unwrap());
+            let xs = &x[b * 32..b * 32 + 32];
+            let step = xs.iter().fold(0f32, |m, v| m.max(v.abs())) / 7.0;
+            for j in 0..32 {
+                let (eg, ec) = ((gv[j] - xs[j]).abs(), (cv[j] - xs[j]).abs());
+                assert!((gv[j] - cv[j]).abs() <= 1.01 * step, "{dt:?} block {b} value {j}: {} vs {}", gv[j], cv[j]);
+                assert!(
+                    eg <= ec * 1.001 + 1e-6 * step,
+                    "{dt:?} block {b} value {j}: error {eg} against the CPU's {ec}"
+                );
+            }
+        }
+        let blocks = cpu.len() / bb;
+        eprintln!("{dt:?}: {differ} of {blocks} blocks differ from the CPU's");
+        assert!(differ * 100 < blocks, "{dt:?}: {differ} of {blocks} blocks differ");
+    }
+    let e = QTensor::quantize(&src, GgmlDType::Q4K).unwrap_err().to_string();
+    assert!(e.contains("Q4_K") && e.contains("vkml_quant::quantize"), "{e}");
+}

@@ -95,6 +95,26 @@ impl QMatrix {
         Self::upload_in_parts(dev, ty, rows, k, bytes, u64::MAX)
     }
 
+    /// Device memory for `rows x k` elements of type `ty` in parts as [`QMatrix::upload`]
+    /// makes them, its blocks unwritten: what [`super::quantize`] fills.
+    ///
+    /// # Errors
+    /// As [`QMatrix::upload`] for the type and shape; HAL errors from allocation.
+    pub fn alloc(dev: &Device, ty: GgmlType, rows: usize, k: usize) -> Result<QMatrix> {
+        type_kernels("QMatrix::alloc", ty)?;
+        let bs = ty.block_size();
+        if k == 0 || !k.is_multiple_of(bs) {
+            return Err(OpsError::Shape {
+                op: "QMatrix::alloc",
+                reason: format!("row length {k} is not a positive multiple of the {ty:?} block size {bs}"),
+            });
+        }
+        let row_bytes = (k / bs * ty.type_size()) as u64;
+        let per_part = rows_per_part(dev, "QMatrix::alloc", row_bytes, u64::MAX)?;
+        let parts = alloc_parts(dev, rows, row_bytes, per_part)?;
+        Ok(QMatrix { parts, ty, rows, k, row_bytes, done_count: std::sync::OnceLock::new() })
+    }
+
     /// [`QMatrix::upload`] with parts of at most `max_part_bytes` each (capped at the
     /// device's storage-buffer binding; tests use it to split small matrices).
     ///

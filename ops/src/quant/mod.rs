@@ -22,12 +22,14 @@ mod mat_mat;
 mod mat_vec;
 mod matrix;
 mod q8_1;
+mod quantize;
 
 pub use linear::*;
 pub use mat_mat::*;
 pub use mat_vec::*;
 pub use matrix::*;
 pub use q8_1::*;
+pub use quantize::*;
 
 use vkml_hal::{BufferArg, Device, MemoryKind, PipelineOptions, Stream};
 use vkml_quant::GgmlType;
