@@ -493,6 +493,24 @@ pub fn float_matmul(dt: Dtype, n: usize) -> Spec {
     })
 }
 
+/// Quantizing `rows x k` f32 values to `ty` blocks on the GPU ([`quant::quantize`]).
+/// Bytes: the f32 read and the blocks written (GB/s of f32 input is 4 / (4 + bytes per
+/// value of `ty`) of the figure).
+pub fn quantize(ty: GgmlType, rows: usize, k: usize) -> Spec {
+    Spec::new("quantize", format!("f32 to {ty:?} {rows}x{k}"), move |dev| {
+        let x = random_buffer(dev, Dtype::F32, rows * k, 9)?;
+        let m = QMatrix::alloc(dev, ty, rows, k)?;
+        let block_bytes = rows * k / ty.block_size() * ty.type_size();
+        Ok(Parts {
+            bytes: (4 * rows * k + block_bytes) as f64,
+            flops: 0.0,
+            limit: Limit::Bandwidth,
+            copies: 1,
+            record: Box::new(move |s, _| quant::quantize(s, &x, &m)),
+        })
+    })
+}
+
 /// Element-wise `y = a + b` over `len` contiguous f32 values. Bytes: 2 reads + 1 write.
 pub fn add(len: usize) -> Spec {
     Spec::new("elementwise", format!("add f32 {len}"), move |dev| {
@@ -649,6 +667,10 @@ pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
     v.push(float_matmul(Dtype::F32, n));
     if dev.caps().types.float16 {
         v.push(float_matmul(Dtype::F16, n));
+    }
+    let (q_rows, q_k) = if full { (4096, 4096) } else { (256, 1024) };
+    for ty in [GgmlType::Q4_0, GgmlType::Q8_0] {
+        v.push(quantize(ty, q_rows, q_k));
     }
     v.push(add(if full { 1 << 26 } else { 1 << 22 }));
     let (rows, n) = if full { (8192, 4096) } else { (256, 4096) };
