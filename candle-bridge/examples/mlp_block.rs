@@ -37,12 +37,23 @@ fn largest_difference(a: &CpuTensor, b: &CpuTensor) -> Result<f32> {
 fn main() -> Result<()> {
     let vk = VulkanDevice::new(0)?;
     let (t, d, f) = (4, 256, 512);
-    let x = CpuTensor::randn(0f32, 1.0, (t, d), &Device::Cpu)?;
+    // Seeded values in [-1, 1) (the same run after run).
+    let mut state = 0x5EED_u64;
+    let mut uniform = |n: usize, scale: f32, shift: f32, dims: &[usize]| {
+        let v: Vec<f32> = (0..n)
+            .map(|_| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((state >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * scale + shift
+            })
+            .collect();
+        CpuTensor::from_vec(v, dims, &Device::Cpu)
+    };
+    let x = uniform(t * d, 1.7, 0.0, &[t, d])?;
     let weights = [
-        CpuTensor::randn(1f32, 0.1, d, &Device::Cpu)?,
-        (CpuTensor::randn(0f32, 1.0, (d, f), &Device::Cpu)? / (d as f64).sqrt())?,
-        (CpuTensor::randn(0f32, 1.0, (d, f), &Device::Cpu)? / (d as f64).sqrt())?,
-        (CpuTensor::randn(0f32, 1.0, (f, d), &Device::Cpu)? / (f as f64).sqrt())?,
+        uniform(d, 0.2, 1.0, &[d])?,
+        uniform(d * f, 1.7 / (d as f32).sqrt(), 0.0, &[d, f])?,
+        uniform(d * f, 1.7 / (d as f32).sqrt(), 0.0, &[d, f])?,
+        uniform(f * d, 1.7 / (f as f32).sqrt(), 0.0, &[f, d])?,
     ];
 
     // The same function on candle's CPU storage and on Vulkan.
