@@ -15,6 +15,7 @@ mod bench;
 mod chat;
 mod fetch;
 mod generate;
+mod gguf_quantize;
 mod info;
 mod model_args;
 mod serve;
@@ -72,6 +73,9 @@ enum GgufCommand {
     /// Write a synthetic model (a named shape, random weights of one type, a synthetic
     /// tokenizer) as a GGUF file: the model the benchmarks run, for other engines.
     Synth(synth::Args),
+    /// Requantize an F32 / F16 / BF16 / Q8_0 GGUF to Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0, the
+    /// matrices quantized on the GPU (llama-quantize's job and its choice of types).
+    Quantize(gguf_quantize::Args),
 }
 
 fn main() -> ExitCode {
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
             .map(|f| print!("{}", vkml_quant::gguf::inspect::render(&f)))
             .map_err(|e| e.to_string()),
         Command::Gguf { command: GgufCommand::Synth(args) } => synth::run(args),
+        Command::Gguf { command: GgufCommand::Quantize(args) } => gguf_quantize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -195,3 +195,71 @@ fn bad_shape_and_type_are_one_line_errors() {
     assert!(!path.exists());
     assert!(!path.with_extension("gguf.part").exists());
 }
+
+/// `vkml gguf quantize` (the matrices quantized on the GPU) of a synthetic F16 SmolLM2 to
+/// Q4_0: llama-quantize's types (2-D weights Q4_0; the tied token embedding, the head, Q8_0
+/// because its rows of 576 are not whole Q6_K blocks; norms F32 as they were),
+/// `general.file_type` 2, each matrix's bytes those of vkml-quant's CPU quantizer on the
+/// same values (lavapipe divides exactly), opened by gguf-py with those types, and run by
+/// `vkml generate`. An input already quantized to another type, and a type the GPU does
+/// not write, are one-line errors.
+#[test]
+fn gguf_quantize_writes_llama_quantizes_types_from_the_gpu() {
+    let f16 = scratch("q-in.F16.gguf");
+    let q4 = scratch("q-out.Q4_0.gguf");
+    let out = vkml(&["gguf", "synth", "--shape", "smollm2-135m", "--type", "F16", "-o", f16.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = vkml(&["gguf", "quantize", f16.to_str().unwrap(), q4.to_str().unwrap(), "--type", "q4_0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("Q4_0") && err.contains("quantized on"), "{err}");
+    let (src, dst) = (GgufFile::open(&f16).unwrap(), GgufFile::open(&q4).unwrap());
+    assert_eq!(
+        dst.header().metadata.iter().find(|(k, _)| k == "general.file_type").map(|(_, v)| format!("{v:?}")),
+        Some("U32(2)".into())
+    );
+    for (s, d) in src.tensors().iter().zip(dst.tensors()) {
+        assert_eq!((&s.name, &s.dims), (&d.name, &d.dims));
+        let want = if s.dims.len() == 1 {
+            GgmlType::F32
+        } else if s.name == "token_embd.weight" {
+            GgmlType::Q8_0
+        } else {
+            GgmlType::Q4_0
+        };
+        assert_eq!(d.ty, want, "{}", d.name);
+        if d.ty != s.ty {
+            let x = vkml_quant::dequant::dequantize_to_vec(s.ty, src.tensor_data(s)).unwrap();
+            assert_eq!(dst.tensor_data(d), &vkml_quant::quantize(d.ty, &x).unwrap()[..], "{}: bytes", d.name);
+        }
+    }
+    let py = gguf_py(&q4);
+    let types: Vec<(&str, &str)> = py["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap(), t["type"].as_str().unwrap()))
+        .collect();
+    assert!(
+        types.contains(&("blk.0.ffn_down.weight", "Q4_0")) && types.contains(&("token_embd.weight", "Q8_0")),
+        "{types:?}"
+    );
+    let out = vkml(&["generate", "-m", q4.to_str().unwrap(), "--prompt", "hello", "-n", "3"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Already quantized to another type; a type the GPU does not write.
+    let q4k = scratch("q-in.Q4_1.gguf");
+    assert!(vkml(&["gguf", "synth", "--shape", "smollm2-135m", "--type", "Q4_1", "-o", q4k.to_str().unwrap()])
+        .status
+        .success());
+    one_line_error(
+        &vkml(&["gguf", "quantize", q4k.to_str().unwrap(), q4.to_str().unwrap(), "--type", "Q4_0"]),
+        &["is Q4_1", "F32, F16, BF16 or Q8_0"],
+    );
+    one_line_error(
+        &vkml(&["gguf", "quantize", f16.to_str().unwrap(), q4.to_str().unwrap(), "--type", "Q4_K"]),
+        &["--type", "Q4_0, Q4_1"],
+    );
+    for p in [&f16, &q4, &q4k] {
+        let _ = std::fs::remove_file(p);
+    }
+}
