@@ -13,7 +13,7 @@
 //! Crossing from candle and back, in one place:
 //! - tensors: [`front::Tensor::from_candle`] / [`front::Tensor::to_candle`], every candle
 //!   dtype the Vulkan storage holds (F32, F16, BF16, F64, U8, U32, I64 computed; F8E4M3
-//!   converted to and from them; I16, I32 as bytes), values unchanged;
+//!   converted to and from them but from F64; I16, I32 as bytes), values unchanged;
 //! - quantized weights: [`quantized::QTensor::from_candle`] / [`quantized::QTensor::to_candle`],
 //!   every candle `GgmlDType`, bytes unchanged; [`quantized::QTensor::quantize`] on the device;
 //!   [`quantized::QMatMul`] for candle's `QMatMul`;

@@ -174,6 +174,14 @@ fn quantizing_on_the_device_gives_the_cpus_blocks() {
         eprintln!("{dt:?}: {differ} of {blocks} blocks differ from the CPU's");
         assert!(differ * 100 < blocks, "{dt:?}: {differ} of {blocks} blocks differ");
     }
+    // An odd number of blocks: the last pair of an invocation is half full.
+    let odd: Vec<f32> = values(3 * 96, 5);
+    let src_odd = VTensor::from_slice(&odd, (3, 96), &dev).unwrap();
+    for dt in [GgmlDType::Q4_0, GgmlDType::Q5_0, GgmlDType::Q8_0] {
+        let ty = vkml_candle::quantized::ggml_type(dt);
+        let gpu = QTensor::quantize(&src_odd, dt).unwrap().to_candle().unwrap().data().unwrap().to_vec();
+        assert_eq!(gpu, vkml_quant::quantize(ty, &odd).unwrap(), "{dt:?}: 9 blocks");
+    }
     let e = QTensor::quantize(&src, GgmlDType::Q4K).unwrap_err().to_string();
     assert!(e.contains("Q4_K") && e.contains("vkml_quant::quantize"), "{e}");
 }

@@ -1,12 +1,16 @@
 //! `vkml gguf quantize IN OUT --type T`: llama-quantize's job for its base types, the
-//! matrices quantized on the GPU (`vkml_ops::quant::quantize`, the bytes of ggml's
-//! reference quantizers). Which tensor gets which type follows llama.cpp's
-//! `llama_tensor_get_type` for these types: 2-D `*.weight` tensors to T; the output
-//! projection (or, with the head tied to it, the token embedding) to Q6_K (on the CPU,
-//! vkml-quant), or Q8_0 where T is Q8_0 or its rows are not whole 256-value blocks; rows that
-//! are not whole blocks of T, and 1-D tensors (norms, biases), as they are.
-//! `general.file_type` is set to T's `llama_ftype`. The input must hold its matrices in F32,
-//! F16, BF16 or Q8_0 (what llama-quantize requantizes without `--allow-requantize`).
+//! matrices quantized on the GPU (`vkml_ops::quant::quantize`: ggml's reference arithmetic,
+//! the CPU's bytes but where the device's division moves a value across a rounding
+//! boundary). Which tensor gets which type follows llama.cpp's `llama_tensor_get_type` and
+//! `llama_model_quantize_impl` for these types: 2-D `*.weight` tensors to T but the MoE
+//! router (`ffn_gate_inp`), 2-D norms and position / token-type embeddings, which are kept;
+//! `attn_k` and `attn_v` to Q8_0 in models of 8 experts; the output projection (or, with the
+//! head tied to it, the token embedding) to Q6_K (on the CPU, vkml-quant), or Q8_0 where T is
+//! Q8_0 or its rows are not whole 256-value blocks; rows that are not whole blocks of T (where
+//! llama.cpp stops) and 1-D tensors as they are. `general.file_type` is set to T's
+//! `llama_ftype` and `general.quantization_version` to 2. The input must hold its matrices in
+//! F32, F16, BF16 or Q8_0 (llama-quantize takes a quantized input only with
+//! `--allow-requantize`; Q8_0 is taken here as the issue of a Q8_0 checkpoint).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -46,11 +50,18 @@ enum Plan {
 }
 
 /// llama.cpp's choice for tensor `t` of a file whose head is `output.weight` (`has_output`)
-/// or tied to the token embedding, quantized to `ty`.
-fn plan(t: &TensorInfo, ty: GgmlType, has_output: bool) -> Plan {
+/// or tied to the token embedding, with `n_expert` experts, quantized to `ty`.
+fn plan(t: &TensorInfo, ty: GgmlType, has_output: bool, n_expert: u64) -> Plan {
     let k = t.dims.first().copied().unwrap_or(0) as usize;
-    if t.dims.len() < 2 || !t.name.ends_with(".weight") {
+    let kept = ["ffn_gate_inp.weight", "_norm.weight", "position_embd.weight", "token_types.weight"];
+    if t.dims.len() < 2 || !t.name.ends_with(".weight") || kept.iter().any(|s| t.name.ends_with(s)) {
         return Plan::Keep;
+    }
+    if n_expert == 8
+        && (t.name.ends_with("attn_k.weight") || t.name.ends_with("attn_v.weight"))
+        && k.is_multiple_of(GgmlType::Q8_0.block_size())
+    {
+        return Plan::Gpu(GgmlType::Q8_0);
     }
     let head = t.name == "output.weight" || (!has_output && t.name == "token_embd.weight");
     if head {
@@ -102,7 +113,17 @@ pub fn run(a: Args) -> Result<(), String> {
     let t0 = Instant::now();
     let f = GgufFile::open(&a.input).map_err(|e| format!("{}: {e}", a.input.display()))?;
     let has_output = f.header().tensor("output.weight").is_some();
-    let plans: Vec<Plan> = f.tensors().iter().map(|t| plan(t, ty, has_output)).collect();
+    let n_expert = f
+        .metadata()
+        .iter()
+        .find(|(key, _)| key.ends_with(".expert_count"))
+        .and_then(|(_, v)| match v {
+            GgufValue::U32(n) => Some(u64::from(*n)),
+            GgufValue::U64(n) => Some(*n),
+            _ => None,
+        })
+        .unwrap_or(0);
+    let plans: Vec<Plan> = f.tensors().iter().map(|t| plan(t, ty, has_output, n_expert)).collect();
     if let Some(t) = f
         .tensors()
         .iter()
@@ -124,6 +145,7 @@ pub fn run(a: Args) -> Result<(), String> {
         w.push_kv(key.clone(), value.clone());
     }
     w.set_kv("general.file_type", Some(GgufValue::U32(ftype)));
+    w.set_kv("general.quantization_version", Some(GgufValue::U32(2)));
     let total: u64 = f.tensors().iter().map(|t| t.n_bytes).sum();
     let bar = indicatif::ProgressBar::new(total).with_style(
         indicatif::ProgressStyle::with_template("quantizing {bar:40} {bytes}/{total_bytes} {eta}")

@@ -9,9 +9,10 @@
 // (d = max / -8, / -16), Q4_1 and Q5_1 by the range (d = (max - min) / 15, / 31, m = min),
 // Q8_0 and Q8_1 by the largest magnitude (d = amax / 127; Q8_1 also s = sum(q) d); the
 // quants x / d truncated after adding 8.5, 16.5 or 0.5 (saturating, NaN to 0), or rounded
-// half away from zero (Q8), d and m stored as f16 rounded to nearest even. Division and
-// reciprocal are the device's (not correctly rounded in Vulkan), so a value that sits on a
-// rounding boundary may land one quant step away from the CPU's.
+// half away from zero (Q8), d and m stored as f16 rounded to nearest even. Vulkan does not
+// round division correctly: the divisions by -8 and -16 are exact products here, the others
+// and the reciprocal are the device's, so where it rounds them otherwise a value on a
+// rounding boundary may land one quant step away from the CPU's (lavapipe divides exactly).
 // Each invocation writes two consecutive blocks of a part (whole 32-bit words: 2 blocks of
 // any of these types are a multiple of 4 bytes), blocks packed from byte 0.
 // Bindings: 0 = x (f32), 1 = y (the part's blocks, as words). Push constants: x_off (element
@@ -74,10 +75,10 @@ void quantize_block(uint b, uint at) {
         }
     }
 #if defined(Q4_0)
-    precise float d = vmax / -8.0;
+    precise float d = vmax * -0.125; // = vmax / -8, exactly
     const float OFF = 8.5, TOP = 15.0;
 #else
-    precise float d = vmax / -16.0;
+    precise float d = vmax * -0.0625; // = vmax / -16, exactly
     const float OFF = 16.5, TOP = 31.0;
 #endif
     precise float id = d != 0.0 ? 1.0 / d : 0.0;
