@@ -66,6 +66,20 @@ fn rows_per_part(dev: &Device, op: &'static str, row_bytes: u64, max_part_bytes:
     Ok(usize::try_from(rows).unwrap_or(usize::MAX))
 }
 
+/// Bytes of a row of `k` values of `ty`, checked for `op`: a type with kernels and a
+/// positive whole number of blocks.
+fn row_bytes(op: &'static str, ty: GgmlType, k: usize) -> Result<u64> {
+    type_kernels(op, ty)?;
+    let bs = ty.block_size();
+    if k == 0 || !k.is_multiple_of(bs) {
+        return Err(OpsError::Shape {
+            op,
+            reason: format!("row length {k} is not a positive multiple of the {ty:?} block size {bs}"),
+        });
+    }
+    Ok((k / bs * ty.type_size()) as u64)
+}
+
 /// Device buffers for `rows` rows of `row_bytes` bytes in parts of at most `per_part` rows
 /// (at least one part, each padded to whole 32-bit words: the kernels read `uint[]`).
 fn alloc_parts(dev: &Device, rows: usize, row_bytes: u64, per_part: usize) -> Result<Vec<QPart>> {
@@ -101,15 +115,7 @@ impl QMatrix {
     /// # Errors
     /// As [`QMatrix::upload`] for the type and shape; HAL errors from allocation.
     pub fn alloc(dev: &Device, ty: GgmlType, rows: usize, k: usize) -> Result<QMatrix> {
-        type_kernels("QMatrix::alloc", ty)?;
-        let bs = ty.block_size();
-        if k == 0 || !k.is_multiple_of(bs) {
-            return Err(OpsError::Shape {
-                op: "QMatrix::alloc",
-                reason: format!("row length {k} is not a positive multiple of the {ty:?} block size {bs}"),
-            });
-        }
-        let row_bytes = (k / bs * ty.type_size()) as u64;
+        let row_bytes = row_bytes("QMatrix::alloc", ty, k)?;
         let per_part = rows_per_part(dev, "QMatrix::alloc", row_bytes, u64::MAX)?;
         let parts = alloc_parts(dev, rows, row_bytes, per_part)?;
         Ok(QMatrix { parts, ty, rows, k, row_bytes, done_count: std::sync::OnceLock::new() })
@@ -128,15 +134,7 @@ impl QMatrix {
         bytes: &[u8],
         max_part_bytes: u64,
     ) -> Result<QMatrix> {
-        type_kernels("QMatrix::upload", ty)?;
-        let bs = ty.block_size();
-        if k == 0 || !k.is_multiple_of(bs) {
-            return Err(OpsError::Shape {
-                op: "QMatrix::upload",
-                reason: format!("row length {k} is not a positive multiple of the {ty:?} block size {bs}"),
-            });
-        }
-        let row_bytes = (k / bs * ty.type_size()) as u64;
+        let row_bytes = row_bytes("QMatrix::upload", ty, k)?;
         let want = row_bytes.checked_mul(rows as u64);
         if want != Some(bytes.len() as u64) {
             return Err(OpsError::Shape {
