@@ -101,6 +101,18 @@ fn encoding_rounds_saturates_and_keeps_nans_as_candle_does() {
     }
 }
 
+/// `full` of F8E4M3 (a contiguous fill, and a strided view set through the byte kernel)
+/// holds candle's encoding of the value.
+#[test]
+fn full_of_f8e4m3_holds_candles_bits() {
+    let dev = vulkan_device();
+    for (v, dims) in [(1.0f64, vec![7usize]), (-3.3, vec![4, 8]), (500.0, vec![3])] {
+        let got = VTensor::full(v, dims.as_slice(), DType::F8E4M3, &dev).unwrap().to_candle().unwrap();
+        let want = CTensor::full(float8::F8E4M3::from_f64(v), dims.as_slice(), &Cpu::Cpu).unwrap();
+        assert_eq!(bits(&got), bits(&want), "full({v})");
+    }
+}
+
 #[test]
 fn what_has_no_kernel_is_a_clear_error() {
     let dev = vulkan_device();

@@ -77,6 +77,7 @@ where
             DType::F16 => candle_core::scalar::Scalar::F16(half::f16::from_f64(value)),
             DType::F32 => candle_core::scalar::Scalar::F32(value as f32),
             DType::F64 => candle_core::scalar::Scalar::F64(value),
+            DType::F8E4M3 => candle_core::scalar::Scalar::F8E4M3(float8::F8E4M3::from_f64(value)),
             other => return Err(candle_core::Error::UnsupportedDTypeForOp(other, "full")),
         };
         st.const_set(v, &Layout::contiguous(shape.clone()))?;

@@ -395,6 +395,7 @@ impl BackendStorage for VulkanStorage {
             Scalar::BF16(x) => Some(u32::from(x.to_bits()) * 0x1_0001),
             Scalar::I16(x) => Some(u32::from(x as u16) * 0x1_0001),
             Scalar::U8(x) => Some(u32::from(x) * 0x0101_0101),
+            Scalar::F8E4M3(x) => Some(u32::from(x.to_bits()) * 0x0101_0101),
             _ => None,
         };
         let es = self.dtype.size_in_bytes();
@@ -405,9 +406,13 @@ impl BackendStorage for VulkanStorage {
             _ => {
                 // Strided or unaligned: a one-element storage of the value, broadcast by
                 // a strided copy (which refuses a destination that writes an element twice).
+                // F8E4M3 (held as bytes): its bits through the U8 kernel.
+                let (v, dt) = match v {
+                    Scalar::F8E4M3(x) => (Scalar::U8(x.to_bits()), vkml_ops::Dtype::U8),
+                    v => (v, ops_dtype(self.dtype, "const_set")?),
+                };
                 let one = self.device.storage_from_slice_scalar(v)?;
                 let strides = vec![0; l.dims().len()];
-                let dt = ops_dtype(self.dtype, "const_set")?;
                 let src = View { buffer: &one.buffer, offset: 0, strides: &strides };
                 self.device.with_stream(|s| elementwise::copy(s, l.dims(), dt, src, dt, self.view(l)).map_err(cerr))
             }
