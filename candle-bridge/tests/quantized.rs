@@ -2,7 +2,8 @@
 //! `GgmlDType` crosses to the device and back with its bytes unchanged; `QMatMul::forward`
 //! gives the product of the dequantized weight in f64 (to f32 summation) and candle's CPU
 //! `QMatMul` (to the Q8 rounding of x its dot products make), for x of any leading dims,
-//! f32 and f16, on the mat-vec and the mat-mat kernels.
+//! f32 and f16, on the mat-vec and the mat-mat kernels (within candle's bound where the
+//! device's kernels round x themselves).
 
 mod common;
 use common::{values, vulkan_device, vulkan_device_mat_mat_from};
@@ -68,6 +69,13 @@ fn rel(a: &[f32], b: &[f64]) -> f64 {
 fn qmatmul_matches_the_dequantized_product_and_candles_cpu() {
     let (n, k) = (48, 256);
     for (what, dev) in [("mat-vec", vulkan_device()), ("mat-mat", vulkan_device_mat_mat_from(2))] {
+        // Kernels that round x (to Q8_1 on integer-dot mat-vecs, to f16 on tensor-core
+        // mat-mats, as on NVIDIA) meet the exact product within candle's own bound; lavapipe's
+        // multiply f32 x.
+        let caps = dev.hal().caps();
+        let rounds_x = vkml_ops::tuning::q8_1_activations(caps)
+            || (what == "mat-mat" && vkml_ops::tuning::coopmat_subgroup_size(caps).is_some());
+        let (tol, tol16) = if rounds_x { (3e-2, 3e-2) } else { (1e-5, 2e-3) };
         for (i, dt) in ALL.into_iter().enumerate() {
             let q = cpu_qtensor(&[n, k], dt, 10 + i as u64);
             let w: Vec<f32> = q.dequantize(&Cpu::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
@@ -90,7 +98,7 @@ fn qmatmul_matches_the_dequantized_product_and_candles_cpu() {
                     })
                     .collect();
                 let r = rel(&got, &exact);
-                assert!(r < 1e-5, "{case}: {r} from the dequantized product");
+                assert!(r < tol, "{case}: {r} from the dequantized product");
                 // candle's CPU QMatMul (its dequantized F32/F16/BF16 weights take no 1-D x).
                 if dims.len() > 1 {
                     let cx = CTensor::from_vec(xv.clone(), dims, &Cpu::Cpu).unwrap();
@@ -111,7 +119,7 @@ fn qmatmul_matches_the_dequantized_product_and_candles_cpu() {
                     .collect();
                 let got16: Vec<f32> = y16.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
                 let r = rel(&got16, &exact16);
-                assert!(r < 2e-3, "{case}: f16 x {r}");
+                assert!(r < tol16, "{case}: f16 x {r}");
             }
         }
     }
