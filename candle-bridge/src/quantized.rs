@@ -58,23 +58,17 @@ impl QTensor {
     /// The blocks of candle's `q` (its `data()`, any device) on `dev`.
     ///
     /// # Errors
-    /// A shape of no dims or whose last dim is not a whole number of blocks; a byte count
-    /// that is not the shape's; device errors (out of memory names the size).
+    /// A shape of no dims or whose last dim is not a whole number of blocks, and a byte
+    /// count that is not the shape's (`QMatrix::upload`'s checks); device errors (out of
+    /// memory names the size).
     pub fn from_candle(q: &candle_core::quantized::QTensor, dev: &VulkanDevice) -> CResult<QTensor> {
         let (dtype, shape) = (q.dtype(), q.shape().clone());
         let ty = ggml_type(dtype);
         let Some(&k) = shape.dims().last() else {
             candle_core::bail!("a quantized tensor of shape {shape:?} has no rows of values")
         };
-        if !k.is_multiple_of(ty.block_size()) {
-            candle_core::bail!("rows of {k} {dtype:?} values are not whole blocks of {}", ty.block_size())
-        }
         let rows = shape.elem_count() / k.max(1);
         let bytes = q.data()?;
-        let want = rows * k / ty.block_size() * ty.type_size();
-        if bytes.len() != want {
-            candle_core::bail!("{dtype:?} {shape:?} holds {} bytes, not {want}", bytes.len())
-        }
         let matrix = QMatrix::upload(dev.hal(), ty, rows, k, &bytes).map_err(|e| dev.named_error(e))?;
         Ok(QTensor { matrix, dtype, shape, device: dev.clone() })
     }
@@ -108,15 +102,7 @@ impl QTensor {
     pub fn to_candle(&self) -> CResult<candle_core::quantized::QTensor> {
         // Blocks written on the device (`quantize`) are recorded work: submit it first.
         self.device.flush()?;
-        let m = &self.matrix;
-        let row_bytes = m.row_bytes() as usize;
-        let mut bytes = vec![0u8; m.rows() * row_bytes];
-        for part in m.parts() {
-            let at = part.row0() * row_bytes;
-            part.buffer()
-                .read(0, &mut bytes[at..at + part.rows() * row_bytes])
-                .map_err(|e| self.device.named_error(e))?;
-        }
+        let bytes = self.matrix.read_blocks().map_err(cerr)?;
         let storage = candle_core::quantized::QStorage::from_data(
             std::borrow::Cow::Owned(bytes),
             &candle_core::Device::Cpu,

@@ -84,18 +84,14 @@ fn plan(t: &TensorInfo, ty: GgmlType, has_output: bool, n_expert: u64) -> Plan {
 fn gpu_quantize(dev: &Device, s: &mut Stream, ty: GgmlType, x: &[f32], k: usize) -> Result<Vec<u8>, String> {
     let rows = x.len() / k;
     let per = ((dev.caps().limits.max_storage_buffer_range / 4) as usize / k).clamp(1, rows.max(1));
-    let row_bytes = k / ty.block_size() * ty.type_size();
-    let mut out = vec![0u8; rows * row_bytes];
+    let mut out = Vec::with_capacity(rows * (k / ty.block_size() * ty.type_size()));
     for r0 in (0..rows).step_by(per) {
         let n = per.min(rows - r0);
         let xb = dev.upload(&x[r0 * k..(r0 + n) * k]).map_err(|e| e.to_string())?;
         let m = QMatrix::alloc(dev, ty, n, k).map_err(|e| e.to_string())?;
         quantize(s, &xb, &m).map_err(|e| e.to_string())?;
         s.finish_and_wait().map_err(|e| e.to_string())?;
-        for part in m.parts() {
-            let at = (r0 + part.row0()) * row_bytes;
-            part.buffer().read(0, &mut out[at..at + part.rows() * row_bytes]).map_err(|e| e.to_string())?;
-        }
+        out.extend(m.read_blocks().map_err(|e| e.to_string())?);
     }
     Ok(out)
 }
@@ -128,7 +124,7 @@ pub fn run(a: Args) -> Result<(), String> {
         .tensors()
         .iter()
         .zip(&plans)
-        .find_map(|(t, p)| (!matches!(p, Plan::Keep) && !SOURCES.contains(&t.ty) && t.ty != target(p)).then_some(t))
+        .find_map(|(t, p)| p.to().is_some_and(|to| to != t.ty && !SOURCES.contains(&t.ty)).then_some(t))
     {
         return Err(format!(
             "{}: tensor {} is {}: vkml requantizes matrices from F32, F16, BF16 or Q8_0 only (quantizing a \
@@ -185,10 +181,12 @@ pub fn run(a: Args) -> Result<(), String> {
     Ok(())
 }
 
-/// The type a plan writes (the tensor's own for `Keep`: never compared).
-fn target(p: &Plan) -> GgmlType {
-    match *p {
-        Plan::Gpu(t) | Plan::Cpu(t) => t,
-        Plan::Keep => GgmlType::F32,
+impl Plan {
+    /// The type the plan quantizes to (`None` for `Keep`).
+    fn to(&self) -> Option<GgmlType> {
+        match *self {
+            Plan::Gpu(t) | Plan::Cpu(t) => Some(t),
+            Plan::Keep => None,
+        }
     }
 }

@@ -39,21 +39,37 @@ fn back(y: VTensor, dtype: DType) -> CResult<VTensor> {
     }
 }
 
-/// `w` as the packed f32 the kernels take for a weight, checked to be `[n]`: a tensor that
-/// owns its buffer (a view of the caller's would leave the buffer to a temporary, recycled
-/// when it drops while the kernel has yet to read it).
+/// `y = f(x)` for `xs` of `[.., n]`: `f` records the kernel on the stream, given the kernel
+/// dtype ([`kernel_input`]), `x` packed from element 0, and `y` of the same shape in that
+/// dtype; the result in `xs`'s dtype ([`back`]). `x` (and its packed view) live until `f`
+/// has recorded.
+fn map_rows(
+    xs: &VTensor,
+    op: &'static str,
+    f: impl FnOnce(&mut vkml_hal::Stream, vkml_ops::Dtype, &vkml_hal::Buffer, &vkml_hal::Buffer) -> vkml_ops::Result<()>,
+) -> CResult<VTensor> {
+    let (dt, x) = kernel_input(xs, op)?;
+    let p = x.storage().packed(x.layout())?;
+    let l = candle_core::Layout::contiguous(x.shape().clone());
+    let y = p.map(&l, x.dtype(), |s, y| f(s, dt, p.buffer(), y))?;
+    back(VTensor::from_storage(y, x.shape().clone()), xs.dtype())
+}
+
+/// `w` as the packed f32 the kernels take for a weight, checked to be `[n]` ([`f32_packed`]).
 fn f32_weight(w: &VTensor, n: usize, what: &str, op: &str) -> CResult<VTensor> {
     if w.dims() != [n] {
         candle_core::bail!("{op}: {what} of shape {:?} for rows of {n}", w.dims())
     }
-    let w = if w.dtype() == DType::F32 { w.clone() } else { w.to_dtype(DType::F32)? };
-    packed_f32(&w)
+    f32_packed(w)
 }
 
-/// `t` packed from element 0 as a tensor holding its own (or `t`'s shared) storage.
-fn packed_f32(t: &VTensor) -> CResult<VTensor> {
+/// `t` as f32 packed from element 0, in a tensor that holds its buffer (a packed view of a
+/// temporary would leave the buffer to the recycler when the temporary drops, before the
+/// kernel reading it is recorded).
+fn f32_packed(t: &VTensor) -> CResult<VTensor> {
+    let t = if t.dtype() == DType::F32 { t.clone() } else { t.to_dtype(DType::F32)? };
     if t.layout().is_contiguous() && t.layout().start_offset() == 0 {
-        Ok(t.clone())
+        Ok(t)
     } else {
         t.contiguous()
     }

@@ -3,7 +3,7 @@
 
 use candle_core::Layout;
 
-use super::{back, f32_weight, kernel_input, CResult, VTensor};
+use super::{f32_weight, map_rows, CResult, VTensor};
 
 /// The softmax over the last dim (candle-nn's `ops::softmax_last_dim`): `exp(x - max) / sum`
 /// per row, kernel `softmax` (f32 arithmetic).
@@ -12,12 +12,8 @@ use super::{back, f32_weight, kernel_input, CResult, VTensor};
 /// A scalar `x`; a dtype other than F32, F16, BF16, F64; device errors.
 pub fn softmax_last_dim(xs: &VTensor) -> CResult<VTensor> {
     let Some(&n) = xs.dims().last() else { candle_core::bail!("softmax_last_dim of a scalar") };
-    let (dt, x) = kernel_input(xs, "softmax_last_dim")?;
-    let p = x.storage().packed(x.layout())?;
-    let rows = x.elem_count() / n.max(1);
-    let l = Layout::contiguous(x.shape().clone());
-    let y = p.map(&l, x.dtype(), |s, y| vkml_ops::nn::softmax(s, dt, p.buffer(), None, rows, n, 1.0, y))?;
-    back(VTensor::from_storage(y, x.shape().clone()), xs.dtype())
+    let rows = xs.elem_count() / n.max(1);
+    map_rows(xs, "softmax_last_dim", |s, dt, x, y| vkml_ops::nn::softmax(s, dt, x, None, rows, n, 1.0, y))
 }
 
 /// `x / sqrt(mean(x²) + eps) * alpha` over the last dim (candle-nn's `ops::rms_norm`;
@@ -27,14 +23,9 @@ pub fn softmax_last_dim(xs: &VTensor) -> CResult<VTensor> {
 /// `alpha` not `[n]`; dtypes as [`softmax_last_dim`]; device errors.
 pub fn rms_norm(xs: &VTensor, alpha: &VTensor, eps: f32) -> CResult<VTensor> {
     let Some(&n) = xs.dims().last() else { candle_core::bail!("rms_norm of a scalar") };
-    let (dt, x) = kernel_input(xs, "rms_norm")?;
     let w = f32_weight(alpha, n, "alpha", "rms_norm")?;
-    let p = x.storage().packed(x.layout())?;
-    let rows = x.elem_count() / n.max(1);
-    let l = Layout::contiguous(x.shape().clone());
-    let wb = w.storage().buffer();
-    let y = p.map(&l, x.dtype(), |s, y| vkml_ops::nn::rms_norm(s, dt, p.buffer(), Some(wb), rows, n, eps, y))?;
-    back(VTensor::from_storage(y, x.shape().clone()), xs.dtype())
+    let (rows, wb) = (xs.elem_count() / n.max(1), w.storage().buffer());
+    map_rows(xs, "rms_norm", |s, dt, x, y| vkml_ops::nn::rms_norm(s, dt, x, Some(wb), rows, n, eps, y))
 }
 
 /// `(x - mean) / sqrt(var + eps) * alpha + beta` over the last dim, biased variance
@@ -44,16 +35,10 @@ pub fn rms_norm(xs: &VTensor, alpha: &VTensor, eps: f32) -> CResult<VTensor> {
 /// `alpha` or `beta` not `[n]`; dtypes as [`softmax_last_dim`]; device errors.
 pub fn layer_norm(xs: &VTensor, alpha: &VTensor, beta: &VTensor, eps: f32) -> CResult<VTensor> {
     let Some(&n) = xs.dims().last() else { candle_core::bail!("layer_norm of a scalar") };
-    let (dt, x) = kernel_input(xs, "layer_norm")?;
     let w = f32_weight(alpha, n, "alpha", "layer_norm")?;
     let b = f32_weight(beta, n, "beta", "layer_norm")?;
-    let p = x.storage().packed(x.layout())?;
-    let rows = x.elem_count() / n.max(1);
-    let l = Layout::contiguous(x.shape().clone());
-    let (wb, bb) = (w.storage().buffer(), b.storage().buffer());
-    let y =
-        p.map(&l, x.dtype(), |s, y| vkml_ops::nn::layer_norm(s, dt, p.buffer(), Some(wb), Some(bb), rows, n, eps, y))?;
-    back(VTensor::from_storage(y, x.shape().clone()), xs.dtype())
+    let (rows, wb, bb) = (xs.elem_count() / n.max(1), w.storage().buffer(), b.storage().buffer());
+    map_rows(xs, "layer_norm", |s, dt, x, y| vkml_ops::nn::layer_norm(s, dt, x, Some(wb), Some(bb), rows, n, eps, y))
 }
 
 /// `1 / (1 + exp(-x))` element-wise (candle-nn's `ops::sigmoid`), kernel `unary.*` (f32

@@ -3,10 +3,9 @@
 //! with `cos`, `sin` of `[t', d/2]`, `t' >= t` (the first `t` rows used), kernel `rope.*`
 //! (f32 arithmetic).
 
-use candle_core::{DType, Layout};
 use vkml_ops::nn::{RopeShape, RopeStyle};
 
-use super::{back, kernel_input, CResult, VTensor};
+use super::{map_rows, CResult, VTensor};
 
 /// The rotation of `xs: [b, h, t, d]` (`token_major`: `[t, b h, d]` as the kernel reads
 /// it) by `cos`, `sin`: `[t', d/2]`.
@@ -33,17 +32,12 @@ fn rotate(
                 d / 2
             ),
         }
-        let c = if c.dtype() == DType::F32 { c.clone() } else { c.to_dtype(DType::F32)? };
-        super::packed_f32(&c)
+        super::f32_packed(c)
     };
     let (cs, sn) = (tables(cos, "cos")?, tables(sin, "sin")?);
-    let (dt, x) = kernel_input(xs, op)?;
-    let p = x.storage().packed(x.layout())?;
     let sh = RopeShape { bh, t, d, rot: d, pos_offset: 0, positions: cos.dims()[0], token_major };
-    let l = Layout::contiguous(x.shape().clone());
     let (cb, sb) = (cs.storage().buffer(), sn.storage().buffer());
-    let y = p.map(&l, x.dtype(), |s, y| vkml_ops::nn::rope(s, dt, style, p.buffer(), cb, sb, sh, y))?;
-    back(VTensor::from_storage(y, x.shape().clone()), xs.dtype())
+    map_rows(xs, op, |s, dt, x, y| vkml_ops::nn::rope(s, dt, style, x, cb, sb, sh, y))
 }
 
 /// candle-nn's `rotary_emb::rope`: `xs: [b, h, t, d]`, dims `i` and `i + d/2` rotated by

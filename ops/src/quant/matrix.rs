@@ -192,6 +192,22 @@ impl QMatrix {
         &self.parts
     }
 
+    /// The raw blocks of every row, in order (`rows * row_bytes` bytes, the GGUF layout),
+    /// read back from the device. Each part's read waits for the submission that last used
+    /// it; work recorded but not yet submitted is not waited for (submit it first).
+    ///
+    /// # Errors
+    /// HAL errors of the reads (device lost).
+    pub fn read_blocks(&self) -> Result<Vec<u8>> {
+        let rb = self.row_bytes as usize;
+        let mut out = vec![0u8; self.rows * rb];
+        for part in &self.parts {
+            let at = part.row0 * rb;
+            part.buffer.read(0, &mut out[at..at + part.rows * rb])?;
+        }
+        Ok(out)
+    }
+
     /// The rows of the matrices `parts`, in order, as one matrix (a copy recorded on `s`,
     /// itself in [`QPart`]s where it passes one binding): Q, K and V projections become one
     /// mat-vec ([`mat_vec`] writes `[q | k | v]` per batch column), gate and up one gated
