@@ -634,12 +634,12 @@ pub fn flash_attn_with(
     Ok(())
 }
 
-/// The group size (query values, 256 or 512) of the wide decode attention
-/// (`flash_attn_gqa.rope_*_wide{256,512}`, [`tuning::DECODE_ATTN_WIDE`]) for `g` query
-/// heads per KV head of dim `d`: where the architecture takes it
+/// The wide decode attention (`flash_attn_gqa.rope_*_wide{256,512}`,
+/// [`tuning::DECODE_ATTN_WIDE`]) for `g` query heads per KV head of dim `d`: its group size
+/// (query values, 256 or 512) and workgroup (invocations), where the architecture takes it
 /// ([`tuning::decode_attn_wide`]), the group fits, and the device has the workgroup and the
 /// smallest variant's shared memory; else `None` (the narrow `rope_*` variants).
-fn decode_wide_group(caps: &Capabilities, d: usize, g: usize) -> Option<usize> {
+fn decode_wide_group(caps: &Capabilities, d: usize, g: usize) -> Option<(usize, u32)> {
     let sg = tuning::DECODE_ATTN_WIDE.subgroups;
     let invocations = sg * caps.subgroup.min_size as usize;
     if !tuning::decode_attn_wide(caps) || invocations > caps.limits.max_workgroup_invocations as usize {
@@ -648,6 +648,16 @@ fn decode_wide_group(caps: &Capabilities, d: usize, g: usize) -> Option<usize> {
     [256, 512]
         .into_iter()
         .find(|&gd| g * d <= gd && caps.limits.max_shared_memory as usize >= gqa_shared(gd, sg) + ROPE_IN_SHARED)
+        .map(|gd| (gd, invocations as u32))
+}
+
+/// The split rule of the wide or the narrow decode attention.
+fn decode_config(wide: bool) -> tuning::DecodeAttnConfig {
+    if wide {
+        tuning::DECODE_ATTN_WIDE
+    } else {
+        tuning::DECODE_ATTN_NARROW
+    }
 }
 
 /// The form [`flash_attn_rope_decode`] runs in for `g` query heads per KV head of dim `d`
@@ -655,11 +665,7 @@ fn decode_wide_group(caps: &Capabilities, d: usize, g: usize) -> Option<usize> {
 /// [`tuning::DecodeAttnConfig::splits`] the caller's split count should follow (a replayed
 /// step's grid: the splits for the most keys it will see).
 pub fn decode_attn_config(caps: &Capabilities, d: usize, g: usize) -> tuning::DecodeAttnConfig {
-    if decode_wide_group(caps, d, g).is_some() {
-        tuning::DECODE_ATTN_WIDE
-    } else {
-        tuning::DECODE_ATTN_NARROW
-    }
+    decode_config(decode_wide_group(caps, d, g).is_some())
 }
 
 /// Whether [`flash_attn_rope_decode`] takes a call of shape `sh` over caches of head
@@ -708,9 +714,9 @@ pub struct DecodePrologue<'a> {
 /// the keys that position sees run (at most `sh.n_splits`; a grid of its splits for
 /// `sh.visible_len()` keys covers every position up to `sh.q_pos0`, with the bits of a
 /// dispatch recorded at that position). The workgroup shape and split rule are
-/// [`decode_attn_config`]'s; the caller's `sh.n_splits` should follow it. A position past `sh.q_pos0` is the
-/// caller's error: the rotation reads past the tables, and a key past the cache's slots
-/// overwrites another.
+/// [`decode_attn_config`]'s; the caller's `sh.n_splits` should follow it. A position past
+/// `sh.q_pos0` is the caller's error: the rotation reads past the tables, and a key past the
+/// cache's slots overwrites another.
 ///
 /// # Errors
 /// [`OpsError::Shape`] where [`decode_fuses_rope`] does not hold, and as
@@ -777,14 +783,12 @@ pub fn flash_attn_rope_decode(
         }
     }
     let g = sh.n_heads / k_cache.n_kv_heads;
-    let (mut wg, npl) = gqa_kernel(dev.caps(), d, g).expect("checked by decode_fuses_rope");
+    let (narrow_wg, npl) = gqa_kernel(dev.caps(), d, g).expect("checked by decode_fuses_rope");
     let wide = decode_wide_group(dev.caps(), d, g);
-    let cfg = decode_attn_config(dev.caps(), d, g);
-    if wide.is_some() {
-        wg = (tuning::DECODE_ATTN_WIDE.subgroups as u32) * dev.caps().subgroup.min_size;
-    }
+    let cfg = decode_config(wide.is_some());
+    let wg = wide.map_or(narrow_wg, |(_, wg)| wg);
     use crate::nn::RopeStyle::{Interleaved, Neox};
-    let name = match (rope.style, wide) {
+    let name = match (rope.style, wide.map(|(gd, _)| gd)) {
         (Neox, None) => "flash_attn_gqa.rope_neox_f32",
         (Interleaved, None) => "flash_attn_gqa.rope_interleaved_f32",
         (Neox, Some(256)) => "flash_attn_gqa.rope_neox_f32_wide256",
