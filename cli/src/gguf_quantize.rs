@@ -54,7 +54,8 @@ enum Plan {
 fn plan(t: &TensorInfo, ty: GgmlType, has_output: bool, n_expert: u64) -> Plan {
     let k = t.dims.first().copied().unwrap_or(0) as usize;
     let kept = ["ffn_gate_inp.weight", "_norm.weight", "position_embd.weight", "token_types.weight"];
-    if t.dims.len() < 2 || !t.name.ends_with(".weight") || kept.iter().any(|s| t.name.ends_with(s)) {
+    // Empty rows (k = 0, a GGUF may declare them) have nothing to quantize.
+    if k == 0 || t.dims.len() < 2 || !t.name.ends_with(".weight") || kept.iter().any(|s| t.name.ends_with(s)) {
         return Plan::Keep;
     }
     if n_expert == 8
