@@ -76,8 +76,11 @@ impl QTensor {
     /// `src` (`[.., k]`, any float dtype, on a Vulkan device) quantized to `dtype` on the
     /// device (candle's `QTensor::quantize`; `vkml_ops::quant::quantize`): the bytes of
     /// vkml-quant's CPU quantizers (ggml's reference) but where the device's division moves
-    /// a value across a rounding boundary (then one quant one step away). The GPU writes
-    /// `vkml_ops::quant::GPU_QUANTIZED`; other types are an error naming them.
+    /// a value of a block of 32 across a rounding boundary (then one quant one step away),
+    /// or where a device flushes subnormal intermediates of the k-quants' scale searches
+    /// (sub-blocks of values below about 1e-5). The GPU writes `vkml_ops::quant::GPU_QUANTIZED` (the
+    /// blocks of 32 and all the k-quants, Q2_K to Q8_K, of candle's types); the float types
+    /// are an error naming them.
     ///
     /// # Errors
     /// A type the GPU does not quantize; a last dim that is not whole blocks; an input past

@@ -1,5 +1,6 @@
-//! Quantizing on the GPU: f32 values to GGML blocks in a [`QMatrix`] (kernel
-//! `quantize.comp`), as vkml-quant's CPU quantizers (ggml's `quantize_row_*_ref`) do it.
+//! Quantizing on the GPU: f32 values to GGML blocks in a [`QMatrix`] (kernels
+//! `quantize.comp` for the blocks of 32, `quantize_k.comp` for the k-quants and IQ4_NL /
+//! IQ4_XS), as vkml-quant's CPU quantizers (ggml's `quantize_row_*_ref`) do it.
 
 use vkml_hal::{Buffer, Stream};
 use vkml_quant::GgmlType;
@@ -9,26 +10,66 @@ use crate::error::{OpsError, Result};
 use crate::launch::{grid, pipeline, push_words};
 
 /// The types [`quantize`] writes.
-pub const GPU_QUANTIZED: [GgmlType; 6] =
-    [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q8_1];
+pub const GPU_QUANTIZED: [GgmlType; 14] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q8_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::Q8_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+];
 
 /// Records the quantization of `x: f32[m.rows() * m.k()]` (row-major, packed from element 0)
-/// into `m`'s blocks, every part of it: one dispatch per part, each invocation two blocks.
-/// The bytes are the CPU's but where the device's division or reciprocal (not correctly
-/// rounded in Vulkan) moves a value across a rounding boundary: one quant one step away.
+/// into `m`'s blocks, every part of it: one dispatch per part, each invocation two blocks
+/// (the blocks of 32; Q6_K, Q3_K, IQ4_NL, whose blocks are not whole 32-bit words) or one
+/// (the other super-blocks of 256).
+///
+/// The bytes are the CPU's (vkml-quant's `quantize`, over the whole of `x`), but:
+/// - the blocks of 32 (`quantize.comp`) use the device's division and reciprocal, not
+///   correctly rounded in Vulkan (lavapipe's are): where they round otherwise, a value
+///   across a rounding boundary, one quant one step away;
+/// - the k-quants and IQ4 types (`quantize_k.comp`) divide and take square roots correctly
+///   rounded in integer arithmetic (a scale search is sensitive to the last bit), so they
+///   differ only where intermediates go subnormal (the fits multiply sums of x^2 and x^3:
+///   sub-blocks of values below about 1e-5) on a device that flushes those to zero;
+/// - the CPU's IQ4_NL gives a block whose largest magnitude is below 1e-15 (scale 0) the
+///   quants of the previous block that is not (ggml's scratch buffer); the device looks for
+///   it up to 16 blocks back, so after a longer run of such blocks its quants are zeros
+///   (both decode to zeros).
+///
+/// The k-quants cost more than a pass over memory (on an H200, 4096 x 4096 f32 to Q4_K takes
+/// about 2.4 ms, to Q4_0 73 µs): one invocation searches a whole super-block's scales.
 ///
 /// # Errors
-/// [`OpsError::UnsupportedType`] for types other than [`GPU_QUANTIZED`] (the k-quants and
-/// IQ types are quantized on the CPU, `vkml_quant::quantize`); [`OpsError::Shape`] for an
-/// `x` too small or past one binding; HAL errors.
+/// [`OpsError::UnsupportedType`] for types other than [`GPU_QUANTIZED`] (the float types,
+/// TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0 and Q2_0 are quantized on the CPU, `vkml_quant::quantize`;
+/// the grid IQ types nowhere); [`OpsError::Shape`] for an `x` too small or past one binding;
+/// HAL errors.
 pub fn quantize(s: &mut Stream, x: &Buffer, m: &QMatrix) -> Result<()> {
-    let name = match m.ty() {
-        GgmlType::Q4_0 => "quantize.q4_0",
-        GgmlType::Q4_1 => "quantize.q4_1",
-        GgmlType::Q5_0 => "quantize.q5_0",
-        GgmlType::Q5_1 => "quantize.q5_1",
-        GgmlType::Q8_0 => "quantize.q8_0",
-        GgmlType::Q8_1 => "quantize.q8_1",
+    // The kernel and the blocks each invocation writes.
+    let (name, per_invocation) = match m.ty() {
+        GgmlType::Q4_0 => ("quantize.q4_0", 2),
+        GgmlType::Q4_1 => ("quantize.q4_1", 2),
+        GgmlType::Q5_0 => ("quantize.q5_0", 2),
+        GgmlType::Q5_1 => ("quantize.q5_1", 2),
+        GgmlType::Q8_0 => ("quantize.q8_0", 2),
+        GgmlType::Q8_1 => ("quantize.q8_1", 2),
+        GgmlType::Q4_K => ("quantize_k.q4_k", 1),
+        GgmlType::Q5_K => ("quantize_k.q5_k", 1),
+        GgmlType::Q6_K => ("quantize_k.q6_k", 2),
+        GgmlType::Q2_K => ("quantize_k.q2_k", 1),
+        GgmlType::Q3_K => ("quantize_k.q3_k", 2),
+        GgmlType::Q8_K => ("quantize_k.q8_k", 1),
+        GgmlType::IQ4_NL => ("quantize_k.iq4_nl", 2),
+        GgmlType::IQ4_XS => ("quantize_k.iq4_xs", 1),
         ty => {
             return Err(OpsError::UnsupportedType {
                 op: "quantize",
@@ -51,13 +92,13 @@ pub fn quantize(s: &mut Stream, x: &Buffer, m: &QMatrix) -> Result<()> {
     }
     const WG: u32 = 64;
     let p = pipeline(&dev, name, WG)?;
-    let blocks_per_row = (m.k() / 32) as u64;
+    let blocks_per_row = (m.k() / m.ty().block_size()) as u64;
     for part in m.parts() {
         let n_blocks = part.rows() as u64 * blocks_per_row;
         let words = (part.rows() as u64 * m.row_bytes()).div_ceil(4);
         let x_off = part.row0() as u64 * m.k() as u64;
         let pc = push_words(&[x_off as u32, n_blocks as u32, words as u32]);
-        let g = grid(&dev, "quantize", n_blocks.div_ceil(2).div_ceil(u64::from(WG)))?;
+        let g = grid(&dev, "quantize", n_blocks.div_ceil(per_invocation).div_ceil(u64::from(WG)))?;
         s.dispatch(&p, &[x.into(), part.buffer().into()], &pc, g)?;
     }
     Ok(())
