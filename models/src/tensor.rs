@@ -69,6 +69,15 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     /// As [`ModelTensor::rms_norm`], [`ModelTensor::qmatmul`] and [`ModelTensor::qmatmul_glu`].
     fn rms_norm_linear(&self, nw: &Self, eps: f32, w: &S::QWeight, act: Option<GluActivation>) -> CResult<Self>;
 
+    /// `rms_norm(self, nw, eps)`, [`ModelTensor::qmatmul`] with `w`, then
+    /// [`ModelTensor::softcap`] at `cap`: a soft-capped output head (Gemma 2), in one
+    /// [`ModelStorage::rms_norm_linear_softcap`] call (the cap in the product's store where
+    /// the backend can).
+    ///
+    /// # Errors
+    /// As [`ModelTensor::rms_norm_linear`].
+    fn rms_norm_linear_softcap(&self, nw: &Self, eps: f32, w: &S::QWeight, cap: f32) -> CResult<Self>;
+
     /// This tensor on `dev` ([`ModelStorage::to_device`]): itself where it is already
     /// there, else a contiguous copy.
     ///
@@ -188,19 +197,14 @@ where
     }
 
     fn rms_norm_linear(&self, nw: &Self, eps: f32, w: &S::QWeight, act: Option<GluActivation>) -> CResult<Self> {
-        let (rows, k) = S::qweight_dims(w);
-        let &[t, kk] = self.dims() else {
-            candle_core::bail!("rms_norm_linear takes [t, k] activations, got {:?}", self.dims())
-        };
-        if nw.dims() != [k] || kk != k || (act.is_some() && !rows.is_multiple_of(2)) {
-            candle_core::bail!(
-                "rms_norm_linear: activations [{t}, {kk}], norm weight {:?}, a [{rows}, {k}] weight{}",
-                nw.dims(),
-                if act.is_some() { " (stacked gate/up)" } else { "" }
-            )
-        }
-        let out = if act.is_some() { rows / 2 } else { rows };
+        let (t, out) = norm_linear_dims::<S>(self, nw, w, act, "rms_norm_linear")?;
         let st = self.storage().rms_norm_linear(self.layout(), nw.storage(), nw.layout(), eps, w, act)?;
+        Ok(Self::from_storage(st, (t, out)))
+    }
+
+    fn rms_norm_linear_softcap(&self, nw: &Self, eps: f32, w: &S::QWeight, cap: f32) -> CResult<Self> {
+        let (t, out) = norm_linear_dims::<S>(self, nw, w, None, "rms_norm_linear_softcap")?;
+        let st = self.storage().rms_norm_linear_softcap(self.layout(), nw.storage(), nw.layout(), eps, w, cap)?;
         Ok(Self::from_storage(st, (t, out)))
     }
 
@@ -311,4 +315,28 @@ where
         candle_core::bail!("rope tables at an offset into their storage")
     }
     Ok((c, s, positions, 2 * half))
+}
+
+/// `[t, out]` of a norm and product of `x: [t, k]` with norm weight `nw: [k]` and `w`
+/// (`act`: the stacked gate/up rows, `out` half of them), or an error naming `op`.
+fn norm_linear_dims<S: ModelStorage>(
+    x: &Tensor<S>,
+    nw: &Tensor<S>,
+    w: &S::QWeight,
+    act: Option<GluActivation>,
+    op: &str,
+) -> CResult<(usize, usize)>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    let (rows, k) = S::qweight_dims(w);
+    let &[t, kk] = x.dims() else { candle_core::bail!("{op} takes [t, k] activations, got {:?}", x.dims()) };
+    if nw.dims() != [k] || kk != k || (act.is_some() && !rows.is_multiple_of(2)) {
+        candle_core::bail!(
+            "{op}: activations [{t}, {kk}], norm weight {:?}, a [{rows}, {k}] weight{}",
+            nw.dims(),
+            if act.is_some() { " (stacked gate/up)" } else { "" }
+        )
+    }
+    Ok((t, if act.is_some() { rows / 2 } else { rows }))
 }

@@ -1019,7 +1019,11 @@ fn split_matrices_match_cpu() {
         let rows_out = dev.alloc(4 * (ids.len() * k) as u64, MemoryKind::DeviceLocal).unwrap();
         let mut s = Stream::new(&dev).unwrap();
         quant::dequantize(&mut s, &m, &out).unwrap();
+        let d0 = s.stats().dispatches;
         quant::get_rows(&mut s, &m, &idb, ids.len(), &rows_out).unwrap();
+        // One lookup per four parts (get_rows_parts.comp) where the device binds 7 buffers.
+        let per = if dev.caps().limits.max_storage_buffers_per_stage >= 7 { quant::GET_ROWS_PARTS } else { 1 };
+        assert_eq!(s.stats().dispatches - d0, parts.len().div_ceil(per) as u64, "{ty:?}: get_rows dispatches");
         s.finish_and_wait().unwrap();
         let got = out.to_vec::<f32>().unwrap();
         assert!(got.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty:?} dequantize");
@@ -1256,6 +1260,8 @@ fn rms_norm_mat_vec_matches_cpu() {
         (GgmlType::Q8_0, dot_x, silu, 1),
         (GgmlType::Q4_0, dot_x, MatVecEpilogue::Store, 2),
         (GgmlType::Q4_1, plain, MatVecEpilogue::Add, 1),
+        (GgmlType::Q8_0, dot_x, MatVecEpilogue::Softcap(4.0), 1),
+        (GgmlType::Q4_1, block, MatVecEpilogue::Softcap(4.0), 2),
     ] {
         let glu = matches!(ep, MatVecEpilogue::Glu(_));
         let rows = if glu { 2 * n } else { n };
@@ -1329,6 +1335,8 @@ fn rms_norm_mat_vec_matches_cpu() {
                         let (u, tu) = dotp(n + r);
                         (act(a, g) * u, 1.13 * tg * u.abs() + act(a, g).abs() * tu + 1.13 * tg * tu)
                     }
+                    // tanh's slope is at most 1: the product's error, plus tanh's own.
+                    MatVecEpilogue::Softcap(c) => ((g / f64::from(c)).tanh() * f64::from(c), tg + 1e-6 * f64::from(c)),
                 };
                 assert!((got - want).abs() <= tol, "{ty:?} {ep:?} batch {b} row {r}: gpu {got} cpu {want} (tol {tol})");
             }
@@ -1594,5 +1602,72 @@ fn mat_mat_f16_x_equals_converted_x() {
     let (a, b): (Vec<f32>, Vec<f32>) = (y.to_vec().unwrap(), y2.to_vec().unwrap());
     assert_eq!(a, b);
     assert!(a.iter().any(|&v| v != 0.0));
+    assert_clean(&dev);
+}
+
+/// The soft-capping epilogue (Gemma 2's head: `MatVecEpilogue::Softcap`, and
+/// `LinearEpilogue::Softcap` behind a norm, through the mat-vec and the mat-mat) gives the
+/// bits of the product followed by `elementwise::softcap`, on one part and on five, on
+/// the device's launch and the per-element kernel; the cap bites (half the largest logit).
+#[test]
+fn softcap_epilogue_equals_softcap_after_the_product() {
+    use vkml_ops::elementwise::{self, View};
+    let dev = device();
+    let opts = quant::LinearOptions::new(dev.caps());
+    let configs = [vkml_ops::tuning::mat_vec_config(dev.caps()), mat_vec_configs(&dev)[0]];
+    for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::F16] {
+        let bs = ty.block_size().max(32);
+        let (rows, k) = (300, 2 * bs);
+        let bytes = encode(ty, &weights(rows, k, 31));
+        let row_bytes = (bytes.len() / rows) as u64;
+        let whole = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+        let split = QMatrix::upload_in_parts(&dev, ty, rows, k, &bytes, 70 * row_bytes).unwrap();
+        let nw: Vec<f32> = weights(1, k, 32).iter().map(|v| 1.0 + 0.5 * v).collect();
+        let nwb = dev.upload(&nw).unwrap();
+        for m in [&whole, &split] {
+            for t in [1usize, 3, 5] {
+                // Five rows through the mat-mat (lavapipe's default never takes it).
+                let opts = if t == 5 { quant::LinearOptions { mat_mat_from: 4 } } else { opts };
+                let x = weights(t, k, 33 + t as u64);
+                let xb = dev.upload(&x).unwrap();
+                let plain = dev.alloc(4 * (t * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+                let mut s = Stream::new(&dev).unwrap();
+                quant::mat_vec_with(&mut s, m, &xb, t, &plain, configs[0]).unwrap();
+                s.finish_and_wait().unwrap();
+                let amax = plain.to_vec::<f32>().unwrap().iter().fold(0f32, |a, v| a.max(v.abs()));
+                let cap = 0.5 * amax;
+                let strides = [rows, 1];
+                let capped = |s: &mut Stream, y: &vkml_hal::Buffer| {
+                    let out = dev.alloc(4 * (t * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+                    let view = View { buffer: y, offset: 0, strides: &strides };
+                    elementwise::softcap(s, vkml_ops::Dtype::F32, &[t, rows], view, cap, &out).unwrap();
+                    out
+                };
+                let alloc = || dev.alloc(4 * (t * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+                let mut s = Stream::new(&dev).unwrap();
+                let mut pairs = Vec::new();
+                if t < opts.mat_mat_from {
+                    for cfg in configs {
+                        let (y, fused) = (alloc(), alloc());
+                        quant::mat_vec_with(&mut s, m, &xb, t, &y, cfg).unwrap();
+                        quant::mat_vec_fused(&mut s, m, &xb, t, &fused, cfg, MatVecEpilogue::Softcap(cap)).unwrap();
+                        pairs.push((format!("mat_vec {cfg:?}"), capped(&mut s, &y), fused));
+                    }
+                }
+                let norm = Some(quant::PreNorm { weight: &nwb, eps: 1e-6 });
+                let (y, fused) = (alloc(), alloc());
+                quant::linear(&mut s, m, &xb, t, norm, &y, quant::LinearEpilogue::Store, &opts).unwrap();
+                quant::linear(&mut s, m, &xb, t, norm, &fused, quant::LinearEpilogue::Softcap(cap), &opts).unwrap();
+                pairs.push(("linear".into(), capped(&mut s, &y), fused));
+                s.finish_and_wait().unwrap();
+                for (what, want, got) in pairs {
+                    let (want, got) = (want.to_vec::<f32>().unwrap(), got.to_vec::<f32>().unwrap());
+                    let what = format!("{ty:?}, {} parts, t {t}, {what}", m.parts().len());
+                    assert!(want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}");
+                    assert!(got.iter().all(|v| v.abs() <= cap), "{what}: capped at {cap}");
+                }
+            }
+        }
+    }
     assert_clean(&dev);
 }

@@ -146,13 +146,8 @@ float apply_f32(float v) {
     if (OP == OP_POWF) return powf_ieee(v, p.p0);
     // candle-nn's sigmoid: 1 / (1 + exp(-v)).
     if (OP == OP_SIGMOID) return 1.0 / (1.0 + exp(-v));
-    if (OP == OP_SOFTCAP) {
-        // p1 * tanh(v * p0) with p0 = 1 / p1: affine, tanh, affine as three ops round them.
-        precise float a = v * p.p0 + 0.0;
-        float t = isnan(a) ? a : tanh(clamp(a, -10.0, 10.0));
-        precise float r = t * p.p1 + 0.0;
-        return r;
-    }
+    // p1 * tanh(v * p0) with p0 = 1 / p1 (include/activation.glsl).
+    if (OP == OP_SOFTCAP) return softcap(v, p.p0, p.p1);
     // OP_ELU: candle's elu, v if the sign bit is clear, else (exp(v) - 1) * alpha.
     return (floatBitsToUint(v) >> 31) == 0u ? v : (exp(v) - 1.0) * p.p0;
 }

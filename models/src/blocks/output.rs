@@ -55,10 +55,9 @@ where
     /// Device errors.
     pub fn forward(&self, x: &Tensor<S>, embedding: &Embedding<S>) -> Result<Tensor<S>> {
         let w = self.weight.as_ref().unwrap_or(&embedding.weight);
-        let logits = x.rms_norm_linear(&self.norm.weight, self.norm.eps, w, None)?;
         Ok(match self.softcap {
-            Some(c) => logits.softcap(c)?,
-            None => logits,
+            Some(c) => x.rms_norm_linear_softcap(&self.norm.weight, self.norm.eps, w, c)?,
+            None => x.rms_norm_linear(&self.norm.weight, self.norm.eps, w, None)?,
         })
     }
 }

@@ -261,6 +261,27 @@ pub trait ModelStorage: BackendStorage + 'static {
         rms_norm_linear_composed(self, l, nw, nwl, eps, w, act)
     }
 
+    /// [`ModelStorage::rms_norm_linear`] without activation, then [`ModelStorage::softcap`]
+    /// at `cap`: a soft-capped output head (Gemma 2's `final_logit_softcapping`), one call
+    /// so that a backend can cap in the product's store. The result is the calls'.
+    ///
+    /// # Errors
+    /// As the calls.
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_linear_softcap(
+        &self,
+        l: &Layout,
+        nw: &Self,
+        nwl: &Layout,
+        eps: f32,
+        w: &Self::QWeight,
+        cap: f32,
+    ) -> CResult<Self> {
+        let y = self.rms_norm_linear(l, nw, nwl, eps, w, None)?;
+        let rows = Self::qweight_dims(w).0;
+        y.softcap(&Layout::contiguous((l.dims()[0], rows)), cap)
+    }
+
     /// An empty (zeroed) cache of `ctx` slots: position `p` in slot `p % ctx`, so a cache
     /// of a model's whole context, or for a sliding-window layer a ring of fewer slots (at
     /// least the window plus a call's tokens less one; [`ModelStorage::attention`] refuses

@@ -238,6 +238,29 @@ impl ModelStorage for VulkanStorage {
         Ok(dev.storage(y, DType::F32, t * out))
     }
 
+    /// `linear` with a [`PreNorm`] and the `Softcap` epilogue: the cap in the mat-vec's
+    /// store (no dispatch of its own in a decode step), after the mat-mat for prompts.
+    fn rms_norm_linear_softcap(
+        &self,
+        l: &Layout,
+        nw: &Self,
+        nwl: &Layout,
+        eps: f32,
+        w: &Self::QWeight,
+        cap: f32,
+    ) -> CResult<Self> {
+        if self.dtype() != DType::F32 || nw.dtype() != DType::F32 {
+            let y = rms_norm_linear_composed(self, l, nw, nwl, eps, w, None)?;
+            return y.softcap(&Layout::contiguous((l.dims()[0], w.rows())), cap);
+        }
+        let t = l.dims()[0];
+        let dev = self.device();
+        let nw = nw.packed(nwl)?;
+        let y = dev.alloc(t * w.rows(), DType::F32)?;
+        linear(self, l, w, Some(PreNorm { weight: nw.buffer(), eps }), &y, LinearEpilogue::Softcap(cap))?;
+        Ok(dev.storage(y, DType::F32, t * w.rows()))
+    }
+
     fn kv_cache(dev: &VulkanDevice, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<Self::KvCache> {
         vkml_ops::attention::KvCache::new(dev.hal(), n_kv_heads, ctx, d).map_err(|e| dev.named_error(e))
     }

@@ -44,6 +44,10 @@ pub enum LinearEpilogue<'a> {
         /// Added to the mean square.
         eps: f32,
     },
+    /// `y = cap · tanh(p / cap)` (Gemma 2's soft-capped logits), as
+    /// [`crate::elementwise::softcap`] computes it: in the mat-vec's store, after the
+    /// mat-mat.
+    Softcap(f32),
 }
 
 /// The choices [`linear`] takes from its caller.
@@ -119,6 +123,7 @@ pub fn linear(
             LinearEpilogue::Store => MatVecEpilogue::Store,
             LinearEpilogue::Add => MatVecEpilogue::Add,
             LinearEpilogue::Glu(a) => MatVecEpilogue::Glu(a),
+            LinearEpilogue::Softcap(cap) => MatVecEpilogue::Softcap(cap),
             LinearEpilogue::NormAdd { weight, eps } => {
                 let x = match norm {
                     Some(n) => normalised(s, x, n, t, w.k)?,
@@ -172,6 +177,19 @@ pub fn linear(
             let p = scratch(s, 4 * t * w.rows)?;
             mat_mat(s, &p, false)?;
             norm_add(s, &p, t, w.rows, weight, eps, y)
+        }
+        LinearEpilogue::Softcap(cap) => {
+            let p = scratch(s, 4 * t * w.rows)?;
+            mat_mat(s, &p, false)?;
+            let strides = [w.rows, 1];
+            crate::elementwise::softcap(
+                s,
+                Dtype::F32,
+                &[t, w.rows],
+                View { buffer: &p, offset: 0, strides: &strides },
+                cap,
+                y,
+            )
         }
     }
 }

@@ -33,7 +33,7 @@ pub fn mat_vec_with(
 
 /// What a mat-vec does with its dot products (`include/mat_vec_out.glsl`): the decode
 /// step's fusions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum MatVecEpilogue {
     /// `y[b, r] = t`.
     Store,
@@ -43,6 +43,9 @@ pub enum MatVecEpilogue {
     /// ([`QMatrix::concat_rows`] of gate and up, `2 n` rows), and `y[b, r] = act(gate_r . x)
     /// * (up_r . x)` for `r < n` (`y`: f32 `[batch, n]`), each `x` load serving both.
     Glu(GluActivation),
+    /// `y[b, r] = cap · tanh(t / cap)`: soft-capped logits (Gemma 2's
+    /// `final_logit_softcapping`), rounded as [`crate::elementwise::softcap`] rounds them.
+    Softcap(f32),
 }
 
 impl MatVecEpilogue {
@@ -53,7 +56,19 @@ impl MatVecEpilogue {
             MatVecEpilogue::Glu(GluActivation::Silu) => 2,
             MatVecEpilogue::Glu(GluActivation::Gelu) => 3,
             MatVecEpilogue::Glu(GluActivation::GeluErf) => 4,
+            MatVecEpilogue::Softcap(_) => 6,
         }
+    }
+
+    /// The specialization constants of `include/mat_vec_out.glsl` for this epilogue: 10, and
+    /// for [`MatVecEpilogue::Softcap`] 14 and 15 (`1 / cap` as f32, `cap`).
+    fn spec_constants(self) -> Vec<(u32, u32)> {
+        let mut spec = vec![(10, self.spec())];
+        if let MatVecEpilogue::Softcap(cap) = self {
+            spec.push((14, ((1.0 / f64::from(cap)) as f32).to_bits()));
+            spec.push((15, cap.to_bits()));
+        }
+        spec
     }
 }
 
@@ -445,8 +460,12 @@ fn mat_vec_core(
                 if use_dot { dot_kernel(m.ty, dot_x)? } else { block.expect("row_sg holds for block types only") },
                 PipelineOptions {
                     spec_constants: {
-                        let ep = if post.is_some() { POST_NORM_EPILOGUE } else { epilogue.spec() };
-                        let mut spec = vec![(0, workgroup.max(sg)), (1, nb as u32), (2, nr), (10, ep)];
+                        let mut spec = vec![(0, workgroup.max(sg)), (1, nb as u32), (2, nr)];
+                        if post.is_some() {
+                            spec.push((10, POST_NORM_EPILOGUE));
+                        } else {
+                            spec.extend(epilogue.spec_constants());
+                        }
                         if !use_dot || dot_x {
                             spec.push((11, u32::from(norm.is_some())));
                         }
@@ -468,7 +487,7 @@ fn mat_vec_core(
                 (
                     kernel,
                     PipelineOptions {
-                        spec_constants: vec![(0, cfg.workgroup), (10, epilogue.spec())],
+                        spec_constants: [vec![(0, cfg.workgroup)], epilogue.spec_constants()].concat(),
                         ..Default::default()
                     },
                 )

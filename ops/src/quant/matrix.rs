@@ -325,8 +325,13 @@ pub fn dequantize(s: &mut Stream, m: &QMatrix, out: &vkml_hal::Buffer) -> Result
     Ok(())
 }
 
+/// Parts of a matrix that one `get_rows` dispatch binds (`get_rows_parts.comp`).
+pub const GET_ROWS_PARTS: usize = 4;
+
 /// Records the embedding lookup `out[i, :] = dequantize(m[ids[i], :])` for `i < n_ids`
 /// (`ids`: u32 `[n_ids]`; `out`: f32 `[n_ids * k]`). Ids past the last row give rows of NaN.
+/// One dispatch (`get_rows.comp`; `get_rows_parts.comp` for a matrix of up to
+/// [`GET_ROWS_PARTS`] parts where the device binds 7 storage buffers, else one per part).
 ///
 /// # Errors
 /// [`OpsError::Shape`] for buffers too small or more than 65535 × 65535 ids; HAL errors.
@@ -364,7 +369,17 @@ pub fn get_rows_scaled(
     if n_ids == 0 {
         return Ok(());
     }
-    let p = pipeline(&dev, type_kernels("get_rows", m.ty)?.get_rows, ELEMENTWISE_WORKGROUP)?;
+    // A table in several parts: one dispatch per GET_ROWS_PARTS of them where the device
+    // binds that many storage buffers, else one per part.
+    let kernels = type_kernels("get_rows", m.ty)?;
+    let per_dispatch =
+        if m.parts.len() > 1 && dev.caps().limits.max_storage_buffers_per_stage >= 3 + GET_ROWS_PARTS as u32 {
+            GET_ROWS_PARTS
+        } else {
+            1
+        };
+    let name = if per_dispatch > 1 { kernels.get_rows_parts } else { kernels.get_rows };
+    let p = pipeline(&dev, name, ELEMENTWISE_WORKGROUP)?;
     let gx = (m.k as u64).div_ceil(u64::from(ELEMENTWISE_WORKGROUP));
     let max_y = u64::from(dev.caps().limits.max_workgroup_count[1]);
     let gy = (n_ids as u64).min(max_y);
@@ -372,13 +387,31 @@ pub fn get_rows_scaled(
     if gz > u64::from(dev.caps().limits.max_workgroup_count[2]) {
         return Err(OpsError::Shape { op: "get_rows", reason: format!("{n_ids} ids exceed the device's grid") });
     }
-    // One dispatch per part, each writing the ids it holds (the last one also NaN for ids
-    // past the table).
-    for (i, part) in m.parts.iter().enumerate() {
-        let last = u32::from(i + 1 == m.parts.len());
-        let (k, rows, row0) = (m.k as u32, part.rows as u32, part.row0 as u32);
-        let pc = push_words(&[0, m.row_bytes as u32, k, n_ids as u32, rows, row0, last, scale.to_bits()]);
-        s.dispatch(&p, &[(&part.buffer).into(), ids.into(), out.into()], &pc, [gx as u32, gy as u32, gz as u32])?;
+    // Each dispatch writes the ids its parts hold; the last one also NaN for ids past the
+    // table.
+    let groups = m.parts.chunks(per_dispatch);
+    let n_groups = groups.len();
+    for (i, group) in groups.enumerate() {
+        let last = u32::from(i + 1 == n_groups);
+        let at = |j: usize| &group[j.min(group.len() - 1)];
+        let end = |j: usize| (at(j).row0 + at(j).rows) as u32;
+        let pc = push_words(&[
+            m.row_bytes as u32,
+            m.k as u32,
+            n_ids as u32,
+            group[0].row0 as u32,
+            end(0),
+            end(1),
+            end(2),
+            end(3),
+            last,
+            scale.to_bits(),
+        ]);
+        let mut args: Vec<BufferArg<'_>> = vec![(&group[0].buffer).into(), ids.into(), out.into()];
+        if per_dispatch > 1 {
+            args.extend((1..GET_ROWS_PARTS).map(|j| BufferArg::from(&at(j).buffer)));
+        }
+        s.dispatch(&p, &args, &pc, [gx as u32, gy as u32, gz as u32])?;
     }
     Ok(())
 }

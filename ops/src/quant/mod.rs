@@ -175,8 +175,10 @@ pub const MAX_MAT_VEC_BATCH: usize = 8;
 pub struct TypeKernels {
     /// `dequant.comp`.
     pub dequant: &'static str,
-    /// `get_rows.comp`.
+    /// `get_rows.comp`: a table in one binding.
     pub get_rows: &'static str,
+    /// `get_rows_parts.comp`: a table in up to [`GET_ROWS_PARTS`] bindings.
+    pub get_rows_parts: &'static str,
     /// `mul_mat_vec.comp`: one workgroup per row, shared-memory reduction.
     pub mul_mat_vec: &'static str,
     /// `mul_mat_vec.comp` with subgroup reduction.
@@ -202,6 +204,7 @@ macro_rules! type_kernels {
         TypeKernels {
             dequant: concat!("dequant.", $v),
             get_rows: concat!("get_rows.", $v),
+            get_rows_parts: concat!("get_rows_parts.", $v),
             mul_mat_vec: concat!("mul_mat_vec.", $v),
             mul_mat_vec_sg: concat!("mul_mat_vec.", $v, "_sg"),
             mul_mat_vec_vec4: concat!("mul_mat_vec_vec4.", $v),

@@ -22,4 +22,14 @@ float act_gelu(float x) {
 }
 
 float act_gelu_erf(float x) { return 0.5 * x * (1.0 + erf_approx(x * 0.7071067811865476)); }
+
+// Soft-capping (Gemma 2's logits): cap * tanh(v * inv), inv = 1 / cap rounded to f32 on the
+// host, as an affine, a tanh and an affine round it (candle's composition). tanh saturates
+// to +-1 in f32 beyond |a| = 9.1; clamping keeps exp-based implementations finite.
+float softcap(float v, float inv, float cap) {
+    precise float a = v * inv + 0.0;
+    float t = isnan(a) ? a : tanh(clamp(a, -10.0, 10.0));
+    precise float r = t * cap + 0.0;
+    return r;
+}
 #endif

@@ -7,6 +7,8 @@
 //   4  y[b, r] = gelu_erf(gate) * up      (QMatrix::concat_rows), x read once for both
 //   5  y[b, r] = t, then res += rms_norm(y) * w by the dispatch's last workgroup
 //      (include/mat_vec_post_norm.glsl; kernels that define MV_POST_NORM)
+//   6  y[b, r] = cap * tanh(t * inv)    soft-capped logits (Gemma 2's head), inv and cap
+//      the f32 bits of specialization constants 14 and 15 (activation.glsl's softcap)
 // `rows` is the output row count (push constant p.rows) and y_stride the distance between
 // the batch columns' rows in y (p.y_stride: rows, or the whole matrix's output rows where
 // the op runs one part of a matrix split over several bindings); include after the push
@@ -19,6 +21,8 @@ const bool MV_GLU = EPILOGUE >= 2u && EPILOGUE <= 4u;
 // Epilogue 5 (kernels defining MV_POST_NORM: include/mat_vec_post_norm.glsl): y[b, r] = t,
 // then the last workgroup adds the normalised y to a residual.
 const bool MV_POST = EPILOGUE == 5u;
+layout(constant_id = 14) const float MV_CAP_INV = 0.0;
+layout(constant_id = 15) const float MV_CAP = 0.0;
 #ifdef MV_POST_NORM
 layout(std430, set = 0, binding = 2) coherent buffer Y { float y[]; };
 #else
@@ -27,7 +31,7 @@ layout(std430, set = 0, binding = 2) buffer Y { float y[]; };
 
 void mv_store(uint b, uint r, float t) {
     uint at = b * p.y_stride + r;
-    y[at] = EPILOGUE == 1u ? y[at] + t : t;
+    y[at] = EPILOGUE == 1u ? y[at] + t : (EPILOGUE == 6u ? softcap(t, MV_CAP_INV, MV_CAP) : t);
 }
 
 void mv_store_glu(uint b, uint r, float g, float u) {

@@ -1,7 +1,7 @@
 // GGML block decoding for vkml kernels.
 //
-// The weight buffer is bound as `uint qw[]` (raw GGUF block bytes, little-endian) and
-// read through byte/16-bit loaders, so no 8/16-bit storage feature is needed. Every
+// The weight buffer is bound as `uint qw[]` (raw GGUF block bytes, little-endian; or in up
+// to four parts, QW_PARTS below) and read through QW(word) by byte/16-bit loaders, so no 8/16-bit storage feature is needed. Every
 // GGML block size in bytes is even except MXFP4's 17 (which reads bytes only), so 16-bit
 // fields are 2-byte aligned and never straddle a 32-bit word.
 //
@@ -28,10 +28,30 @@
 #ifndef QW_BINDING
 #define QW_BINDING 0
 #endif
+#ifdef QW_PARTS
+// A matrix in up to four bindings (parts of rows split by the device's storage-buffer
+// range): binding QW_BINDING and QW_PARTS, QW_PARTS + 1, QW_PARTS + 2. Reads come from
+// part q_part, which the kernel sets before reading a row.
+layout(std430, set = 0, binding = QW_BINDING) readonly buffer QW0 { uint qw0[]; };
+layout(std430, set = 0, binding = QW_PARTS) readonly buffer QW1 { uint qw1[]; };
+layout(std430, set = 0, binding = QW_PARTS + 1) readonly buffer QW2 { uint qw2[]; };
+layout(std430, set = 0, binding = QW_PARTS + 2) readonly buffer QW3 { uint qw3[]; };
+uint q_part = 0u;
+uint QW(uint i) {
+    switch (q_part) {
+    case 0u: return qw0[i];
+    case 1u: return qw1[i];
+    case 2u: return qw2[i];
+    default: return qw3[i];
+    }
+}
+#else
 layout(std430, set = 0, binding = QW_BINDING) readonly buffer QW { uint qw[]; };
+#define QW(i) qw[i]
+#endif
 
-uint q_u8(uint b) { return (qw[b >> 2] >> ((b & 3u) * 8u)) & 0xFFu; }
-uint q_u16(uint b) { return (qw[b >> 2] >> ((b & 2u) * 8u)) & 0xFFFFu; }
+uint q_u8(uint b) { return (QW(b >> 2) >> ((b & 3u) * 8u)) & 0xFFu; }
+uint q_u16(uint b) { return (QW(b >> 2) >> ((b & 2u) * 8u)) & 0xFFFFu; }
 // 32 bits from a 2-byte-aligned offset.
 uint q_u32(uint b) { return q_u16(b) | (q_u16(b + 2u) << 16); }
 float q_f16(uint b) { return unpackHalf2x16(q_u16(b)).x; }
@@ -43,13 +63,13 @@ uint funnel(uint lo, uint hi, uint s) { return (lo >> s) | ((hi << 1) << (31u - 
 // aligned words that hold those bytes only (never the word after the last byte, which may
 // lie past the end of the buffer). Needs GL_EXT_control_flow_attributes where expanded.
 #define LOAD_WORDS(q, N, at) { uint a_ = (at); uint w_ = a_ >> 2; uint s_ = (a_ & 3u) * 8u; \
-    uint last_ = (a_ + 4u * (N) - 1u) >> 2; uint prev_ = qw[w_]; \
-    [[unroll]] for (uint i_ = 0; i_ < N; i_++) { uint next_ = qw[min(w_ + i_ + 1u, last_)]; q[i_] = funnel(prev_, next_, s_); prev_ = next_; } }
+    uint last_ = (a_ + 4u * (N) - 1u) >> 2; uint prev_ = QW(w_); \
+    [[unroll]] for (uint i_ = 0; i_ < N; i_++) { uint next_ = QW(min(w_ + i_ + 1u, last_)); q[i_] = funnel(prev_, next_, s_); prev_ = next_; } }
 
 #if QTYPE == 0
 #define QK 1
 #define QBYTES 4
-float dq(uint blk, uint j) { return uintBitsToFloat(qw[blk >> 2]); }
+float dq(uint blk, uint j) { return uintBitsToFloat(QW(blk >> 2)); }
 #elif QTYPE == 1
 #define QK 1
 #define QBYTES 2
