@@ -1,23 +1,33 @@
-//! `vkml gguf quantize IN OUT --type T`: llama-quantize's job for its base types, the
-//! matrices quantized on the GPU (`vkml_ops::quant::quantize`: ggml's reference arithmetic,
-//! the CPU's bytes but where the device's division moves a value across a rounding
-//! boundary). Which tensor gets which type follows llama.cpp's `llama_tensor_get_type` and
-//! `llama_model_quantize_impl` for these types: 2-D `*.weight` tensors to T but the MoE
-//! router (`ffn_gate_inp`), 2-D norms and position / token-type embeddings, which are kept;
-//! `attn_k` and `attn_v` to Q8_0 in models of 8 experts; the output projection (or, with the
-//! head tied to it, the token embedding) to Q6_K (on the CPU, vkml-quant), or Q8_0 where T is
-//! Q8_0 or its rows are not whole 256-value blocks; rows that are not whole blocks of T (where
-//! llama.cpp stops) and 1-D tensors as they are. `general.file_type` is set to T's
-//! `llama_ftype` and `general.quantization_version` to 2. The input must hold its matrices in
-//! F32, F16, BF16 or Q8_0 (llama-quantize takes a quantized input only with
-//! `--allow-requantize`; Q8_0 is taken here as the issue of a Q8_0 checkpoint).
+//! `vkml gguf quantize IN OUT --type T`: llama-quantize's job, the matrices quantized on the
+//! GPU (`vkml_ops::quant::quantize`: ggml's reference arithmetic, the CPU's bytes but where
+//! the device's division moves a value of a block of 32 across a rounding boundary). T is a
+//! llama.cpp file type (`llama_ftype`): the base types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q6_K,
+//! IQ4_NL, IQ4_XS and the k-quant mixes Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S,
+//! Q4_K_M, Q5_K_S, Q5_K_M (Q3_K, Q4_K and Q5_K name the _M mixes, as in llama-quantize).
+//!
+//! Which tensor gets which type follows llama.cpp's `llama_tensor_get_type_impl` and
+//! `tensor_type_fallback` (src/llama-quant.cpp, without an importance matrix):
+//! - kept as they are: 1-D tensors, the MoE router (`ffn_gate_inp`), 2-D norms, position
+//!   and token-type embeddings;
+//! - the output projection (or, with the head tied to it, the token embedding): Q6_K, or
+//!   Q8_0 for Q8_0, for Falcon, or where its rows are not whole blocks of T's base type;
+//! - per category (`attn_v` / `attn_qkv`, `attn_k`, `attn_output`, `ffn_down`), layer
+//!   (`use_more_bits`: the first and last eighth and every third layer between) and model
+//!   (grouped-query factor, 8 experts, Falcon, Llama 70B) the mixes' larger types;
+//! - a type whose block does not divide the rows falls back (IQ4_XS to IQ4_NL, Q2_K and Q3_K
+//!   to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0), then to F16 (on the CPU).
+//!
+//! `general.file_type` is set to T's `llama_ftype` and `general.quantization_version` to 2.
+//! The input must hold its matrices in F32, F16, BF16 or Q8_0 (llama-quantize takes a
+//! quantized input only with `--allow-requantize`; Q8_0 is taken here as the issue of a
+//! Q8_0 checkpoint).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use vkml_hal::{Device, Stream};
-use vkml_ops::quant::{quantize, QMatrix};
-use vkml_quant::gguf::{GgufFile, GgufValue, GgufWriter, TensorInfo};
+use vkml_ops::quant::{quantize, QMatrix, GPU_QUANTIZED};
+use vkml_quant::gguf::{GgufArray, GgufFile, GgufValue, GgufWriter, TensorInfo};
 use vkml_quant::GgmlType;
 
 /// Arguments of `vkml gguf quantize`.
@@ -27,57 +37,327 @@ pub struct Args {
     input: PathBuf,
     /// The GGUF file to write (replaced if it exists).
     output: PathBuf,
-    /// The type of the matrices: Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 (any case).
+    /// The file type, as llama-quantize names it (any case): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+    /// Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL,
+    /// IQ4_XS; Q3_K, Q4_K and Q5_K are the _M mixes.
     #[arg(long = "type")]
     ty: String,
 }
 
-/// The types the GPU writes as a file type, with their `llama_ftype` (`LLAMA_FTYPE_MOSTLY_*`).
-const FILE_TYPES: [(GgmlType, u32); 5] =
-    [(GgmlType::Q4_0, 2), (GgmlType::Q4_1, 3), (GgmlType::Q8_0, 7), (GgmlType::Q5_0, 8), (GgmlType::Q5_1, 9)];
+/// A llama.cpp file type: its name, `llama_ftype` (`LLAMA_FTYPE_MOSTLY_*`, include/llama.h)
+/// and the type of the matrices no rule singles out (`llama_ftype_get_default_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileType {
+    name: &'static str,
+    ftype: u32,
+    base: GgmlType,
+}
+
+const fn file_type(name: &'static str, ftype: u32, base: GgmlType) -> FileType {
+    FileType { name, ftype, base }
+}
+
+const Q4_0: FileType = file_type("Q4_0", 2, GgmlType::Q4_0);
+const Q4_1: FileType = file_type("Q4_1", 3, GgmlType::Q4_1);
+const Q8_0: FileType = file_type("Q8_0", 7, GgmlType::Q8_0);
+const Q5_0: FileType = file_type("Q5_0", 8, GgmlType::Q5_0);
+const Q5_1: FileType = file_type("Q5_1", 9, GgmlType::Q5_1);
+const Q2_K: FileType = file_type("Q2_K", 10, GgmlType::Q2_K);
+const Q3_K_S: FileType = file_type("Q3_K_S", 11, GgmlType::Q3_K);
+const Q3_K_M: FileType = file_type("Q3_K_M", 12, GgmlType::Q3_K);
+const Q3_K_L: FileType = file_type("Q3_K_L", 13, GgmlType::Q3_K);
+const Q4_K_S: FileType = file_type("Q4_K_S", 14, GgmlType::Q4_K);
+const Q4_K_M: FileType = file_type("Q4_K_M", 15, GgmlType::Q4_K);
+const Q5_K_S: FileType = file_type("Q5_K_S", 16, GgmlType::Q5_K);
+const Q5_K_M: FileType = file_type("Q5_K_M", 17, GgmlType::Q5_K);
+const Q6_K: FileType = file_type("Q6_K", 18, GgmlType::Q6_K);
+const Q2_K_S: FileType = file_type("Q2_K_S", 21, GgmlType::Q2_K);
+const IQ4_NL: FileType = file_type("IQ4_NL", 25, GgmlType::IQ4_NL);
+const IQ4_XS: FileType = file_type("IQ4_XS", 30, GgmlType::IQ4_XS);
+
+/// The file types `--type` takes, in llama-quantize's order.
+const FILE_TYPES: [FileType; 17] = [
+    Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL,
+    IQ4_XS,
+];
+
+/// The file type named `name` (any case; llama-quantize's aliases Q3_K, Q4_K, Q5_K for the
+/// _M mixes).
+fn file_type_named(name: &str) -> Option<FileType> {
+    let up = name.to_ascii_uppercase();
+    let up = match up.as_str() {
+        "Q3_K" => "Q3_K_M",
+        "Q4_K" => "Q4_K_M",
+        "Q5_K" => "Q5_K_M",
+        other => other,
+    };
+    FILE_TYPES.iter().copied().find(|f| f.name == up)
+}
 
 /// The types a matrix may come in.
 const SOURCES: [GgmlType; 4] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0];
 
 /// What becomes of one tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Plan {
     /// Copied as it is.
     Keep,
-    /// Quantized on the GPU to the file's type.
+    /// Quantized on the GPU.
     Gpu(GgmlType),
-    /// Quantized on the CPU (the output projection's Q6_K).
+    /// Converted on the CPU (F16, the last fallback).
     Cpu(GgmlType),
 }
 
-/// llama.cpp's choice for tensor `t` of a file whose head is `output.weight` (`has_output`)
-/// or tied to the token embedding, with `n_expert` experts, quantized to `ty`.
-fn plan(t: &TensorInfo, ty: GgmlType, has_output: bool, n_expert: u64) -> Plan {
-    let k = t.dims.first().copied().unwrap_or(0) as usize;
-    let kept = ["ffn_gate_inp.weight", "_norm.weight", "position_embd.weight", "token_types.weight"];
-    // Empty rows (k = 0, a GGUF may declare them) have nothing to quantize.
-    if k == 0 || t.dims.len() < 2 || !t.name.ends_with(".weight") || kept.iter().any(|s| t.name.ends_with(s)) {
-        return Plan::Keep;
+/// The model facts llama.cpp's type choice reads (from the GGUF metadata).
+#[derive(Clone, Copy, Debug, Default)]
+struct Model<'a> {
+    /// `general.architecture`.
+    arch: &'a str,
+    /// `{arch}.block_count`.
+    n_layer: usize,
+    /// `{arch}.attention.head_count` and `head_count_kv` (of the first layer where they
+    /// are per layer); the grouped-query factor is their ratio.
+    n_head: usize,
+    n_head_kv: usize,
+    /// `{arch}.expert_count`.
+    n_expert: usize,
+    /// Whether the file has `output.weight` (else the head is the token embedding).
+    has_output: bool,
+}
+
+impl Model<'_> {
+    /// `hparams.n_gqa()`: query heads per KV head.
+    fn n_gqa(&self) -> usize {
+        self.n_head.checked_div(self.n_head_kv).unwrap_or(0)
     }
-    if n_expert == 8
-        && (t.name.ends_with("attn_k.weight") || t.name.ends_with("attn_v.weight"))
-        && k.is_multiple_of(GgmlType::Q8_0.block_size())
-    {
-        return Plan::Gpu(GgmlType::Q8_0);
+
+    /// `LLM_TYPE_70B` as llama.cpp's loader gives it to a Llama of 80 layers with
+    /// grouped-query attention.
+    fn is_70b(&self) -> bool {
+        self.arch == "llama" && self.n_layer == 80 && self.n_head != self.n_head_kv
     }
-    let head = t.name == "output.weight" || (!has_output && t.name == "token_embd.weight");
-    if head {
-        return if ty != GgmlType::Q8_0 && k.is_multiple_of(GgmlType::Q6_K.block_size()) {
-            Plan::Cpu(GgmlType::Q6_K)
-        } else if k.is_multiple_of(GgmlType::Q8_0.block_size()) {
-            Plan::Gpu(GgmlType::Q8_0)
-        } else {
-            Plan::Keep
-        };
-    }
-    if k.is_multiple_of(ty.block_size()) {
-        Plan::Gpu(ty)
+}
+
+/// llama.cpp's `use_more_bits`: the first and last eighth of the layers and every third
+/// layer between.
+fn use_more_bits(i: usize, n: usize) -> bool {
+    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
+}
+
+/// llama.cpp's `tensor_category`, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Category {
+    Output,
+    TokenEmbd,
+    AttnQkv,
+    AttnKvB,
+    AttnV,
+    AttnK,
+    AttnQ,
+    AttnOutput,
+    FfnUp,
+    FfnGate,
+    FfnDown,
+    Other,
+}
+
+fn category(name: &str) -> Category {
+    let has = |s: &str| name.contains(s);
+    if name == "output.weight" {
+        Category::Output
+    } else if name == "token_embd.weight" || name == "per_layer_token_embd.weight" {
+        Category::TokenEmbd
+    } else if has("attn_qkv.weight") {
+        Category::AttnQkv
+    } else if has("attn_kv_b.weight") {
+        Category::AttnKvB
+    } else if has("attn_v.weight") {
+        Category::AttnV
+    } else if has("attn_k.weight") {
+        Category::AttnK
+    } else if has("attn_q.weight") {
+        Category::AttnQ
+    } else if has("attn_output.weight") {
+        Category::AttnOutput
+    } else if has("ffn_up") {
+        Category::FfnUp
+    } else if has("ffn_gate") {
+        Category::FfnGate
+    } else if has("ffn_down") {
+        Category::FfnDown
     } else {
-        Plan::Keep
+        Category::Other
+    }
+}
+
+/// The choice over a file's tensors in order, with llama.cpp's counters
+/// (`quantize_state_impl`: the `attn_v`-like tensors and `ffn_down` tensors seen so far).
+struct Chooser<'a> {
+    ft: FileType,
+    model: Model<'a>,
+    n_attention_wv: usize,
+    i_attention_wv: usize,
+    i_ffn_down: usize,
+}
+
+impl<'a> Chooser<'a> {
+    fn new(ft: FileType, model: Model<'a>, tensors: &[TensorInfo]) -> Chooser<'a> {
+        let n_attention_wv = tensors
+            .iter()
+            .filter(|t| matches!(category(&t.name), Category::AttnV | Category::AttnQkv | Category::AttnKvB))
+            .count();
+        Chooser { ft, model, n_attention_wv, i_attention_wv: 0, i_ffn_down: 0 }
+    }
+
+    /// The plan for the next tensor `t` (call in file order).
+    fn plan(&mut self, t: &TensorInfo) -> Plan {
+        let k = t.dims.first().copied().unwrap_or(0) as usize;
+        let kept = ["ffn_gate_inp.weight", "_norm.weight", "position_embd.weight", "token_types.weight"];
+        // Empty rows (k = 0, a GGUF may declare them) have nothing to quantize.
+        if k == 0 || t.dims.len() < 2 || !t.name.ends_with(".weight") || kept.iter().any(|s| t.name.ends_with(s)) {
+            return Plan::Keep;
+        }
+        let ty = fallback(self.choose(t, k), k);
+        if GPU_QUANTIZED.contains(&ty) {
+            Plan::Gpu(ty)
+        } else {
+            Plan::Cpu(ty)
+        }
+    }
+
+    /// `llama_tensor_get_type_impl` for the file types here (no importance matrix).
+    fn choose(&mut self, t: &TensorInfo, k: usize) -> GgmlType {
+        use GgmlType as G;
+        let (ft, m) = (self.ft, self.model);
+        let cat = category(&t.name);
+        let falcon = m.arch == "falcon";
+        // The layer of an expert tensor is in its name (`blk.N.`); else the tensor's index
+        // among those of its category, over the model's layers.
+        let layer_of = |i: usize| -> usize {
+            if m.n_expert > 1 {
+                t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|n| n.parse().ok()).unwrap_or(i)
+            } else {
+                i
+            }
+        };
+        let mut ty = ft.base;
+        if cat == Category::Output || (!m.has_output && cat == Category::TokenEmbd) {
+            return if falcon || !k.is_multiple_of(ft.base.block_size()) {
+                G::Q8_0
+            } else if ft.base != G::Q8_0 {
+                G::Q6_K
+            } else {
+                ft.base
+            };
+        }
+        match cat {
+            Category::AttnV | Category::AttnQkv | Category::AttnKvB => {
+                let (i, n) = (self.i_attention_wv, self.n_attention_wv);
+                if ft == Q2_K {
+                    ty = if m.n_gqa() >= 4 { G::Q4_K } else { G::Q3_K };
+                } else if ft == Q2_K_S && m.n_gqa() >= 4 {
+                    ty = G::Q4_K;
+                } else if ft == Q3_K_M {
+                    ty = if i < 2 { G::Q5_K } else { G::Q4_K };
+                } else if ft == Q3_K_L || ((ft == IQ4_NL || ft == IQ4_XS) && m.n_gqa() >= 4) {
+                    ty = G::Q5_K;
+                } else if (ft == Q4_K_M || ft == Q5_K_M) && use_more_bits(i, n) {
+                    ty = G::Q6_K;
+                } else if ft == Q4_K_S && i < 4 {
+                    ty = G::Q5_K;
+                }
+                if m.is_70b() && (ty == G::Q3_K || ty == G::Q4_K) {
+                    ty = G::Q5_K;
+                }
+                if m.n_expert == 8 {
+                    ty = G::Q8_0;
+                }
+                self.i_attention_wv += 1;
+            }
+            Category::AttnK if m.n_expert == 8 => ty = G::Q8_0,
+            Category::FfnDown => {
+                let (i, n) = (layer_of(self.i_ffn_down), m.n_layer.max(1));
+                if ft == Q2_K {
+                    ty = G::Q3_K;
+                } else if ft == Q2_K_S {
+                    if i < n / 8 {
+                        ty = G::Q4_K;
+                    }
+                } else if ft == Q3_K_M {
+                    ty = if i < n / 16 {
+                        G::Q5_K
+                    } else if !falcon || use_more_bits(i, n) {
+                        G::Q4_K
+                    } else {
+                        G::Q3_K
+                    };
+                } else if ft == Q3_K_L {
+                    ty = if falcon { G::Q4_K } else { G::Q5_K };
+                } else if ft == Q4_K_M {
+                    if falcon {
+                        ty = if i < n / 16 {
+                            G::Q6_K
+                        } else if use_more_bits(i, n) {
+                            G::Q5_K
+                        } else {
+                            G::Q4_K
+                        };
+                    } else if use_more_bits(i, n) {
+                        ty = G::Q6_K;
+                    }
+                } else if i < n / 8 && (ft == IQ4_NL || ft == IQ4_XS) {
+                    ty = G::Q5_K;
+                } else if ft == Q5_K_M && use_more_bits(i, n) {
+                    ty = G::Q6_K;
+                } else if ft == Q4_K_S && !falcon && i < n / 8 {
+                    ty = G::Q5_K;
+                }
+                self.i_ffn_down += 1;
+            }
+            Category::AttnOutput => {
+                if !falcon {
+                    if m.n_expert == 8 {
+                        if [Q2_K, Q3_K_S, Q3_K_M, IQ4_NL, Q4_K_S, Q4_K_M, IQ4_XS].contains(&ft) {
+                            ty = G::Q5_K;
+                        }
+                    } else if ft == Q2_K {
+                        ty = G::Q3_K;
+                    } else if ft == Q3_K_M {
+                        ty = G::Q4_K;
+                    } else if ft == Q3_K_L {
+                        ty = G::Q5_K;
+                    }
+                } else if ft == Q3_K_L {
+                    ty = G::Q4_K;
+                }
+            }
+            _ => {}
+        }
+        // attn_qkv's own rule comes after the attn_v-like one in llama.cpp's chain of
+        // `else if`s, so it never applies: kept out.
+        ty
+    }
+}
+
+/// llama.cpp's `tensor_type_fallback`: a type whose block does not divide the row length `k`
+/// gives way to one of 32-value blocks, else F16.
+fn fallback(ty: GgmlType, k: usize) -> GgmlType {
+    use GgmlType as G;
+    if k.is_multiple_of(ty.block_size()) {
+        return ty;
+    }
+    let to = match ty {
+        G::IQ4_XS => G::IQ4_NL,
+        G::Q2_K | G::Q3_K => G::Q4_0,
+        G::Q4_K => G::Q5_0,
+        G::Q5_K => G::Q5_1,
+        G::Q6_K => G::Q8_0,
+        other => other,
+    };
+    if k.is_multiple_of(to.block_size()) {
+        to
+    } else {
+        G::F16
     }
 }
 
@@ -100,27 +380,34 @@ fn gpu_quantize(dev: &Device, s: &mut Stream, ty: GgmlType, x: &[f32], k: usize)
 /// Runs `vkml gguf quantize`: a progress bar over the input's tensor bytes, then one line
 /// to stderr: path, type, tensors per treatment, bytes, seconds.
 pub fn run(a: Args) -> Result<(), String> {
-    let ty = GgmlType::from_name(&a.ty).and_then(|t| FILE_TYPES.iter().find(|(f, _)| *f == t)).copied().ok_or_else(
-        || {
-            let names = FILE_TYPES.iter().map(|(t, _)| t.to_string()).collect::<Vec<_>>().join(", ");
-            format!("--type {:?}: vkml quantizes files to {names} (on the GPU)", a.ty)
-        },
-    )?;
-    let (ty, ftype) = ty;
+    let ft = file_type_named(&a.ty).ok_or_else(|| {
+        let names = FILE_TYPES.iter().map(|f| f.name).collect::<Vec<_>>().join(", ");
+        format!("--type {:?}: vkml quantizes files to {names} (Q3_K, Q4_K, Q5_K: the _M mixes)", a.ty)
+    })?;
     let t0 = Instant::now();
     let f = GgufFile::open(&a.input).map_err(|e| format!("{}: {e}", a.input.display()))?;
-    let has_output = f.header().tensor("output.weight").is_some();
-    let n_expert = f
-        .metadata()
-        .iter()
-        .find(|(key, _)| key.ends_with(".expert_count"))
-        .and_then(|(_, v)| match v {
-            GgufValue::U32(n) => Some(u64::from(*n)),
-            GgufValue::U64(n) => Some(*n),
-            _ => None,
-        })
-        .unwrap_or(0);
-    let plans: Vec<Plan> = f.tensors().iter().map(|t| plan(t, ty, has_output, n_expert)).collect();
+    let meta = |key: &str| f.metadata().iter().find(|(k, _)| k == key).map(|(_, v)| v);
+    let arch = meta("general.architecture").and_then(GgufValue::as_str).unwrap_or("");
+    // A count, or the first of per-layer counts.
+    let count = |key: &str| -> usize {
+        let n = match meta(&format!("{arch}.{key}")) {
+            Some(GgufValue::Array(GgufArray::U32(v))) => v.first().map(|&n| u64::from(n)),
+            Some(GgufValue::Array(GgufArray::I32(v))) => v.first().and_then(|&n| u64::try_from(n).ok()),
+            Some(v) => v.as_u64(),
+            None => None,
+        };
+        n.and_then(|n| usize::try_from(n).ok()).unwrap_or(0)
+    };
+    let model = Model {
+        arch,
+        n_layer: count("block_count"),
+        n_head: count("attention.head_count"),
+        n_head_kv: count("attention.head_count_kv"),
+        n_expert: count("expert_count"),
+        has_output: f.header().tensor("output.weight").is_some(),
+    };
+    let mut chooser = Chooser::new(ft, model, f.tensors());
+    let plans: Vec<Plan> = f.tensors().iter().map(|t| chooser.plan(t)).collect();
     if let Some(t) = f
         .tensors()
         .iter()
@@ -141,7 +428,7 @@ pub fn run(a: Args) -> Result<(), String> {
     for (key, value) in f.metadata() {
         w.push_kv(key.clone(), value.clone());
     }
-    w.set_kv("general.file_type", Some(GgufValue::U32(ftype)));
+    w.set_kv("general.file_type", Some(GgufValue::U32(ft.ftype)));
     w.set_kv("general.quantization_version", Some(GgufValue::U32(2)));
     let total: u64 = f.tensors().iter().map(|t| t.n_bytes).sum();
     let bar = indicatif::ProgressBar::new(total).with_style(
@@ -174,8 +461,9 @@ pub fn run(a: Args) -> Result<(), String> {
     w.write_to(&a.output).map_err(|e| format!("{}: {e}", a.output.display()))?;
     let size = std::fs::metadata(&a.output).map(|m| m.len()).unwrap_or(0);
     eprintln!(
-        "{}: {ty} ({on_gpu} tensors quantized on {}, {on_cpu} on the CPU, {kept} kept), {size} bytes in {:.1} s",
+        "{}: {} ({on_gpu} tensors quantized on {}, {on_cpu} on the CPU, {kept} kept), {size} bytes in {:.1} s",
         a.output.display(),
+        ft.name,
         dev.caps().name,
         t0.elapsed().as_secs_f64()
     );

@@ -261,10 +261,124 @@ fn gguf_quantize_writes_llama_quantizes_types_from_the_gpu() {
         &["is Q4_1", "F32, F16, BF16 or Q8_0"],
     );
     one_line_error(
-        &vkml(&["gguf", "quantize", f16.to_str().unwrap(), q4.to_str().unwrap(), "--type", "Q4_K"]),
-        &["--type", "Q4_0, Q4_1"],
+        &vkml(&["gguf", "quantize", f16.to_str().unwrap(), q4.to_str().unwrap(), "--type", "IQ2_XXS"]),
+        &["--type", "Q4_0, Q4_1", "Q4_K_M"],
     );
     for p in [&f16, &q4, &q4k] {
         let _ = std::fs::remove_file(p);
     }
+}
+
+/// llama.cpp's `use_more_bits` (src/llama-quant.cpp), for the expectations below.
+fn more_bits(i: usize, n: usize) -> bool {
+    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
+}
+
+/// `vkml gguf quantize` to llama-quantize's k-quant mixes on a synthetic F16 Llama of 8
+/// layers (rows of 256 and 512, 4 query heads per KV head), every tensor's type against
+/// llama.cpp's rules for the mix written out here (src/llama-quant.cpp,
+/// `llama_tensor_get_type_impl`), the blocks those of vkml-quant's CPU quantizer on the
+/// same values (under 1 % may differ), `general.file_type` the mix's `llama_ftype`, the
+/// file opened by gguf-py with those types and run by `vkml generate`. Q4_K is the Q4_K_M
+/// alias.
+#[test]
+fn gguf_quantize_writes_llama_quantizes_k_quant_mixes() {
+    let sh = synth::SynthShape {
+        name: "mix-test",
+        arch: "llama",
+        n_layers: 8,
+        n_embd: 256,
+        n_ff: 512,
+        n_head: 4,
+        n_kv_head: 1,
+        vocab: 1024,
+        tied: false,
+        head_dim: None,
+        sliding_window: None,
+    };
+    let f16 = scratch("mix-in.F16.gguf");
+    synth::write_synthetic_model("llama", &sh, GgmlType::F16, 7, &f16).unwrap();
+    use GgmlType as G;
+    // (name, llama_ftype, the type of tensor `name` in layer `i`).
+    type Rule = fn(&str, usize) -> GgmlType;
+    let mixes: [(&str, u32, Rule); 5] = [
+        ("Q4_K", 15, |t, i| match t {
+            "attn_v" | "ffn_down" if more_bits(i, 8) => G::Q6_K,
+            _ => G::Q4_K,
+        }),
+        ("Q3_K_M", 12, |t, i| match t {
+            "attn_v" if i < 2 => G::Q5_K,
+            "attn_v" | "ffn_down" | "attn_output" => G::Q4_K,
+            _ => G::Q3_K,
+        }),
+        ("q2_k", 10, |t, _| match t {
+            "attn_v" => G::Q4_K,
+            "ffn_down" | "attn_output" => G::Q3_K,
+            _ => G::Q2_K,
+        }),
+        ("Q4_K_S", 14, |t, i| match t {
+            "attn_v" if i < 4 => G::Q5_K,
+            "ffn_down" if i < 1 => G::Q5_K,
+            _ => G::Q4_K,
+        }),
+        ("IQ4_XS", 30, |t, i| match t {
+            "attn_v" => G::Q5_K,
+            "ffn_down" if i < 1 => G::Q5_K,
+            _ => G::IQ4_XS,
+        }),
+    ];
+    let src = GgufFile::open(&f16).unwrap();
+    for (name, ftype, rule) in mixes {
+        let out_path = scratch(&format!("mix-out.{name}.gguf"));
+        let out = vkml(&["gguf", "quantize", f16.to_str().unwrap(), out_path.to_str().unwrap(), "--type", name]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {err}");
+        let dst = GgufFile::open(&out_path).unwrap();
+        assert_eq!(
+            dst.header().metadata.iter().find(|(k, _)| k == "general.file_type").map(|(_, v)| format!("{v:?}")),
+            Some(format!("U32({ftype})")),
+            "{name}"
+        );
+        let mut expected = Vec::new();
+        for (s, d) in src.tensors().iter().zip(dst.tensors()) {
+            assert_eq!((&s.name, &s.dims), (&d.name, &d.dims));
+            let want = if s.dims.len() == 1 {
+                GgmlType::F32
+            } else if s.name == "output.weight" {
+                GgmlType::Q6_K
+            } else if s.name == "token_embd.weight" {
+                rule("token_embd", 0)
+            } else {
+                let mut parts = s.name.split('.');
+                let layer: usize = parts.nth(1).unwrap().parse().unwrap();
+                rule(parts.next().unwrap(), layer)
+            };
+            assert_eq!(d.ty, want, "{name}: {}", d.name);
+            expected.push((d.name.clone(), want.to_string()));
+            let x = vkml_quant::dequant::dequantize_to_vec(s.ty, src.tensor_data(s)).unwrap();
+            if d.ty != s.ty {
+                let cpu = vkml_quant::quantize(d.ty, &x).unwrap();
+                let bb = d.ty.type_size();
+                let differ = dst.tensor_data(d).chunks(bb).zip(cpu.chunks(bb)).filter(|(a, b)| a != b).count();
+                assert!(
+                    differ * 100 < cpu.len() / bb,
+                    "{name} {}: {differ} of {} blocks differ",
+                    d.name,
+                    cpu.len() / bb
+                );
+            }
+        }
+        let py = gguf_py(&out_path);
+        let types: Vec<(String, String)> = py["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["name"].as_str().unwrap().to_string(), t["type"].as_str().unwrap().to_string()))
+            .collect();
+        assert_eq!(types, expected, "{name}: gguf-py's types");
+        let out = vkml(&["generate", "-m", out_path.to_str().unwrap(), "--prompt", "hello", "-n", "3"]);
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let _ = std::fs::remove_file(&out_path);
+    }
+    let _ = std::fs::remove_file(&f16);
 }
