@@ -78,23 +78,41 @@ impl QTensor {
     /// vkml-quant's CPU quantizers (ggml's reference) but where the device's division moves
     /// a value of a block of 32 across a rounding boundary (then one quant one step away),
     /// or where a device flushes subnormal intermediates of the k-quants' scale searches
-    /// (sub-blocks of values below about 1e-5). The GPU writes `vkml_ops::quant::GPU_QUANTIZED` (the
-    /// blocks of 32 and all the k-quants, Q2_K to Q8_K, of candle's types); the float types
-    /// are an error naming them.
+    /// (sub-blocks of values below about 1e-5). The GPU writes `vkml_ops::quant::GPU_QUANTIZED`
+    /// (every block type of candle's); F32, F16 and BF16 are the values converted on the
+    /// device (round to nearest even, as candle's `from_f32`), their bytes copied in.
     ///
     /// # Errors
-    /// A type the GPU does not quantize; a last dim that is not whole blocks; an input past
-    /// one storage binding; device errors.
+    /// A last dim that is not whole blocks; an input past one storage binding; device errors.
     pub fn quantize(src: &Tensor<VulkanStorage>, dtype: GgmlDType) -> CResult<QTensor> {
         let ty = ggml_type(dtype);
         let shape = src.shape().clone();
         let Some(&k) = shape.dims().last() else { candle_core::bail!("quantize: a scalar has no rows of values") };
         let rows = shape.elem_count() / k.max(1);
         let dev = src.storage().device().clone();
-        let x = if src.dtype() == DType::F32 { src.clone() } else { src.to_dtype(DType::F32)? };
+        let float = match dtype {
+            GgmlDType::F32 => Some(DType::F32),
+            GgmlDType::F16 => Some(DType::F16),
+            GgmlDType::BF16 => Some(DType::BF16),
+            _ => None,
+        };
+        let to = float.unwrap_or(DType::F32);
+        let x = if src.dtype() == to { src.clone() } else { src.to_dtype(to)? };
         let xp = x.storage().packed(x.layout())?;
         let matrix = QMatrix::alloc(dev.hal(), ty, rows, k).map_err(cerr)?;
-        dev.with_stream(|s| vkml_ops::quant::quantize(s, xp.buffer(), &matrix).map_err(cerr))?;
+        dev.with_stream(|s| {
+            if float.is_some() {
+                // The values as they are: each part's rows copied from the packed tensor.
+                let row_bytes = matrix.row_bytes();
+                for part in matrix.parts() {
+                    let len = part.rows() as u64 * row_bytes;
+                    s.copy(xp.buffer(), part.row0() as u64 * row_bytes, part.buffer(), 0, len).map_err(cerr)?;
+                }
+                Ok(())
+            } else {
+                vkml_ops::quant::quantize(s, xp.buffer(), &matrix).map_err(cerr)
+            }
+        })?;
         Ok(QTensor { matrix, dtype, shape, device: dev })
     }
 

@@ -110,10 +110,24 @@ fn ropes_match_candle_nn() {
             check(&rotary_emb::rope_thd(&gx, &gc, &gs).unwrap(), &want, &format!("rope_thd b {bb} {what}"));
         }
     }
-    let (_, g3) = both(&values(2 * 5 * 4, 1), &[2, 5, 4], DType::F32);
+    // Per-batch tables [b, t, d/2] (candle-nn takes them for rope, rope_i and rope_thd).
+    for dt in [DType::F32, DType::F16] {
+        let (cc, gc) = both(&values(b * t * d / 2, 15), &[b, t, d / 2], dt);
+        let (cs, gs) = both(&values(b * t * d / 2, 16), &[b, t, d / 2], dt);
+        let (cx, gx) = both(&values(b * h * t * d, 17), &[b, h, t, d], dt);
+        let want = reference(&[&cx, &cc, &cs], |x| candle_nn::rotary_emb::rope(&x[0], &x[1], &x[2]));
+        check(&rotary_emb::rope(&gx, &gc, &gs).unwrap(), &want, &format!("rope, per-batch tables, {dt:?}"));
+        let want = reference(&[&cx, &cc, &cs], |x| candle_nn::rotary_emb::rope_i(&x[0], &x[1], &x[2]));
+        check(&rotary_emb::rope_i(&gx, &gc, &gs).unwrap(), &want, &format!("rope_i, per-batch tables, {dt:?}"));
+        let (cx, gx) = both(&values(b * t * h * d, 18), &[b, t, h, d], dt);
+        let want = reference(&[&cx, &cc, &cs], |x| candle_nn::rotary_emb::rope_thd(&x[0], &x[1], &x[2]));
+        check(&rotary_emb::rope_thd(&gx, &gc, &gs).unwrap(), &want, &format!("rope_thd, per-batch tables, {dt:?}"));
+    }
+    // Per-batch tables of another batch count.
+    let (_, g3) = both(&values(3 * 5 * 4, 1), &[3, 5, 4], DType::F32);
     let (_, gx) = both(&values(2 * 3 * 5 * 8, 2), &[2, 3, 5, 8], DType::F32);
     let e = rotary_emb::rope(&gx, &g3, &g3).unwrap_err().to_string();
-    assert!(e.contains("per-batch cos tables"), "{e}");
+    assert!(e.contains("per-batch cos [3, 5, 4]") && e.contains("[2, 5, 4]"), "{e}");
 }
 
 #[test]

@@ -190,8 +190,18 @@ fn quantizing_on_the_device_gives_the_cpus_blocks() {
         let gpu = QTensor::quantize(&src_odd, dt).unwrap().to_candle().unwrap().data().unwrap().to_vec();
         assert_eq!(gpu, vkml_quant::quantize(ty, &odd).unwrap(), "{dt:?}: 9 blocks");
     }
-    let e = QTensor::quantize(&src, GgmlDType::F16).unwrap_err().to_string();
-    assert!(e.contains("F16") && e.contains("vkml_quant::quantize"), "{e}");
+    // The float types: the values converted as candle converts them (from f32 and from a
+    // bf16 input), byte for byte.
+    let cpu_src = candle_core::Tensor::from_slice(&x, (rows, k), &candle_core::Device::Cpu).unwrap();
+    let bf = src.to_dtype(candle_core::DType::BF16).unwrap();
+    let cpu_bf = cpu_src.to_dtype(candle_core::DType::BF16).unwrap();
+    for dt in [GgmlDType::F32, GgmlDType::F16, GgmlDType::BF16] {
+        for (input, cpu_input) in [(&src, &cpu_src), (&bf, &cpu_bf)] {
+            let gpu = QTensor::quantize(input, dt).unwrap().to_candle().unwrap().data().unwrap().to_vec();
+            let cpu = candle_core::quantized::QTensor::quantize(cpu_input, dt).unwrap().data().unwrap().to_vec();
+            assert!(gpu == cpu, "{dt:?} from {:?}", input.dtype());
+        }
+    }
 }
 
 /// The k-quants and IQ4 types quantized on the device (`QTensor::quantize`; IQ4_NL and

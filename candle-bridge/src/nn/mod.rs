@@ -71,6 +71,7 @@ fn f32_packed(t: &VTensor) -> CResult<VTensor> {
     if t.layout().is_contiguous() && t.layout().start_offset() == 0 {
         Ok(t)
     } else {
-        t.contiguous()
+        // A copy from element 0 (`contiguous` would keep a contiguous view's offset).
+        Ok(VTensor::from_storage(t.storage().packed(t.layout())?, t.shape().clone()))
     }
 }
