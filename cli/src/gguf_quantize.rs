@@ -17,17 +17,21 @@
 //! - a type whose block does not divide the rows falls back (IQ4_XS to IQ4_NL, Q2_K and Q3_K
 //!   to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0), then to F16 (on the CPU).
 //!
-//! `general.file_type` is set to T's `llama_ftype` and `general.quantization_version` to 2.
+//! The output is written as it is made, one tensor in memory at a time (the header first:
+//! every type is chosen before any matrix is quantized), to `OUT.part`, renamed to OUT once
+//! complete. `general.file_type` is set to T's `llama_ftype` and
+//! `general.quantization_version` to 2.
 //! The input must hold its matrices in F32, F16, BF16 or Q8_0 (llama-quantize takes a
 //! quantized input only with `--allow-requantize`; Q8_0 is taken here as the issue of a
 //! Q8_0 checkpoint).
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use vkml_hal::{Device, Stream};
 use vkml_ops::quant::{quantize, QMatrix, GPU_QUANTIZED};
-use vkml_quant::gguf::{GgufArray, GgufFile, GgufValue, GgufWriter, TensorInfo};
+use vkml_quant::gguf::{alignment_of, header_bytes, GgufArray, GgufFile, GgufValue, TensorInfo};
 use vkml_quant::GgmlType;
 
 /// Arguments of `vkml gguf quantize`.
@@ -424,42 +428,73 @@ pub fn run(a: Args) -> Result<(), String> {
     }
     let dev = Device::from_env().map_err(|e| format!("quantizing needs a Vulkan device: {e}"))?;
     let mut s = Stream::new(&dev).map_err(|e| e.to_string())?;
-    let mut w = GgufWriter::new();
-    for (key, value) in f.metadata() {
-        w.push_kv(key.clone(), value.clone());
+    let mut metadata: Vec<(String, GgufValue)> = f.metadata().to_vec();
+    for (key, value) in [("general.file_type", ft.ftype), ("general.quantization_version", 2)] {
+        match metadata.iter_mut().find(|(k, _)| k == key) {
+            Some(kv) => kv.1 = GgufValue::U32(value),
+            None => metadata.push((key.to_string(), GgufValue::U32(value))),
+        }
     }
-    w.set_kv("general.file_type", Some(GgufValue::U32(ft.ftype)));
-    w.set_kv("general.quantization_version", Some(GgufValue::U32(2)));
+    // The output's types are known before any matrix is quantized: the header first,
+    // then each tensor as it is made (one in memory at a time), into OUT.part, renamed to
+    // OUT once complete.
+    let out_ty: Vec<GgmlType> = f.tensors().iter().zip(&plans).map(|(t, p)| p.to().unwrap_or(t.ty)).collect();
+    let infos: Vec<(&str, GgmlType, &[u64])> =
+        f.tensors().iter().zip(&out_ty).map(|(t, &ty)| (t.name.as_str(), ty, t.dims.as_slice())).collect();
+    let header = header_bytes(&metadata, &infos).map_err(|e| format!("{}: {e}", a.output.display()))?;
+    let alignment = alignment_of(&metadata).map_err(|e| e.to_string())? as usize;
+    let mut part = a.output.clone().into_os_string();
+    part.push(".part");
+    let part = PathBuf::from(part);
+    let io = |e: std::io::Error| format!("{}: {e}", part.display());
     let total: u64 = f.tensors().iter().map(|t| t.n_bytes).sum();
     let bar = indicatif::ProgressBar::new(total).with_style(
         indicatif::ProgressStyle::with_template("quantizing {bar:40} {bytes}/{total_bytes} {eta}")
             .map_err(|e| e.to_string())?,
     );
     let (mut on_gpu, mut on_cpu, mut kept) = (0, 0, 0);
-    for (t, p) in f.tensors().iter().zip(&plans) {
-        let data = f.tensor_data(t);
-        let k = t.dims[0] as usize;
-        let values = || vkml_quant::dequant::dequantize_to_vec(t.ty, data).map_err(|e| format!("{}: {e}", t.name));
-        let (out_ty, bytes) = match *p {
-            Plan::Gpu(to) if to != t.ty => {
-                on_gpu += 1;
-                (to, gpu_quantize(&dev, &mut s, to, &values()?, k).map_err(|e| format!("{}: {e}", t.name))?)
+    let written = (|| -> Result<u64, String> {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&part).map_err(io)?);
+        w.write_all(&header).map_err(io)?;
+        let mut size = header.len() as u64;
+        for ((t, p), &ty) in f.tensors().iter().zip(&plans).zip(&out_ty) {
+            let data = f.tensor_data(t);
+            let k = t.dims[0] as usize;
+            let values = || vkml_quant::dequant::dequantize_to_vec(t.ty, data).map_err(|e| format!("{}: {e}", t.name));
+            let bytes = match *p {
+                Plan::Gpu(to) if to != t.ty => {
+                    on_gpu += 1;
+                    gpu_quantize(&dev, &mut s, to, &values()?, k).map_err(|e| format!("{}: {e}", t.name))?
+                }
+                Plan::Cpu(to) if to != t.ty => {
+                    on_cpu += 1;
+                    vkml_quant::quantize(to, &values()?).map_err(|e| format!("{}: {e}", t.name))?
+                }
+                _ => {
+                    kept += 1;
+                    data.to_vec()
+                }
+            };
+            let n: u64 = t.dims.iter().product();
+            let want = n / ty.block_size() as u64 * ty.type_size() as u64;
+            if bytes.len() as u64 != want {
+                return Err(format!("{}: made {} bytes of {ty} where the header says {want}", t.name, bytes.len()));
             }
-            Plan::Cpu(to) if to != t.ty => {
-                on_cpu += 1;
-                (to, vkml_quant::quantize(to, &values()?).map_err(|e| format!("{}: {e}", t.name))?)
-            }
-            _ => {
-                kept += 1;
-                (t.ty, data.to_vec())
-            }
-        };
-        w.push_tensor(t.name.clone(), out_ty, t.dims.clone(), bytes);
-        bar.inc(t.n_bytes);
-    }
+            w.write_all(&bytes).map_err(io)?;
+            let pad = bytes.len().next_multiple_of(alignment) - bytes.len();
+            w.write_all(&vec![0u8; pad]).map_err(io)?;
+            size += (bytes.len() + pad) as u64;
+            bar.inc(t.n_bytes);
+        }
+        let file = w.into_inner().map_err(|e| io(e.into_error()))?;
+        file.sync_all().map_err(io)?;
+        std::fs::rename(&part, &a.output).map_err(|e| format!("{}: {e}", a.output.display()))?;
+        Ok(size)
+    })();
     bar.finish_and_clear();
-    w.write_to(&a.output).map_err(|e| format!("{}: {e}", a.output.display()))?;
-    let size = std::fs::metadata(&a.output).map(|m| m.len()).unwrap_or(0);
+    let size = written.inspect_err(|_| {
+        let _ = std::fs::remove_file(&part);
+    })?;
     eprintln!(
         "{}: {} ({on_gpu} tensors quantized on {}, {on_cpu} on the CPU, {kept} kept), {size} bytes in {:.1} s",
         a.output.display(),

@@ -213,6 +213,7 @@ fn gguf_quantize_writes_llama_quantizes_types_from_the_gpu() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("Q4_0") && err.contains("quantized on"), "{err}");
+    assert!(!PathBuf::from(format!("{}.part", q4.display())).exists(), "the partial file is renamed");
     let (src, dst) = (GgufFile::open(&f16).unwrap(), GgufFile::open(&q4).unwrap());
     assert_eq!(
         dst.header().metadata.iter().find(|(k, _)| k == "general.file_type").map(|(_, v)| format!("{v:?}")),
