@@ -88,6 +88,20 @@ fn softmax_of_a_strided_view_and_sigmoid_of_one() {
     let (_, w) = both(&values(7, 4), &[7], DType::F32);
     let e = ops::rms_norm(&g, &w, 1e-5).unwrap_err().to_string();
     assert!(e.contains("alpha of shape [7] for rows of 40"), "{e}");
+    // Weights and tables on another device: errors naming the op and the argument.
+    let other = vulkan_device();
+    let (cw, _) = both(&values(40, 5), &[40], DType::F32);
+    let w_other = VTensor::from_candle(&cw, &other).unwrap();
+    let e = ops::rms_norm(&g, &w_other, 1e-5).unwrap_err().to_string();
+    assert!(e.contains("rms_norm: alpha is on another Vulkan device"), "{e}");
+    let e = ops::layer_norm(&g, &w_other, &w_other, 1e-5).unwrap_err().to_string();
+    assert!(e.contains("layer_norm: alpha is on another Vulkan device"), "{e}");
+    let (cc, _) = both(&values(5 * 4, 6), &[5, 4], DType::F32);
+    let (_, gx) = both(&values(2 * 3 * 5 * 8, 7), &[2, 3, 5, 8], DType::F32);
+    let c_other = VTensor::from_candle(&cc, &other).unwrap();
+    let c_here = VTensor::from_candle(&cc, dev()).unwrap();
+    let e = rotary_emb::rope(&gx, &c_other, &c_here).unwrap_err().to_string();
+    assert!(e.contains("rope: cos is on another Vulkan device"), "{e}");
 }
 
 #[test]

@@ -55,12 +55,23 @@ fn map_rows(
     back(VTensor::from_storage(y, x.shape().clone()), xs.dtype())
 }
 
-/// `w` as the packed f32 the kernels take for a weight, checked to be `[n]` ([`f32_packed`]).
-fn f32_weight(w: &VTensor, n: usize, what: &str, op: &str) -> CResult<VTensor> {
+/// `w` as the packed f32 the kernels take for a weight, checked to be `[n]` and on `x`'s
+/// device ([`f32_packed`]).
+fn f32_weight(x: &VTensor, w: &VTensor, n: usize, what: &str, op: &str) -> CResult<VTensor> {
     if w.dims() != [n] {
         candle_core::bail!("{op}: {what} of shape {:?} for rows of {n}", w.dims())
     }
+    on_device_of(x, w, what, op)?;
     f32_packed(w)
+}
+
+/// An error naming `op` and `what` where `t` is on another Vulkan device than `x`.
+fn on_device_of(x: &VTensor, t: &VTensor, what: &str, op: &str) -> CResult<()> {
+    use candle_core::backend::BackendDevice;
+    if !x.device().same_device(t.device()) {
+        candle_core::bail!("{op}: {what} is on another Vulkan device than x (move it with to_device first)")
+    }
+    Ok(())
 }
 
 /// `t` as f32 packed from element 0, in a tensor that holds its buffer (a packed view of a

@@ -23,7 +23,7 @@ pub fn softmax_last_dim(xs: &VTensor) -> CResult<VTensor> {
 /// `alpha` not `[n]`; dtypes as [`softmax_last_dim`]; device errors.
 pub fn rms_norm(xs: &VTensor, alpha: &VTensor, eps: f32) -> CResult<VTensor> {
     let Some(&n) = xs.dims().last() else { candle_core::bail!("rms_norm of a scalar") };
-    let w = f32_weight(alpha, n, "alpha", "rms_norm")?;
+    let w = f32_weight(xs, alpha, n, "alpha", "rms_norm")?;
     let (rows, wb) = (xs.elem_count() / n.max(1), w.storage().buffer());
     map_rows(xs, "rms_norm", |s, dt, x, y| vkml_ops::nn::rms_norm(s, dt, x, Some(wb), rows, n, eps, y))
 }
@@ -35,8 +35,8 @@ pub fn rms_norm(xs: &VTensor, alpha: &VTensor, eps: f32) -> CResult<VTensor> {
 /// `alpha` or `beta` not `[n]`; dtypes as [`softmax_last_dim`]; device errors.
 pub fn layer_norm(xs: &VTensor, alpha: &VTensor, beta: &VTensor, eps: f32) -> CResult<VTensor> {
     let Some(&n) = xs.dims().last() else { candle_core::bail!("layer_norm of a scalar") };
-    let w = f32_weight(alpha, n, "alpha", "layer_norm")?;
-    let b = f32_weight(beta, n, "beta", "layer_norm")?;
+    let w = f32_weight(xs, alpha, n, "alpha", "layer_norm")?;
+    let b = f32_weight(xs, beta, n, "beta", "layer_norm")?;
     let (rows, wb, bb) = (xs.elem_count() / n.max(1), w.storage().buffer(), b.storage().buffer());
     map_rows(xs, "layer_norm", |s, dt, x, y| vkml_ops::nn::layer_norm(s, dt, x, Some(wb), Some(bb), rows, n, eps, y))
 }

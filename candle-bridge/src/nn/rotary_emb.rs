@@ -18,6 +18,8 @@ fn rotate(
     op: &'static str,
 ) -> CResult<VTensor> {
     let &[b, h, t, d] = xs.dims() else { candle_core::bail!("{op}: x of shape {:?}, not 4-D", xs.dims()) };
+    super::on_device_of(xs, cos, "cos", op)?;
+    super::on_device_of(xs, sin, "sin", op)?;
     if let (&[cb, ct, ch], &[sb, st, sh]) = (cos.dims(), sin.dims()) {
         // Per-batch tables (candle-nn's `[b, t, d/2]`): each batch by its own rows.
         if (cb, ct, ch) != (b, t, d / 2) || (sb, st, sh) != (b, t, d / 2) || d % 2 != 0 {
