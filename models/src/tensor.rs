@@ -35,6 +35,22 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     /// Shape mismatches, device errors.
     fn qmatmul_norm_add_(&mut self, x: &Self, w: &S::QWeight, nw: &Self, eps: f32) -> CResult<()>;
 
+    /// `self += down(act(n W_gateᵀ) * (n W_upᵀ))` in place, `n = rms_norm(self) · nw`, for
+    /// the residual stream `self: f32[t, k]`, a stacked `[gate; up]` weight and `down` (the
+    /// gated feed-forward with its residual: [`ModelStorage::rms_norm_glu_down_add`]).
+    /// `self`'s storage is copied first when another tensor shares it.
+    ///
+    /// # Errors
+    /// Shape mismatches; as [`ModelStorage::rms_norm_glu_down_add`].
+    fn rms_norm_glu_down_add_(
+        &mut self,
+        nw: &Self,
+        eps: f32,
+        gate_up: &S::QWeight,
+        act: GluActivation,
+        down: &S::QWeight,
+    ) -> CResult<()>;
+
     /// `cap · tanh(self / cap)` ([`ModelStorage::softcap`]; one dispatch on Vulkan).
     ///
     /// # Errors
@@ -132,6 +148,30 @@ where
         let (acc, layout) = self.storage_mut()?;
         let layout = layout.clone();
         x.storage().qmatmul_add(x.layout(), w, acc, &layout)
+    }
+
+    fn rms_norm_glu_down_add_(
+        &mut self,
+        nw: &Self,
+        eps: f32,
+        gate_up: &S::QWeight,
+        act: GluActivation,
+        down: &S::QWeight,
+    ) -> CResult<()> {
+        let ((gu_rows, k), (d_rows, d_k)) = (S::qweight_dims(gate_up), S::qweight_dims(down));
+        let &[_, kk] = self.dims() else {
+            candle_core::bail!("rms_norm_glu_down_add takes [t, k] activations, got {:?}", self.dims())
+        };
+        if kk != k || nw.dims() != [k] || !gu_rows.is_multiple_of(2) || d_k != gu_rows / 2 || d_rows != k {
+            candle_core::bail!(
+                "rms_norm_glu_down_add: x {:?}, norm weight {:?}, gate|up [{gu_rows}, {k}], down [{d_rows}, {d_k}] do not chain",
+                self.dims(),
+                nw.dims()
+            )
+        }
+        let (st, layout) = self.storage_mut()?;
+        let layout = layout.clone();
+        st.rms_norm_glu_down_add(&layout, nw.storage(), nw.layout(), eps, gate_up, act, down)
     }
 
     fn qmatmul_norm_add_(&mut self, x: &Self, w: &S::QWeight, nw: &Self, eps: f32) -> CResult<()> {

@@ -1337,6 +1337,7 @@ fn rms_norm_mat_vec_matches_cpu() {
                     }
                     // tanh's slope is at most 1: the product's error, plus tanh's own.
                     MatVecEpilogue::Softcap(c) => ((g / f64::from(c)).tanh() * f64::from(c), tg + 1e-6 * f64::from(c)),
+                    MatVecEpilogue::GluQ8_1(_) => unreachable!("f32 epilogues only here"),
                 };
                 assert!((got - want).abs() <= tol, "{ty:?} {ep:?} batch {b} row {r}: gpu {got} cpu {want} (tol {tol})");
             }
@@ -1669,5 +1670,86 @@ fn softcap_epilogue_equals_softcap_after_the_product() {
             }
         }
     }
+    assert_clean(&dev);
+}
+
+/// The gated products written as Q8_1 by their own mat-vec (`MatVecEpilogue::GluQ8_1`) are
+/// the blocks `quantize_q8_1` makes of the f32 products, and `quant::glu_down` (gate|up
+/// writing Q8_1, the down mat-vec reading it) gives the bits of `linear` with `Glu` then
+/// with `Add` (whose down mat-vec quantizes the same products itself): with and without the
+/// norm, rows / 2 of whole and partial workgroups, each integer-dot type.
+#[test]
+fn q8_1_gated_products_feed_the_down_projection_unchanged() {
+    // The integer-dot choice as on a GPU that accelerates it (lavapipe runs the kernels, it
+    // does not report them accelerated).
+    let validation = std::env::var("VKML_VALIDATION").map_or(true, |v| v != "0");
+    let inst = Instance::new(&InstanceOptions { validation }).unwrap();
+    let mut adapter = inst.select(&DeviceSelector::from_env()).unwrap();
+    adapter.caps.integer_dot.packed_4x8_signed_accelerated = adapter.caps.integer_dot.supported;
+    let dev = Device::from_adapter(&inst, &adapter, Default::default()).unwrap();
+    let cfg = vkml_ops::tuning::mat_vec_config(dev.caps());
+    let opts = quant::LinearOptions::new(dev.caps());
+    for &ty in quant::DOT_TYPES {
+        for (n, k) in [(96usize, 256usize), (256, 128)] {
+            let gu_bytes = encode(ty, &weights(2 * n, k, 41));
+            let down_bytes = encode(ty, &weights(k, n, 42));
+            let gu = QMatrix::upload(&dev, ty, 2 * n, k, &gu_bytes).unwrap();
+            let down = QMatrix::upload(&dev, ty, k, n, &down_bytes).unwrap();
+            if !dev.caps().integer_dot.supported {
+                eprintln!("skipped {ty:?}: no integer dot products on this device");
+                continue;
+            }
+            assert!(quant::glu_writes_q8_1(dev.caps(), &gu, &cfg), "{ty:?} n {n}: Q8_1 gated products");
+            assert!(quant::mat_vec_uses_q8_1(dev.caps(), &down, &cfg), "{ty:?}: a down projection on Q8_1");
+            let x = weights(1, k, 43);
+            let nw: Vec<f32> = weights(1, k, 44).iter().map(|v| 1.0 + 0.5 * v).collect();
+            let (xb, nwb) = (dev.upload(&x).unwrap(), dev.upload(&nw).unwrap());
+            let act = GluActivation::Silu;
+            // The Q8_1 products against quantize_q8_1 of the f32 products.
+            let mut s = Stream::new(&dev).unwrap();
+            let (g, gq, q) = (
+                dev.alloc(4 * n as u64, MemoryKind::DeviceLocal).unwrap(),
+                dev.alloc(36 * (n / 32) as u64, MemoryKind::DeviceLocal).unwrap(),
+                dev.alloc(36 * (n / 32) as u64, MemoryKind::DeviceLocal).unwrap(),
+            );
+            quant::mat_vec_fused(&mut s, &gu, &xb, 1, &g, cfg, MatVecEpilogue::Glu(act)).unwrap();
+            quant::mat_vec_fused(&mut s, &gu, &xb, 1, &gq, cfg, MatVecEpilogue::GluQ8_1(act)).unwrap();
+            quant::quantize_q8_1(&mut s, &g, n / 32, &q).unwrap();
+            s.finish_and_wait().unwrap();
+            assert_eq!(gq.to_vec::<u32>().unwrap(), q.to_vec::<u32>().unwrap(), "{ty:?} n {n}: Q8_1 products");
+            for norm in [None, Some(quant::PreNorm { weight: &nwb, eps: 1e-5 })] {
+                let y0 = weights(1, k, 45);
+                let (fused, composed) = (dev.upload(&y0).unwrap(), dev.upload(&y0).unwrap());
+                let mut s = Stream::new(&dev).unwrap();
+                quant::glu_down(&mut s, &gu, &down, act, &xb, 1, norm, &fused, &opts).unwrap();
+                let gs = dev.alloc(4 * n as u64, MemoryKind::DeviceLocal).unwrap();
+                quant::linear(&mut s, &gu, &xb, 1, norm, &gs, quant::LinearEpilogue::Glu(act), &opts).unwrap();
+                quant::linear(&mut s, &down, &gs, 1, None, &composed, quant::LinearEpilogue::Add, &opts).unwrap();
+                s.finish_and_wait().unwrap();
+                let (f, c) = (fused.to_vec::<f32>().unwrap(), composed.to_vec::<f32>().unwrap());
+                assert!(
+                    f.iter().zip(&c).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{ty:?} n {n} norm {}: glu_down against linear + linear",
+                    norm.is_some()
+                );
+                assert!(f.iter().zip(&y0).any(|(a, b)| a != b), "the residual changed");
+            }
+            // The residual stream as both input and accumulator.
+            let (xa, xc) = (dev.upload(&x).unwrap(), dev.upload(&x).unwrap());
+            let mut s = Stream::new(&dev).unwrap();
+            quant::glu_down(&mut s, &gu, &down, act, &xa, 1, None, &xa, &opts).unwrap();
+            let gs = dev.alloc(4 * n as u64, MemoryKind::DeviceLocal).unwrap();
+            quant::linear(&mut s, &gu, &xc, 1, None, &gs, quant::LinearEpilogue::Glu(act), &opts).unwrap();
+            quant::linear(&mut s, &down, &gs, 1, None, &xc, quant::LinearEpilogue::Add, &opts).unwrap();
+            s.finish_and_wait().unwrap();
+            assert_eq!(xa.to_vec::<u32>().unwrap(), xc.to_vec::<u32>().unwrap(), "{ty:?} n {n}: in place");
+        }
+    }
+    // Matrices that do not chain.
+    let m = QMatrix::upload(&dev, GgmlType::Q8_0, 64, 64, &encode(GgmlType::Q8_0, &weights(64, 64, 1))).unwrap();
+    let b = dev.alloc(4 * 64, MemoryKind::DeviceLocal).unwrap();
+    let mut s = Stream::new(&dev).unwrap();
+    let e = quant::glu_down(&mut s, &m, &m, GluActivation::Silu, &b, 1, None, &b, &opts).unwrap_err();
+    assert!(e.to_string().contains("do not chain"), "{e}");
     assert_clean(&dev);
 }

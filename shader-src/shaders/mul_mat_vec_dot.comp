@@ -13,7 +13,8 @@
 // computes the NR up rows, at r + rows, beside its gate rows; x is loaded once for both).
 // Push: w_offset, row_bytes, k, rows (output rows), batch, y_stride (include/mat_vec_out.glsl),
 // eps (the *_x_f32 variants' norm prologue and post-norm epilogue; else unused).
-// Specialization: 0 = workgroup, 1 = NB, 2 = NR, 10 = epilogue.
+// Specialization: 0 = workgroup, 1 = NB, 2 = NR, 10 = epilogue, 16 = Q8_1 output of the
+// gated products (*_x_f32: binding 7).
 // *_x_f32: x is f32 (binding 1: vec4[k / 4], one batch row, k a multiple of 32 and at most
 // 32 * MAX_XBLOCKS) and each workgroup quantizes it to Q8_1 into shared memory first, as
 // quantize_q8_1.comp does (include/q8_1.glsl's arithmetic): no quantize dispatch before
@@ -70,6 +71,50 @@ int sum8(int v) {
     return v + subgroupShuffleXor(v, 4u);
 }
 
+// Q8_1 of a block of 32 values held 4 per lane by 8 consecutive lanes (in order): this
+// lane's word of quants (.x) and the block's packHalf2x16(d, s) (.y), as q8_1.glsl's
+// q8_1_pack computes them. Both x's quantization here and the gated products' Q8_1 output
+// use it, so a product quantized by its producer is the x its consumer would quantize.
+uvec2 q8_1_part(vec4 v) {
+    vec4 a = abs(v);
+    float amax = max8(max(max(a.x, a.y), max(a.z, a.w)));
+    float d = amax / 127.0;
+    float id = d != 0.0 ? 1.0 / d : 0.0;
+    vec4 r = v * id;
+    ivec4 q = ivec4(round_away(r.x), round_away(r.y), round_away(r.z), round_away(r.w));
+    int sum = sum8(q.x + q.y + q.z + q.w);
+    uvec4 u = uvec4(q) & 0xFFu;
+    return uvec2(u.x | (u.y << 8) | (u.z << 16) | (u.w << 24), packHalf2x16(vec2(d, float(sum) * d)));
+}
+
+// Specialization constant 16 (with the gated products): the products as Q8_1 blocks into
+// binding 7 (uint[9 * rows / 32], quantize_q8_1.comp's layout) instead of f32 into y, the x
+// of the next mat-vec (the down projection). Needs rows a multiple of 32 and the
+// workgroup's rows (subgroups x NR) too: its subgroup 0 quantizes them from shared memory.
+layout(constant_id = 16) const bool MV_Q8_1_OUT = false;
+layout(std430, set = 0, binding = 7) writeonly buffer YQ { uint yq[]; };
+#define MAX_WG_ROWS 1024u
+shared float wg_out[MAX_WG_ROWS];
+
+// The workgroup's products (wg_out, rows wg_row0 ..) as Q8_1 blocks into yq. Called by
+// every invocation of the workgroup, in uniform control flow (it holds a barrier).
+void store_q8_1_out(uint wg_row0) {
+    barrier();
+    if (gl_SubgroupID != 0u) return;
+    uint n = min(gl_NumSubgroups * NR, p.rows - min(wg_row0, p.rows)); // rows of the workgroup, a multiple of 32
+    uint lane = gl_SubgroupInvocationID;
+    // Each group of 8 lanes takes a block; the subgroup size is a multiple of 8.
+    for (uint i0 = 0u; i0 < n / 4u; i0 += gl_SubgroupSize) {
+        uint i = i0 + lane; // vec4 i of the workgroup's rows
+        if (i < n / 4u) {
+            uvec2 w = q8_1_part(vec4(wg_out[4u * i], wg_out[4u * i + 1u], wg_out[4u * i + 2u], wg_out[4u * i + 3u]));
+            uint blk = (wg_row0 / 32u) + i / 8u;
+            yq[blk * 9u + 1u + i % 8u] = w.x;
+            if (i % 8u == 0u) yq[blk * 9u] = w.y;
+        }
+    }
+}
+
 // x (normalised where MV_NORM) quantized into xs: 8 consecutive lanes make one block,
 // one vec4 each, its amax and quant sum reduced over those 8 lanes. Every invocation
 // calls it from uniform control flow (it holds barriers).
@@ -91,17 +136,10 @@ void quantize_x() {
         if (i < k4) {
             vec4 v = x4[i];
             if (MV_NORM) v = v * scale * nw4[i];
-            vec4 a = abs(v);
-            float amax = max8(max(max(a.x, a.y), max(a.z, a.w)));
-            float d = amax / 127.0;
-            float id = d != 0.0 ? 1.0 / d : 0.0;
-            vec4 r = v * id;
-            ivec4 q = ivec4(round_away(r.x), round_away(r.y), round_away(r.z), round_away(r.w));
-            int sum = sum8(q.x + q.y + q.z + q.w);
+            uvec2 w = q8_1_part(v);
             uint blk = i / 8u;
-            uvec4 u = uvec4(q) & 0xFFu;
-            xs[blk * 9u + 1u + i % 8u] = u.x | (u.y << 8) | (u.z << 16) | (u.w << 24);
-            if (i % 8u == 0u) xs[blk * 9u] = packHalf2x16(vec2(d, float(sum) * d));
+            xs[blk * 9u + 1u + i % 8u] = w.x;
+            if (i % 8u == 0u) xs[blk * 9u] = w.y;
         }
     }
     barrier();
@@ -164,6 +202,12 @@ void mv_rows(uint r0) {
             float t = subgroupAdd(acc[rr * NB + b]);
             float u = MV_GLU ? subgroupAdd(acc2[rr * NB + b]) : 0.0;
             if (lane == 0 && r0 + rr < p.rows) {
+#ifdef X_F32
+                if (MV_GLU && MV_Q8_1_OUT) {
+                    wg_out[gl_SubgroupID * NR + rr] = mv_glu(t, u);
+                    continue;
+                }
+#endif
                 if (MV_GLU) {
                     mv_store_glu(b, r0 + rr, t, u);
                 } else {
@@ -185,6 +229,7 @@ void main() {
     uint r0 = (wg0 + gl_SubgroupID) * NR;
     if (r0 < p.rows) mv_rows(r0); // uniform across the subgroup
 #ifdef X_F32
+    if (MV_GLU && MV_Q8_1_OUT) store_q8_1_out(wg0 * NR);
     if (MV_POST) mv_post_norm_add();
 #endif
 }

@@ -66,6 +66,11 @@ where
     /// # Errors
     /// Shape mismatches, device errors.
     pub fn forward_residual(&self, x: &mut Tensor<S>, norm: &RmsNorm<S>) -> Result<()> {
+        if let Stacked::One(w) = &self.gate_up {
+            // One call: the backend may keep the products in its own form between the two.
+            x.rms_norm_glu_down_add_(&norm.weight, norm.eps, w, self.act, &self.down)?;
+            return Ok(());
+        }
         let g = self.gated(x, norm)?;
         x.qmatmul_add_(&g, &self.down)?;
         Ok(())

@@ -261,6 +261,33 @@ pub trait ModelStorage: BackendStorage + 'static {
         rms_norm_linear_composed(self, l, nw, nwl, eps, w, act)
     }
 
+    /// The gated feed-forward with its residual add, in place: `self += down(act(n
+    /// W_gateᵀ) * (n W_upᵀ))`, `n = rms_norm(self) · nw`, for the residual stream `self:
+    /// f32[t, k]` (`l`, contiguous from element 0), a stacked `[gate; up]` weight
+    /// (`[2 n_ff, k]`) and `down: [k, n_ff]`: one call so that a backend can keep the
+    /// products between the two projections in its own form (Vulkan: Q8_1 blocks written by
+    /// the gate|up mat-vec and read by the down mat-vec). The result is
+    /// [`ModelStorage::rms_norm_linear`] then [`ModelStorage::qmatmul_add`] (the default).
+    ///
+    /// # Errors
+    /// As the two calls.
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_glu_down_add(
+        &mut self,
+        l: &Layout,
+        nw: &Self,
+        nwl: &Layout,
+        eps: f32,
+        gate_up: &Self::QWeight,
+        act: GluActivation,
+        down: &Self::QWeight,
+    ) -> CResult<()> {
+        let g = self.rms_norm_linear(l, nw, nwl, eps, gate_up, Some(act))?;
+        let n = Self::qweight_dims(gate_up).0 / 2;
+        let l = l.clone();
+        g.qmatmul_add(&Layout::contiguous((l.dims()[0], n)), down, self, &l)
+    }
+
     /// [`ModelStorage::rms_norm_linear`] without activation, then [`ModelStorage::softcap`]
     /// at `cap`: a soft-capped output head (Gemma 2's `final_logit_softcapping`), one call
     /// so that a backend can cap in the product's store. The result is the calls'.

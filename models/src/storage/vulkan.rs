@@ -238,6 +238,36 @@ impl ModelStorage for VulkanStorage {
         Ok(dev.storage(y, DType::F32, t * out))
     }
 
+    /// `vkml_ops::quant::glu_down`: in a decode step the gate|up mat-vec writes its products
+    /// as Q8_1 blocks that the down mat-vec reads (where the integer-dot kernels run), else
+    /// `linear` twice.
+    fn rms_norm_glu_down_add(
+        &mut self,
+        l: &Layout,
+        nw: &Self,
+        nwl: &Layout,
+        eps: f32,
+        gate_up: &Self::QWeight,
+        act: GluActivation,
+        down: &Self::QWeight,
+    ) -> CResult<()> {
+        if self.dtype() != DType::F32 || nw.dtype() != DType::F32 || !l.is_contiguous() || l.start_offset() != 0 {
+            let g = self.rms_norm_linear(l, nw, nwl, eps, gate_up, Some(act))?;
+            let n = gate_up.rows() / 2;
+            let l = l.clone();
+            return g.qmatmul_add(&Layout::contiguous((l.dims()[0], n)), down, self, &l);
+        }
+        let t = l.dims()[0];
+        let dev = self.device().clone();
+        let nw = nw.packed(nwl)?;
+        let opts = vkml_ops::quant::LinearOptions { mat_mat_from: dev.mat_mat_min_tokens() };
+        let x = self.buffer();
+        dev.with_stream(|s| {
+            let norm = Some(PreNorm { weight: nw.buffer(), eps });
+            vkml_ops::quant::glu_down(s, gate_up, down, act, x, t, norm, x, &opts).map_err(|e| dev.named_error(e))
+        })
+    }
+
     /// `linear` with a [`PreNorm`] and the `Softcap` epilogue: the cap in the mat-vec's
     /// store (no dispatch of its own in a decode step), after the mat-mat for prompts.
     fn rms_norm_linear_softcap(

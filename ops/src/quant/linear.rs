@@ -9,8 +9,8 @@
 use vkml_hal::{Buffer, MemoryKind, Stream};
 
 use super::{
-    mat_mat_with, mat_vec_fused, mat_vec_fuses_norm_add, mat_vec_norm_add, rms_norm_mat_vec, rms_norm_mat_vec_scratch,
-    MatMatOptions, MatMatPath, MatVecEpilogue, QMatrix,
+    glu_writes_q8_1, mat_mat_with, mat_vec_fused, mat_vec_fuses_norm_add, mat_vec_norm_add, mat_vec_q8_1_fused,
+    mat_vec_uses_q8_1, rms_norm_mat_vec, rms_norm_mat_vec_scratch, MatMatOptions, MatMatPath, MatVecEpilogue, QMatrix,
 };
 use crate::elementwise::{binary, BinaryOp, View};
 use crate::error::{OpsError, Result};
@@ -192,6 +192,62 @@ pub fn linear(
             )
         }
     }
+}
+
+/// Records the gated feed-forward with its residual add: `acc += down(act(p_gate) * p_up)`,
+/// `p = norm(x) gate_upᵀ` over the stacked `[gate; up]` rows (`gate_up: [2 n, k]`, `down:
+/// [k, n]`, `x`, `acc`: f32 `[t, k]`; `acc` may be `x`, the residual stream):
+/// [`linear`] with [`LinearEpilogue::Glu`] into scratch, then with [`LinearEpilogue::Add`].
+/// For one row where [`glu_writes_q8_1`] holds for `gate_up` and the down projection runs
+/// on Q8_1 activations ([`mat_vec_uses_q8_1`]), the gate|up mat-vec writes its products as
+/// Q8_1 blocks ([`MatVecEpilogue::GluQ8_1`]) that the down mat-vec reads as they are (no
+/// quantization of x in each of its workgroups, which then may be small): the bits of the
+/// two `linear` calls, whose down mat-vec quantizes the same products the same way.
+///
+/// # Errors
+/// [`OpsError::Shape`] for matrices that do not chain (`down.k() != gate_up.rows() / 2`,
+/// `down.rows() != gate_up.k()`) or buffers too small; as [`linear`].
+#[allow(clippy::too_many_arguments)]
+pub fn glu_down(
+    s: &mut Stream,
+    gate_up: &QMatrix,
+    down: &QMatrix,
+    act: GluActivation,
+    x: &Buffer,
+    t: usize,
+    norm: Option<PreNorm<'_>>,
+    acc: &Buffer,
+    opts: &LinearOptions,
+) -> Result<()> {
+    let n = gate_up.rows / 2;
+    if !gate_up.rows.is_multiple_of(2) || down.k != n || down.rows != gate_up.k {
+        return Err(OpsError::Shape {
+            op: "glu_down",
+            reason: format!(
+                "gate|up [{}, {}] and down [{}, {}] do not chain (down must be [k, rows / 2])",
+                gate_up.rows, gate_up.k, down.rows, down.k
+            ),
+        });
+    }
+    let caps = s.device().caps().clone();
+    let cfg = tuning::mat_vec_config(&caps);
+    let q8_1 = t == 1
+        && t < opts.mat_mat_from
+        && glu_writes_q8_1(&caps, gate_up, &cfg)
+        && mat_vec_uses_q8_1(&caps, down, &cfg)
+        && norm.is_none_or(|nm| nm.weight.size() >= 4 * gate_up.k as u64);
+    if q8_1 {
+        let xq = scratch(s, 36 * n / 32)?;
+        let ep = MatVecEpilogue::GluQ8_1(act);
+        match norm {
+            Some(nm) => rms_norm_mat_vec(s, x, nm.weight, nm.eps, gate_up, 1, &xq, cfg, ep, None)?,
+            None => mat_vec_fused(s, gate_up, x, 1, &xq, cfg, ep)?,
+        }
+        return mat_vec_q8_1_fused(s, down, &xq, 1, acc, cfg, MatVecEpilogue::Add);
+    }
+    let g = scratch(s, 4 * t * n)?;
+    linear(s, gate_up, x, t, norm, &g, LinearEpilogue::Glu(act), opts)?;
+    linear(s, down, &g, t, None, acc, LinearEpilogue::Add, opts)
 }
 
 /// `norm` of `x: f32[t, k]` into a new f32 scratch (`norm.rms`).

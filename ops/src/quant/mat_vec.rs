@@ -46,6 +46,11 @@ pub enum MatVecEpilogue {
     /// `y[b, r] = cap · tanh(t / cap)`: soft-capped logits (Gemma 2's
     /// `final_logit_softcapping`), rounded as [`crate::elementwise::softcap`] rounds them.
     Softcap(f32),
+    /// The gated products of [`MatVecEpilogue::Glu`] quantized to Q8_1 as they are made:
+    /// `y` holds `rows / 64` Q8_1 blocks (36 bytes each, `quantize_q8_1`'s layout and
+    /// arithmetic), the `x` of a [`mat_vec_q8_1`] (the down projection) without a quantize
+    /// pass. Where [`glu_writes_q8_1`] holds only (one row of x quantized in the kernel).
+    GluQ8_1(GluActivation),
 }
 
 impl MatVecEpilogue {
@@ -57,6 +62,7 @@ impl MatVecEpilogue {
             MatVecEpilogue::Glu(GluActivation::Gelu) => 3,
             MatVecEpilogue::Glu(GluActivation::GeluErf) => 4,
             MatVecEpilogue::Softcap(_) => 6,
+            MatVecEpilogue::GluQ8_1(a) => MatVecEpilogue::Glu(a).spec(),
         }
     }
 
@@ -67,6 +73,9 @@ impl MatVecEpilogue {
         if let MatVecEpilogue::Softcap(cap) = self {
             spec.push((14, ((1.0 / f64::from(cap)) as f32).to_bits()));
             spec.push((15, cap.to_bits()));
+        }
+        if let MatVecEpilogue::GluQ8_1(_) = self {
+            spec.push((16, 1));
         }
         spec
     }
@@ -169,7 +178,33 @@ pub fn dot_quantizes_x(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize,
         && sg_ok
         && wg.is_power_of_two()
         && wg <= caps.limits.max_workgroup_invocations.min(caps.limits.max_workgroup_size[0])
-        && (caps.limits.max_shared_memory as usize) >= DOT_X_MAX_BLOCKS * 36 + 4 * 128 + 4
+        && caps.limits.max_storage_buffers_per_stage >= DOT_X_BINDINGS
+        && (caps.limits.max_shared_memory as usize) >= DOT_X_MAX_BLOCKS * 36 + 4 * 128 + 4 + 4 * DOT_X_MAX_WG_ROWS
+}
+
+/// Storage buffers the x-quantizing integer-dot kernels bind (`mul_mat_vec_dot.*_x_f32`:
+/// the block kernels' 7 and the Q8_1 gated products).
+pub const DOT_X_BINDINGS: u32 = 8;
+
+/// Most rows a workgroup of the x-quantizing integer-dot kernels holds for its Q8_1 gated
+/// products (`mul_mat_vec_dot.comp`'s `MAX_WG_ROWS`).
+pub const DOT_X_MAX_WG_ROWS: usize = 1024;
+
+/// Whether the gated product over the stacked `[gate; up]` matrix `m` can be written as Q8_1
+/// blocks by its own mat-vec ([`MatVecEpilogue::GluQ8_1`]): one row of x, quantized in the
+/// kernel ([`dot_quantizes_x`]), one part, and `rows / 2` and each workgroup's rows whole
+/// 32-row blocks (subgroup 0 of a workgroup quantizes its rows' products).
+pub fn glu_writes_q8_1(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVecConfig) -> bool {
+    let Some((sg, _)) = tuning::row_subgroup_size(caps) else { return false };
+    let out_rows = m.rows / 2;
+    let nr = tuning::dot_x_rows_per_subgroup(cfg, out_rows, m.k) as usize;
+    let wg_rows = (cfg.dot_x_workgroup.max(sg) / sg.max(1)) as usize * nr;
+    m.rows.is_multiple_of(2)
+        && out_rows.is_multiple_of(32)
+        && m.parts.len() == 1
+        && wg_rows.is_multiple_of(32)
+        && wg_rows <= DOT_X_MAX_WG_ROWS
+        && dot_quantizes_x(caps, m, 1, cfg)
 }
 
 /// Whether [`rms_norm_mat_vec`] runs the norm inside the mat-vec (`include/mat_vec_norm.glsl`)
@@ -354,7 +389,8 @@ fn mat_vec_core(
     post: Option<PostNorm<'_>>,
 ) -> Result<()> {
     let dev = s.device().clone();
-    let glu = matches!(epilogue, MatVecEpilogue::Glu(_));
+    let q8_1_out = matches!(epilogue, MatVecEpilogue::GluQ8_1(_));
+    let glu = q8_1_out || matches!(epilogue, MatVecEpilogue::Glu(_));
     if glu && !m.rows.is_multiple_of(2) {
         return Err(OpsError::Shape {
             op: "mat_vec",
@@ -371,6 +407,19 @@ fn mat_vec_core(
                     "{batch} Q8_1 rows of {} need xq of {need} bytes and y of {} bytes, got {} and {}",
                     m.k,
                     4 * batch * out_rows,
+                    x.size(),
+                    y.size()
+                ),
+            });
+        }
+    } else if q8_1_out {
+        let need = 36 * (out_rows / 32) as u64;
+        if batch != 1 || !out_rows.is_multiple_of(32) || x.size() < 4 * m.k as u64 || y.size() < need {
+            return Err(OpsError::Shape {
+                op: "mat_vec",
+                reason: format!(
+                    "Q8_1 gated products: one row of x ({} bytes of f32) and rows / 2 = {out_rows} a multiple of 32 into {need} bytes, got {batch} rows, {} and {} bytes",
+                    4 * m.k,
                     x.size(),
                     y.size()
                 ),
@@ -396,6 +445,12 @@ fn mat_vec_core(
     }
     if batch == 0 || m.rows == 0 {
         return Ok(());
+    }
+    if q8_1_out && (pre_quantized || !glu_writes_q8_1(dev.caps(), m, &cfg)) {
+        return Err(OpsError::Shape {
+            op: "mat_vec",
+            reason: "Q8_1 gated products need the integer-dot kernel quantizing f32 x itself in workgroups of whole Q8_1 blocks of rows, one part (see glu_writes_q8_1)".into(),
+        });
     }
     if glu && m.parts.len() > 1 {
         // The gate and up rows of a split matrix lie in different parts: both halves into
@@ -533,7 +588,11 @@ fn mat_vec_core(
             let rows = if glu { out_rows } else { part.rows };
             let eps = norm.map(|n| n.1).or(post.map(|p| p.eps)).map_or(0, f32::to_bits);
             let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, nb as u32, out_rows as u32, eps]);
-            let y_arg = BufferArg::range(y, y_off + 4 * part.row0 as u64, (4 * ((nb - 1) * out_rows + rows)) as u64);
+            let y_arg = if q8_1_out {
+                BufferArg::range(y, 0, 36 * (out_rows / 32) as u64)
+            } else {
+                BufferArg::range(y, y_off + 4 * part.row0 as u64, (4 * ((nb - 1) * out_rows + rows)) as u64)
+            };
             let mut args = vec![(&part.buffer).into(), x_arg, y_arg];
             if row_sg.is_some() && (!use_dot || dot_x) {
                 // The norm weight (binding 3 of the block kernels; unread without the
@@ -552,6 +611,10 @@ fn mat_vec_core(
                     }
                     None => args.extend([y_arg, x_arg, y_arg]),
                 }
+            }
+            if use_dot && dot_x {
+                // Binding 7: the Q8_1 gated products (y stands in, unwritten, otherwise).
+                args.push(y_arg);
             }
             s.dispatch(&p, &args, &pc, groups(rows)?)?;
         }

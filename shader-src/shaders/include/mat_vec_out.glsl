@@ -34,8 +34,13 @@ void mv_store(uint b, uint r, float t) {
     y[at] = EPILOGUE == 1u ? y[at] + t : (EPILOGUE == 6u ? softcap(t, MV_CAP_INV, MV_CAP) : t);
 }
 
-void mv_store_glu(uint b, uint r, float g, float u) {
+// The gated product act(g) * u of epilogues 2-4.
+float mv_glu(float g, float u) {
     float a = EPILOGUE == 2u ? act_silu(g) : (EPILOGUE == 3u ? act_gelu(g) : act_gelu_erf(g));
-    y[b * p.y_stride + r] = a * u;
+    return a * u;
+}
+
+void mv_store_glu(uint b, uint r, float g, float u) {
+    y[b * p.y_stride + r] = mv_glu(g, u);
 }
 #endif
