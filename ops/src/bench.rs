@@ -669,7 +669,18 @@ pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
         v.push(float_matmul(Dtype::F16, n));
     }
     let (q_rows, q_k) = if full { (4096, 4096) } else { (256, 1024) };
-    for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q8_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
+    ] {
         v.push(quantize(ty, q_rows, q_k));
     }
     v.push(add(if full { 1 << 26 } else { 1 << 22 }));

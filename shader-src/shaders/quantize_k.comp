@@ -27,74 +27,97 @@
 // largest magnitude below 1e-15 (scale 0) gets the quants of the nearest previous block that
 // is not, looked for up to 16 blocks back in x (from element 0), else zeros: identical bytes
 // but after longer runs of zero blocks (values decode to 0 either way).
-// Each invocation writes whole 32-bit words: one block, or two consecutive blocks for the
-// types whose block is not a multiple of 4 bytes (Q6_K 210, Q3_K 110, IQ4_NL 18), blocks
+// Work split: one invocation per sub-block (SUBS per block: 8 sub-blocks of 32 for Q4_K,
+// Q5_K, IQ4_XS; 16 of 16 for Q2_K, Q3_K, Q6_K, Q8_K; IQ4_NL one invocation per block of
+// 32), holding its values in registers. Each runs its sub-block's search (Q8_K: its largest
+// magnitude) and leaves the result (scale, min) in shared memory; after a barrier it
+// assembles its part of the block: the super-block's scales from all of them (each
+// invocation computes them, in the CPU's order), its own scale bits, the header (the first
+// invocation), its values re-quantized and packed. The parts are ORed (atomicOr) into the
+// workgroup's blocks staged in shared memory from zeros; after a second barrier the
+// workgroup writes them out as whole words. A workgroup of 64 handles 64 / SUBS blocks
+// (4, 8 or 64: an even count, whole 32-bit words however many bytes a block has), blocks
 // packed from byte 0.
 // Bindings: 0 = x (f32), 1 = y (the part's blocks, as words). Push constants: x_off (element
 // of x where the part's first block starts), n_blocks (blocks in the part), n_words (words
-// of y). Grid: x (then y) over blocks (pairs of blocks for Q6_K, Q3_K, IQ4_NL).
+// of y). Workgroup size 64 (the staging is sized for it). Grid: x (then y) over workgroups
+// of 64 / SUBS blocks.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 layout(local_size_x_id = 0, local_size_x = 64) in;
 #include "strided.glsl"
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Y { uint y[]; };
 layout(push_constant) uniform P { uint x_off; uint n_blocks; uint n_words; } p;
 
+// The workgroup size (the host's; the staging below is sized for it).
+#define WG 64u
+
+// BLOCK_BYTES, BLOCK_ELEMS; SUBS: invocations per block (one per sub-block of SUB_N values).
 #if defined(Q4_K)
 #define BLOCK_BYTES 144u
-#define BLOCK_ELEMS 256u
+#define SUBS 8u
 #elif defined(Q5_K)
 #define BLOCK_BYTES 176u
-#define BLOCK_ELEMS 256u
+#define SUBS 8u
 #elif defined(Q6_K)
 #define BLOCK_BYTES 210u
-#define BLOCK_ELEMS 256u
-#define PAIRED 1
+#define SUBS 16u
 #elif defined(Q2_K)
 #define BLOCK_BYTES 84u
-#define BLOCK_ELEMS 256u
+#define SUBS 16u
 #elif defined(Q3_K)
 #define BLOCK_BYTES 110u
-#define BLOCK_ELEMS 256u
-#define PAIRED 1
+#define SUBS 16u
 #elif defined(Q8_K)
 #define BLOCK_BYTES 292u
-#define BLOCK_ELEMS 256u
+#define SUBS 16u
 #elif defined(IQ4_NL)
 #define BLOCK_BYTES 18u
-#define BLOCK_ELEMS 32u
-#define PAIRED 1
+#define SUBS 1u
 #else
 #define BLOCK_BYTES 136u
+#define SUBS 8u
+#endif
+#if defined(IQ4_NL)
+#define BLOCK_ELEMS 32u
+#else
 #define BLOCK_ELEMS 256u
 #endif
-#if defined(PAIRED)
-#define INV_BLOCKS 2u
-#else
-#define INV_BLOCKS 1u
-#endif
-#define INV_WORDS (INV_BLOCKS * BLOCK_BYTES / 4u)
+#define SUB_N (BLOCK_ELEMS / SUBS)
+// Blocks per workgroup (4, 8 or 64: an even count, so its bytes are whole words) and the
+// words they take.
+#define WG_BLOCKS (WG / SUBS)
+#define WG_WORDS (WG_BLOCKS * BLOCK_BYTES / 4u)
 
 // ggml's GROUP_MAX_EPS.
 const float EPS = 1e-15;
 
-uint w[INV_WORDS];
+// The workgroup's blocks, assembled with atomicOr from zeros (bits of one word come from
+// several invocations), then copied out whole.
+shared uint stage[WG_WORDS];
+// Each sub-block's search result, for its block's assembly.
+shared float sh_a[WG];
+shared float sh_b[WG];
 
-void put8(uint at, uint v) {
-    w[at >> 2] |= (v & 0xFFu) << ((at & 3u) * 8u);
+// The invocation's sub-block: its values, and its quants (one per value, as stored).
+float xv[SUB_N];
+uint lq[SUB_N];
+
+// ORs the 4 bytes of v into the staged bytes at .. at + 3 (any alignment; bytes of v past
+// the workgroup's blocks must be zero).
+void or_bytes(uint at, uint v) {
+    uint s = (at & 3u) * 8u;
+    atomicOr(stage[at >> 2], v << s);
+    if (s != 0u && (v >> (32u - s)) != 0u) atomicOr(stage[(at >> 2) + 1u], v >> (32u - s));
 }
 
-void put16(uint at, uint v) {
-    put8(at, v);
-    put8(at + 1u, v >> 8);
-}
-
-// Bits [shift, shift + bits) of byte `at` set to v, the others kept.
-void set_bits(uint at, uint shift, uint bits, uint v) {
-    uint s = (at & 3u) * 8u + shift;
-    uint mask = ((1u << bits) - 1u) << s;
-    w[at >> 2] = (w[at >> 2] & ~mask) | ((v << s) & mask);
+// The quants lq[i0 .. i0 + 4] (4 bits each, shifted by `shift`) as the 4 bytes of a word.
+uint pack4(uint i0, uint bits, uint shift) {
+    uint v = 0u;
+    [[unroll]] for (uint b = 0u; b < 4u; b++) v |= ((lq[i0 + b] & ((1u << bits) - 1u)) << shift) << (8u * b);
+    return v;
 }
 
 uint f16_of(float v) {
@@ -108,8 +131,8 @@ int nearest_int(float fval) {
     return (floatBitsToInt(val) & 0x7fffff) - 0x400000;
 }
 
-// a / b rounded to nearest even as IEEE 754 (Vulkan lets division be 2.5 ulp off): long
-// division of the significands in integers. Zeros, infinities, NaN, subnormal operands and
+// a / b rounded to nearest even as IEEE 754 (Vulkan lets division be 2.5 ulp off): the
+// quotient of the significands in integers. Zeros, infinities, NaN, subnormal operands and
 // subnormal or overflowing quotients take the device's division.
 float div_rn(float a, float b) {
     uint ua = floatBitsToUint(a), ub = floatBitsToUint(b);
@@ -122,9 +145,28 @@ float div_rn(float a, float b) {
         ma <<= 1;
         e -= 1;
     }
-    // ma / mb in [1, 2): 24 quotient bits and a guard bit; the remainder is the sticky bit.
-    uint q = 0u, r = ma;
-    for (int i = 0; i < 25; i++) {
+    // q = floor(ma 2^24 / mb) in [2^24, 2^25) (24 quotient bits and a guard bit), r != 0
+    // the sticky bit. From the device's quotient of the significands (exact floats; within
+    // 2.5 ulp, so q lands 2 to 13 below floor(ma 2^24 / mb)), the remainder of q in exact
+    // integer arithmetic, then q raised by up to 15; a remainder out of that range (a device
+    // further off) takes the long division, bit by bit (a loop of no iteration otherwise:
+    // CPU drivers run both sides of a branch).
+    precise float qf = float(ma) / float(mb);
+    precise float qs = qf * 16777216.0;
+    uint q = uint(qs) - 8u;
+    uint phi, plo;
+    umulExtended(q, mb, phi, plo);
+    uint nlo = ma << 24;
+    uint r = nlo - plo;
+    bool near = (ma >> 8) - phi - (nlo < plo ? 1u : 0u) == 0u && r < (mb << 4);
+    [[unroll]] for (int k = 3; k >= 0; k--) {
+        bool up = r >= (mb << k);
+        r = up ? r - (mb << k) : r;
+        q = up ? q + (1u << k) : q;
+    }
+    q = near ? q : 0u;
+    r = near ? r : ma;
+    for (int i = near ? 0 : 25; i > 0; i--) {
         uint bit = r >= mb ? 1u : 0u;
         q = (q << 1) | bit;
         r = (r - bit * mb) << 1;
@@ -185,43 +227,12 @@ int low_i8(int v) {
     return (v << 24) >> 24;
 }
 
-// Quant i (0..BLOCK_ELEMS) of the block at byte `at` set to v, in the type's layout.
-void set_l(uint at, uint i, uint v) {
-#if defined(Q4_K)
-    uint r = i & 63u;
-    set_bits(at + 16u + 32u * (i >> 6) + (r & 31u), (r >> 5) * 4u, 4u, v);
-#elif defined(Q5_K)
-    uint c = i >> 6, r = i & 63u;
-    set_bits(at + 48u + 32u * c + (r & 31u), (r >> 5) * 4u, 4u, v & 15u);
-    set_bits(at + 16u + (r & 31u), 2u * c + (r >> 5), 1u, v >> 4);
-#elif defined(Q6_K)
-    uint h = i >> 7, q = (i & 127u) >> 5, ii = i & 31u;
-    set_bits(at + 64u * h + 32u * (q & 1u) + ii, (q >> 1) * 4u, 4u, v & 15u);
-    set_bits(at + 128u + 32u * h + ii, 2u * q, 2u, v >> 4);
-#elif defined(Q2_K)
-    uint h = i >> 7, q = (i & 127u) >> 5, ii = i & 31u;
-    set_bits(at + 16u + 32u * h + ii, 2u * q, 2u, v);
-#elif defined(Q3_K)
-    // Low 2 bits in qs, the third in hmask (ggml: l > 3 sets the bit and subtracts 4).
-    uint h = i >> 7, q = (i & 127u) >> 5, ii = i & 31u;
-    set_bits(at + 32u + 32u * h + ii, 2u * q, 2u, v & 3u);
-    set_bits(at + ii, i >> 5, 1u, v >> 2);
-#elif defined(Q8_K)
-    set_bits(at + 4u + i, 0u, 8u, v);
-#elif defined(IQ4_NL)
-    set_bits(at + 2u + (i & 15u), (i >> 4) * 4u, 4u, v);
-#else
-    uint ib = i >> 5, j = i & 31u;
-    set_bits(at + 8u + 16u * ib + (j & 15u), (j >> 4) * 4u, 4u, v);
-#endif
-}
-
-// The first value of largest magnitude in x[e0 .. e0 + n], with its sign, and the magnitude.
-void absmax_signed(uint e0, uint n, out float amax, out float vmax) {
+// The first value of largest magnitude in xv[0 .. n], with its sign, and the magnitude.
+void absmax_signed(uint n, out float amax, out float vmax) {
     amax = 0.0;
     vmax = 0.0;
-    for (uint i = 0u; i < n; i++) {
-        float v = x[e0 + i];
+    [[unroll]] for (uint i = 0u; i < n; i++) {
+        float v = xv[i];
         if (amax < abs(v)) {
             amax = abs(v);
             vmax = v;
@@ -239,16 +250,15 @@ void absmax_signed(uint e0, uint n, out float amax, out float vmax) {
 #define ERR(d) ((d) * (d))
 #endif
 
-// make_qkx2_quants over x[e0 .. e0 + n] (quants l0 .. l0 + n of the block at `at`):
-// x ~ scale * L - min_out with L in 0..nmax. `av` enters the weights (Q4_K, Q5_K).
-void make_qkx2(uint at, uint e0, uint l0, uint n, int nmax, float rmin, float rdelta, int nstep, float av,
-               out float scale_out, out float min_out) {
-    precise float mn = x[e0];
-    precise float mx = x[e0];
-    precise float sum_w = WEIGHT(x[e0], av);
-    precise float sum_x = sum_w * x[e0];
-    for (uint i = 1u; i < n; i++) {
-        float v = x[e0 + i];
+// make_qkx2_quants over the sub-block xv: x ~ scale * L - min_out with L in 0..nmax. `av`
+// enters the weights (Q4_K, Q5_K). The quants (lq) are those of the best trial.
+void make_qkx2(int nmax, float rmin, float rdelta, int nstep, float av, out float scale_out, out float min_out) {
+    precise float mn = xv[0];
+    precise float mx = xv[0];
+    precise float sum_w = WEIGHT(xv[0], av);
+    precise float sum_x = sum_w * xv[0];
+    [[unroll]] for (uint i = 1u; i < SUB_N; i++) {
+        float v = xv[i];
         if (v < mn) mn = v;
         if (v > mx) mx = v;
         precise float wi = WEIGHT(v, av);
@@ -257,7 +267,7 @@ void make_qkx2(uint at, uint e0, uint l0, uint n, int nmax, float rmin, float rd
     }
     if (mn > 0.0) mn = 0.0;
     if (mx == mn) {
-        for (uint i = 0u; i < n; i++) set_l(at, l0 + i, 0u);
+        [[unroll]] for (uint i = 0u; i < SUB_N; i++) lq[i] = 0u;
         scale_out = 0.0;
         min_out = -mn;
         return;
@@ -266,17 +276,18 @@ void make_qkx2(uint at, uint e0, uint l0, uint n, int nmax, float rmin, float rd
     precise float iscale = div_rn(float(nmax), range);
     precise float scale = div_rn(1.0, iscale);
     precise float best_error = 0.0;
-    for (uint i = 0u; i < n; i++) {
-        float v = x[e0 + i];
+    [[unroll]] for (uint i = 0u; i < SUB_N; i++) {
+        float v = xv[i];
         precise float t = iscale * (v - mn);
         int l = clamp(nearest_int(t), 0, nmax);
-        set_l(at, l0 + i, uint(l));
         precise float diff = scale * float(l) + mn - v;
         precise float e = ERR(diff);
         precise float wi = WEIGHT(v, av);
         best_error += wi * e;
     }
-    for (int is = 0; is <= nstep; is++) {
+    // The quants are recomputed from the best trial's scale and min at the end.
+    float best_isc = iscale, best_m0 = mn;
+    [[dont_unroll]] for (int is = 0; is <= nstep; is++) {
         // The trial scale and the quants use the min as it stands (a better fit moves it).
         precise float m0 = mn;
         precise float num = rmin + rdelta * float(is) + float(nmax);
@@ -285,8 +296,8 @@ void make_qkx2(uint at, uint e0, uint l0, uint n, int nmax, float rmin, float rd
         precise float sum_l = 0.0;
         precise float sum_l2 = 0.0;
         precise float sum_xl = 0.0;
-        for (uint i = 0u; i < n; i++) {
-            float v = x[e0 + i];
+        [[unroll]] for (uint i = 0u; i < SUB_N; i++) {
+            float v = xv[i];
             precise float t = isc * (v - m0);
             float lf = float(clamp(nearest_int(t), 0, nmax));
             precise float wi = WEIGHT(v, av);
@@ -305,8 +316,8 @@ void make_qkx2(uint at, uint e0, uint l0, uint n, int nmax, float rmin, float rd
                 this_scale = div_rn(sum_xl, sum_l2);
             }
             precise float cur_error = 0.0;
-            for (uint i = 0u; i < n; i++) {
-                float v = x[e0 + i];
+            [[unroll]] for (uint i = 0u; i < SUB_N; i++) {
+                float v = xv[i];
                 precise float t = isc * (v - m0);
                 float lf = float(clamp(nearest_int(t), 0, nmax));
                 precise float diff = this_scale * lf + this_min - v;
@@ -315,15 +326,17 @@ void make_qkx2(uint at, uint e0, uint l0, uint n, int nmax, float rmin, float rd
                 cur_error += wi * e;
             }
             if (cur_error < best_error) {
-                for (uint i = 0u; i < n; i++) {
-                    precise float t = isc * (x[e0 + i] - m0);
-                    set_l(at, l0 + i, uint(clamp(nearest_int(t), 0, nmax)));
-                }
+                best_isc = isc;
+                best_m0 = m0;
                 best_error = cur_error;
                 scale = this_scale;
                 mn = this_min;
             }
         }
+    }
+    [[unroll]] for (uint i = 0u; i < SUB_N; i++) {
+        precise float t = best_isc * (xv[i] - best_m0);
+        lq[i] = uint(clamp(nearest_int(t), 0, nmax));
     }
     scale_out = scale;
     min_out = -mn;
@@ -342,113 +355,124 @@ void make_qkx2(uint at, uint e0, uint l0, uint n, int nmax, float rmin, float rd
 #endif
 // q45k_common: 8 sub-blocks of 32, weights av_x + |x| (av_x = rms of the sub-block),
 // 6-bit scales and mins against the largest (d = max_scale / 63, dmin = max_min / 63).
-void quantize_block(uint b, uint at) {
-    uint e0 = p.x_off + b * 256u;
-    float scales[8], mins[8];
+// Sub-block j of the block at byte `at` (s: its first sub-block's index in the workgroup).
+void search(uint j) {
+    precise float sum_x2 = 0.0;
+    [[unroll]] for (uint i = 0u; i < 32u; i++) {
+        float v = xv[i];
+        sum_x2 += v * v;
+    }
+    precise float ms = sum_x2 * 0.03125; // = sum_x2 / 32, exactly
+    precise float av = sqrt_rn(ms);
+    float s, m;
+    make_qkx2(NMAX, RMIN, 0.1, NSTEP, av, s, m);
+    sh_a[gl_LocalInvocationID.x] = s;
+    sh_b[gl_LocalInvocationID.x] = m;
+}
+
+void assemble(uint j, uint s, uint at) {
     precise float max_scale = 0.0;
     precise float max_min = 0.0;
-    for (uint j = 0u; j < 8u; j++) {
-        precise float sum_x2 = 0.0;
-        for (uint i = 0u; i < 32u; i++) {
-            float v = x[e0 + 32u * j + i];
-            sum_x2 += v * v;
-        }
-        precise float ms = sum_x2 * 0.03125; // = sum_x2 / 32, exactly
-        precise float av = sqrt_rn(ms);
-        float s, m;
-        make_qkx2(at, e0 + 32u * j, 32u * j, 32u, NMAX, RMIN, 0.1, NSTEP, av, s, m);
-        scales[j] = s;
-        mins[j] = m;
-        if (s > max_scale) max_scale = s;
-        if (m > max_min) max_min = m;
+    for (uint k = 0u; k < 8u; k++) {
+        float sk = sh_a[s + k], mk = sh_b[s + k];
+        if (sk > max_scale) max_scale = sk;
+        if (mk > max_min) max_min = mk;
     }
     precise float inv_scale = max_scale > 0.0 ? div_rn(63.0, max_scale) : 0.0;
     precise float inv_min = max_min > 0.0 ? div_rn(63.0, max_min) : 0.0;
-    uint ls[8], lm[8];
-    for (uint j = 0u; j < 8u; j++) {
-        precise float ts = inv_scale * scales[j];
-        precise float tm = inv_min * mins[j];
-        // `as u8` then min(63)
-        ls[j] = min(uint(nearest_int(ts)) & 0xFFu, 63u);
-        lm[j] = min(uint(nearest_int(tm)) & 0xFFu, 63u);
-        if (j < 4u) {
-            put8(at + 4u + j, ls[j]);
-            put8(at + 8u + j, lm[j]);
-        } else {
-            put8(at + 8u + j, (ls[j] & 15u) | ((lm[j] & 15u) << 4));
-            put8(at + j, (ls[j] >> 4) << 6);
-            put8(at + 4u + j, (lm[j] >> 4) << 6);
-        }
+    precise float ts = inv_scale * sh_a[s + j];
+    precise float tm = inv_min * sh_b[s + j];
+    // `as u8` then min(63)
+    uint ls = min(uint(nearest_int(ts)) & 0xFFu, 63u);
+    uint lm = min(uint(nearest_int(tm)) & 0xFFu, 63u);
+    if (j < 4u) {
+        or_bytes(at + 4u + j, ls);
+        or_bytes(at + 8u + j, lm);
+    } else {
+        or_bytes(at + 8u + j, (ls & 15u) | ((lm & 15u) << 4));
+        or_bytes(at + j, (ls >> 4) << 6);
+        or_bytes(at + 4u + j, (lm >> 4) << 6);
     }
     precise float dq = div_rn(max_scale, 63.0);
     precise float mq = div_rn(max_min, 63.0);
     uint dh = f16_of(dq), mh = f16_of(mq);
-    put16(at, dh);
-    put16(at + 2u, mh);
+    if (j == 0u) or_bytes(at, dh | (mh << 16));
     float df = vkml_f16_bits_to_f32(dh), mf = vkml_f16_bits_to_f32(mh);
-    for (uint j = 0u; j < 8u; j++) {
-        precise float dd = df * float(ls[j]);
-        if (dd == 0.0) continue;
-        precise float dm = mf * float(lm[j]);
-        for (uint i = 0u; i < 32u; i++) {
-            precise float xm = x[e0 + 32u * j + i] + dm;
+    precise float dd = df * float(ls);
+    if (dd != 0.0) {
+        precise float dm = mf * float(lm);
+        [[unroll]] for (uint i = 0u; i < 32u; i++) {
+            precise float xm = xv[i] + dm;
             precise float t = div_rn(xm, dd);
-            set_l(at, 32u * j + i, uint(clamp(nearest_int(t), 0, NMAX)));
+            lq[i] = uint(clamp(nearest_int(t), 0, NMAX));
         }
     }
+    // Quant i of sub-block j: 4 bits of byte 16 (Q4_K; Q5_K 48) + 32 (j / 2) + i, the high
+    // nibble for odd j; Q5_K's fifth bit is bit j of byte 16 + i.
+#if defined(Q4_K)
+    [[unroll]] for (uint k = 0u; k < 8u; k++) or_bytes(at + 16u + 32u * (j >> 1) + 4u * k, pack4(4u * k, 4u, 4u * (j & 1u)));
+#else
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        or_bytes(at + 48u + 32u * (j >> 1) + 4u * k, pack4(4u * k, 4u, 4u * (j & 1u)));
+        uint h = 0u;
+        [[unroll]] for (uint b = 0u; b < 4u; b++) h |= ((lq[4u * k + b] >> 4) << j) << (8u * b);
+        or_bytes(at + 16u + 4u * k, h);
+    }
+#endif
 }
 #endif
 
 #if defined(Q2_K)
 // 16 sub-blocks of 16, weights |x|, absolute error; 4-bit scales and mins against the
 // largest (d = max_scale / 15, dmin = max_min / 15).
-void quantize_block(uint b, uint at) {
-    uint e0 = p.x_off + b * 256u;
-    float scales[16], mins[16];
+void search(uint j) {
+    float s, m;
+    make_qkx2(3, -0.5, 0.1, 15, 0.0, s, m);
+    sh_a[gl_LocalInvocationID.x] = s;
+    sh_b[gl_LocalInvocationID.x] = m;
+}
+
+void assemble(uint j, uint s, uint at) {
     precise float max_scale = 0.0;
     precise float max_min = 0.0;
-    for (uint j = 0u; j < 16u; j++) {
-        float s, m;
-        make_qkx2(at, e0 + 16u * j, 16u * j, 16u, 3, -0.5, 0.1, 15, 0.0, s, m);
-        scales[j] = s;
-        mins[j] = m;
-        if (s > max_scale) max_scale = s;
-        if (m > max_min) max_min = m;
+    for (uint k = 0u; k < 16u; k++) {
+        float sk = sh_a[s + k], mk = sh_b[s + k];
+        if (sk > max_scale) max_scale = sk;
+        if (mk > max_min) max_min = mk;
     }
-    uint sc[16];
-    for (uint j = 0u; j < 16u; j++) sc[j] = 0u;
+    uint sc = 0u;
     uint dh = 0u, mh = 0u;
     if (max_scale > 0.0) {
         precise float iscale = div_rn(15.0, max_scale);
-        for (uint j = 0u; j < 16u; j++) {
-            precise float t = iscale * scales[j];
-            sc[j] = uint(nearest_int(t)) & 0xFFu;
-        }
+        precise float t = iscale * sh_a[s + j];
+        sc = uint(nearest_int(t)) & 0xFFu;
         precise float dq = div_rn(max_scale, 15.0);
         dh = f16_of(dq);
     }
     if (max_min > 0.0) {
         precise float iscale = div_rn(15.0, max_min);
-        for (uint j = 0u; j < 16u; j++) {
-            precise float t = iscale * mins[j];
-            sc[j] = (sc[j] | (uint(nearest_int(t)) << 4)) & 0xFFu;
-        }
+        precise float t = iscale * sh_b[s + j];
+        sc = (sc | (uint(nearest_int(t)) << 4)) & 0xFFu;
         precise float mq = div_rn(max_min, 15.0);
         mh = f16_of(mq);
     }
-    for (uint j = 0u; j < 16u; j++) put8(at + j, sc[j]);
-    put16(at + 80u, dh);
-    put16(at + 82u, mh);
+    or_bytes(at + j, sc);
+    if (j == 0u) or_bytes(at + 80u, dh | (mh << 16));
     float df = vkml_f16_bits_to_f32(dh), mf = vkml_f16_bits_to_f32(mh);
-    for (uint j = 0u; j < 16u; j++) {
-        precise float d = df * float(sc[j] & 15u);
-        if (d == 0.0) continue;
-        precise float dm = mf * float(sc[j] >> 4);
-        for (uint i = 0u; i < 16u; i++) {
-            precise float xm = x[e0 + 16u * j + i] + dm;
+    precise float d = df * float(sc & 15u);
+    if (d != 0.0) {
+        precise float dm = mf * float(sc >> 4);
+        [[unroll]] for (uint i = 0u; i < 16u; i++) {
+            precise float xm = xv[i] + dm;
             precise float t = div_rn(xm, d);
-            set_l(at, 16u * j + i, uint(clamp(nearest_int(t), 0, 3)));
+            lq[i] = uint(clamp(nearest_int(t), 0, 3));
         }
+    }
+    // Value i of the super-block (16 j + ..): 2 bits (at 2 ((i % 128) / 32)) of byte
+    // 16 + 32 (i / 128) + i % 32.
+    uint q = (j & 7u) >> 1;
+    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+        or_bytes(at + 16u + 32u * (j >> 3) + 16u * (j & 1u) + 4u * k, pack4(4u * k, 2u, 2u * q));
     }
 }
 #endif
@@ -456,19 +480,19 @@ void quantize_block(uint b, uint at) {
 #if defined(Q3_K)
 // make_q3_quants(n = 16, nmax = 4, do_rmse): quants in -4..3 (stored + 4), weights x^2,
 // refined value by value (5 rounds at most) while the fit improves.
-float make_q3(uint at, uint e0, uint l0) {
+float make_q3() {
     float amax, vmax;
-    absmax_signed(e0, 16u, amax, vmax);
+    absmax_signed(16u, amax, vmax);
     if (amax < EPS) {
-        for (uint i = 0u; i < 16u; i++) set_l(at, l0 + i, 0u);
+        [[unroll]] for (uint i = 0u; i < 16u; i++) lq[i] = 0u;
         return 0.0;
     }
     precise float iscale = div_rn(-4.0, vmax);
     int lc[16];
     precise float sumlx = 0.0;
     precise float suml2 = 0.0;
-    for (uint i = 0u; i < 16u; i++) {
-        float v = x[e0 + i];
+    [[unroll]] for (uint i = 0u; i < 16u; i++) {
+        float v = xv[i];
         precise float t = iscale * v;
         int l = clamp(nearest_int(t), -4, 3);
         lc[i] = l;
@@ -476,10 +500,10 @@ float make_q3(uint at, uint e0, uint l0) {
         sumlx += wt * v * float(l);
         suml2 += wt * float(l) * float(l);
     }
-    for (int itr = 0; itr < 5; itr++) {
+    [[dont_unroll]] for (int itr = 0; itr < 5; itr++) {
         int n_changed = 0;
-        for (uint i = 0u; i < 16u; i++) {
-            float v = x[e0 + i];
+        [[unroll]] for (uint i = 0u; i < 16u; i++) {
+            float v = xv[i];
             precise float wt = v * v;
             precise float slx = sumlx - wt * v * float(lc[i]);
             if (slx > 0.0) {
@@ -503,55 +527,58 @@ float make_q3(uint at, uint e0, uint l0) {
         }
         if (n_changed == 0) break;
     }
-    for (uint i = 0u; i < 16u; i++) set_l(at, l0 + i, uint(lc[i] + 4));
+    [[unroll]] for (uint i = 0u; i < 16u; i++) lq[i] = uint(lc[i] + 4);
     precise float r = suml2 > 0.0 ? div_rn(sumlx, suml2) : 0.0;
     return r;
 }
 
 // 16 sub-blocks of 16; 6-bit signed scales against the one of largest magnitude
 // (d = 1 / (-32 / max_scale)), packed 4 + 4 low bits and 2 high bits per scale.
-void quantize_block(uint b, uint at) {
-    uint e0 = p.x_off + b * 256u;
-    float scales[16];
+void search(uint j) {
+    sh_a[gl_LocalInvocationID.x] = make_q3();
+}
+
+void assemble(uint j, uint s, uint at) {
     float max_scale = 0.0, amax = 0.0;
-    for (uint j = 0u; j < 16u; j++) {
-        scales[j] = make_q3(at, e0 + 16u * j, 16u * j);
-        float s = abs(scales[j]);
-        if (s > amax) {
-            amax = s;
-            max_scale = scales[j];
+    for (uint k = 0u; k < 16u; k++) {
+        float sk = sh_a[s + k];
+        if (abs(sk) > amax) {
+            amax = abs(sk);
+            max_scale = sk;
         }
     }
-    uint sc[12];
-    for (uint j = 0u; j < 12u; j++) sc[j] = 0u;
+    // lv: the scale as stored (0..63, 32 the zero).
+    uint lv = 0u;
     uint dh = 0u;
     if (max_scale != 0.0) {
         precise float iscale = div_rn(-32.0, max_scale);
-        for (uint j = 0u; j < 16u; j++) {
-            precise float t = iscale * scales[j];
-            uint lv = uint(clamp(low_i8(nearest_int(t)), -32, 31) + 32);
-            if (j < 8u) {
-                sc[j] = lv & 15u;
-            } else {
-                sc[j - 8u] |= (lv & 15u) << 4;
-            }
-            sc[j % 4u + 8u] |= (lv >> 4) << (2u * (j / 4u));
-        }
+        precise float t = iscale * sh_a[s + j];
+        lv = uint(clamp(low_i8(nearest_int(t)), -32, 31) + 32);
+        // Low 4 bits in byte 96 + j % 8 (the high nibble from j = 8), the top 2 in byte
+        // 104 + j % 4 at bit 2 (j / 4).
+        or_bytes(at + 96u + (j & 7u), (lv & 15u) << (4u * (j >> 3)));
+        or_bytes(at + 104u + (j & 3u), (lv >> 4) << (2u * (j >> 2)));
         precise float dq = div_rn(1.0, iscale);
         dh = f16_of(dq);
     }
-    for (uint j = 0u; j < 12u; j++) put8(at + 96u + j, sc[j]);
-    put16(at + 108u, dh);
+    if (j == 0u) or_bytes(at + 108u, dh);
     float df = vkml_f16_bits_to_f32(dh);
-    for (uint j = 0u; j < 16u; j++) {
-        uint s = j < 8u ? sc[j] & 15u : sc[j - 8u] >> 4;
-        s |= ((sc[8u + j % 4u] >> (2u * (j / 4u))) & 3u) << 4;
-        precise float d = df * float(int(s) - 32);
-        if (d == 0.0) continue;
-        for (uint i = 0u; i < 16u; i++) {
-            precise float t = div_rn(x[e0 + 16u * j + i], d);
-            set_l(at, 16u * j + i, uint(clamp(nearest_int(t), -4, 3) + 4));
+    precise float d = df * float(int(lv) - 32);
+    if (d != 0.0) {
+        [[unroll]] for (uint i = 0u; i < 16u; i++) {
+            precise float t = div_rn(xv[i], d);
+            lq[i] = uint(clamp(nearest_int(t), -4, 3) + 4);
         }
+    }
+    // Value i of the super-block (16 j + ..): its low 2 bits (at 2 ((i % 128) / 32)) in byte
+    // 32 + 32 (i / 128) + i % 32, the third bit at bit i / 32 of byte i % 32 (hmask).
+    uint q = (j & 7u) >> 1;
+    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+        uint ii = 16u * (j & 1u) + 4u * k;
+        or_bytes(at + 32u + 32u * (j >> 3) + ii, pack4(4u * k, 2u, 2u * q));
+        uint h = 0u;
+        [[unroll]] for (uint b = 0u; b < 4u; b++) h |= ((lq[4u * k + b] >> 2) << (j >> 1)) << (8u * b);
+        or_bytes(at + ii, h);
     }
 }
 #endif
@@ -559,35 +586,36 @@ void quantize_block(uint b, uint at) {
 #if defined(Q6_K)
 // make_qx_quants(n = 16, nmax = 32, rmse_type 1): quants in -32..31 (stored + 32), weights
 // x^2, the best of nmax / max and 18 trial scales -(32 + 0.1 is) / max.
-float make_qx(uint at, uint e0, uint l0) {
+float make_qx() {
     float amax, vmax;
-    absmax_signed(e0, 16u, amax, vmax);
+    absmax_signed(16u, amax, vmax);
     if (amax < EPS) {
-        for (uint i = 0u; i < 16u; i++) set_l(at, l0 + i, 0u);
+        [[unroll]] for (uint i = 0u; i < 16u; i++) lq[i] = 0u;
         return 0.0;
     }
     precise float iscale = div_rn(-32.0, vmax);
     precise float sumlx = 0.0;
     precise float suml2 = 0.0;
-    for (uint i = 0u; i < 16u; i++) {
-        float v = x[e0 + i];
+    [[unroll]] for (uint i = 0u; i < 16u; i++) {
+        float v = xv[i];
         precise float t = iscale * v;
         int l = clamp(nearest_int(t), -32, 31);
-        set_l(at, l0 + i, uint(l + 32));
         precise float wt = v * v;
         sumlx += wt * v * float(l);
         suml2 += wt * float(l) * float(l);
     }
     precise float scale = suml2 != 0.0 ? div_rn(sumlx, suml2) : 0.0;
     precise float best = scale * sumlx;
-    for (int is = -9; is <= 9; is++) {
+    // The quants are recomputed from the best trial's scale at the end.
+    float best_isc = iscale;
+    [[dont_unroll]] for (int is = -9; is <= 9; is++) {
         if (is == 0) continue;
         precise float num = -(32.0 + 0.1 * float(is));
         precise float isc = div_rn(num, vmax);
         precise float slx = 0.0;
         precise float sl2 = 0.0;
-        for (uint i = 0u; i < 16u; i++) {
-            float v = x[e0 + i];
+        [[unroll]] for (uint i = 0u; i < 16u; i++) {
+            float v = xv[i];
             precise float t = isc * v;
             float lf = float(clamp(nearest_int(t), -32, 31));
             precise float wt = v * v;
@@ -597,53 +625,59 @@ float make_qx(uint at, uint e0, uint l0) {
         precise float lhs = slx * slx;
         precise float rhs = best * sl2;
         if (sl2 > 0.0 && lhs > rhs) {
-            for (uint i = 0u; i < 16u; i++) {
-                precise float t = isc * x[e0 + i];
-                set_l(at, l0 + i, uint(clamp(nearest_int(t), -32, 31) + 32));
-            }
+            best_isc = isc;
             scale = div_rn(slx, sl2);
             best = scale * slx;
         }
+    }
+    [[unroll]] for (uint i = 0u; i < 16u; i++) {
+        precise float t = best_isc * xv[i];
+        lq[i] = uint(clamp(nearest_int(t), -32, 31) + 32);
     }
     return scale;
 }
 
 // 16 sub-blocks of 16; 8-bit signed scales against the one of largest magnitude
 // (d = 1 / (-128 / max_scale)); a super-block whose scales are all below 1e-15 is all zeros.
-void quantize_block(uint b, uint at) {
-    uint e0 = p.x_off + b * 256u;
-    float scales[16];
+void search(uint j) {
+    sh_a[gl_LocalInvocationID.x] = make_qx();
+}
+
+void assemble(uint j, uint s, uint at) {
     float max_scale = 0.0, max_abs = 0.0;
-    for (uint j = 0u; j < 16u; j++) {
-        scales[j] = make_qx(at, e0 + 16u * j, 16u * j);
-        float s = abs(scales[j]);
-        if (s > max_abs) {
-            max_abs = s;
-            max_scale = scales[j];
+    for (uint k = 0u; k < 16u; k++) {
+        float sk = sh_a[s + k];
+        if (abs(sk) > max_abs) {
+            max_abs = abs(sk);
+            max_scale = sk;
         }
     }
-    if (max_abs < EPS) {
-        for (uint i = 0u; i < BLOCK_BYTES; i++) set_bits(at + i, 0u, 8u, 0u);
-        return;
-    }
+    if (max_abs < EPS) return; // all zeros
     precise float iscale = div_rn(-128.0, max_scale);
     precise float dq = div_rn(1.0, iscale);
     uint dh = f16_of(dq);
-    put16(at + 208u, dh);
-    int sc[16];
-    for (uint j = 0u; j < 16u; j++) {
-        precise float t = iscale * scales[j];
-        sc[j] = low_i8(min(nearest_int(t), 127));
-        put8(at + 192u + j, uint(sc[j]));
-    }
+    if (j == 0u) or_bytes(at + 208u, dh);
+    precise float t0 = iscale * sh_a[s + j];
+    int sc = low_i8(min(nearest_int(t0), 127));
+    or_bytes(at + 192u + j, uint(sc) & 0xFFu);
     float df = vkml_f16_bits_to_f32(dh);
-    for (uint j = 0u; j < 16u; j++) {
-        precise float d = df * float(sc[j]);
-        if (d == 0.0) continue;
-        for (uint i = 0u; i < 16u; i++) {
-            precise float t = div_rn(x[e0 + 16u * j + i], d);
-            set_l(at, 16u * j + i, uint(clamp(nearest_int(t), -32, 31) + 32));
+    precise float d = df * float(sc);
+    if (d != 0.0) {
+        [[unroll]] for (uint i = 0u; i < 16u; i++) {
+            precise float t = div_rn(xv[i], d);
+            lq[i] = uint(clamp(nearest_int(t), -32, 31) + 32);
         }
+    }
+    // Value i of the super-block (16 j + ..), h = i / 128, q = (i % 128) / 32: its low 4 bits
+    // in byte 64 h + 32 (q % 2) + i % 32 (high nibble for q >= 2), the high 2 at bit 2 q of
+    // byte 128 + 32 h + i % 32.
+    uint q = (j & 7u) >> 1, h = j >> 3;
+    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+        uint ii = 16u * (j & 1u) + 4u * k;
+        or_bytes(at + 64u * h + 32u * (q & 1u) + ii, pack4(4u * k, 4u, 4u * (q >> 1)));
+        uint hb = 0u;
+        [[unroll]] for (uint b = 0u; b < 4u; b++) hb |= ((lq[4u * k + b] >> 4) << (2u * q)) << (8u * b);
+        or_bytes(at + 128u + 32u * h + ii, hb);
     }
 }
 #endif
@@ -651,79 +685,111 @@ void quantize_block(uint b, uint at) {
 #if defined(Q8_K)
 // quantize_row_q8_K_ref: iscale = -127 / (the signed value of largest magnitude), quants
 // nearest_int(iscale x) (at most 127), d = 1 / iscale as f32, bsums per 16; zeros stay zeros.
-void quantize_block(uint b, uint at) {
-    uint e0 = p.x_off + b * 256u;
+// Per sub-block of 16: its first value of largest magnitude (the block's is the first of
+// those of largest magnitude).
+void search(uint j) {
     float amax, vmax;
-    absmax_signed(e0, 256u, amax, vmax);
+    absmax_signed(16u, amax, vmax);
+    sh_a[gl_LocalInvocationID.x] = amax;
+    sh_b[gl_LocalInvocationID.x] = vmax;
+}
+
+void assemble(uint j, uint s, uint at) {
+    float amax = 0.0, vmax = 0.0;
+    for (uint k = 0u; k < 16u; k++) {
+        if (amax < sh_a[s + k]) {
+            amax = sh_a[s + k];
+            vmax = sh_b[s + k];
+        }
+    }
     if (amax == 0.0) return;
     precise float iscale = div_rn(-127.0, vmax);
     int sum = 0;
-    for (uint j = 0u; j < 256u; j++) {
-        precise float t = iscale * x[e0 + j];
+    [[unroll]] for (uint i = 0u; i < 16u; i++) {
+        precise float t = iscale * xv[i];
         int q = low_i8(min(nearest_int(t), 127));
-        put8(at + 4u + j, uint(q));
+        lq[i] = uint(q) & 0xFFu;
         sum += q;
-        if ((j & 15u) == 15u) {
-            put16(at + 260u + 2u * (j >> 4), uint(sum));
-            sum = 0;
-        }
     }
+    [[unroll]] for (uint k = 0u; k < 4u; k++) or_bytes(at + 4u + 16u * j + 4u * k, pack4(4u * k, 8u, 0u));
+    or_bytes(at + 260u + 2u * j, uint(sum) & 0xFFFFu);
     precise float d = div_rn(1.0, iscale);
-    w[at >> 2] = floatBitsToUint(d); // at is a multiple of 4 (292-byte blocks)
+    if (j == 0u) or_bytes(at, floatBitsToUint(d));
 }
 #endif
 
 #if defined(IQ4_NL) || defined(IQ4_XS)
-const int KV[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+// The 16 levels (kvalues_iq4nl): -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69,
+// 89, 113.
 
-// best_index_int8: the index of the level nearest v (bisection; a tie to the upper one).
-uint best_index(float v) {
-    if (v <= float(KV[0])) return 0u;
-    if (v >= float(KV[15])) return 15u;
-    int ml = 0, mu = 15;
-    while (mu - ml > 1) {
-        int mav = (ml + mu) / 2;
-        if (v < float(KV[mav])) {
-            mu = mav;
-        } else {
-            ml = mav;
-        }
-    }
-    precise float lo = v - float(KV[mu - 1]);
-    precise float hi = float(KV[mu]) - v;
-    return lo < hi ? uint(mu - 1) : uint(mu);
+// best_index_int8: the index of the level nearest v (a tie to the upper one), and the level.
+// The level above v is the first of levels 1 .. 15 above it, else level 15, compared
+// branch-free (ggml bisects, after taking v <= -127 to 0 and v >= 113 to 15, which this
+// gives too; a NaN gets 15).
+uint best_index(float v, out float level) {
+    uint mu = 15u;
+    float lo_l = 89.0, hi_l = 113.0;
+    bool below;
+#define BELOW(k, lo, hi)                     \
+    below = v < hi;                          \
+    mu = below ? uint(k) : mu;               \
+    lo_l = below ? lo : lo_l;                \
+    hi_l = below ? hi : hi_l
+    BELOW(14, 69.0, 89.0);
+    BELOW(13, 53.0, 69.0);
+    BELOW(12, 38.0, 53.0);
+    BELOW(11, 25.0, 38.0);
+    BELOW(10, 13.0, 25.0);
+    BELOW(9, 1.0, 13.0);
+    BELOW(8, -10.0, 1.0);
+    BELOW(7, -22.0, -10.0);
+    BELOW(6, -35.0, -22.0);
+    BELOW(5, -49.0, -35.0);
+    BELOW(4, -65.0, -49.0);
+    BELOW(3, -83.0, -65.0);
+    BELOW(2, -104.0, -83.0);
+    BELOW(1, -127.0, -104.0);
+#undef BELOW
+    precise float lo = v - lo_l;
+    precise float hi = hi_l - v;
+    bool down = lo < hi;
+    level = down ? lo_l : hi_l;
+    return down ? mu - 1u : mu;
 }
 
-// quantize_row_iq4_nl_impl's scale of the 32 values at e0 (weights x^2): the fit at
+// quantize_row_iq4_nl_impl's scale of the 32 values xv (weights x^2): the fit at
 // d = max / -127 (or -max / -127 with trials), then trial scales (itry - 127) / max for
-// itry in -ntry..ntry. 0 where the largest magnitude is below 1e-15 (then `zero`).
-float iq4_scale(uint e0, int ntry, out bool zero) {
+// itry in -ntry..ntry. 0 where the largest magnitude is below 1e-15 (then `zero`). lq: the
+// quants of the first fit.
+float iq4_scale(int ntry, out bool zero) {
     float amax, vmax;
-    absmax_signed(e0, 32u, amax, vmax);
+    absmax_signed(32u, amax, vmax);
     zero = amax < EPS;
     if (zero) return 0.0;
     precise float d = ntry > 0 ? div_rn(-vmax, -127.0) : div_rn(vmax, -127.0);
     precise float id = div_rn(1.0, d);
     precise float sumqx = 0.0;
     precise float sumq2 = 0.0;
-    for (uint j = 0u; j < 32u; j++) {
-        float v = x[e0 + j];
+    [[unroll]] for (uint j = 0u; j < 32u; j++) {
+        float v = xv[j];
         precise float al = id * v;
-        float q = float(KV[best_index(al)]);
+        float q;
+        lq[j] = best_index(al, q);
         precise float wt = v * v;
         sumqx += wt * q * v;
         sumq2 += wt * q * q;
     }
     d = sumq2 > 0.0 ? div_rn(sumqx, sumq2) : 0.0;
     precise float best = d * sumqx;
-    for (int itry = -ntry; itry <= ntry; itry++) {
+    [[dont_unroll]] for (int itry = -ntry; itry <= ntry; itry++) {
         precise float tid = div_rn(float(itry - 127), vmax);
         precise float sqx = 0.0;
         precise float sq2 = 0.0;
-        for (uint j = 0u; j < 32u; j++) {
-            float v = x[e0 + j];
+        [[unroll]] for (uint j = 0u; j < 32u; j++) {
+            float v = xv[j];
             precise float al = tid * v;
-            float q = float(KV[best_index(al)]);
+            float q;
+            best_index(al, q);
             precise float wt = v * v;
             sqx += wt * q * v;
             sq2 += wt * q * q;
@@ -737,37 +803,41 @@ float iq4_scale(uint e0, int ntry, out bool zero) {
     }
     return d;
 }
+
+// The quants lq[0 .. 32] (byte at + i % 16, the high nibble from i = 16) ORed in.
+void put_iq4_quants(uint at) {
+    [[unroll]] for (uint k = 0u; k < 4u; k++) or_bytes(at + 4u * k, pack4(4u * k, 4u, 0u) | pack4(16u + 4u * k, 4u, 4u));
+}
 #endif
 
 #if defined(IQ4_NL)
-// The quants of the first fit (d = max / -127) of the block at element e0 (not a zero one).
-void iq4_nl_quants(uint at, uint e0) {
-    float amax, vmax;
-    absmax_signed(e0, 32u, amax, vmax);
-    precise float d = div_rn(vmax, -127.0);
-    precise float id = div_rn(1.0, d);
-    for (uint j = 0u; j < 32u; j++) {
-        precise float al = id * x[e0 + j];
-        set_l(at, j, best_index(al));
-    }
-}
+// One invocation per block of 32. A zero block (scale 0) takes the quants of the first fit
+// (d = max / -127) of the nearest previous block that is not, read from x.
+void search(uint j) {}
 
-void quantize_block(uint b, uint at) {
-    uint e0 = p.x_off + b * 32u;
+void assemble(uint j, uint s, uint at) {
     bool zero;
-    float d = iq4_scale(e0, -1, zero);
-    put16(at, f16_of(d));
+    float d = iq4_scale(-1, zero);
+    or_bytes(at, f16_of(d));
     if (!zero) {
-        iq4_nl_quants(at, e0);
+        put_iq4_quants(at + 2u);
         return;
     }
     // The CPU's stale scratch quants: those of the previous block that is not zero.
-    uint g = e0 / 32u;
+    uint g = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * WG_BLOCKS + s + p.x_off / 32u;
     for (uint k = 1u; k <= 16u && k <= g; k++) {
+        [[unroll]] for (uint i = 0u; i < 32u; i++) xv[i] = x[32u * (g - k) + i];
         float amax, vmax;
-        absmax_signed(32u * (g - k), 32u, amax, vmax);
+        absmax_signed(32u, amax, vmax);
         if (amax >= EPS) {
-            iq4_nl_quants(at, 32u * (g - k));
+            precise float d0 = div_rn(vmax, -127.0);
+            precise float id = div_rn(1.0, d0);
+            [[unroll]] for (uint i = 0u; i < 32u; i++) {
+                precise float al = id * xv[i];
+                float q;
+                lq[i] = best_index(al, q);
+            }
+            put_iq4_quants(at + 2u);
             return;
         }
     }
@@ -777,50 +847,57 @@ void quantize_block(uint b, uint at) {
 #if defined(IQ4_XS)
 // 8 sub-blocks of 32 (ntry 7); 6-bit signed scales against the largest magnitude
 // (d = -max_scale / 32), the quants re-chosen with the scales as quantized.
-void quantize_block(uint b, uint at) {
-    uint e0 = p.x_off + b * 256u;
-    float scales[8];
+void search(uint j) {
+    bool zero;
+    sh_a[gl_LocalInvocationID.x] = iq4_scale(7, zero);
+}
+
+void assemble(uint ib, uint s, uint at) {
     float max_scale = 0.0, amax_scale = 0.0;
-    for (uint ib = 0u; ib < 8u; ib++) {
-        bool zero;
-        scales[ib] = iq4_scale(e0 + 32u * ib, 7, zero);
-        if (abs(scales[ib]) > amax_scale) {
-            amax_scale = abs(scales[ib]);
-            max_scale = scales[ib];
+    for (uint k = 0u; k < 8u; k++) {
+        float sk = sh_a[s + k];
+        if (abs(sk) > amax_scale) {
+            amax_scale = abs(sk);
+            max_scale = sk;
         }
     }
     precise float d = -max_scale * 0.03125; // = -max_scale / 32, exactly
     precise float id = d != 0.0 ? div_rn(1.0, d) : 0.0;
-    uint sh = 0u;
-    for (uint ib = 0u; ib < 8u; ib++) {
-        precise float t = id * scales[ib];
-        int li = clamp(nearest_int(t), -32, 31);
-        precise float dl = d * float(li);
-        precise float idl = dl != 0.0 ? div_rn(1.0, dl) : 0.0;
-        for (uint j = 0u; j < 32u; j++) {
-            precise float al = idl * x[e0 + 32u * ib + j];
-            set_l(at, 32u * ib + j, best_index(al));
-        }
-        uint lu = uint(li + 32);
-        put8(at + 4u + ib / 2u, (lu & 15u) << (4u * (ib & 1u)));
-        sh |= (lu >> 4) << (2u * ib);
+    precise float t = id * sh_a[s + ib];
+    int li = clamp(nearest_int(t), -32, 31);
+    precise float dl = d * float(li);
+    precise float idl = dl != 0.0 ? div_rn(1.0, dl) : 0.0;
+    [[unroll]] for (uint j = 0u; j < 32u; j++) {
+        precise float al = idl * xv[j];
+        float q;
+        lq[j] = best_index(al, q);
     }
-    put16(at, f16_of(d));
-    put16(at + 2u, sh);
+    put_iq4_quants(at + 8u + 16u * ib);
+    // d (f16) in bytes 0 and 1, the scales' top 2 bits in bytes 2 and 3 (2 ib), the low 4 in
+    // byte 4 + ib / 2 (the high nibble for odd ib).
+    uint lu = uint(li + 32);
+    or_bytes(at + 4u + ib / 2u, (lu & 15u) << (4u * (ib & 1u)));
+    or_bytes(at, ((lu >> 4) << (16u + 2u * ib)) | (ib == 0u ? f16_of(d) : 0u));
 }
 #endif
 
 void main() {
-    uint inv = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
-    uint b0 = INV_BLOCKS * inv;
-    if (b0 >= p.n_blocks) return;
-    for (uint i = 0u; i < INV_WORDS; i++) w[i] = 0u;
-    quantize_block(b0, 0u);
-#if defined(PAIRED)
-    if (b0 + 1u < p.n_blocks) quantize_block(b0 + 1u, BLOCK_BYTES);
-#endif
-    uint base = inv * INV_WORDS;
-    for (uint i = 0u; i < INV_WORDS; i++) {
-        if (base + i < p.n_words) y[base + i] = w[i];
+    uint lid = gl_LocalInvocationID.x;
+    uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    uint j = lid % SUBS, s = lid - j; // the sub-block, and its block's first invocation
+    uint b = wg * WG_BLOCKS + lid / SUBS;
+    bool valid = b < p.n_blocks;
+    for (uint i = lid; i < WG_WORDS; i += WG) stage[i] = 0u;
+    if (valid) {
+        uint e0 = p.x_off + b * BLOCK_ELEMS + j * SUB_N;
+        [[unroll]] for (uint i = 0u; i < SUB_N; i++) xv[i] = x[e0 + i];
+        search(j);
+    }
+    barrier();
+    if (valid) assemble(j, s, (lid / SUBS) * BLOCK_BYTES);
+    barrier();
+    uint base = wg * WG_WORDS;
+    for (uint i = lid; i < WG_WORDS; i += WG) {
+        if (base + i < p.n_words) y[base + i] = stage[i];
     }
 }

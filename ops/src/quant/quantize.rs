@@ -28,9 +28,11 @@ pub const GPU_QUANTIZED: [GgmlType; 14] = [
 ];
 
 /// Records the quantization of `x: f32[m.rows() * m.k()]` (row-major, packed from element 0)
-/// into `m`'s blocks, every part of it: one dispatch per part, each invocation two blocks
-/// (the blocks of 32; Q6_K, Q3_K, IQ4_NL, whose blocks are not whole 32-bit words) or one
-/// (the other super-blocks of 256).
+/// into `m`'s blocks, every part of it: one dispatch per part of workgroups of 64. The blocks
+/// of 32 (`quantize.comp`): two blocks per invocation. The k-quants and IQ4 types
+/// (`quantize_k.comp`): one invocation per sub-block, the searches of a super-block's 8
+/// (Q4_K, Q5_K, IQ4_XS) or 16 (Q2_K, Q3_K, Q6_K, Q8_K) sub-blocks side by side, the
+/// super-block assembled in shared memory (IQ4_NL: one invocation per block of 32).
 ///
 /// The bytes are the CPU's (vkml-quant's `quantize`, over the whole of `x`), but:
 /// - the blocks of 32 (`quantize.comp`) use the device's division and reciprocal, not
@@ -45,8 +47,10 @@ pub const GPU_QUANTIZED: [GgmlType; 14] = [
 ///   it up to 16 blocks back, so after a longer run of such blocks its quants are zeros
 ///   (both decode to zeros).
 ///
-/// The k-quants cost more than a pass over memory (on an H200, 4096 x 4096 f32 to Q4_K takes
-/// about 2.4 ms, to Q4_0 73 µs): one invocation searches a whole super-block's scales.
+/// The k-quants cost more than a pass over memory: each sub-block's scale search tries up to
+/// 21 trial scales (on an H200, 4096 x 4096 f32 to Q4_K took about 2.4 ms with one
+/// invocation per super-block, to Q4_0 73 µs; on lavapipe, 256 x 1024 to Q4_K about 5 ms,
+/// Q4_0 0.7 ms).
 ///
 /// # Errors
 /// [`OpsError::UnsupportedType`] for types other than [`GPU_QUANTIZED`] (the float types,
@@ -54,22 +58,24 @@ pub const GPU_QUANTIZED: [GgmlType; 14] = [
 /// the grid IQ types nowhere); [`OpsError::Shape`] for an `x` too small or past one binding;
 /// HAL errors.
 pub fn quantize(s: &mut Stream, x: &Buffer, m: &QMatrix) -> Result<()> {
-    // The kernel and the blocks each invocation writes.
-    let (name, per_invocation) = match m.ty() {
-        GgmlType::Q4_0 => ("quantize.q4_0", 2),
-        GgmlType::Q4_1 => ("quantize.q4_1", 2),
-        GgmlType::Q5_0 => ("quantize.q5_0", 2),
-        GgmlType::Q5_1 => ("quantize.q5_1", 2),
-        GgmlType::Q8_0 => ("quantize.q8_0", 2),
-        GgmlType::Q8_1 => ("quantize.q8_1", 2),
-        GgmlType::Q4_K => ("quantize_k.q4_k", 1),
-        GgmlType::Q5_K => ("quantize_k.q5_k", 1),
-        GgmlType::Q6_K => ("quantize_k.q6_k", 2),
-        GgmlType::Q2_K => ("quantize_k.q2_k", 1),
-        GgmlType::Q3_K => ("quantize_k.q3_k", 2),
-        GgmlType::Q8_K => ("quantize_k.q8_k", 1),
-        GgmlType::IQ4_NL => ("quantize_k.iq4_nl", 2),
-        GgmlType::IQ4_XS => ("quantize_k.iq4_xs", 1),
+    // The kernel and the blocks each workgroup of WG writes (quantize.comp: two per
+    // invocation; quantize_k.comp: one invocation per sub-block, 8 or 16 per super-block,
+    // one per IQ4_NL block).
+    let (name, per_group) = match m.ty() {
+        GgmlType::Q4_0 => ("quantize.q4_0", 128),
+        GgmlType::Q4_1 => ("quantize.q4_1", 128),
+        GgmlType::Q5_0 => ("quantize.q5_0", 128),
+        GgmlType::Q5_1 => ("quantize.q5_1", 128),
+        GgmlType::Q8_0 => ("quantize.q8_0", 128),
+        GgmlType::Q8_1 => ("quantize.q8_1", 128),
+        GgmlType::Q4_K => ("quantize_k.q4_k", 8),
+        GgmlType::Q5_K => ("quantize_k.q5_k", 8),
+        GgmlType::Q6_K => ("quantize_k.q6_k", 4),
+        GgmlType::Q2_K => ("quantize_k.q2_k", 4),
+        GgmlType::Q3_K => ("quantize_k.q3_k", 4),
+        GgmlType::Q8_K => ("quantize_k.q8_k", 4),
+        GgmlType::IQ4_NL => ("quantize_k.iq4_nl", 64),
+        GgmlType::IQ4_XS => ("quantize_k.iq4_xs", 8),
         ty => {
             return Err(OpsError::UnsupportedType {
                 op: "quantize",
@@ -90,6 +96,7 @@ pub fn quantize(s: &mut Stream, x: &Buffer, m: &QMatrix) -> Result<()> {
             ),
         });
     }
+    // quantize_k.comp's staging in shared memory is sized for this workgroup.
     const WG: u32 = 64;
     let p = pipeline(&dev, name, WG)?;
     let blocks_per_row = (m.k() / m.ty().block_size()) as u64;
@@ -98,7 +105,7 @@ pub fn quantize(s: &mut Stream, x: &Buffer, m: &QMatrix) -> Result<()> {
         let words = (part.rows() as u64 * m.row_bytes()).div_ceil(4);
         let x_off = part.row0() as u64 * m.k() as u64;
         let pc = push_words(&[x_off as u32, n_blocks as u32, words as u32]);
-        let g = grid(&dev, "quantize", n_blocks.div_ceil(per_invocation).div_ceil(u64::from(WG)))?;
+        let g = grid(&dev, "quantize", n_blocks.div_ceil(per_group))?;
         s.dispatch(&p, &[x.into(), part.buffer().into()], &pc, g)?;
     }
     Ok(())
