@@ -97,6 +97,46 @@ pub fn rms_norm_linear_composed<S: ModelStorage>(
     }
 }
 
+/// [`ModelStorage::rms_norm_glu_down_add`] as [`ModelStorage::rms_norm_linear`] (gated)
+/// then [`ModelStorage::qmatmul_add`] into `x` itself, for backends and shapes without a
+/// fused form.
+///
+/// # Errors
+/// As the two calls.
+#[allow(clippy::too_many_arguments)]
+pub fn rms_norm_glu_down_add_composed<S: ModelStorage>(
+    x: &mut S,
+    l: &Layout,
+    nw: &S,
+    nwl: &Layout,
+    eps: f32,
+    gate_up: &S::QWeight,
+    act: GluActivation,
+    down: &S::QWeight,
+) -> CResult<()> {
+    let g = x.rms_norm_linear(l, nw, nwl, eps, gate_up, Some(act))?;
+    let n = S::qweight_dims(gate_up).0 / 2;
+    g.qmatmul_add(&Layout::contiguous((l.dims()[0], n)), down, x, l)
+}
+
+/// [`ModelStorage::rms_norm_linear_softcap`] as [`rms_norm_linear_composed`] then
+/// [`ModelStorage::softcap`], for backends and shapes without a fused form.
+///
+/// # Errors
+/// As the calls.
+pub fn rms_norm_linear_softcap_composed<S: ModelStorage>(
+    x: &S,
+    l: &Layout,
+    nw: &S,
+    nwl: &Layout,
+    eps: f32,
+    w: &S::QWeight,
+    cap: f32,
+) -> CResult<S> {
+    let y = rms_norm_linear_composed(x, l, nw, nwl, eps, w, None)?;
+    y.softcap(&Layout::contiguous((l.dims()[0], S::qweight_dims(w).0)), cap)
+}
+
 /// What [`ModelStorage::choose_ids`] gives for `t` rows of logits.
 #[derive(Debug)]
 pub struct DeviceChoice<S> {
@@ -282,10 +322,7 @@ pub trait ModelStorage: BackendStorage + 'static {
         act: GluActivation,
         down: &Self::QWeight,
     ) -> CResult<()> {
-        let g = self.rms_norm_linear(l, nw, nwl, eps, gate_up, Some(act))?;
-        let n = Self::qweight_dims(gate_up).0 / 2;
-        let l = l.clone();
-        g.qmatmul_add(&Layout::contiguous((l.dims()[0], n)), down, self, &l)
+        rms_norm_glu_down_add_composed(self, l, nw, nwl, eps, gate_up, act, down)
     }
 
     /// [`ModelStorage::rms_norm_linear`] without activation, then [`ModelStorage::softcap`]
@@ -305,8 +342,7 @@ pub trait ModelStorage: BackendStorage + 'static {
         cap: f32,
     ) -> CResult<Self> {
         let y = self.rms_norm_linear(l, nw, nwl, eps, w, None)?;
-        let rows = Self::qweight_dims(w).0;
-        y.softcap(&Layout::contiguous((l.dims()[0], rows)), cap)
+        y.softcap(&Layout::contiguous((l.dims()[0], Self::qweight_dims(w).0)), cap)
     }
 
     /// An empty (zeroed) cache of `ctx` slots: position `p` in slot `p % ctx`, so a cache

@@ -11,7 +11,10 @@ use vkml_ops::nn::GluActivation;
 use vkml_ops::quant::{LinearEpilogue, PreNorm};
 use vkml_ops::Dtype;
 
-use super::{rms_norm_linear_composed, AttnParams, AttnRope, DeviceChoice, ModelStorage, QkvPrologue};
+use super::{
+    rms_norm_glu_down_add_composed, rms_norm_linear_composed, rms_norm_linear_softcap_composed, AttnParams, AttnRope,
+    DeviceChoice, ModelStorage, QkvPrologue,
+};
 use crate::sampling::TokenChoice;
 
 type CResult<T> = candle_core::Result<T>;
@@ -252,10 +255,7 @@ impl ModelStorage for VulkanStorage {
         down: &Self::QWeight,
     ) -> CResult<()> {
         if self.dtype() != DType::F32 || nw.dtype() != DType::F32 || !l.is_contiguous() || l.start_offset() != 0 {
-            let g = self.rms_norm_linear(l, nw, nwl, eps, gate_up, Some(act))?;
-            let n = gate_up.rows() / 2;
-            let l = l.clone();
-            return g.qmatmul_add(&Layout::contiguous((l.dims()[0], n)), down, self, &l);
+            return rms_norm_glu_down_add_composed(self, l, nw, nwl, eps, gate_up, act, down);
         }
         let t = l.dims()[0];
         let dev = self.device().clone();
@@ -280,8 +280,7 @@ impl ModelStorage for VulkanStorage {
         cap: f32,
     ) -> CResult<Self> {
         if self.dtype() != DType::F32 || nw.dtype() != DType::F32 {
-            let y = rms_norm_linear_composed(self, l, nw, nwl, eps, w, None)?;
-            return y.softcap(&Layout::contiguous((l.dims()[0], w.rows())), cap);
+            return rms_norm_linear_softcap_composed(self, l, nw, nwl, eps, w, cap);
         }
         let t = l.dims()[0];
         let dev = self.device();
