@@ -121,5 +121,5 @@ fn what_has_no_kernel_is_a_clear_error() {
     assert!(e.contains("F64 to F8E4M3"), "{e}");
     let g = VTensor::from_candle(&all_bytes().narrow(0, 0, 4).unwrap().reshape((2, 2)).unwrap(), &dev).unwrap();
     let e = g.matmul(&g).unwrap_err().to_string();
-    assert!(e.contains("F8E4M3") || e.contains("f8e4m3"), "{e}");
+    assert!(e.contains("matmul of F8E4M3") && e.contains("convert to F16 or BF16"), "{e}");
 }

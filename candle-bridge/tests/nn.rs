@@ -75,6 +75,8 @@ proptest! {
         check(&ops::layer_norm(&g, &ga, &gb, 1e-5).unwrap(), &want, &format!("layer_norm {what}"));
         let want = reference(&[&c], |x| candle_nn::ops::sigmoid(&x[0]));
         check(&ops::sigmoid(&g).unwrap(), &want, &format!("sigmoid {what}"));
+        let want = reference(&[&c], |x| candle_nn::ops::silu(&x[0]));
+        check(&ops::silu(&g).unwrap(), &want, &format!("silu {what}"));
     }
 }
 

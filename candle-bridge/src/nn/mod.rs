@@ -1,6 +1,6 @@
 //! candle-nn's ops that live outside `BackendStorage`, on Vulkan tensors, under candle-nn's
 //! module and function names: [`ops`] (`softmax_last_dim`, `rms_norm`, `layer_norm`,
-//! `sigmoid`), [`rotary_emb`] (`rope`, `rope_i`, `rope_thd`) and [`kv_cache`]
+//! `sigmoid`, `silu`), [`rotary_emb`] (`rope`, `rope_i`, `rope_thd`) and [`kv_cache`]
 //! (`ConcatKvCache`). Each is one of vkml-ops' kernels (`nn::softmax`, `nn::rms_norm`,
 //! `nn::layer_norm`, `elementwise::sigmoid`, `nn::rope`) over a packed input, computed in
 //! f32 (f16 inputs are read and written as f16; bf16 ones go through f32 copies), so a

@@ -41,6 +41,15 @@ pub fn layer_norm(xs: &VTensor, alpha: &VTensor, beta: &VTensor, eps: f32) -> CR
     map_rows(xs, "layer_norm", |s, dt, x, y| vkml_ops::nn::layer_norm(s, dt, x, Some(wb), Some(bb), rows, n, eps, y))
 }
 
+/// `x / (1 + exp(-x))` element-wise (candle-nn's `ops::silu`: candle's `Tensor::silu`,
+/// kernel `unary.*`).
+///
+/// # Errors
+/// As the front's `silu`.
+pub fn silu(xs: &VTensor) -> CResult<VTensor> {
+    xs.silu()
+}
+
 /// `1 / (1 + exp(-x))` element-wise (candle-nn's `ops::sigmoid`), kernel `unary.*` (f32
 /// arithmetic for f32, f16, bf16), strided `x` read in place.
 ///

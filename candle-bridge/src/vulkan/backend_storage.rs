@@ -327,6 +327,14 @@ impl BackendStorage for VulkanStorage {
 
     fn matmul(&self, rhs: &Self, (b, m, n, k): (usize, usize, usize, usize), l: &Layout, rl: &Layout) -> CResult<Self> {
         same_dtype(self, rhs, "matmul")?;
+        if self.dtype == DType::F8E4M3 {
+            // No Vulkan device vkml knows exposes 8-bit float products (VK_EXT_shader_float8's
+            // cooperative-matrix types; the H100's driver 580 lists none): say what to do.
+            candle_core::bail!(
+                "vkml: matmul of F8E4M3 needs 8-bit float cooperative matrices ({}: none); convert to F16 or BF16 first (to_dtype on the device)",
+                self.device.hal().caps().name
+            )
+        }
         let dt = ops_dtype(self.dtype, "matmul")?;
         let (a, al) = mat_layout(self, l, b, "lhs")?;
         let (bb, bl) = mat_layout(rhs, rl, b, "rhs")?;
