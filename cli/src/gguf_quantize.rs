@@ -1,9 +1,12 @@
 //! `vkml gguf quantize IN OUT --type T`: llama-quantize's job, the matrices quantized on the
 //! GPU (`vkml_ops::quant::quantize`: ggml's reference arithmetic, the CPU's bytes but where
 //! the device's division moves a value of a block of 32 across a rounding boundary). T is a
-//! llama.cpp file type (`llama_ftype`): the base types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q6_K,
-//! IQ4_NL, IQ4_XS and the k-quant mixes Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S,
-//! Q4_K_M, Q5_K_S, Q5_K_M (Q3_K, Q4_K and Q5_K name the _M mixes, as in llama-quantize).
+//! llama.cpp file type (`llama_ftype`), as llama-quantize names it: the base types Q1_0,
+//! Q2_0, Q4_0, Q4_1, Q5_0, Q5_1, TQ1_0, TQ2_0, IQ4_NL, IQ4_XS, Q6_K, Q8_0, MXFP4_MOE (the
+//! experts MXFP4, the rest Q8_0), the k-quant mixes Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L,
+//! Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M (Q3_K, Q4_K and Q5_K name the _M mixes), and F16, BF16,
+//! F32 (every matrix converted on the CPU). The types the GPU does not quantize
+//! (`vkml_ops::quant::GPU_QUANTIZED`) are quantized on the CPU by vkml-quant.
 //!
 //! Which tensor gets which type follows llama.cpp's `llama_tensor_get_type_impl` and
 //! `tensor_type_fallback` (src/llama-quant.cpp, without an importance matrix):
@@ -14,8 +17,10 @@
 //! - per category (`attn_v` / `attn_qkv`, `attn_k`, `attn_output`, `ffn_down`), layer
 //!   (`use_more_bits`: the first and last eighth and every third layer between) and model
 //!   (grouped-query factor, 8 experts, Falcon, Llama 70B) the mixes' larger types;
-//! - a type whose block does not divide the rows falls back (IQ4_XS to IQ4_NL, Q2_K and Q3_K
-//!   to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0), then to F16 (on the CPU).
+//! - TQ1_0, TQ2_0 and Q2_0 files keep the token embedding in Q4_K;
+//! - a type whose block does not divide the rows falls back (IQ4_XS to IQ4_NL; Q2_0, Q2_K,
+//!   Q3_K, TQ1_0 and TQ2_0 to Q4_0; Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0), then to F16
+//!   (on the CPU); Q1_0, which llama.cpp gives no fallback, is an error naming the tensor.
 //!
 //! The output is written as it is made, one tensor in memory at a time (the header first:
 //! every type is chosen before any matrix is quantized), to `OUT.part`, renamed to OUT once
@@ -41,9 +46,10 @@ pub struct Args {
     input: PathBuf,
     /// The GGUF file to write (replaced if it exists).
     output: PathBuf,
-    /// The file type, as llama-quantize names it (any case): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-    /// Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL,
-    /// IQ4_XS; Q3_K, Q4_K and Q5_K are the _M mixes.
+    /// The file type, as llama-quantize names it (any case): Q1_0, Q2_0, Q4_0, Q4_1,
+    /// MXFP4_MOE, Q5_0, Q5_1, TQ1_0, TQ2_0, Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, IQ4_NL,
+    /// IQ4_XS, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, Q8_0, F16, BF16, F32; Q3_K, Q4_K and Q5_K
+    /// are the _M mixes.
     #[arg(long = "type")]
     ty: String,
 }
@@ -78,11 +84,20 @@ const Q6_K: FileType = file_type("Q6_K", 18, GgmlType::Q6_K);
 const Q2_K_S: FileType = file_type("Q2_K_S", 21, GgmlType::Q2_K);
 const IQ4_NL: FileType = file_type("IQ4_NL", 25, GgmlType::IQ4_NL);
 const IQ4_XS: FileType = file_type("IQ4_XS", 30, GgmlType::IQ4_XS);
+const F32: FileType = file_type("F32", 0, GgmlType::F32);
+const F16: FileType = file_type("F16", 1, GgmlType::F16);
+const BF16: FileType = file_type("BF16", 32, GgmlType::BF16);
+const TQ1_0: FileType = file_type("TQ1_0", 36, GgmlType::TQ1_0);
+const TQ2_0: FileType = file_type("TQ2_0", 37, GgmlType::TQ2_0);
+const MXFP4_MOE: FileType = file_type("MXFP4_MOE", 38, GgmlType::MXFP4);
+const Q1_0: FileType = file_type("Q1_0", 40, GgmlType::Q1_0);
+const Q2_0: FileType = file_type("Q2_0", 41, GgmlType::Q2_0);
 
-/// The file types `--type` takes, in llama-quantize's order.
-const FILE_TYPES: [FileType; 17] = [
-    Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL,
-    IQ4_XS,
+/// The file types `--type` takes, in llama-quantize's order (its `QUANT_OPTIONS` but the
+/// IQ1 / IQ2 / IQ3 ones, which need an importance matrix and quantizers vkml lacks).
+const FILE_TYPES: [FileType; 25] = [
+    Q1_0, Q2_0, Q4_0, Q4_1, MXFP4_MOE, Q5_0, Q5_1, TQ1_0, TQ2_0, Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, IQ4_NL, IQ4_XS,
+    Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, Q8_0, F16, BF16, F32,
 ];
 
 /// The file type named `name` (any case; llama-quantize's aliases Q3_K, Q4_K, Q5_K for the
@@ -214,19 +229,19 @@ impl<'a> Chooser<'a> {
     }
 
     /// The plan for the next tensor `t` (call in file order).
-    fn plan(&mut self, t: &TensorInfo) -> Plan {
+    fn plan(&mut self, t: &TensorInfo) -> Result<Plan, String> {
         let k = t.dims.first().copied().unwrap_or(0) as usize;
         let kept = ["ffn_gate_inp.weight", "_norm.weight", "position_embd.weight", "token_types.weight"];
         // Empty rows (k = 0, a GGUF may declare them) have nothing to quantize.
         if k == 0 || t.dims.len() < 2 || !t.name.ends_with(".weight") || kept.iter().any(|s| t.name.ends_with(s)) {
-            return Plan::Keep;
+            return Ok(Plan::Keep);
         }
-        let ty = fallback(self.choose(t, k), k);
-        if GPU_QUANTIZED.contains(&ty) {
-            Plan::Gpu(ty)
-        } else {
-            Plan::Cpu(ty)
+        // A float file type takes every matrix as it is, converted (no rule, no fallback).
+        if self.ft.base.block_size() == 1 {
+            return Ok(Plan::Cpu(self.ft.base));
         }
+        let ty = fallback(self.choose(t, k), k).map_err(|e| format!("tensor {}: {e}", t.name))?;
+        Ok(if GPU_QUANTIZED.contains(&ty) { Plan::Gpu(ty) } else { Plan::Cpu(ty) })
     }
 
     /// `llama_tensor_get_type_impl` for the file types here (no importance matrix).
@@ -246,7 +261,7 @@ impl<'a> Chooser<'a> {
         };
         let mut ty = ft.base;
         if cat == Category::Output || (!m.has_output && cat == Category::TokenEmbd) {
-            return if falcon || !k.is_multiple_of(ft.base.block_size()) {
+            return if ft == MXFP4_MOE || falcon || !k.is_multiple_of(ft.base.block_size()) {
                 G::Q8_0
             } else if ft.base != G::Q8_0 {
                 G::Q6_K
@@ -254,7 +269,12 @@ impl<'a> Chooser<'a> {
                 ft.base
             };
         }
+        if ft == MXFP4_MOE {
+            // Expert tensors (3-D) to MXFP4, the others to Q8_0.
+            return if t.dims.get(2).is_some_and(|&e| e > 1) { G::MXFP4 } else { G::Q8_0 };
+        }
         match cat {
+            Category::TokenEmbd if [TQ1_0, TQ2_0, Q2_0].contains(&ft) => ty = G::Q4_K,
             Category::AttnV | Category::AttnQkv | Category::AttnKvB => {
                 let (i, n) = (self.i_attention_wv, self.n_attention_wv);
                 if ft == Q2_K {
@@ -345,24 +365,27 @@ impl<'a> Chooser<'a> {
 
 /// llama.cpp's `tensor_type_fallback`: a type whose block does not divide the row length `k`
 /// gives way to one of 32-value blocks, else F16.
-fn fallback(ty: GgmlType, k: usize) -> GgmlType {
+///
+/// # Errors
+/// A type of blocks over 32 values that llama.cpp gives no fallback (Q1_0), naming it.
+fn fallback(ty: GgmlType, k: usize) -> Result<GgmlType, String> {
     use GgmlType as G;
     if k.is_multiple_of(ty.block_size()) {
-        return ty;
+        return Ok(ty);
     }
     let to = match ty {
         G::IQ4_XS => G::IQ4_NL,
-        G::Q2_K | G::Q3_K => G::Q4_0,
+        G::Q2_0 | G::Q2_K | G::Q3_K | G::TQ1_0 | G::TQ2_0 => G::Q4_0,
         G::Q4_K => G::Q5_0,
         G::Q5_K => G::Q5_1,
         G::Q6_K => G::Q8_0,
-        other => other,
+        other if other.block_size() <= 32 => other,
+        other => return Err(format!(
+            "rows of {k} are not whole {other} blocks ({} values), and llama.cpp defines no fallback type for {other}",
+            other.block_size()
+        )),
     };
-    if k.is_multiple_of(to.block_size()) {
-        to
-    } else {
-        G::F16
-    }
+    Ok(if k.is_multiple_of(to.block_size()) { to } else { G::F16 })
 }
 
 /// `x` (`rows x k` f32) quantized to `ty` on `dev`, in row chunks that fit one binding.
@@ -411,7 +434,12 @@ pub fn run(a: Args) -> Result<(), String> {
         has_output: f.header().tensor("output.weight").is_some(),
     };
     let mut chooser = Chooser::new(ft, model, f.tensors());
-    let plans: Vec<Plan> = f.tensors().iter().map(|t| chooser.plan(t)).collect();
+    let plans: Vec<Plan> = f
+        .tensors()
+        .iter()
+        .map(|t| chooser.plan(t))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: {e}", a.input.display()))?;
     if let Some(t) = f
         .tensors()
         .iter()

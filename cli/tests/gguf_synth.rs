@@ -281,7 +281,7 @@ fn more_bits(i: usize, n: usize) -> bool {
 /// `llama_tensor_get_type_impl`), the blocks those of vkml-quant's CPU quantizer on the
 /// same values (under 1 % may differ), `general.file_type` the mix's `llama_ftype`, the
 /// file opened by gguf-py with those types and run by `vkml generate`. Q4_K is the Q4_K_M
-/// alias.
+/// alias; TQ2_0 (the token embedding Q4_K), MXFP4_MOE (no experts: Q8_0) and F16 besides.
 #[test]
 fn gguf_quantize_writes_llama_quantizes_k_quant_mixes() {
     let sh = synth::SynthShape {
@@ -302,34 +302,39 @@ fn gguf_quantize_writes_llama_quantizes_k_quant_mixes() {
     use GgmlType as G;
     // (name, llama_ftype, the type of tensor `name` in layer `i`).
     type Rule = fn(&str, usize) -> GgmlType;
-    let mixes: [(&str, u32, Rule); 5] = [
-        ("Q4_K", 15, |t, i| match t {
+    // (name, llama_ftype, the head's type, the rule for the others).
+    let mixes: [(&str, u32, GgmlType, Rule); 8] = [
+        ("Q4_K", 15, G::Q6_K, |t, i| match t {
             "attn_v" | "ffn_down" if more_bits(i, 8) => G::Q6_K,
             _ => G::Q4_K,
         }),
-        ("Q3_K_M", 12, |t, i| match t {
+        ("Q3_K_M", 12, G::Q6_K, |t, i| match t {
             "attn_v" if i < 2 => G::Q5_K,
             "attn_v" | "ffn_down" | "attn_output" => G::Q4_K,
             _ => G::Q3_K,
         }),
-        ("q2_k", 10, |t, _| match t {
+        ("q2_k", 10, G::Q6_K, |t, _| match t {
             "attn_v" => G::Q4_K,
             "ffn_down" | "attn_output" => G::Q3_K,
             _ => G::Q2_K,
         }),
-        ("Q4_K_S", 14, |t, i| match t {
+        ("Q4_K_S", 14, G::Q6_K, |t, i| match t {
             "attn_v" if i < 4 => G::Q5_K,
             "ffn_down" if i < 1 => G::Q5_K,
             _ => G::Q4_K,
         }),
-        ("IQ4_XS", 30, |t, i| match t {
+        ("IQ4_XS", 30, G::Q6_K, |t, i| match t {
             "attn_v" => G::Q5_K,
             "ffn_down" if i < 1 => G::Q5_K,
             _ => G::IQ4_XS,
         }),
+        ("TQ2_0", 37, G::Q6_K, |t, _| if t == "token_embd" { G::Q4_K } else { G::TQ2_0 }),
+        // No expert tensors: every matrix Q8_0.
+        ("MXFP4_MOE", 38, G::Q8_0, |_, _| G::Q8_0),
+        ("F16", 1, G::F16, |_, _| G::F16),
     ];
     let src = GgufFile::open(&f16).unwrap();
-    for (name, ftype, rule) in mixes {
+    for (name, ftype, head, rule) in mixes {
         let out_path = scratch(&format!("mix-out.{name}.gguf"));
         let out = vkml(&["gguf", "quantize", f16.to_str().unwrap(), out_path.to_str().unwrap(), "--type", name]);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -346,7 +351,7 @@ fn gguf_quantize_writes_llama_quantizes_k_quant_mixes() {
             let want = if s.dims.len() == 1 {
                 GgmlType::F32
             } else if s.name == "output.weight" {
-                GgmlType::Q6_K
+                head
             } else if s.name == "token_embd.weight" {
                 rule("token_embd", 0)
             } else {
