@@ -433,6 +433,46 @@ pub fn glu_halves(s: &mut Stream, act: GluActivation, both: &Buffer, t: usize, n
     glu_with(s, Dtype::F32, act, both, both, t * n, n, y)
 }
 
+/// [`glu_halves`] writing `y` as f16 (`[t, n]` packed, two to a 32-bit word: the bits
+/// `glu_halves` then `convert_f16` give), the x of a tensor-core mat-mat
+/// (`MatMatOptions::x_f16`) in one pass (kernel `glu.<act>_f32_to_f16`).
+///
+/// # Errors
+/// [`OpsError::Shape`] for an odd `n`, buffers too small or more than 2^32 - 1 elements;
+/// HAL errors.
+pub fn glu_halves_f16(s: &mut Stream, act: GluActivation, both: &Buffer, t: usize, n: usize, y: &Buffer) -> Result<()> {
+    let bad = |reason: String| Err(OpsError::Shape { op: "glu_halves_f16", reason });
+    let outputs = t * n;
+    if !n.is_multiple_of(2) {
+        return bad(format!("rows of {n} products: f16 pairs need an even count"));
+    }
+    if both.size() < 8 * outputs as u64 || y.size() < 2 * outputs as u64 {
+        return bad(format!(
+            "{t} rows of {n} products need {} bytes of f32 gate|up and {} bytes of f16 out, got {} and {}",
+            8 * outputs,
+            2 * outputs,
+            both.size(),
+            y.size()
+        ));
+    }
+    if 2 * outputs > u32::MAX as usize {
+        return bad(format!("{} elements: at most 2^32 - 1", 2 * outputs));
+    }
+    if outputs == 0 {
+        return Ok(());
+    }
+    let name = match act {
+        GluActivation::Silu => "glu.silu_f32_to_f16",
+        GluActivation::Gelu => "glu.gelu_f32_to_f16",
+        GluActivation::GeluErf => "glu.gelu_erf_f32_to_f16",
+    };
+    let dev = s.device().clone();
+    let p = pipeline(&dev, name, 256)?;
+    let groups = grid(&dev, "glu_halves_f16", (outputs as u64 / 2).div_ceil(256))?;
+    s.dispatch(&p, &[both.into(), both.into(), y.into()], &push_words(&[outputs as u32, n as u32]), groups)?;
+    Ok(())
+}
+
 /// Records `y = act(gate) * up` over `n` elements (`gate`, `up`, `y`: `dt[n]`; candle-nn
 /// `ops::silu`, `Tensor::gelu`, `Tensor::gelu_erf` times `up`).
 ///

@@ -1745,11 +1745,61 @@ fn q8_1_gated_products_feed_the_down_projection_unchanged() {
             assert_eq!(xa.to_vec::<u32>().unwrap(), xc.to_vec::<u32>().unwrap(), "{ty:?} n {n}: in place");
         }
     }
+    // Prompts: from mat_mat_from rows on, the down mat-mat reading the products as f16
+    // written by glu_halves_f16 where its path reads f16 x (the tensor-core paths; lavapipe
+    // runs the scalar one), the bits of the two linear calls either way.
+    let prompt = quant::LinearOptions { mat_mat_from: 9 };
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_K] {
+        let (n, k, t) = (256usize, 256usize, 12usize);
+        let gu = QMatrix::upload(&dev, ty, 2 * n, k, &encode(ty, &weights(2 * n, k, 51))).unwrap();
+        let down = QMatrix::upload(&dev, ty, k, n, &encode(ty, &weights(k, n, 52))).unwrap();
+        let x = weights(t, k, 53);
+        let nw: Vec<f32> = weights(1, k, 54).iter().map(|v| 1.0 + 0.5 * v).collect();
+        let (xb, nwb) = (dev.upload(&x).unwrap(), dev.upload(&nw).unwrap());
+        let norm = Some(quant::PreNorm { weight: &nwb, eps: 1e-5 });
+        let (fused, composed) = (dev.upload(&x).unwrap(), dev.upload(&x).unwrap());
+        let act = GluActivation::Silu;
+        let mut s = Stream::new(&dev).unwrap();
+        quant::glu_down(&mut s, &gu, &down, act, &xb, t, norm, &fused, &prompt).unwrap();
+        let gs = dev.alloc(4 * (t * n) as u64, MemoryKind::DeviceLocal).unwrap();
+        quant::linear(&mut s, &gu, &xb, t, norm, &gs, quant::LinearEpilogue::Glu(act), &prompt).unwrap();
+        quant::linear(&mut s, &down, &gs, t, None, &composed, quant::LinearEpilogue::Add, &prompt).unwrap();
+        s.finish_and_wait().unwrap();
+        assert_eq!(fused.to_vec::<u32>().unwrap(), composed.to_vec::<u32>().unwrap(), "{ty:?}: prompt glu_down");
+    }
     // Matrices that do not chain.
     let m = QMatrix::upload(&dev, GgmlType::Q8_0, 64, 64, &encode(GgmlType::Q8_0, &weights(64, 64, 1))).unwrap();
     let b = dev.alloc(4 * 64, MemoryKind::DeviceLocal).unwrap();
     let mut s = Stream::new(&dev).unwrap();
     let e = quant::glu_down(&mut s, &m, &m, GluActivation::Silu, &b, 1, None, &b, &opts).unwrap_err();
     assert!(e.to_string().contains("do not chain"), "{e}");
+    assert_clean(&dev);
+}
+
+/// The gated products of a stacked product written as f16 (`nn::glu_halves_f16`, the x of a
+/// tensor-core mat-mat) are the f32 products of `nn::glu_halves` rounded to nearest even,
+/// for each activation; an odd row is refused.
+#[test]
+fn glu_halves_f16_is_glu_halves_rounded() {
+    use vkml_ops::nn;
+    let dev = device();
+    let (t, n) = (5usize, 70usize);
+    let both = dev.upload(&weights(t, 2 * n, 61).iter().map(|v| 3.0 * v).collect::<Vec<f32>>()).unwrap();
+    for act in [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf] {
+        let (y32, y16) = (
+            dev.alloc(4 * (t * n) as u64, MemoryKind::DeviceLocal).unwrap(),
+            dev.alloc(2 * (t * n) as u64, MemoryKind::DeviceLocal).unwrap(),
+        );
+        let mut s = Stream::new(&dev).unwrap();
+        nn::glu_halves(&mut s, act, &both, t, n, &y32).unwrap();
+        nn::glu_halves_f16(&mut s, act, &both, t, n, &y16).unwrap();
+        s.finish_and_wait().unwrap();
+        let want: Vec<u16> = y32.to_vec::<f32>().unwrap().iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+        assert_eq!(y16.to_vec::<u16>().unwrap(), want, "{act:?}");
+    }
+    let y = dev.alloc(4 * 64, MemoryKind::DeviceLocal).unwrap();
+    let mut s = Stream::new(&dev).unwrap();
+    let e = nn::glu_halves_f16(&mut s, GluActivation::Silu, &both, 1, 3, &y).unwrap_err();
+    assert!(e.to_string().contains("even"), "{e}");
     assert_clean(&dev);
 }

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::elementwise::{binary, BinaryOp, View};
 use crate::error::{OpsError, Result};
-use crate::nn::{glu_halves, rms_norm, rms_norm_f16_out, GluActivation};
+use crate::nn::{glu_halves, glu_halves_f16, rms_norm, rms_norm_f16_out, GluActivation};
 use crate::{tuning, Dtype};
 
 /// An RMS norm of x's rows before the product (candle-nn's `rms_norm`: `x / sqrt(mean(x²) +
@@ -202,7 +202,10 @@ pub fn linear(
 /// on Q8_1 activations ([`mat_vec_uses_q8_1`]), the gate|up mat-vec writes its products as
 /// Q8_1 blocks ([`MatVecEpilogue::GluQ8_1`]) that the down mat-vec reads as they are (no
 /// quantization of x in each of its workgroups, which then may be small): the bits of the
-/// two `linear` calls, whose down mat-vec quantizes the same products the same way.
+/// two `linear` calls, whose down mat-vec quantizes the same products the same way. From
+/// `opts.mat_mat_from` rows on, where the down mat-mat reads f16 x
+/// ([`MatMatPath::reads_f16_x`]), the gated products are written as that f16 x in one pass
+/// ([`glu_halves_f16`]): the bits of the two calls, whose mat-mat converts the f32 products.
 ///
 /// # Errors
 /// [`OpsError::Shape`] for matrices that do not chain (`down.k() != gate_up.rows() / 2`,
@@ -244,6 +247,19 @@ pub fn glu_down(
             None => mat_vec_fused(s, gate_up, x, 1, &xq, cfg, ep)?,
         }
         return mat_vec_q8_1_fused(s, down, &xq, 1, acc, cfg, MatVecEpilogue::Add);
+    }
+    if t >= opts.mat_mat_from && n.is_multiple_of(2) {
+        let path = MatMatPath::best(&caps, down);
+        if path.reads_f16_x() {
+            // Prompts on the tensor-core paths: the gated products written as the f16 x of
+            // the down mat-mat in one pass (the bits of glu then convert_f16).
+            let both = scratch(s, 4 * t * gate_up.rows)?;
+            linear(s, gate_up, x, t, norm, &both, LinearEpilogue::Store, opts)?;
+            let g16 = scratch(s, 2 * t * n)?;
+            glu_halves_f16(s, act, &both, t, n, &g16)?;
+            let o = MatMatOptions { accumulate: true, x_f16: true, ..MatMatOptions::new(path) };
+            return mat_mat_with(s, down, &g16, t, acc, o);
+        }
     }
     let g = scratch(s, 4 * t * n)?;
     linear(s, gate_up, x, t, norm, &g, LinearEpilogue::Glu(act), opts)?;
