@@ -10,8 +10,10 @@
 //!
 //! Which tensor gets which type follows llama.cpp's `llama_tensor_get_type_impl` and
 //! `tensor_type_fallback` (src/llama-quant.cpp, without an importance matrix):
-//! - kept as they are: 1-D tensors, the MoE router (`ffn_gate_inp`), 2-D norms, position
-//!   and token-type embeddings;
+//! - tensors in llama-quantize's order (by layer, then name), which its per-layer counters
+//!   follow and the output keeps;
+//! - kept as they are: what `tensor_allows_quantization` keeps (1-D tensors, norms, the MoE
+//!   router, position and token-type embeddings, small convolutions, ...: `allows_quantization`);
 //! - the output projection (or, with the head tied to it, the token embedding): Q6_K, or
 //!   Q8_0 for Q8_0, for Falcon, or where its rows are not whole blocks of T's base type;
 //! - per category (`attn_v` / `attn_qkv`, `attn_k`, `attn_output`, `ffn_down`), layer
@@ -150,11 +152,81 @@ impl Model<'_> {
         self.n_head.checked_div(self.n_head_kv).unwrap_or(0)
     }
 
-    /// `LLM_TYPE_70B` as llama.cpp's loader gives it to a Llama of 80 layers with
-    /// grouped-query attention.
+    /// `LLM_TYPE_70B` as llama.cpp's loaders give it (src/models/*.cpp): a Llama of 80
+    /// layers with grouped-query attention, a Qwen2, OLMo or DeciLM of 80 layers, a Jais2
+    /// of 68.
     fn is_70b(&self) -> bool {
-        self.arch == "llama" && self.n_layer == 80 && self.n_head != self.n_head_kv
+        match self.arch {
+            "llama" => self.n_layer == 80 && self.n_head != self.n_head_kv,
+            "qwen2" | "olmo" | "deci" => self.n_layer == 80,
+            "jais2" => self.n_layer == 68,
+            _ => false,
+        }
     }
+}
+
+/// llama.cpp's `tensor_allows_quantization` (src/llama-quant.cpp): tensors of 2 or 3 dims
+/// (trailing dims of 1 not counted, as `ggml_n_dims`) whose name ends in `weight`, but the
+/// norms, the MoE router and DeepSeek's token-to-expert table, Gemma 3n's `altup`,
+/// `laurel` and `per_layer_model_proj`, position and token-type embeddings, the small
+/// convolutions (`ssm_conv1d`, `shortconv.conv`), MiniMax's indexer projections, RWKV's
+/// `time_mix_*` tensors, T5's `attn_rel_b` and the multimodal ones llama.cpp lists.
+/// (GLM-5-next's own exceptions are not here: vkml does not load that architecture.)
+fn allows_quantization(t: &TensorInfo) -> bool {
+    let n_dims = t.dims.iter().rposition(|&d| d != 1).map_or(1, |i| i + 1);
+    let name = t.name.as_str();
+    let never = [
+        "_norm.weight",
+        "ffn_gate_inp.weight",
+        "ffn_gate_tid2eid.weight",
+        "altup",
+        "laurel",
+        "per_layer_model_proj",
+        "ssm_conv1d",
+        "shortconv.conv.weight",
+        "indexer.k_proj.weight",
+        "indexer.q_proj.weight",
+        "attn_rel_b.weight",
+        ".position_embd",
+        "sam.pos_embd",
+        "sam.neck.",
+        "sam.net_",
+        ".rel_pos",
+        ".patch_embd",
+        ".patch_merger",
+        "a.rvq.codebook",
+        "mm.a.code_embd",
+    ];
+    let rwkv = [
+        "first",
+        "w0",
+        "w1",
+        "w2",
+        "v0",
+        "v1",
+        "v2",
+        "a0",
+        "a1",
+        "a2",
+        "g1",
+        "g2",
+        "decay_w1",
+        "decay_w2",
+        "lerp_fused",
+    ];
+    n_dims >= 2
+        && name.ends_with("weight")
+        && !never.iter().any(|s| name.contains(s))
+        && name != "position_embd.weight"
+        && name != "token_types.weight"
+        && !rwkv.iter().any(|s| name.contains(&format!("time_mix_{s}.weight")))
+}
+
+/// The layer of a tensor named `blk.N.…` (llama.cpp's `sscanf(name, "blk.%d.")`), else -1.
+fn layer_of(name: &str) -> i64 {
+    let Some(rest) = name.strip_prefix("blk.") else { return -1 };
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    rest[..digits].parse().unwrap_or(-1)
 }
 
 /// llama.cpp's `use_more_bits`: the first and last eighth of the layers and every third
@@ -231,9 +303,8 @@ impl<'a> Chooser<'a> {
     /// The plan for the next tensor `t` (call in file order).
     fn plan(&mut self, t: &TensorInfo) -> Result<Plan, String> {
         let k = t.dims.first().copied().unwrap_or(0) as usize;
-        let kept = ["ffn_gate_inp.weight", "_norm.weight", "position_embd.weight", "token_types.weight"];
         // Empty rows (k = 0, a GGUF may declare them) have nothing to quantize.
-        if k == 0 || t.dims.len() < 2 || !t.name.ends_with(".weight") || kept.iter().any(|s| t.name.ends_with(s)) {
+        if k == 0 || !allows_quantization(t) {
             return Ok(Plan::Keep);
         }
         // A float file type takes every matrix as it is, converted (no rule, no fallback).
@@ -380,10 +451,12 @@ fn fallback(ty: GgmlType, k: usize) -> Result<GgmlType, String> {
         G::Q5_K => G::Q5_1,
         G::Q6_K => G::Q8_0,
         other if other.block_size() <= 32 => other,
-        other => return Err(format!(
+        other => {
+            return Err(format!(
             "rows of {k} are not whole {other} blocks ({} values), and llama.cpp defines no fallback type for {other}",
             other.block_size()
-        )),
+        ))
+        }
     };
     Ok(if k.is_multiple_of(to.block_size()) { to } else { G::F16 })
 }
@@ -429,19 +502,22 @@ pub fn run(a: Args) -> Result<(), String> {
         arch,
         n_layer: count("block_count"),
         n_head: count("attention.head_count"),
-        n_head_kv: count("attention.head_count_kv"),
+        // llama.cpp's default where the key is missing: as many KV heads as query heads.
+        n_head_kv: Some(count("attention.head_count_kv")).filter(|&n| n > 0).unwrap_or(count("attention.head_count")),
         n_expert: count("expert_count"),
         has_output: f.header().tensor("output.weight").is_some(),
     };
+    // llama-quantize's order (its loader's weights map): by layer, then by name; the
+    // choice's counters follow it, and the output is written in it.
+    let mut tensors: Vec<&TensorInfo> = f.tensors().iter().collect();
+    tensors.sort_by(|x, y| (layer_of(&x.name), &x.name).cmp(&(layer_of(&y.name), &y.name)));
     let mut chooser = Chooser::new(ft, model, f.tensors());
-    let plans: Vec<Plan> = f
-        .tensors()
+    let plans: Vec<Plan> = tensors
         .iter()
         .map(|t| chooser.plan(t))
         .collect::<Result<_, _>>()
         .map_err(|e| format!("{}: {e}", a.input.display()))?;
-    if let Some(t) = f
-        .tensors()
+    if let Some(t) = tensors
         .iter()
         .zip(&plans)
         .find_map(|(t, p)| p.to().is_some_and(|to| to != t.ty && !SOURCES.contains(&t.ty)).then_some(t))
@@ -466,9 +542,9 @@ pub fn run(a: Args) -> Result<(), String> {
     // The output's types are known before any matrix is quantized: the header first,
     // then each tensor as it is made (one in memory at a time), into OUT.part, renamed to
     // OUT once complete.
-    let out_ty: Vec<GgmlType> = f.tensors().iter().zip(&plans).map(|(t, p)| p.to().unwrap_or(t.ty)).collect();
+    let out_ty: Vec<GgmlType> = tensors.iter().zip(&plans).map(|(t, p)| p.to().unwrap_or(t.ty)).collect();
     let infos: Vec<(&str, GgmlType, &[u64])> =
-        f.tensors().iter().zip(&out_ty).map(|(t, &ty)| (t.name.as_str(), ty, t.dims.as_slice())).collect();
+        tensors.iter().zip(&out_ty).map(|(t, &ty)| (t.name.as_str(), ty, t.dims.as_slice())).collect();
     let header = header_bytes(&metadata, &infos).map_err(|e| format!("{}: {e}", a.output.display()))?;
     let alignment = alignment_of(&metadata).map_err(|e| e.to_string())? as usize;
     let mut part = a.output.clone().into_os_string();
@@ -485,7 +561,7 @@ pub fn run(a: Args) -> Result<(), String> {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&part).map_err(io)?);
         w.write_all(&header).map_err(io)?;
         let mut size = header.len() as u64;
-        for ((t, p), &ty) in f.tensors().iter().zip(&plans).zip(&out_ty) {
+        for ((t, p), &ty) in tensors.iter().zip(&plans).zip(&out_ty) {
             let data = f.tensor_data(t);
             let k = t.dims[0] as usize;
             let values = || vkml_quant::dequant::dequantize_to_vec(t.ty, data).map_err(|e| format!("{}: {e}", t.name));

@@ -219,8 +219,10 @@ fn gguf_quantize_writes_llama_quantizes_types_from_the_gpu() {
         dst.header().metadata.iter().find(|(k, _)| k == "general.file_type").map(|(_, v)| format!("{v:?}")),
         Some("U32(2)".into())
     );
-    for (s, d) in src.tensors().iter().zip(dst.tensors()) {
-        assert_eq!((&s.name, &s.dims), (&d.name, &d.dims));
+    assert_llama_quantize_order(&src, &dst);
+    for d in dst.tensors() {
+        let s = src.header().tensor(&d.name).unwrap();
+        assert_eq!(s.dims, d.dims);
         let want = if s.dims.len() == 1 {
             GgmlType::F32
         } else if s.name == "token_embd.weight" {
@@ -270,13 +272,28 @@ fn gguf_quantize_writes_llama_quantizes_types_from_the_gpu() {
     }
 }
 
+/// `dst` holds `src`'s tensors in llama-quantize's order: by layer (`blk.N.`, else first),
+/// then by name.
+fn assert_llama_quantize_order(src: &GgufFile, dst: &GgufFile) {
+    let key = |n: &str| {
+        let layer = n.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|l| l.parse::<i64>().ok());
+        (layer.unwrap_or(-1), n.to_string())
+    };
+    let mut want: Vec<String> = src.tensors().iter().map(|t| t.name.clone()).collect();
+    want.sort_by_key(|n| key(n));
+    let got: Vec<String> = dst.tensors().iter().map(|t| t.name.clone()).collect();
+    assert_eq!(got, want, "llama-quantize's tensor order");
+}
+
 /// llama.cpp's `use_more_bits` (src/llama-quant.cpp), for the expectations below.
 fn more_bits(i: usize, n: usize) -> bool {
     i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
 }
 
-/// `vkml gguf quantize` to llama-quantize's k-quant mixes on a synthetic F16 Llama of 8
-/// layers (rows of 256 and 512, 4 query heads per KV head), every tensor's type against
+/// `vkml gguf quantize` to llama-quantize's k-quant mixes on a synthetic F16 Llama of 12
+/// layers (rows of 256 and 512, 4 query heads per KV head) whose tensors lie in string
+/// order (the per-layer rules follow the layer number all the same, and the output is in
+/// llama-quantize's order), every tensor's type against
 /// llama.cpp's rules for the mix written out here (src/llama-quant.cpp,
 /// `llama_tensor_get_type_impl`), the blocks those of vkml-quant's CPU quantizer on the
 /// same values (under 1 % may differ), `general.file_type` the mix's `llama_ftype`, the
@@ -287,7 +304,7 @@ fn gguf_quantize_writes_llama_quantizes_k_quant_mixes() {
     let sh = synth::SynthShape {
         name: "mix-test",
         arch: "llama",
-        n_layers: 8,
+        n_layers: 12,
         n_embd: 256,
         n_ff: 512,
         n_head: 4,
@@ -297,15 +314,27 @@ fn gguf_quantize_writes_llama_quantizes_k_quant_mixes() {
         head_dim: None,
         sliding_window: None,
     };
+    // The input's tensors in string order (blk.0, blk.1, blk.10, blk.11, blk.2, ...), as
+    // convert_hf_to_gguf often writes them: llama-quantize's counters follow the layers.
     let f16 = scratch("mix-in.F16.gguf");
-    synth::write_synthetic_model("llama", &sh, GgmlType::F16, 7, &f16).unwrap();
+    let model = synth::synthetic_model("llama", &sh, GgmlType::F16, 7).unwrap();
+    let mut w = vkml_quant::gguf::GgufWriter::new();
+    for (k, v) in model.metadata() {
+        w.push_kv(k.clone(), v.clone());
+    }
+    let mut names: Vec<&vkml_quant::gguf::TensorInfo> = model.tensors().iter().collect();
+    names.sort_by(|a, b| a.name.cmp(&b.name));
+    for t in names {
+        w.push_tensor(t.name.clone(), t.ty, t.dims.clone(), model.tensor_data(t).to_vec());
+    }
+    w.write_to(&f16).unwrap();
     use GgmlType as G;
     // (name, llama_ftype, the type of tensor `name` in layer `i`).
     type Rule = fn(&str, usize) -> GgmlType;
     // (name, llama_ftype, the head's type, the rule for the others).
     let mixes: [(&str, u32, GgmlType, Rule); 8] = [
         ("Q4_K", 15, G::Q6_K, |t, i| match t {
-            "attn_v" | "ffn_down" if more_bits(i, 8) => G::Q6_K,
+            "attn_v" | "ffn_down" if more_bits(i, 12) => G::Q6_K,
             _ => G::Q4_K,
         }),
         ("Q3_K_M", 12, G::Q6_K, |t, i| match t {
@@ -346,8 +375,10 @@ fn gguf_quantize_writes_llama_quantizes_k_quant_mixes() {
             "{name}"
         );
         let mut expected = Vec::new();
-        for (s, d) in src.tensors().iter().zip(dst.tensors()) {
-            assert_eq!((&s.name, &s.dims), (&d.name, &d.dims));
+        assert_llama_quantize_order(&src, &dst);
+        for d in dst.tensors() {
+            let s = src.header().tensor(&d.name).unwrap();
+            assert_eq!(s.dims, d.dims);
             let want = if s.dims.len() == 1 {
                 GgmlType::F32
             } else if s.name == "output.weight" {
