@@ -202,7 +202,9 @@ pub fn linear(
 /// on Q8_1 activations ([`mat_vec_uses_q8_1`]), the gate|up mat-vec writes its products as
 /// Q8_1 blocks ([`MatVecEpilogue::GluQ8_1`]) that the down mat-vec reads as they are (no
 /// quantization of x in each of its workgroups, which then may be small): the bits of the
-/// two `linear` calls, whose down mat-vec quantizes the same products the same way. From
+/// two `linear` calls, whose down mat-vec quantizes the same products the same way (in its
+/// own workgroups, or for `n` above 32 × `DOT_X_MAX_BLOCKS` in `quantize_q8_1.comp`: the
+/// same arithmetic, include/q8_1.glsl's). From
 /// `opts.mat_mat_from` rows on, where the down mat-mat reads f16 x
 /// ([`MatMatPath::reads_f16_x`]), the gated products are written as that f16 x in one pass
 /// ([`glu_halves_f16`]): the bits of the two calls, whose mat-mat converts the f32 products.

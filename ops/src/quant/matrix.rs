@@ -331,7 +331,7 @@ pub const GET_ROWS_PARTS: usize = 4;
 /// Records the embedding lookup `out[i, :] = dequantize(m[ids[i], :])` for `i < n_ids`
 /// (`ids`: u32 `[n_ids]`; `out`: f32 `[n_ids * k]`). Ids past the last row give rows of NaN.
 /// One dispatch (`get_rows.comp`; `get_rows_parts.comp` for a matrix of up to
-/// [`GET_ROWS_PARTS`] parts where the device binds 7 storage buffers, else one per part).
+/// [`GET_ROWS_PARTS`] parts where the device binds 6 storage buffers, else one per part).
 ///
 /// # Errors
 /// [`OpsError::Shape`] for buffers too small or more than 65535 × 65535 ids; HAL errors.
@@ -373,7 +373,7 @@ pub fn get_rows_scaled(
     // binds that many storage buffers, else one per part.
     let kernels = type_kernels("get_rows", m.ty)?;
     let per_dispatch =
-        if m.parts.len() > 1 && dev.caps().limits.max_storage_buffers_per_stage >= 3 + GET_ROWS_PARTS as u32 {
+        if m.parts.len() > 1 && dev.caps().limits.max_storage_buffers_per_stage >= 2 + GET_ROWS_PARTS as u32 {
             GET_ROWS_PARTS
         } else {
             1
