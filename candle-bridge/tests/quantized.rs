@@ -303,3 +303,110 @@ fn quantizing_k_quants_on_the_device_gives_the_cpus_blocks() {
         assert_eq!(gpu, vkml_quant::quantize(ty, &odd).unwrap(), "{dt:?}: 3 blocks");
     }
 }
+
+/// MXFP4, NVFP4, TQ1_0, TQ2_0, Q1_0 and Q2_0 (which candle lacks) quantized on the device
+/// (`vkml_ops::quant::quantize`) against vkml-quant's CPU quantizers on the same values:
+/// random rows, whole blocks (of 256, then of 32 and 64) of zeros, of one value, with an
+/// outlier, of tiny values, of values halfway between levels, and MXFP4 blocks whose largest
+/// magnitude is a few ulps below a power of two (where log2 rounds up to the next exponent or
+/// not). The kernels divide correctly rounded and take floor(log2) as the CPU's log2f rounds,
+/// so the bytes should be the CPU's: on lavapipe every block; elsewhere a block whose bytes
+/// differ (a device flushing subnormals) must fit its values with a squared error at most
+/// 1.01 times the CPU's, the fraction printed and under 1 %. Then odd block counts (the last
+/// pair, or quad of MXFP4 blocks, of an invocation part full).
+#[test]
+fn quantizing_fp4_and_ternary_types_on_the_device_gives_the_cpus_blocks() {
+    use vkml_quant::dequant::dequantize_to_vec;
+    use vkml_quant::GgmlType;
+    let dev = vulkan_device();
+    let lavapipe = dev.hal().caps().driver_id == "MESA_LLVMPIPE";
+    let gpu_quantize = |ty: GgmlType, x: &[f32], rows: usize, k: usize| -> Vec<u8> {
+        let src = VTensor::from_slice(x, (rows, k), &dev).unwrap();
+        let m = vkml_ops::quant::QMatrix::alloc(dev.hal(), ty, rows, k).unwrap();
+        dev.with_stream(|s| {
+            vkml_ops::quant::quantize(s, src.storage().buffer(), &m).unwrap();
+            Ok(())
+        })
+        .unwrap();
+        dev.flush().unwrap();
+        m.read_blocks().unwrap()
+    };
+    let (rows, k) = (64, 1024);
+    let mut x: Vec<f32> = values(rows * k, 79).iter().enumerate().map(|(i, v)| v * (1.0 + (i % 5) as f32)).collect();
+    // Row 0: whole blocks of 256 of zeros, of one value, with an outlier, of tiny values.
+    x[..256].fill(0.0);
+    x[256..512].fill(0.75);
+    x[512..768].iter_mut().enumerate().for_each(|(i, v)| *v = if i == 77 { -40.0 } else { 0.01 * i as f32 });
+    x[768..1024].iter_mut().enumerate().for_each(|(i, v)| *v = 1e-6 * (i as f32 - 128.0));
+    // Row 1: the same in blocks of 32 and 64, values halfway between levels (x / amax =
+    // 1/2, the FP4 midpoints), tinier values.
+    let r1 = &mut x[k..2 * k];
+    r1[..64].fill(0.0);
+    r1[64..128].fill(-0.75);
+    r1[128..192].iter_mut().enumerate().for_each(|(i, v)| *v = if i == 9 { 40.0 } else { 0.01 * i as f32 });
+    r1[192..256].iter_mut().enumerate().for_each(|(i, v)| *v = 1e-6 * (i as f32 - 32.0));
+    r1[256..320].iter_mut().enumerate().for_each(|(i, v)| *v = [1.0, 0.5, -0.5, 0.25, -0.75, 0.0, -1.0, 0.125][i % 8]);
+    r1[320..384]
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = [6.0, 5.0, 3.5, 2.5, 1.75, 1.25, 0.75, 0.25][i % 8] * 0.5);
+    r1[384..448].iter_mut().enumerate().for_each(|(i, v)| *v = 1e-30 * (i as f32 - 20.0));
+    // Rows 2 to 7: MXFP4 blocks of largest magnitude j ulps below 2^(ex + 1), j around the
+    // count where log2 rounds up (1, 2, 5, 11, 22, 44 as the exponent grows).
+    let r2 = &mut x[2 * k..8 * k];
+    let mut b = 0;
+    for ex in [-100i32, -20, -3, -1, 0, 1, 2, 3, 4, 7, 12, 20, 40, 70, 100, 126, 127] {
+        for j in [1u32, 2, 3, 5, 6, 11, 12, 22, 23, 44, 45] {
+            let a = f32::from_bits((((ex + 127) as u32) << 23) | ((1u32 << 23) - j));
+            r2[32 * b + (b % 32)] = if b % 2 == 0 { a } else { -a };
+            r2[32 * b..32 * b + 32].iter_mut().filter(|v| v.abs() > a).for_each(|v| *v = a * 0.5);
+            b += 1;
+        }
+    }
+    assert!(b * 32 <= r2.len());
+    let mut failures = Vec::new();
+    for ty in [GgmlType::MXFP4, GgmlType::NVFP4, GgmlType::TQ1_0, GgmlType::TQ2_0, GgmlType::Q1_0, GgmlType::Q2_0] {
+        let gpu = gpu_quantize(ty, &x, rows, k);
+        let cpu = vkml_quant::quantize(ty, &x).unwrap();
+        assert_eq!(gpu.len(), cpu.len(), "{ty:?}");
+        let (bb, be) = (ty.type_size(), ty.block_size());
+        let mut differ = 0;
+        for (b, (g, c)) in gpu.chunks(bb).zip(cpu.chunks(bb)).enumerate() {
+            if g == c {
+                continue;
+            }
+            differ += 1;
+            let (gv, cv) = (dequantize_to_vec(ty, g).unwrap(), dequantize_to_vec(ty, c).unwrap());
+            let xs = &x[b * be..(b + 1) * be];
+            let sq = |v: &[f32]| v.iter().zip(xs).map(|(a, b)| f64::from(a - b).powi(2)).sum::<f64>();
+            let (eg, ec) = (sq(&gv), sq(&cv));
+            if eg > ec * 1.01 + 1e-30 {
+                failures.push(format!("{ty:?} block {b}: squared error {eg} against the CPU's {ec}"));
+            }
+        }
+        let blocks = cpu.len() / bb;
+        eprintln!(
+            "{ty:?}: {differ} of {blocks} blocks differ from the CPU's ({:.3} %)",
+            100.0 * differ as f64 / blocks as f64
+        );
+        if differ * 100 >= blocks || (lavapipe && differ != 0) {
+            failures.push(format!("{ty:?}: {differ} of {blocks} blocks differ"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    // Odd block counts: 3 rows of 7 MXFP4 blocks (21: the last quad one block), 3 of one
+    // block of the others.
+    for (ty, k) in [
+        (GgmlType::MXFP4, 224),
+        (GgmlType::MXFP4, 32),
+        (GgmlType::NVFP4, 64),
+        (GgmlType::TQ1_0, 256),
+        (GgmlType::TQ2_0, 256),
+        (GgmlType::Q1_0, 128),
+        (GgmlType::Q2_0, 64),
+    ] {
+        let odd: Vec<f32> = values(3 * k, 7);
+        let cpu = vkml_quant::quantize(ty, &odd).unwrap();
+        assert_eq!(gpu_quantize(ty, &odd, 3, k), cpu, "{ty:?}: 3 rows of {k}");
+    }
+}

@@ -680,6 +680,12 @@ pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
         GgmlType::Q8_K,
         GgmlType::IQ4_NL,
         GgmlType::IQ4_XS,
+        GgmlType::MXFP4,
+        GgmlType::NVFP4,
+        GgmlType::TQ1_0,
+        GgmlType::TQ2_0,
+        GgmlType::Q1_0,
+        GgmlType::Q2_0,
     ] {
         v.push(quantize(ty, q_rows, q_k));
     }

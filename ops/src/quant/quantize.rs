@@ -1,5 +1,6 @@
 //! Quantizing on the GPU: f32 values to GGML blocks in a [`QMatrix`] (kernels
-//! `quantize.comp` for the blocks of 32, `quantize_k.comp` for the k-quants and IQ4_NL /
+//! `quantize.comp` for the types quantized block by block without a search: the blocks of 32,
+//! MXFP4, NVFP4, TQ1_0, TQ2_0, Q1_0, Q2_0; `quantize_k.comp` for the k-quants and IQ4_NL /
 //! IQ4_XS), as vkml-quant's CPU quantizers (ggml's `quantize_row_*_ref`) do it.
 
 use vkml_hal::{Buffer, Stream};
@@ -10,7 +11,7 @@ use crate::error::{OpsError, Result};
 use crate::launch::{grid, pipeline, push_words};
 
 /// The types [`quantize`] writes.
-pub const GPU_QUANTIZED: [GgmlType; 14] = [
+pub const GPU_QUANTIZED: [GgmlType; 20] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -25,19 +26,34 @@ pub const GPU_QUANTIZED: [GgmlType; 14] = [
     GgmlType::Q8_K,
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
+    GgmlType::NVFP4,
+    GgmlType::TQ1_0,
+    GgmlType::TQ2_0,
+    GgmlType::Q1_0,
+    GgmlType::Q2_0,
 ];
 
 /// Records the quantization of `x: f32[m.rows() * m.k()]` (row-major, packed from element 0)
 /// into `m`'s blocks, every part of it: one dispatch per part of workgroups of 64. The blocks
-/// of 32 (`quantize.comp`): two blocks per invocation. The k-quants and IQ4 types
-/// (`quantize_k.comp`): one invocation per sub-block, the searches of a super-block's 8
-/// (Q4_K, Q5_K, IQ4_XS) or 16 (Q2_K, Q3_K, Q6_K, Q8_K) sub-blocks side by side, the
-/// super-block assembled in shared memory (IQ4_NL: one invocation per block of 32).
+/// of 32 (Q4_0 .. Q8_1), NVFP4, TQ1_0, TQ2_0, Q1_0 and Q2_0 (`quantize.comp`): two blocks per
+/// invocation; MXFP4 (17 bytes a block, `quantize.comp`) four, 17 whole words. The k-quants
+/// and IQ4 types (`quantize_k.comp`): one invocation per sub-block, the searches of a
+/// super-block's 8 (Q4_K, Q5_K, IQ4_XS) or 16 (Q2_K, Q3_K, Q6_K, Q8_K) sub-blocks side by
+/// side, the super-block assembled in shared memory (IQ4_NL: one invocation per block of 32).
 ///
 /// The bytes are the CPU's (vkml-quant's `quantize`, over the whole of `x`), but:
-/// - the blocks of 32 (`quantize.comp`) use the device's division and reciprocal, not
-///   correctly rounded in Vulkan (lavapipe's are): where they round otherwise, a value
-///   across a rounding boundary, one quant one step away;
+/// - the blocks of 32 (Q4_0 .. Q8_1, `quantize.comp`) use the device's division and
+///   reciprocal, not correctly rounded in Vulkan (lavapipe's are): where they round
+///   otherwise, a value across a rounding boundary, one quant one step away;
+/// - MXFP4, NVFP4, TQ1_0, TQ2_0, Q1_0 and Q2_0 (`quantize.comp`) divide correctly rounded in
+///   integer arithmetic (1 / amax, amax / 6) and take MXFP4's floor(log2(amax)) from amax's
+///   bits as a correctly rounded log2f rounds it (glibc's does, for every amax just below a
+///   power of two; another libm's CPU result may differ there), so they differ only where a
+///   device flushes subnormals: MXFP4 blocks of largest magnitude below 2^-123 (their level
+///   scale is subnormal), TQ1_0, TQ2_0 and Q2_0 blocks of subnormal largest magnitude
+///   (below 1.2e-38), Q1_0's bit of a negative
+///   subnormal value;
 /// - the k-quants and IQ4 types (`quantize_k.comp`) divide and take square roots correctly
 ///   rounded in integer arithmetic (a scale search is sensitive to the last bit), so they
 ///   differ only where intermediates go subnormal (the fits multiply sums of x^2 and x^3:
@@ -53,13 +69,13 @@ pub const GPU_QUANTIZED: [GgmlType; 14] = [
 /// Q4_0 0.7 ms).
 ///
 /// # Errors
-/// [`OpsError::UnsupportedType`] for types other than [`GPU_QUANTIZED`] (the float types,
-/// TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0 and Q2_0 are quantized on the CPU, `vkml_quant::quantize`;
-/// the grid IQ types nowhere); [`OpsError::Shape`] for an `x` too small or past one binding;
+/// [`OpsError::UnsupportedType`] for types other than [`GPU_QUANTIZED`] (the float types are
+/// converted elsewhere or quantized on the CPU, `vkml_quant::quantize`; the grid IQ types,
+/// IQ1_S .. IQ3_S, nowhere); [`OpsError::Shape`] for an `x` too small or past one binding;
 /// HAL errors.
 pub fn quantize(s: &mut Stream, x: &Buffer, m: &QMatrix) -> Result<()> {
     // The kernel and the blocks each workgroup of WG writes (quantize.comp: two per
-    // invocation; quantize_k.comp: one invocation per sub-block, 8 or 16 per super-block,
+    // invocation, MXFP4 four; quantize_k.comp: one invocation per sub-block, 8 or 16 per super-block,
     // one per IQ4_NL block).
     let (name, per_group) = match m.ty() {
         GgmlType::Q4_0 => ("quantize.q4_0", 128),
@@ -76,6 +92,12 @@ pub fn quantize(s: &mut Stream, x: &Buffer, m: &QMatrix) -> Result<()> {
         GgmlType::Q8_K => ("quantize_k.q8_k", 4),
         GgmlType::IQ4_NL => ("quantize_k.iq4_nl", 64),
         GgmlType::IQ4_XS => ("quantize_k.iq4_xs", 8),
+        GgmlType::MXFP4 => ("quantize.mxfp4", 256),
+        GgmlType::NVFP4 => ("quantize.nvfp4", 128),
+        GgmlType::TQ1_0 => ("quantize.tq1_0", 128),
+        GgmlType::TQ2_0 => ("quantize.tq2_0", 128),
+        GgmlType::Q1_0 => ("quantize.q1_0", 128),
+        GgmlType::Q2_0 => ("quantize.q2_0", 128),
         ty => {
             return Err(OpsError::UnsupportedType {
                 op: "quantize",
