@@ -370,14 +370,22 @@ fn quantizing_fp4_and_ternary_types_on_the_device_gives_the_cpus_blocks() {
         let cpu = vkml_quant::quantize(ty, &x).unwrap();
         assert_eq!(gpu.len(), cpu.len(), "{ty:?}");
         let (bb, be) = (ty.type_size(), ty.block_size());
-        let mut differ = 0;
+        let (mut differ, mut subnormal_id) = (0, 0);
         for (b, (g, c)) in gpu.chunks(bb).zip(cpu.chunks(bb)).enumerate() {
             if g == c {
                 continue;
             }
+            let xs = &x[b * be..(b + 1) * be];
+            // TQ1_0, TQ2_0, Q2_0 multiply by 1 / amax, subnormal from amax = 2^126 on (the
+            // f16 scale is infinite there anyway): a device that flushes subnormals (the
+            // H100) rounds those blocks' values to 0. Counted apart.
+            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+            if matches!(ty, GgmlType::TQ1_0 | GgmlType::TQ2_0 | GgmlType::Q2_0) && amax >= 2f32.powi(126) {
+                subnormal_id += 1;
+                continue;
+            }
             differ += 1;
             let (gv, cv) = (dequantize_to_vec(ty, g).unwrap(), dequantize_to_vec(ty, c).unwrap());
-            let xs = &x[b * be..(b + 1) * be];
             let sq = |v: &[f32]| v.iter().zip(xs).map(|(a, b)| f64::from(a - b).powi(2)).sum::<f64>();
             let (eg, ec) = (sq(&gv), sq(&cv));
             if eg > ec * 1.01 + 1e-30 {
@@ -386,11 +394,11 @@ fn quantizing_fp4_and_ternary_types_on_the_device_gives_the_cpus_blocks() {
         }
         let blocks = cpu.len() / bb;
         eprintln!(
-            "{ty:?}: {differ} of {blocks} blocks differ from the CPU's ({:.3} %)",
+            "{ty:?}: {differ} of {blocks} blocks differ from the CPU's ({:.3} %), {subnormal_id} more where 1 / amax is subnormal",
             100.0 * differ as f64 / blocks as f64
         );
-        if differ * 100 >= blocks || (lavapipe && differ != 0) {
-            failures.push(format!("{ty:?}: {differ} of {blocks} blocks differ"));
+        if differ * 100 >= blocks || (lavapipe && differ + subnormal_id != 0) {
+            failures.push(format!("{ty:?}: {differ} (+ {subnormal_id}) of {blocks} blocks differ"));
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");

@@ -38,7 +38,8 @@
 // steps are exact or `precise` in the CPU's order, so their bytes are the CPU's but where
 // inputs or intermediates are subnormal on a device that flushes them to zero (MXFP4 blocks
 // whose largest magnitude is below 2^-123, whose level scale 2^(e - 128) is subnormal;
-// TQ1_0, TQ2_0 and Q2_0 blocks whose largest magnitude is subnormal, below 1.2e-38; Q1_0's
+// TQ1_0, TQ2_0 and Q2_0 blocks whose largest magnitude is subnormal, below 1.2e-38, or at
+// least 2^126, whose 1 / amax is subnormal (their f16 scale is infinite anyway); Q1_0's
 // bit of a negative subnormal value). NVFP4's bytes are the CPU's even there.
 // Each invocation writes INV_BLOCKS consecutive blocks of a part (whole 32-bit words: two
 // blocks of these types, four of MXFP4's 17 bytes, are a multiple of 4 bytes), blocks packed

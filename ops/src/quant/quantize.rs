@@ -52,8 +52,8 @@ pub const GPU_QUANTIZED: [GgmlType; 20] = [
 ///   power of two; another libm's CPU result may differ there), so they differ only where a
 ///   device flushes subnormals: MXFP4 blocks of largest magnitude below 2^-123 (their level
 ///   scale is subnormal), TQ1_0, TQ2_0 and Q2_0 blocks of subnormal largest magnitude
-///   (below 1.2e-38), Q1_0's bit of a negative
-///   subnormal value;
+///   (below 1.2e-38) or of one of 2^126 and more (1 / amax subnormal; their f16 scale is
+///   infinite anyway), Q1_0's bit of a negative subnormal value;
 /// - the k-quants and IQ4 types (`quantize_k.comp`) divide and take square roots correctly
 ///   rounded in integer arithmetic (a scale search is sensitive to the last bit), so they
 ///   differ only where intermediates go subnormal (the fits multiply sums of x^2 and x^3:
