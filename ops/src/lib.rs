@@ -23,6 +23,7 @@ pub mod fp8;
 pub mod index;
 mod launch;
 pub mod matmul;
+pub mod moe;
 pub mod nn;
 pub mod quant;
 pub mod rand;

@@ -1,0 +1,116 @@
+//! MoE routing on the GPU (`vkml_ops::moe::route`) against llama.cpp's definition
+//! (`build_moe_ffn`, src/llama-graph.cpp) computed here in f64: gating, top-k with the
+//! selection bias, the SoftmaxWeight re-softmax, normalisation with its clamp, scale.
+
+mod common;
+use common::device;
+
+use vkml_hal::{MemoryKind, Stream};
+use vkml_ops::moe::{route, ExpertGating, Routing, MAX_EXPERTS, MAX_USED};
+
+/// Deterministic distinct logits: a permutation of spaced values per row (no near-ties, so
+/// the chosen ids are unambiguous).
+fn logits(t: usize, n: usize, seed: u64) -> Vec<f32> {
+    let mut st = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(t * n);
+    for _ in 0..t {
+        // Spread over [-4, 4): sigmoid and softmax keep them apart in f32.
+        let mut row: Vec<f32> = (0..n).map(|i| (i as f32 - n as f32 / 2.0) * (8.0 / n as f32)).collect();
+        for i in (1..n).rev() {
+            st ^= st << 13;
+            st ^= st >> 7;
+            st ^= st << 17;
+            row.swap(i, (st % (i as u64 + 1)) as usize);
+        }
+        out.extend(row);
+    }
+    out
+}
+
+/// llama.cpp's routing of one row, in f64: (ids, weights).
+fn reference(l: &[f32], r: Routing, bias: Option<&[f32]>) -> (Vec<u32>, Vec<f64>) {
+    let l: Vec<f64> = l.iter().map(|&v| f64::from(v)).collect();
+    let probs: Vec<f64> = match r.gating {
+        ExpertGating::Softmax => {
+            let m = l.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = l.iter().map(|v| (v - m).exp()).collect();
+            let s: f64 = e.iter().sum();
+            e.iter().map(|v| v / s).collect()
+        }
+        ExpertGating::Sigmoid => l.iter().map(|v| 1.0 / (1.0 + (-v).exp())).collect(),
+        ExpertGating::SoftmaxWeight => l.clone(),
+    };
+    let sel: Vec<f64> = probs.iter().enumerate().map(|(i, p)| p + bias.map_or(0.0, |b| f64::from(b[i]))).collect();
+    let mut order: Vec<usize> = (0..probs.len()).collect();
+    order.sort_by(|&a, &b| sel[b].partial_cmp(&sel[a]).unwrap().then(a.cmp(&b)));
+    let ids: Vec<u32> = order[..r.k].iter().map(|&i| i as u32).collect();
+    let mut w: Vec<f64> = ids.iter().map(|&i| probs[i as usize]).collect();
+    if r.gating == ExpertGating::SoftmaxWeight {
+        let m = w.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = w.iter().map(|v| (v - m).exp()).collect();
+        let s: f64 = e.iter().sum();
+        w = e.iter().map(|v| v / s).collect();
+    }
+    if r.norm_w {
+        let s = w.iter().sum::<f64>().max(6.103515625e-5);
+        w.iter_mut().for_each(|v| *v /= s);
+    }
+    if r.w_scale != 0.0 {
+        w.iter_mut().for_each(|v| *v *= f64::from(r.w_scale));
+    }
+    (ids, w)
+}
+
+#[test]
+fn routing_matches_llama_cpps_definition() {
+    let dev = device();
+    // (experts, per token, gating, norm, scale, bias): Qwen3-MoE (128, 8, softmax, norm),
+    // gpt-oss (32, 4, softmax over the chosen), DeepSeek-like (256, 8, sigmoid, bias,
+    // norm, scale 2.5), Mixtral (8, 2, softmax, norm), odd sizes past one pass of 256.
+    let cases = [
+        (128usize, 8usize, ExpertGating::Softmax, true, 0.0f32, false),
+        (32, 4, ExpertGating::SoftmaxWeight, false, 0.0, false),
+        (256, 8, ExpertGating::Sigmoid, true, 2.5, true),
+        (8, 2, ExpertGating::Softmax, true, 0.0, false),
+        (300, 3, ExpertGating::Softmax, false, 0.0, true),
+        (MAX_EXPERTS, MAX_USED, ExpertGating::Sigmoid, false, 1.5, false),
+        (5, 5, ExpertGating::Softmax, true, 0.0, false),
+    ];
+    for (n, k, gating, norm_w, w_scale, with_bias) in cases {
+        let r = Routing { n_expert: n, k, gating, norm_w, w_scale };
+        let t = 7;
+        let l = logits(t, n, n as u64 + k as u64);
+        let b: Vec<f32> = (0..n).map(|i| if i % 3 == 0 { 0.01 * i as f32 } else { 0.0 }).collect();
+        let lb = dev.upload(&l).unwrap();
+        let bb = dev.upload(&b).unwrap();
+        let ids = dev.alloc(4 * (t * k) as u64, MemoryKind::DeviceLocal).unwrap();
+        let w = dev.alloc(4 * (t * k) as u64, MemoryKind::DeviceLocal).unwrap();
+        let mut s = Stream::new(dev).unwrap();
+        route(&mut s, &lb, t, r, with_bias.then_some(&bb), &ids, &w).unwrap();
+        s.finish_and_wait().unwrap();
+        let (ids, w) = (ids.to_vec::<u32>().unwrap(), w.to_vec::<f32>().unwrap());
+        for row in 0..t {
+            let (want_ids, want_w) = reference(&l[row * n..(row + 1) * n], r, with_bias.then_some(&b[..]));
+            let what = format!("{n} experts, {k} per token, {gating:?}, row {row}");
+            assert_eq!(&ids[row * k..(row + 1) * k], &want_ids[..], "{what}: ids");
+            for (j, (&g, &c)) in w[row * k..(row + 1) * k].iter().zip(&want_w).enumerate() {
+                assert!((f64::from(g) - c).abs() <= 2e-6 * c.abs().max(1e-3), "{what}: weight {j}: {g} against {c}");
+            }
+        }
+    }
+    let errs = dev.instance().take_validation_errors();
+    assert!(errs.is_empty(), "validation errors: {errs:#?}");
+}
+
+#[test]
+fn bad_routings_are_clear_errors() {
+    let dev = device();
+    let b = dev.alloc(4 * 64, MemoryKind::DeviceLocal).unwrap();
+    let mut s = Stream::new(dev).unwrap();
+    let r = Routing { n_expert: 8, k: 9, gating: ExpertGating::Softmax, norm_w: true, w_scale: 0.0 };
+    let e = route(&mut s, &b, 1, r, None, &b, &b).unwrap_err().to_string();
+    assert!(e.contains("9 per token"), "{e}");
+    let r = Routing { n_expert: 64, k: 4, ..r };
+    let e = route(&mut s, &b, 2, r, None, &b, &b).unwrap_err().to_string();
+    assert!(e.contains("2 tokens need logits of 512 bytes"), "{e}");
+}

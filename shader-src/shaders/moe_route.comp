@@ -1,0 +1,130 @@
+//! variant softmax SOFTMAX=1
+//! variant sigmoid SIGMOID=1
+//! variant softmax_weight SOFTMAX_WEIGHT=1
+// Mixture-of-experts routing, one workgroup per token (llama.cpp's build_moe_ffn, its
+// gating functions LLAMA_EXPERT_GATING_FUNC_TYPE_*): from the router's logits l [n],
+//   probs = softmax(l) (SOFTMAX), sigmoid(l) (SIGMOID), or l itself (SOFTMAX_WEIGHT);
+//   the k experts of largest probs + bias (bias: the selection bias exp_probs_b, when given;
+//   ties to the lower index), in decreasing order;
+//   their weights probs[id] (SOFTMAX_WEIGHT: the softmax of those k logits), divided by
+//   their sum clamped to at least 2^-14 where norm_w, times w_scale where it is not 0.
+// Bindings: 0 = logits f32 [t, n], 1 = bias f32 [n] (logits stand in without one), 2 = ids
+// u32 [t, k], 3 = weights f32 [t, k]. Push constants: n (at most MAX_EXPERTS), k (at most
+// MAX_USED), has_bias, norm_w, w_scale (f32 bits; 0: none). Grid: x (then y) over tokens.
+// Workgroup: 256 invocations.
+#version 450
+layout(local_size_x_id = 0, local_size_x = 256) in; // always 256 (WG)
+#define WG 256u
+#define MAX_EXPERTS 1024u
+#define MAX_USED 64u
+layout(std430, set = 0, binding = 0) readonly buffer L { float logits[]; };
+layout(std430, set = 0, binding = 1) readonly buffer B { float bias[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer I { uint ids[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer W { float weights[]; };
+layout(push_constant) uniform P { uint n; uint k; uint has_bias; uint norm_w; float w_scale; } p;
+
+shared float probs[MAX_EXPERTS];
+shared float sel[MAX_EXPERTS];
+shared float red_v[WG];
+shared uint red_i[WG];
+shared float chosen[MAX_USED];
+
+// The workgroup's sum (s = true) or max of v, every invocation calling it.
+float reduce(float v, bool s) {
+    uint t = gl_LocalInvocationID.x;
+    red_v[t] = v;
+    barrier();
+    for (uint h = WG / 2u; h > 0u; h >>= 1) {
+        if (t < h) red_v[t] = s ? red_v[t] + red_v[t + h] : max(red_v[t], red_v[t + h]);
+        barrier();
+    }
+    float r = red_v[0];
+    barrier();
+    return r;
+}
+
+// Whether (v, i) ranks before (w, j): larger value, then lower index (NaN last).
+bool before(float v, uint i, float w, uint j) {
+    if (isnan(w)) return !isnan(v) || i < j;
+    if (isnan(v)) return false;
+    return v > w || (v == w && i < j);
+}
+
+void main() {
+    uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    uint t = gl_LocalInvocationID.x;
+    uint base = row * p.n;
+    float m = -1.0 / 0.0;
+    for (uint e = t; e < p.n; e += WG) {
+        float l = logits[base + e];
+        probs[e] = l;
+        m = max(m, l);
+    }
+#if defined(SOFTMAX)
+    m = reduce(m, false);
+    float s = 0.0;
+    for (uint e = t; e < p.n; e += WG) {
+        float v = exp(probs[e] - m);
+        probs[e] = v;
+        s += v;
+    }
+    s = reduce(s, true);
+    for (uint e = t; e < p.n; e += WG) probs[e] = probs[e] / s;
+#elif defined(SIGMOID)
+    for (uint e = t; e < p.n; e += WG) probs[e] = 1.0 / (1.0 + exp(-probs[e]));
+#endif
+    for (uint e = t; e < p.n; e += WG) sel[e] = p.has_bias != 0u ? probs[e] + bias[e] : probs[e];
+    barrier();
+    // k rounds of a workgroup arg-max over the experts not chosen yet.
+    for (uint j = 0u; j < p.k; j++) {
+        float bv = 0.0;
+        uint bi = 0xFFFFFFFFu;
+        for (uint e = t; e < p.n; e += WG) {
+            if (bi == 0xFFFFFFFFu || before(sel[e], e, bv, bi)) {
+                bv = sel[e];
+                bi = e;
+            }
+        }
+        red_v[t] = bv;
+        red_i[t] = bi;
+        barrier();
+        for (uint h = WG / 2u; h > 0u; h >>= 1) {
+            if (t < h) {
+                uint oi = red_i[t + h];
+                if (oi != 0xFFFFFFFFu && (red_i[t] == 0xFFFFFFFFu || before(red_v[t + h], oi, red_v[t], red_i[t]))) {
+                    red_v[t] = red_v[t + h];
+                    red_i[t] = oi;
+                }
+            }
+            barrier();
+        }
+        uint id = red_i[0];
+        if (t == 0u) {
+            ids[row * p.k + j] = id;
+            chosen[j] = probs[id];
+            sel[id] = uintBitsToFloat(0x7FC00000u); // NaN: ranks last
+        }
+        barrier();
+    }
+    if (t == 0u) {
+        float w[MAX_USED];
+        for (uint j = 0u; j < p.k; j++) w[j] = chosen[j];
+#if defined(SOFTMAX_WEIGHT)
+        float wm = w[0];
+        for (uint j = 1u; j < p.k; j++) wm = max(wm, w[j]);
+        float ws = 0.0;
+        for (uint j = 0u; j < p.k; j++) {
+            w[j] = exp(w[j] - wm);
+            ws += w[j];
+        }
+        for (uint j = 0u; j < p.k; j++) w[j] = w[j] / ws;
+#endif
+        if (p.norm_w != 0u) {
+            float sum = 0.0;
+            for (uint j = 0u; j < p.k; j++) sum += w[j];
+            sum = max(sum, 6.103515625e-5);
+            for (uint j = 0u; j < p.k; j++) w[j] = w[j] / sum;
+        }
+        for (uint j = 0u; j < p.k; j++) weights[row * p.k + j] = p.w_scale != 0.0 ? w[j] * p.w_scale : w[j];
+    }
+}
