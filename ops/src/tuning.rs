@@ -76,8 +76,9 @@ pub fn block_rows_per_subgroup(caps: &Capabilities, cfg: &MatVecConfig, rows: us
 }
 
 /// Storage buffers the block-wise mat-vec kernels bind (`include/mul_mat_vec_block.glsl`:
-/// matrix, x, y, norm weight, and the post-norm epilogue's residual, weight and count).
-pub const BLOCK_MAT_VEC_BINDINGS: u32 = 7;
+/// matrix, x, y, norm weight, the post-norm epilogue's residual, weight and count, and the
+/// expert ids of `quant::mat_vec_id`).
+pub const BLOCK_MAT_VEC_BINDINGS: u32 = 8;
 
 /// The subgroup size the block-wise mat-vec kernels run with, and whether the pipeline must
 /// require it: a fixed size (`min == max`), else the largest size where the device can

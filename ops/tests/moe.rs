@@ -114,3 +114,88 @@ fn bad_routings_are_clear_errors() {
     let e = route(&mut s, &b, 2, r, None, &b, &b).unwrap_err().to_string();
     assert!(e.contains("2 tokens need logits of 512 bytes"), "{e}");
 }
+
+/// The expert-indexed mat-vec (`quant::mat_vec_id`, ids on the device) gives, for each slot,
+/// the bits of the block-wise mat-vec of its expert's own matrix (`mat_vec_with`, the
+/// device's launch), and the CPU's product within the mat-vec tests' bound: shared x (gate,
+/// up) and x per slot (down), a repeated expert, each type family (32-blocks, k-quants, the
+/// IQ/FP4 kernel). Matrices that do not split into experts are refused.
+#[test]
+fn expert_indexed_mat_vec_is_each_experts_mat_vec() {
+    use vkml_ops::quant::{self, QMatrix};
+    use vkml_quant::GgmlType;
+    let dev = device();
+    let cfg = vkml_ops::tuning::mat_vec_config(dev.caps());
+    if vkml_ops::tuning::row_subgroup_size(dev.caps()).is_none() {
+        eprintln!("skipped: no block-wise mat-vec kernels on this device");
+        return;
+    }
+    let values = |n: usize, seed: u64| -> Vec<f32> {
+        let mut st = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                st ^= st << 13;
+                st ^= st >> 7;
+                st ^= st << 17;
+                ((st >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    };
+    for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::MXFP4] {
+        let (n_expert, rows) = (5usize, 40usize);
+        let k = 2 * ty.block_size().max(32);
+        let w = values(n_expert * rows * k, 3 + ty as u64);
+        let bytes = vkml_quant::quantize(ty, &w).unwrap();
+        let m = QMatrix::upload(dev, ty, n_expert * rows, k, &bytes).unwrap();
+        let slots: [u32; 3] = [3, 0, 3];
+        let idb = dev.upload(&slots).unwrap();
+        let row_bytes = bytes.len() / (n_expert * rows);
+        for x_per_slot in [false, true] {
+            let x = values(if x_per_slot { slots.len() } else { 1 } * k, 9);
+            let xb = dev.upload(&x).unwrap();
+            let y = dev.alloc(4 * (slots.len() * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+            let mut s = Stream::new(dev).unwrap();
+            quant::mat_vec_id(&mut s, &m, n_expert, &idb, slots.len(), &xb, x_per_slot, &y).unwrap();
+            // Each slot's expert alone, through the dense mat-vec.
+            let mut dense = Vec::new();
+            for (j, &e) in slots.iter().enumerate() {
+                let eb = &bytes[e as usize * rows * row_bytes..(e as usize + 1) * rows * row_bytes];
+                let me = QMatrix::upload(dev, ty, rows, k, eb).unwrap();
+                let xj = if x_per_slot { &x[j * k..(j + 1) * k] } else { &x[..] };
+                let (xjb, yj) = (dev.upload(xj).unwrap(), dev.alloc(4 * rows as u64, MemoryKind::DeviceLocal).unwrap());
+                let cfg_block = vkml_ops::tuning::MatVecConfig { integer_dot: false, ..cfg };
+                quant::mat_vec_with(&mut s, &me, &xjb, 1, &yj, cfg_block).unwrap();
+                dense.push((me, xjb, yj));
+            }
+            s.finish_and_wait().unwrap();
+            let got = y.to_vec::<f32>().unwrap();
+            for (j, &e) in slots.iter().enumerate() {
+                let what = format!("{ty:?} slot {j} (expert {e}), x per slot {x_per_slot}");
+                let want = dense[j].2.to_vec::<f32>().unwrap();
+                let g = &got[j * rows..(j + 1) * rows];
+                assert!(g.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: against its mat-vec");
+                let wd = vkml_quant::dequantize_to_vec(
+                    ty,
+                    &bytes[e as usize * rows * row_bytes..(e as usize + 1) * rows * row_bytes],
+                )
+                .unwrap();
+                let xj = if x_per_slot { &x[j * k..(j + 1) * k] } else { &x[..] };
+                for r in 0..rows {
+                    let (d, mag) = (0..k).fold((0f64, 0f64), |(d, m), c| {
+                        let p = f64::from(wd[r * k + c]) * f64::from(xj[c]);
+                        (d + p, m + p.abs())
+                    });
+                    assert!((f64::from(g[r]) - d).abs() <= 1e-5 * mag + 1e-30, "{what} row {r}: {} against {d}", g[r]);
+                }
+            }
+        }
+    }
+    let m = QMatrix::upload(dev, GgmlType::Q8_0, 10, 32, &vkml_quant::quantize(GgmlType::Q8_0, &[0.5; 320]).unwrap())
+        .unwrap();
+    let b = dev.alloc(256, MemoryKind::DeviceLocal).unwrap();
+    let mut s = Stream::new(dev).unwrap();
+    let e = vkml_ops::quant::mat_vec_id(&mut s, &m, 3, &b, 1, &b, false, &b).unwrap_err().to_string();
+    assert!(e.contains("not 3 experts"), "{e}");
+    let errs = dev.instance().take_validation_errors();
+    assert!(errs.is_empty(), "validation errors: {errs:#?}");
+}

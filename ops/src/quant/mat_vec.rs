@@ -612,8 +612,9 @@ fn mat_vec_core(
                     None => args.extend([y_arg, x_arg, y_arg]),
                 }
             }
-            if use_dot && dot_x {
-                // Binding 7: the Q8_1 gated products (y stands in, unwritten, otherwise).
+            if row_sg.is_some() && (!use_dot || dot_x) {
+                // Binding 7: the Q8_1 gated products of the integer-dot kernels, the expert
+                // ids of the block kernels (mat_vec_id); y stands in, unused, here.
                 args.push(y_arg);
             }
             s.dispatch(&p, &args, &pc, groups(rows)?)?;

@@ -13,13 +13,15 @@
 //! contiguous dimension); each row is `k / block_size` blocks, `row_bytes` bytes.
 //!
 //! By concept: the types and their kernels here; [`QMatrix`], dequantize and get_rows in
-//! `matrix.rs`; the mat-vecs (with their fused epilogues and norm) in `mat_vec.rs`; the
+//! `matrix.rs`; the mat-vecs (with their fused epilogues and norm) in `mat_vec.rs`, the
+//! expert-indexed one of a mixture-of-experts step ([`mat_vec_id`]) in `mat_vec_id.rs`; the
 //! Q8_1 activation quantizer in `q8_1.rs`; the mat-mats in `mat_mat.rs`; [`linear`], the
 //! one entry that picks among them, in `linear.rs`.
 
 mod linear;
 mod mat_mat;
 mod mat_vec;
+mod mat_vec_id;
 mod matrix;
 mod q8_1;
 mod quantize;
@@ -27,6 +29,7 @@ mod quantize;
 pub use linear::*;
 pub use mat_mat::*;
 pub use mat_vec::*;
+pub use mat_vec_id::*;
 pub use matrix::*;
 pub use q8_1::*;
 pub use quantize::*;

@@ -6,13 +6,18 @@
 //           2 = y (f32[NB * rows]; epilogue per include/mat_vec_out.glsl: with the gated
 //           products each subgroup also computes the NR up rows beside its gate rows),
 //           3 = the norm weight (include/mat_vec_norm.glsl), 4-6 = the post-norm epilogue's
-//           residual, weight and count (include/mat_vec_post_norm.glsl; stand-ins otherwise).
+//           residual, weight and count (include/mat_vec_post_norm.glsl; stand-ins otherwise),
+//           7 = expert ids (below).
 // Push constants: w_offset, row_bytes, k, rows (output rows), batch (unused: NB), y_stride
 // (include/mat_vec_out.glsl), eps (include/mat_vec_norm.glsl: x normalised first with
 // specialization constant 11; then binding 3 = the norm weight).
 // Specialization: 0 = workgroup size (a multiple of the subgroup size; subgroups must be
 // full), 1 = NB, the batch count (1..8), 2 = NR, rows per subgroup: each x vec4 loaded once
 // serves NR rows.
+// Expert-indexed (MV_IDS, specialization constant 17; MoE decode): W holds experts of `rows`
+// rows each, and workgroup z = slot j multiplies expert ids[j] (binding 7, u32; y stands in
+// otherwise) into y row j (y_stride apart), with x row j (MV_IDS_X, constant 18) or x row 0.
+// NB is 1 there, without the norm prologue or the gated products.
 //
 // Each block is cut into SPB slices (SPB lanes share a block); lane i of the subgroup takes
 // slices i, i + subgroup size, ... of the row (consecutive lanes read consecutive bytes), so
@@ -56,8 +61,15 @@ float slice_dot(uint blk, uint s, vec4 xv[XV]);
 void init_shared();
 #endif
 
+layout(constant_id = 17) const bool MV_IDS = false;
+layout(constant_id = 18) const bool MV_IDS_X = false;
+layout(std430, set = 0, binding = 7) readonly buffer IDS { uint expert_ids[]; };
+
 // The NR rows from r0 (< p.rows) of the subgroup: dot products, subgroup sums, stores.
-void mv_rows(uint r0) {
+// w_base: byte of the matrix's row 0; slot: the expert slot (0 without MV_IDS), whose x row
+// (MV_IDS_X) and y row it takes.
+void mv_rows(uint r0, uint w_base, uint slot) {
+    uint xoff = MV_IDS_X ? slot * (p.k / 4u) : 0u;
     uint lane = gl_SubgroupInvocationID;
     uint nslices = p.k / uint(QK) * uint(SPB);
     float acc[NR * NB], acc2[NR * NB]; // acc2: the up rows of the gated products
@@ -67,10 +79,10 @@ void mv_rows(uint r0) {
         uint x0 = ib * uint(QK / 4);
         [[unroll]] for (uint b = 0; b < NB; b++) {
             vec4 xv[XV];
-            [[unroll]] for (uint j = 0; j < uint(XV); j++) xv[j] = mv_x4(b, x0 + x_at(s, j));
+            [[unroll]] for (uint j = 0; j < uint(XV); j++) xv[j] = mv_x4(b, xoff + x0 + x_at(s, j));
             [[unroll]] for (uint rr = 0; rr < NR; rr++) {
                 uint r = min(r0 + rr, p.rows - 1u); // rows past the end recompute the last row, unstored
-                uint blk = p.w_offset + r * p.row_bytes + ib * uint(QBYTES);
+                uint blk = w_base + r * p.row_bytes + ib * uint(QBYTES);
                 acc[rr * NB + b] += slice_dot(blk, s, xv);
                 if (MV_GLU) acc2[rr * NB + b] += slice_dot(blk + p.rows * p.row_bytes, s, xv);
             }
@@ -84,7 +96,7 @@ void mv_rows(uint r0) {
                 if (MV_GLU) {
                     mv_store_glu(b, r0 + rr, t, u);
                 } else {
-                    mv_store(b, r0 + rr, t);
+                    mv_store(b + slot, r0 + rr, t);
                 }
             }
         }
@@ -102,7 +114,9 @@ void main() {
         mv_norm_scales();
     }
     uint r0 = (wg0 + gl_SubgroupID) * NR;
-    if (r0 < p.rows) mv_rows(r0); // uniform across the subgroup
+    uint slot = MV_IDS ? gl_WorkGroupID.z : 0u;
+    uint w_base = p.w_offset + (MV_IDS ? expert_ids[slot] * p.rows * p.row_bytes : 0u);
+    if (r0 < p.rows) mv_rows(r0, w_base, slot); // uniform across the subgroup
     // (With the post-norm epilogue every workgroup reaches it; the host never combines it
     // with the norm prologue.)
     if (MV_POST) mv_post_norm_add();

@@ -1,0 +1,90 @@
+//! The expert-indexed mat-vec of a mixture-of-experts decode step: each slot's expert, an id
+//! read on the device (from `moe::route`), multiplied with x in one dispatch per projection
+//! (the block-wise kernels with `MV_IDS`, `include/mul_mat_vec_block.glsl`; llama.cpp's
+//! `ggml_mul_mat_id` for one token).
+
+use vkml_hal::{Buffer, BufferArg, PipelineOptions, Stream};
+
+use super::{block_kernel, QMatrix};
+use crate::error::{OpsError, Result};
+use crate::launch::{grid, push_words};
+use crate::tuning;
+
+/// Records `y[j, :] = W_{ids[j]} x_j` for the `n_slots` slots `j`: `m` holds `n_expert`
+/// experts of `m.rows() / n_expert` rows each (a 3-D `ffn_*_exps` tensor, experts
+/// outermost), `ids: u32[n_slots]` (each below `n_expert`; a slot may repeat an expert), `x:
+/// f32[n_slots, k]` with `x_per_slot` (the down projection: each expert's own input) or
+/// `f32[k]` shared by all slots (gate and up), `y: f32[n_slots, rows / n_expert]`. The sums
+/// are those of [`super::mat_vec_with`] on the expert's matrix with the device's block-wise
+/// launch, bit for bit.
+///
+/// # Errors
+/// [`OpsError::Shape`] for rows not a multiple of `n_expert`, a matrix in several parts,
+/// buffers too small, a device without the block-wise kernels (subgroup arithmetic and
+/// sizes) or a type without one ([`super::BLOCK_TYPES`]); HAL errors. Ids out of range are
+/// not checked on the device: the caller's router gives ids below `n_expert`.
+#[allow(clippy::too_many_arguments)]
+pub fn mat_vec_id(
+    s: &mut Stream,
+    m: &QMatrix,
+    n_expert: usize,
+    ids: &Buffer,
+    n_slots: usize,
+    x: &Buffer,
+    x_per_slot: bool,
+    y: &Buffer,
+) -> Result<()> {
+    let bad = |reason: String| Err(OpsError::Shape { op: "mat_vec_id", reason });
+    if n_expert == 0 || !m.rows.is_multiple_of(n_expert) {
+        return bad(format!("{} rows are not {n_expert} experts of equal rows", m.rows));
+    }
+    if m.parts.len() != 1 {
+        return bad(format!("the experts lie in {} parts: they must fit one storage binding", m.parts.len()));
+    }
+    let rows = m.rows / n_expert;
+    let x_rows = if x_per_slot { n_slots } else { 1 };
+    if ids.size() < 4 * n_slots as u64 || x.size() < 4 * (x_rows * m.k) as u64 || y.size() < 4 * (n_slots * rows) as u64
+    {
+        return bad(format!(
+            "{n_slots} slots of {rows} rows need {} bytes of ids, {} of x and {} of y, got {}, {} and {}",
+            4 * n_slots,
+            4 * x_rows * m.k,
+            4 * n_slots * rows,
+            ids.size(),
+            x.size(),
+            y.size()
+        ));
+    }
+    if n_slots > u16::MAX as usize {
+        return bad(format!("{n_slots} slots: at most 65535"));
+    }
+    let dev = s.device().clone();
+    let caps = dev.caps();
+    let cfg = tuning::mat_vec_config(caps);
+    let (Some((sg, require)), Some(kernel)) =
+        (tuning::row_subgroup_size(caps).filter(|_| cfg.subgroup_rows), block_kernel(m.ty))
+    else {
+        return bad(format!(
+            "{:?} experts need a block-wise mat-vec kernel and subgroup arithmetic with a usable subgroup size",
+            m.ty
+        ));
+    };
+    if n_slots == 0 || rows == 0 {
+        return Ok(());
+    }
+    let workgroup = cfg.workgroup.max(sg);
+    let nr = tuning::block_rows_per_subgroup(caps, &cfg, rows, m.k, workgroup / sg);
+    let options = PipelineOptions {
+        spec_constants: vec![(0, workgroup), (1, 1), (2, nr), (10, 0), (11, 0), (17, 1), (18, u32::from(x_per_slot))],
+        required_subgroup_size: require.then_some(sg),
+        full_subgroups: caps.subgroup.full_subgroups,
+    };
+    let p = dev.pipeline(&dev.kernel(kernel)?, &options)?;
+    let [gx, gy, _] = grid(&dev, "mat_vec_id", (rows as u64).div_ceil(u64::from(workgroup / sg * nr)))?;
+    let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, 1, rows as u32, 0]);
+    let (xa, ya) = (BufferArg::from(x), BufferArg::from(y));
+    // Bindings 3-6 (norm weight, post-norm residual, weight, count) unused: stand-ins.
+    let args = [(&m.parts[0].buffer).into(), xa, ya, xa, ya, xa, ya, ids.into()];
+    s.dispatch(&p, &args, &pc, [gx, gy, n_slots as u32])?;
+    Ok(())
+}
