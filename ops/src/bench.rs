@@ -383,6 +383,34 @@ pub fn mat_vec(ty: GgmlType, rows: usize, k: usize, scale: Scale) -> Spec {
     })
 }
 
+/// The expert-indexed mat-vec of a mixture-of-experts decode step ([`quant::mat_vec_id`]):
+/// `slots` of `n_expert` random experts of `rows x k` each, x shared (gate / up). Each call
+/// takes the next `slots` experts in turn (the expert sets rotate through the whole tensor,
+/// so the chosen weights come from memory, not the cache). Bytes: the chosen experts'
+/// weights, x and the slots' outputs.
+pub fn mat_vec_id(ty: GgmlType, n_expert: usize, rows: usize, k: usize, slots: usize) -> Spec {
+    Spec::new("mat_vec_id", format!("{ty:?} {slots} of {n_expert} experts {rows}x{k}"), move |dev| {
+        let blocks = random_blocks(ty, n_expert * rows, k, 11);
+        let m = QMatrix::upload(dev, ty, n_expert * rows, k, &blocks)?;
+        let copies = (n_expert / slots.max(1)).max(1);
+        let ids = (0..copies)
+            .map(|c| {
+                let set: Vec<u32> = (0..slots).map(|j| ((c * slots + j) % n_expert) as u32).collect();
+                Ok(dev.upload(&set)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let x = random_buffer(dev, Dtype::F32, k, 3)?;
+        let ys = (0..copies).map(|_| alloc(dev, 4 * slots * rows)).collect::<Result<Vec<_>>>()?;
+        Ok(Parts {
+            bytes: (blocks.len() / n_expert * slots + 4 * k + 4 * slots * rows) as f64,
+            flops: 2.0 * (slots * rows * k) as f64,
+            limit: Limit::Bandwidth,
+            copies,
+            record: Box::new(move |s, i| quant::mat_vec_id(s, &m, n_expert, &ids[i], slots, &x, false, &ys[i])),
+        })
+    })
+}
+
 /// The operands of the batch-1 mat-vec workloads: one random `rows x k` weight of `ty`
 /// uploaded as often as `scale`'s rotation needs ([`Scale::rotation_bytes`]), an f32 `x`
 /// of `k` values and one f32 `y` of `rows` per copy.
@@ -647,6 +675,14 @@ pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
                 v.push(mat_vec_q8_1(ty, r, kk, scale));
             }
         }
+    }
+    // Mixture-of-experts decode: gpt-oss-20b's MXFP4 gate / up (4 of 32 experts of 2880 x
+    // 2880) and Qwen3-30B-A3B's (8 of 128 of 768 x 2048, Q4_0).
+    if full {
+        v.push(mat_vec_id(GgmlType::MXFP4, 32, 2880, 2880, 4));
+        v.push(mat_vec_id(GgmlType::Q4_0, 128, 768, 2048, 8));
+    } else {
+        v.push(mat_vec_id(GgmlType::MXFP4, 8, 256, 256, 2));
     }
     // Both shapes of a Llama-3-8B feed-forward (gate / up, and down: the issue's
     // 4096x14336x512).
