@@ -105,3 +105,88 @@ pub fn route(
     s.dispatch(&p, &[logits.into(), bias.unwrap_or(logits).into(), ids.into(), weights.into()], &pc, g)?;
     Ok(())
 }
+
+/// The weights of one mixture-of-experts feed-forward block for a decode step: the router
+/// (`ffn_gate_inp`, `[n_expert, n_embd]`) and the experts' gate, up (`[n_expert * n_ff,
+/// n_embd]`) and down (`[n_expert * n_embd, n_ff]`) matrices, experts outermost as the 3-D
+/// `ffn_{gate,up,down}_exps` tensors hold them.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeWeights<'a> {
+    /// The router.
+    pub router: &'a crate::quant::QMatrix,
+    /// The experts' gate projections.
+    pub gate: &'a crate::quant::QMatrix,
+    /// The experts' up projections.
+    pub up: &'a crate::quant::QMatrix,
+    /// The experts' down projections.
+    pub down: &'a crate::quant::QMatrix,
+}
+
+/// Records one token's mixture-of-experts feed-forward, `y = Σ_j w_j down_{e_j}(act(gate_{e_j}
+/// x) * up_{e_j} x)` over the `r.k` experts `e_j` [`route`] chooses from `router x`
+/// (llama.cpp's `build_moe_ffn` for one token, without a shared expert): `x: f32[n_embd]`,
+/// `y: f32[n_embd]` (overwritten). Dispatches: the router mat-vec, the routing, the gate
+/// and up expert mat-vecs ([`crate::quant::mat_vec_id`]), the gated product, the down expert
+/// mat-vec on each slot's product, and the weighted sum (a 1 x k by k x n_embd matmul).
+///
+/// # Errors
+/// [`OpsError::Shape`] for matrices that do not fit `r` and each other or buffers too small;
+/// as the ops it records.
+pub fn ffn_decode(
+    s: &mut Stream,
+    w: MoeWeights<'_>,
+    r: Routing,
+    act: crate::nn::GluActivation,
+    x: &Buffer,
+    y: &Buffer,
+) -> Result<()> {
+    use crate::quant::{mat_vec_id, mat_vec_with};
+    let n_embd = w.router.k();
+    let n_ff = w.gate.rows() / r.n_expert.max(1);
+    let fits = w.router.rows() == r.n_expert
+        && w.gate.k() == n_embd
+        && w.up.k() == n_embd
+        && w.gate.rows() == r.n_expert * n_ff
+        && w.up.rows() == w.gate.rows()
+        && w.down.k() == n_ff
+        && w.down.rows() == r.n_expert * n_embd;
+    if !fits {
+        return Err(OpsError::Shape {
+            op: "moe::ffn_decode",
+            reason: format!(
+                "router [{}, {}], gate [{}, {}], up [{}, {}], down [{}, {}] do not make {} experts",
+                w.router.rows(),
+                w.router.k(),
+                w.gate.rows(),
+                w.gate.k(),
+                w.up.rows(),
+                w.up.k(),
+                w.down.rows(),
+                w.down.k(),
+                r.n_expert
+            ),
+        });
+    }
+    if x.size() < 4 * n_embd as u64 || y.size() < 4 * n_embd as u64 {
+        return Err(OpsError::Shape {
+            op: "moe::ffn_decode",
+            reason: format!("x and y need {} bytes each, got {} and {}", 4 * n_embd, x.size(), y.size()),
+        });
+    }
+    let dev = s.device().clone();
+    let scratch = |bytes: usize| dev.alloc(bytes.max(4) as u64, vkml_hal::MemoryKind::DeviceLocal);
+    let k = r.k;
+    let (logits, ids, weights) = (scratch(4 * r.n_expert)?, scratch(4 * k)?, scratch(4 * k)?);
+    let cfg = crate::tuning::mat_vec_config(dev.caps());
+    mat_vec_with(s, w.router, x, 1, &logits, cfg)?;
+    route(s, &logits, 1, r, None, &ids, &weights)?;
+    let (g, u, h) = (scratch(4 * k * n_ff)?, scratch(4 * k * n_ff)?, scratch(4 * k * n_ff)?);
+    mat_vec_id(s, w.gate, r.n_expert, &ids, k, x, false, &g)?;
+    mat_vec_id(s, w.up, r.n_expert, &ids, k, x, false, &u)?;
+    crate::nn::glu(s, crate::Dtype::F32, act, &g, &u, k * n_ff, &h)?;
+    let d = scratch(4 * k * n_embd)?;
+    mat_vec_id(s, w.down, r.n_expert, &ids, k, &h, true, &d)?;
+    // y [1, n_embd] = weights [1, k] x d [k, n_embd].
+    let lay = |row: usize| crate::matmul::MatLayout { offset: 0, batch: 0, row, col: 1 };
+    crate::matmul::matmul(s, crate::Dtype::F32, (1, 1, n_embd, k), &weights, lay(k), &d, lay(n_embd), y)
+}

@@ -199,3 +199,92 @@ fn expert_indexed_mat_vec_is_each_experts_mat_vec() {
     let errs = dev.instance().take_validation_errors();
     assert!(errs.is_empty(), "validation errors: {errs:#?}");
 }
+
+/// One token's MoE feed-forward (`moe::ffn_decode`: router, routing, the chosen experts'
+/// gate / up / down, SiLU product, weighted sum) against llama.cpp's `build_moe_ffn` for one
+/// token computed here in f64 on the dequantized weights: Qwen3-MoE's gating (softmax, top
+/// k, normalised) and DeepSeek-like sigmoid gating, experts in Q4_0, Q8_0 and MXFP4.
+#[test]
+fn moe_feed_forward_matches_build_moe_ffn() {
+    use vkml_ops::moe::{ffn_decode, MoeWeights};
+    use vkml_ops::nn::GluActivation;
+    use vkml_ops::quant::QMatrix;
+    use vkml_quant::GgmlType;
+    let dev = device();
+    if vkml_ops::tuning::row_subgroup_size(dev.caps()).is_none() {
+        eprintln!("skipped: no block-wise mat-vec kernels on this device");
+        return;
+    }
+    let vals = |n: usize, seed: u64, scale: f32| -> Vec<f32> {
+        let mut st = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                st ^= st << 13;
+                st ^= st >> 7;
+                st ^= st << 17;
+                scale * (((st >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
+            })
+            .collect()
+    };
+    let (n_expert, n_embd, n_ff) = (8usize, 64usize, 96usize);
+    for (ty, gating, k) in [
+        (GgmlType::Q4_0, ExpertGating::Softmax, 2usize),
+        (GgmlType::Q8_0, ExpertGating::Sigmoid, 3),
+        (GgmlType::MXFP4, ExpertGating::Softmax, 4),
+    ] {
+        let r = Routing { n_expert, k, gating, norm_w: true, w_scale: 0.0 };
+        let router_w = vals(n_expert * n_embd, 1, 0.5);
+        let (gate_b, up_b, down_b) = (
+            vkml_quant::quantize(ty, &vals(n_expert * n_ff * n_embd, 2, 0.3)).unwrap(),
+            vkml_quant::quantize(ty, &vals(n_expert * n_ff * n_embd, 3, 0.3)).unwrap(),
+            vkml_quant::quantize(ty, &vals(n_expert * n_embd * n_ff, 4, 0.3)).unwrap(),
+        );
+        let router_bytes: Vec<u8> = router_w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let router = QMatrix::upload(dev, GgmlType::F32, n_expert, n_embd, &router_bytes).unwrap();
+        let gate = QMatrix::upload(dev, ty, n_expert * n_ff, n_embd, &gate_b).unwrap();
+        let up = QMatrix::upload(dev, ty, n_expert * n_ff, n_embd, &up_b).unwrap();
+        let down = QMatrix::upload(dev, ty, n_expert * n_embd, n_ff, &down_b).unwrap();
+        let x = vals(n_embd, 5, 1.0);
+        let (xb, y) = (dev.upload(&x).unwrap(), dev.alloc(4 * n_embd as u64, MemoryKind::DeviceLocal).unwrap());
+        let mut s = Stream::new(dev).unwrap();
+        let w = MoeWeights { router: &router, gate: &gate, up: &up, down: &down };
+        ffn_decode(&mut s, w, r, GluActivation::Silu, &xb, &y).unwrap();
+        s.finish_and_wait().unwrap();
+        let got = y.to_vec::<f32>().unwrap();
+        // The reference: logits, routing, experts, weighted sum, in f64.
+        let (gd, ud, dd) = (
+            vkml_quant::dequantize_to_vec(ty, &gate_b).unwrap(),
+            vkml_quant::dequantize_to_vec(ty, &up_b).unwrap(),
+            vkml_quant::dequantize_to_vec(ty, &down_b).unwrap(),
+        );
+        let dot = |w: &[f32], x: &[f64]| w.iter().zip(x).map(|(&a, b)| f64::from(a) * b).sum::<f64>();
+        let xd: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+        let logits: Vec<f32> =
+            (0..n_expert).map(|e| dot(&router_w[e * n_embd..(e + 1) * n_embd], &xd) as f32).collect();
+        let (ids, weights) = reference(&logits, r, None);
+        let mut want = vec![0f64; n_embd];
+        let mut mag = vec![0f64; n_embd];
+        for (&e, &we) in ids.iter().zip(&weights) {
+            let e = e as usize;
+            let h: Vec<f64> = (0..n_ff)
+                .map(|i| {
+                    let row = (e * n_ff + i) * n_embd;
+                    let (g, u) = (dot(&gd[row..row + n_embd], &xd), dot(&ud[row..row + n_embd], &xd));
+                    g / (1.0 + (-g).exp()) * u
+                })
+                .collect();
+            for o in 0..n_embd {
+                let row = (e * n_embd + o) * n_ff;
+                let d = dot(&dd[row..row + n_ff], &h);
+                want[o] += we * d;
+                mag[o] += (we * d).abs() + 1e-3;
+            }
+        }
+        for o in 0..n_embd {
+            let g = f64::from(got[o]);
+            assert!((g - want[o]).abs() <= 1e-4 * mag[o], "{ty:?} {gating:?} output {o}: {g} against {}", want[o]);
+        }
+    }
+    let errs = dev.instance().take_validation_errors();
+    assert!(errs.is_empty(), "validation errors: {errs:#?}");
+}
