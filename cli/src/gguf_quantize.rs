@@ -323,9 +323,9 @@ impl<'a> Chooser<'a> {
         let falcon = m.arch == "falcon";
         // The layer of an expert tensor is in its name (`blk.N.`); else the tensor's index
         // among those of its category, over the model's layers.
-        let layer_of = |i: usize| -> usize {
+        let layer = |i: usize| -> usize {
             if m.n_expert > 1 {
-                t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|n| n.parse().ok()).unwrap_or(i)
+                usize::try_from(layer_of(&t.name)).unwrap_or(i)
             } else {
                 i
             }
@@ -371,7 +371,7 @@ impl<'a> Chooser<'a> {
             }
             Category::AttnK if m.n_expert == 8 => ty = G::Q8_0,
             Category::FfnDown => {
-                let (i, n) = (layer_of(self.i_ffn_down), m.n_layer.max(1));
+                let (i, n) = (layer(self.i_ffn_down), m.n_layer.max(1));
                 if ft == Q2_K {
                     ty = G::Q3_K;
                 } else if ft == Q2_K_S {
@@ -510,7 +510,7 @@ pub fn run(a: Args) -> Result<(), String> {
     // llama-quantize's order (its loader's weights map): by layer, then by name; the
     // choice's counters follow it, and the output is written in it.
     let mut tensors: Vec<&TensorInfo> = f.tensors().iter().collect();
-    tensors.sort_by(|x, y| (layer_of(&x.name), &x.name).cmp(&(layer_of(&y.name), &y.name)));
+    tensors.sort_by_cached_key(|t| (layer_of(&t.name), t.name.clone()));
     let mut chooser = Chooser::new(ft, model, f.tensors());
     let plans: Vec<Plan> = tensors
         .iter()

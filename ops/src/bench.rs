@@ -655,9 +655,10 @@ pub fn attention(t_q: usize, kv_len: usize, n_heads: usize, n_kv_heads: usize, d
 /// [`quant::SUPPORTED`], the Q8_1 decode mat-vec of [`quant::DOT_TYPES`] where
 /// [`tuning::q8_1_activations`] holds (at 4096x4096, 4096x14336 and 14336x4096 at full
 /// scale), mat-mat for Q4_0, Q8_0 and Q4_K (and on int8 tensor cores for Q4_0 and Q8_0 where
-/// [`tuning::coopmat_int8`] holds), float matmul (f32, and f16 where
-/// the device has 16-bit storage), add, softmax, rms_norm and attention (prefill and
-/// decode), at `scale`'s shapes.
+/// [`tuning::coopmat_int8`] holds), the expert-indexed mat-vec, float matmul (f32, and f16
+/// where the device has 16-bit storage), quantizing to every type of
+/// [`quant::GPU_QUANTIZED`], add, softmax, rms_norm and attention (prefill and decode), at
+/// `scale`'s shapes.
 pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
     let full = scale == Scale::Full;
     let mut v =
@@ -705,24 +706,7 @@ pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
         v.push(float_matmul(Dtype::F16, n));
     }
     let (q_rows, q_k) = if full { (4096, 4096) } else { (256, 1024) };
-    for ty in [
-        GgmlType::Q4_0,
-        GgmlType::Q8_0,
-        GgmlType::Q4_K,
-        GgmlType::Q5_K,
-        GgmlType::Q6_K,
-        GgmlType::Q2_K,
-        GgmlType::Q3_K,
-        GgmlType::Q8_K,
-        GgmlType::IQ4_NL,
-        GgmlType::IQ4_XS,
-        GgmlType::MXFP4,
-        GgmlType::NVFP4,
-        GgmlType::TQ1_0,
-        GgmlType::TQ2_0,
-        GgmlType::Q1_0,
-        GgmlType::Q2_0,
-    ] {
+    for &ty in &quant::GPU_QUANTIZED {
         v.push(quantize(ty, q_rows, q_k));
     }
     v.push(add(if full { 1 << 26 } else { 1 << 22 }));

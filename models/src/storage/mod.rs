@@ -119,8 +119,9 @@ pub fn rms_norm_glu_down_add_composed<S: ModelStorage>(
     g.qmatmul_add(&Layout::contiguous((l.dims()[0], n)), down, x, l)
 }
 
-/// [`ModelStorage::rms_norm_linear_softcap`] as [`rms_norm_linear_composed`] then
-/// [`ModelStorage::softcap`], for backends and shapes without a fused form.
+/// [`ModelStorage::rms_norm_linear_softcap`] as [`ModelStorage::rms_norm_linear`] then
+/// [`ModelStorage::softcap`] (the trait's default), for backends and shapes without a fused
+/// form.
 ///
 /// # Errors
 /// As the calls.
@@ -133,7 +134,7 @@ pub fn rms_norm_linear_softcap_composed<S: ModelStorage>(
     w: &S::QWeight,
     cap: f32,
 ) -> CResult<S> {
-    let y = rms_norm_linear_composed(x, l, nw, nwl, eps, w, None)?;
+    let y = x.rms_norm_linear(l, nw, nwl, eps, w, None)?;
     y.softcap(&Layout::contiguous((l.dims()[0], S::qweight_dims(w).0)), cap)
 }
 
@@ -341,8 +342,7 @@ pub trait ModelStorage: BackendStorage + 'static {
         w: &Self::QWeight,
         cap: f32,
     ) -> CResult<Self> {
-        let y = self.rms_norm_linear(l, nw, nwl, eps, w, None)?;
-        y.softcap(&Layout::contiguous((l.dims()[0], Self::qweight_dims(w).0)), cap)
+        rms_norm_linear_softcap_composed(self, l, nw, nwl, eps, w, cap)
     }
 
     /// An empty (zeroed) cache of `ctx` slots: position `p` in slot `p % ctx`, so a cache

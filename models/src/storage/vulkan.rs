@@ -40,6 +40,27 @@ fn read_words<T: bytemuck::Pod>(s: &VulkanStorage, l: &Layout, dtype: DType, op:
 
 /// `vkml_ops::quant::linear` for `x: f32[t, k]` (`l`): `y ⊕= ep(norm(x) Wᵀ)`, mat-vecs
 /// below [`VulkanDevice::mat_mat_min_tokens`] rows, mat-mats from there, chosen in ops.
+/// `linear` of f32 `x: [t, k]` (`l`) with the f32 norm weight `nw` as its [`PreNorm`] and
+/// epilogue `ep`, into a new `f32[t, out]`.
+#[allow(clippy::too_many_arguments)]
+fn norm_linear(
+    x: &VulkanStorage,
+    l: &Layout,
+    nw: &VulkanStorage,
+    nwl: &Layout,
+    eps: f32,
+    w: &vkml_ops::quant::QMatrix,
+    ep: LinearEpilogue<'_>,
+    out: usize,
+) -> CResult<VulkanStorage> {
+    let t = l.dims()[0];
+    let dev = x.device();
+    let nw = nw.packed(nwl)?;
+    let y = dev.alloc(t * out, DType::F32)?;
+    linear(x, l, w, Some(PreNorm { weight: nw.buffer(), eps }), &y, ep)?;
+    Ok(dev.storage(y, DType::F32, t * out))
+}
+
 fn linear(
     x: &VulkanStorage,
     l: &Layout,
@@ -229,16 +250,11 @@ impl ModelStorage for VulkanStorage {
         if self.dtype() != DType::F32 || nw.dtype() != DType::F32 {
             return rms_norm_linear_composed(self, l, nw, nwl, eps, w, act);
         }
-        let t = l.dims()[0];
-        let dev = self.device();
-        let nw = nw.packed(nwl)?;
         let (ep, out) = match act {
             None => (LinearEpilogue::Store, w.rows()),
             Some(a) => (LinearEpilogue::Glu(a), w.rows() / 2),
         };
-        let y = dev.alloc(t * out, DType::F32)?;
-        linear(self, l, w, Some(PreNorm { weight: nw.buffer(), eps }), &y, ep)?;
-        Ok(dev.storage(y, DType::F32, t * out))
+        norm_linear(self, l, nw, nwl, eps, w, ep, out)
     }
 
     /// `vkml_ops::quant::glu_down`: in a decode step the gate|up mat-vec writes its products
@@ -282,12 +298,7 @@ impl ModelStorage for VulkanStorage {
         if self.dtype() != DType::F32 || nw.dtype() != DType::F32 {
             return rms_norm_linear_softcap_composed(self, l, nw, nwl, eps, w, cap);
         }
-        let t = l.dims()[0];
-        let dev = self.device();
-        let nw = nw.packed(nwl)?;
-        let y = dev.alloc(t * w.rows(), DType::F32)?;
-        linear(self, l, w, Some(PreNorm { weight: nw.buffer(), eps }), &y, LinearEpilogue::Softcap(cap))?;
-        Ok(dev.storage(y, DType::F32, t * w.rows()))
+        norm_linear(self, l, nw, nwl, eps, w, LinearEpilogue::Softcap(cap), w.rows())
     }
 
     fn kv_cache(dev: &VulkanDevice, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<Self::KvCache> {
