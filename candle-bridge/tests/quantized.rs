@@ -12,7 +12,7 @@ use candle_core::quantized::{GgmlDType, QMatMul as CQMatMul, QTensor as CQTensor
 use candle_core::{DType, Device as Cpu, Module, Tensor as CTensor};
 use vkml_candle::front::Tensor;
 use vkml_candle::quantized::{QMatMul, QTensor};
-use vkml_candle::vulkan::VulkanStorage;
+use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
 
 type VTensor = Tensor<VulkanStorage>;
 
@@ -204,6 +204,55 @@ fn quantizing_on_the_device_gives_the_cpus_blocks() {
     }
 }
 
+/// `x: f32[rows, k]` quantized to `ty` on `dev` through `vkml_ops::quant::quantize` (the
+/// types candle's `GgmlDType` lacks), the blocks read back.
+fn ops_quantize(dev: &VulkanDevice, ty: vkml_quant::GgmlType, x: &[f32], rows: usize, k: usize) -> Vec<u8> {
+    let src = VTensor::from_slice(x, (rows, k), dev).unwrap();
+    let m = vkml_ops::quant::QMatrix::alloc(dev.hal(), ty, rows, k).unwrap();
+    dev.with_stream(|s| {
+        vkml_ops::quant::quantize(s, src.storage().buffer(), &m).unwrap();
+        Ok(())
+    })
+    .unwrap();
+    dev.flush().unwrap();
+    m.read_blocks().unwrap()
+}
+
+/// The blocks of `ty` where the device's bytes `gpu` differ from the CPU's `cpu` (both of
+/// `x`): `(differing, set apart)`, the blocks whose values `apart` picks counted apart. A
+/// differing block not set apart must fit its values with a squared error at most 1.01
+/// times the CPU's, else a failure is pushed.
+fn differing_blocks(
+    ty: vkml_quant::GgmlType,
+    x: &[f32],
+    gpu: &[u8],
+    cpu: &[u8],
+    apart: impl Fn(&[f32]) -> bool,
+    failures: &mut Vec<String>,
+) -> (usize, usize) {
+    use vkml_quant::dequant::dequantize_to_vec;
+    let (bb, be) = (ty.type_size(), ty.block_size());
+    let (mut differ, mut set_apart) = (0, 0);
+    for (b, (g, c)) in gpu.chunks(bb).zip(cpu.chunks(bb)).enumerate() {
+        if g == c {
+            continue;
+        }
+        let xs = &x[b * be..(b + 1) * be];
+        if apart(xs) {
+            set_apart += 1;
+            continue;
+        }
+        differ += 1;
+        let (gv, cv) = (dequantize_to_vec(ty, g).unwrap(), dequantize_to_vec(ty, c).unwrap());
+        let sq = |v: &[f32]| v.iter().zip(xs).map(|(a, b)| f64::from(a - b).powi(2)).sum::<f64>();
+        let (eg, ec) = (sq(&gv), sq(&cv));
+        if eg > ec * 1.01 + 1e-30 {
+            failures.push(format!("{ty:?} block {b}: squared error {eg} against the CPU's {ec}"));
+        }
+    }
+    (differ, set_apart)
+}
+
 /// The k-quants and IQ4 types quantized on the device (`QTensor::quantize`; IQ4_NL and
 /// IQ4_XS, which candle lacks, through `vkml_ops::quant::quantize`) against vkml-quant's CPU
 /// quantizers on the same values: random rows, and super-blocks of zeros, of one value, with
@@ -215,7 +264,6 @@ fn quantizing_on_the_device_gives_the_cpus_blocks() {
 /// fraction seen is printed and must stay under 1 %.
 #[test]
 fn quantizing_k_quants_on_the_device_gives_the_cpus_blocks() {
-    use vkml_quant::dequant::dequantize_to_vec;
     use vkml_quant::GgmlType;
     let dev = vulkan_device();
     let (rows, k) = (64, 1024);
@@ -253,16 +301,7 @@ fn quantizing_k_quants_on_the_device_gives_the_cpus_blocks() {
     for (ty, dt) in types {
         let gpu = match dt {
             Some(dt) => QTensor::quantize(&src, dt).unwrap().to_candle().unwrap().data().unwrap().to_vec(),
-            None => {
-                let m = vkml_ops::quant::QMatrix::alloc(dev.hal(), ty, rows, k).unwrap();
-                dev.with_stream(|s| {
-                    vkml_ops::quant::quantize(s, src.storage().buffer(), &m).unwrap();
-                    Ok(())
-                })
-                .unwrap();
-                dev.flush().unwrap();
-                m.read_blocks().unwrap()
-            }
+            None => ops_quantize(&dev, ty, &x, rows, k),
         };
         let cpu = vkml_quant::quantize(ty, &x).unwrap();
         assert_eq!(gpu.len(), cpu.len(), "{ty:?}");
@@ -272,22 +311,8 @@ fn quantizing_k_quants_on_the_device_gives_the_cpus_blocks() {
             let z = &cpu[(k / 32 + 10) * 18..][..18];
             assert!(z[..2] == [0, 0] && z[2..].iter().any(|&q| q != 0), "{z:?}");
         }
-        let (bb, be) = (ty.type_size(), ty.block_size());
-        let mut differ = 0;
-        for (b, (g, c)) in gpu.chunks(bb).zip(cpu.chunks(bb)).enumerate() {
-            if g == c {
-                continue;
-            }
-            differ += 1;
-            let (gv, cv) = (dequantize_to_vec(ty, g).unwrap(), dequantize_to_vec(ty, c).unwrap());
-            let xs = &x[b * be..(b + 1) * be];
-            let sq = |v: &[f32]| v.iter().zip(xs).map(|(a, b)| f64::from(a - b).powi(2)).sum::<f64>();
-            let (eg, ec) = (sq(&gv), sq(&cv));
-            if eg > ec * 1.01 + 1e-30 {
-                failures.push(format!("{ty:?} block {b}: squared error {eg} against the CPU's {ec}"));
-            }
-        }
-        let blocks = cpu.len() / bb;
+        let (differ, _) = differing_blocks(ty, &x, &gpu, &cpu, |_| false, &mut failures);
+        let blocks = cpu.len() / ty.type_size();
         eprintln!("{ty:?}: {differ} of {blocks} blocks differ from the CPU's");
         if differ * 100 >= blocks {
             failures.push(format!("{ty:?}: {differ} of {blocks} blocks differ"));
@@ -316,21 +341,9 @@ fn quantizing_k_quants_on_the_device_gives_the_cpus_blocks() {
 /// pair, or quad of MXFP4 blocks, of an invocation part full).
 #[test]
 fn quantizing_fp4_and_ternary_types_on_the_device_gives_the_cpus_blocks() {
-    use vkml_quant::dequant::dequantize_to_vec;
     use vkml_quant::GgmlType;
     let dev = vulkan_device();
     let lavapipe = dev.hal().caps().driver_id == "MESA_LLVMPIPE";
-    let gpu_quantize = |ty: GgmlType, x: &[f32], rows: usize, k: usize| -> Vec<u8> {
-        let src = VTensor::from_slice(x, (rows, k), &dev).unwrap();
-        let m = vkml_ops::quant::QMatrix::alloc(dev.hal(), ty, rows, k).unwrap();
-        dev.with_stream(|s| {
-            vkml_ops::quant::quantize(s, src.storage().buffer(), &m).unwrap();
-            Ok(())
-        })
-        .unwrap();
-        dev.flush().unwrap();
-        m.read_blocks().unwrap()
-    };
     let (rows, k) = (64, 1024);
     let mut x: Vec<f32> = values(rows * k, 79).iter().enumerate().map(|(i, v)| v * (1.0 + (i % 5) as f32)).collect();
     // Row 0: whole blocks of 256 of zeros, of one value, with an outlier, of tiny values.
@@ -366,33 +379,18 @@ fn quantizing_fp4_and_ternary_types_on_the_device_gives_the_cpus_blocks() {
     assert!(b * 32 <= r2.len());
     let mut failures = Vec::new();
     for ty in [GgmlType::MXFP4, GgmlType::NVFP4, GgmlType::TQ1_0, GgmlType::TQ2_0, GgmlType::Q1_0, GgmlType::Q2_0] {
-        let gpu = gpu_quantize(ty, &x, rows, k);
+        let gpu = ops_quantize(&dev, ty, &x, rows, k);
         let cpu = vkml_quant::quantize(ty, &x).unwrap();
         assert_eq!(gpu.len(), cpu.len(), "{ty:?}");
-        let (bb, be) = (ty.type_size(), ty.block_size());
-        let (mut differ, mut subnormal_id) = (0, 0);
-        for (b, (g, c)) in gpu.chunks(bb).zip(cpu.chunks(bb)).enumerate() {
-            if g == c {
-                continue;
-            }
-            let xs = &x[b * be..(b + 1) * be];
-            // TQ1_0, TQ2_0, Q2_0 multiply by 1 / amax, subnormal from amax = 2^126 on (the
-            // f16 scale is infinite there anyway): a device that flushes subnormals (the
-            // H100) rounds those blocks' values to 0. Counted apart.
-            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-            if matches!(ty, GgmlType::TQ1_0 | GgmlType::TQ2_0 | GgmlType::Q2_0) && amax >= 2f32.powi(126) {
-                subnormal_id += 1;
-                continue;
-            }
-            differ += 1;
-            let (gv, cv) = (dequantize_to_vec(ty, g).unwrap(), dequantize_to_vec(ty, c).unwrap());
-            let sq = |v: &[f32]| v.iter().zip(xs).map(|(a, b)| f64::from(a - b).powi(2)).sum::<f64>();
-            let (eg, ec) = (sq(&gv), sq(&cv));
-            if eg > ec * 1.01 + 1e-30 {
-                failures.push(format!("{ty:?} block {b}: squared error {eg} against the CPU's {ec}"));
-            }
-        }
-        let blocks = cpu.len() / bb;
+        // TQ1_0, TQ2_0, Q2_0 multiply by 1 / amax, subnormal from amax = 2^126 on (the f16
+        // scale is infinite there anyway): a device that flushes subnormals (the H100)
+        // rounds those blocks' values to 0. Counted apart.
+        let subnormal_id = |xs: &[f32]| {
+            matches!(ty, GgmlType::TQ1_0 | GgmlType::TQ2_0 | GgmlType::Q2_0)
+                && xs.iter().fold(0f32, |m, v| m.max(v.abs())) >= 2f32.powi(126)
+        };
+        let (differ, subnormal_id) = differing_blocks(ty, &x, &gpu, &cpu, subnormal_id, &mut failures);
+        let blocks = cpu.len() / ty.type_size();
         eprintln!(
             "{ty:?}: {differ} of {blocks} blocks differ from the CPU's ({:.3} %), {subnormal_id} more where 1 / amax is subnormal",
             100.0 * differ as f64 / blocks as f64
@@ -415,6 +413,6 @@ fn quantizing_fp4_and_ternary_types_on_the_device_gives_the_cpus_blocks() {
     ] {
         let odd: Vec<f32> = values(3 * k, 7);
         let cpu = vkml_quant::quantize(ty, &odd).unwrap();
-        assert_eq!(gpu_quantize(ty, &odd, 3, k), cpu, "{ty:?}: 3 rows of {k}");
+        assert_eq!(ops_quantize(&dev, ty, &odd, 3, k), cpu, "{ty:?}: 3 rows of {k}");
     }
 }

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 use vkml_models::synth;
-use vkml_quant::gguf::GgufFile;
+use vkml_quant::gguf::{GgufFile, TensorInfo};
 use vkml_quant::GgmlType;
 
 fn vkml(args: &[&str]) -> Output {
@@ -196,6 +196,22 @@ fn bad_shape_and_type_are_one_line_errors() {
     assert!(!path.with_extension("gguf.part").exists());
 }
 
+/// `general.file_type` of `f` as its `Debug` form (`U32(2)`), if present.
+fn file_type_of(f: &GgufFile) -> Option<String> {
+    f.header().metadata.iter().find(|(k, _)| k == "general.file_type").map(|(_, v)| format!("{v:?}"))
+}
+
+/// Tensor `d` of `dst`, quantized from tensor `s` of `src`, holds the blocks of vkml-quant's
+/// CPU quantizer on the same values, but for under 1 % of them (a device whose division is
+/// not correctly rounded, unlike lavapipe's, may move a value across a rounding boundary).
+fn assert_cpu_blocks(src: &GgufFile, s: &TensorInfo, dst: &GgufFile, d: &TensorInfo, what: &str) {
+    let x = vkml_quant::dequant::dequantize_to_vec(s.ty, src.tensor_data(s)).unwrap();
+    let cpu = vkml_quant::quantize(d.ty, &x).unwrap();
+    let bb = d.ty.type_size();
+    let differ = dst.tensor_data(d).chunks(bb).zip(cpu.chunks(bb)).filter(|(a, b)| a != b).count();
+    assert!(differ * 100 < cpu.len() / bb, "{what} {}: {differ} of {} blocks differ", d.name, cpu.len() / bb);
+}
+
 /// `vkml gguf quantize` (the matrices quantized on the GPU) of a synthetic F16 SmolLM2 to
 /// Q4_0: llama-quantize's types (2-D weights Q4_0; the tied token embedding, the head, Q8_0
 /// because its rows of 576 are not whole Q6_K blocks; norms F32 as they were),
@@ -215,10 +231,7 @@ fn gguf_quantize_writes_llama_quantizes_types_from_the_gpu() {
     assert!(err.contains("Q4_0") && err.contains("quantized on"), "{err}");
     assert!(!PathBuf::from(format!("{}.part", q4.display())).exists(), "the partial file is renamed");
     let (src, dst) = (GgufFile::open(&f16).unwrap(), GgufFile::open(&q4).unwrap());
-    assert_eq!(
-        dst.header().metadata.iter().find(|(k, _)| k == "general.file_type").map(|(_, v)| format!("{v:?}")),
-        Some("U32(2)".into())
-    );
+    assert_eq!(file_type_of(&dst), Some("U32(2)".into()));
     assert_llama_quantize_order(&src, &dst);
     for d in dst.tensors() {
         let s = src.header().tensor(&d.name).unwrap();
@@ -232,13 +245,7 @@ fn gguf_quantize_writes_llama_quantizes_types_from_the_gpu() {
         };
         assert_eq!(d.ty, want, "{}", d.name);
         if d.ty != s.ty {
-            // The CPU quantizer's blocks; on a device whose division is not correctly rounded
-            // (lavapipe's is) a few blocks may differ at a rounding boundary.
-            let x = vkml_quant::dequant::dequantize_to_vec(s.ty, src.tensor_data(s)).unwrap();
-            let cpu = vkml_quant::quantize(d.ty, &x).unwrap();
-            let bb = d.ty.type_size();
-            let differ = dst.tensor_data(d).chunks(bb).zip(cpu.chunks(bb)).filter(|(a, b)| a != b).count();
-            assert!(differ * 100 < cpu.len() / bb, "{}: {differ} of {} blocks differ", d.name, cpu.len() / bb);
+            assert_cpu_blocks(&src, s, &dst, d, "Q4_0");
         }
     }
     let py = gguf_py(&q4);
@@ -369,11 +376,7 @@ fn gguf_quantize_writes_llama_quantizes_k_quant_mixes() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{name}: {err}");
         let dst = GgufFile::open(&out_path).unwrap();
-        assert_eq!(
-            dst.header().metadata.iter().find(|(k, _)| k == "general.file_type").map(|(_, v)| format!("{v:?}")),
-            Some(format!("U32({ftype})")),
-            "{name}"
-        );
+        assert_eq!(file_type_of(&dst), Some(format!("U32({ftype})")), "{name}");
         let mut expected = Vec::new();
         assert_llama_quantize_order(&src, &dst);
         for d in dst.tensors() {
@@ -392,17 +395,8 @@ fn gguf_quantize_writes_llama_quantizes_k_quant_mixes() {
             };
             assert_eq!(d.ty, want, "{name}: {}", d.name);
             expected.push((d.name.clone(), want.to_string()));
-            let x = vkml_quant::dequant::dequantize_to_vec(s.ty, src.tensor_data(s)).unwrap();
             if d.ty != s.ty {
-                let cpu = vkml_quant::quantize(d.ty, &x).unwrap();
-                let bb = d.ty.type_size();
-                let differ = dst.tensor_data(d).chunks(bb).zip(cpu.chunks(bb)).filter(|(a, b)| a != b).count();
-                assert!(
-                    differ * 100 < cpu.len() / bb,
-                    "{name} {}: {differ} of {} blocks differ",
-                    d.name,
-                    cpu.len() / bb
-                );
+                assert_cpu_blocks(&src, s, &dst, d, name);
             }
         }
         let py = gguf_py(&out_path);

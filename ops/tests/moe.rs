@@ -27,6 +27,19 @@ fn logits(t: usize, n: usize, seed: u64) -> Vec<f32> {
     out
 }
 
+/// `n` deterministic values uniform in `[-scale, scale)` (xorshift64 from `seed`).
+fn uniform(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut st = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            st ^= st << 13;
+            st ^= st >> 7;
+            st ^= st << 17;
+            scale * (((st >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
+        })
+        .collect()
+}
+
 /// llama.cpp's routing of one row, in f64: (ids, weights).
 fn reference(l: &[f32], r: Routing, bias: Option<&[f32]>) -> (Vec<u32>, Vec<f64>) {
     let l: Vec<f64> = l.iter().map(|&v| f64::from(v)).collect();
@@ -130,28 +143,17 @@ fn expert_indexed_mat_vec_is_each_experts_mat_vec() {
         eprintln!("skipped: no block-wise mat-vec kernels on this device");
         return;
     }
-    let values = |n: usize, seed: u64| -> Vec<f32> {
-        let mut st = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                st ^= st << 13;
-                st ^= st >> 7;
-                st ^= st << 17;
-                ((st >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    };
     for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::MXFP4] {
         let (n_expert, rows) = (5usize, 40usize);
         let k = 2 * ty.block_size().max(32);
-        let w = values(n_expert * rows * k, 3 + ty as u64);
+        let w = uniform(n_expert * rows * k, 3 + ty as u64, 1.0);
         let bytes = vkml_quant::quantize(ty, &w).unwrap();
         let m = QMatrix::upload(dev, ty, n_expert * rows, k, &bytes).unwrap();
         let slots: [u32; 3] = [3, 0, 3];
         let idb = dev.upload(&slots).unwrap();
         let row_bytes = bytes.len() / (n_expert * rows);
         for x_per_slot in [false, true] {
-            let x = values(if x_per_slot { slots.len() } else { 1 } * k, 9);
+            let x = uniform(if x_per_slot { slots.len() } else { 1 } * k, 9, 1.0);
             let xb = dev.upload(&x).unwrap();
             let y = dev.alloc(4 * (slots.len() * rows) as u64, MemoryKind::DeviceLocal).unwrap();
             let mut s = Stream::new(dev).unwrap();
@@ -215,17 +217,6 @@ fn moe_feed_forward_matches_build_moe_ffn() {
         eprintln!("skipped: no block-wise mat-vec kernels on this device");
         return;
     }
-    let vals = |n: usize, seed: u64, scale: f32| -> Vec<f32> {
-        let mut st = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                st ^= st << 13;
-                st ^= st >> 7;
-                st ^= st << 17;
-                scale * (((st >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
-            })
-            .collect()
-    };
     let (n_expert, n_embd, n_ff) = (8usize, 64usize, 96usize);
     for (ty, gating, k) in [
         (GgmlType::Q4_0, ExpertGating::Softmax, 2usize),
@@ -233,18 +224,18 @@ fn moe_feed_forward_matches_build_moe_ffn() {
         (GgmlType::MXFP4, ExpertGating::Softmax, 4),
     ] {
         let r = Routing { n_expert, k, gating, norm_w: true, w_scale: 0.0 };
-        let router_w = vals(n_expert * n_embd, 1, 0.5);
+        let router_w = uniform(n_expert * n_embd, 1, 0.5);
         let (gate_b, up_b, down_b) = (
-            vkml_quant::quantize(ty, &vals(n_expert * n_ff * n_embd, 2, 0.3)).unwrap(),
-            vkml_quant::quantize(ty, &vals(n_expert * n_ff * n_embd, 3, 0.3)).unwrap(),
-            vkml_quant::quantize(ty, &vals(n_expert * n_embd * n_ff, 4, 0.3)).unwrap(),
+            vkml_quant::quantize(ty, &uniform(n_expert * n_ff * n_embd, 2, 0.3)).unwrap(),
+            vkml_quant::quantize(ty, &uniform(n_expert * n_ff * n_embd, 3, 0.3)).unwrap(),
+            vkml_quant::quantize(ty, &uniform(n_expert * n_embd * n_ff, 4, 0.3)).unwrap(),
         );
         let router_bytes: Vec<u8> = router_w.iter().flat_map(|v| v.to_le_bytes()).collect();
         let router = QMatrix::upload(dev, GgmlType::F32, n_expert, n_embd, &router_bytes).unwrap();
         let gate = QMatrix::upload(dev, ty, n_expert * n_ff, n_embd, &gate_b).unwrap();
         let up = QMatrix::upload(dev, ty, n_expert * n_ff, n_embd, &up_b).unwrap();
         let down = QMatrix::upload(dev, ty, n_expert * n_embd, n_ff, &down_b).unwrap();
-        let x = vals(n_embd, 5, 1.0);
+        let x = uniform(n_embd, 5, 1.0);
         let (xb, y) = (dev.upload(&x).unwrap(), dev.alloc(4 * n_embd as u64, MemoryKind::DeviceLocal).unwrap());
         let mut s = Stream::new(dev).unwrap();
         let w = MoeWeights { router: &router, gate: &gate, up: &up, down: &down };

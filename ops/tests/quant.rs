@@ -1673,6 +1673,25 @@ fn softcap_epilogue_equals_softcap_after_the_product() {
     assert_clean(&dev);
 }
 
+/// Records what `quant::glu_down` must equal: `linear` with the gated epilogue into a
+/// scratch of `t x rows / 2`, then `linear` of that with the `Add` epilogue into `acc`.
+#[allow(clippy::too_many_arguments)]
+fn glu_then_down(
+    s: &mut Stream,
+    gu: &QMatrix,
+    down: &QMatrix,
+    act: GluActivation,
+    x: &vkml_hal::Buffer,
+    t: usize,
+    norm: Option<quant::PreNorm<'_>>,
+    acc: &vkml_hal::Buffer,
+    opts: &quant::LinearOptions,
+) {
+    let g = s.device().alloc(4 * (t * gu.rows() / 2) as u64, MemoryKind::DeviceLocal).unwrap();
+    quant::linear(s, gu, x, t, norm, &g, quant::LinearEpilogue::Glu(act), opts).unwrap();
+    quant::linear(s, down, &g, t, None, acc, quant::LinearEpilogue::Add, opts).unwrap();
+}
+
 /// The gated products written as Q8_1 by their own mat-vec (`MatVecEpilogue::GluQ8_1`) are
 /// the blocks `quantize_q8_1` makes of the f32 products, and `quant::glu_down` (gate|up
 /// writing Q8_1, the down mat-vec reading it) gives the bits of `linear` with `Glu` then
@@ -1722,9 +1741,7 @@ fn q8_1_gated_products_feed_the_down_projection_unchanged() {
                 let (fused, composed) = (dev.upload(&y0).unwrap(), dev.upload(&y0).unwrap());
                 let mut s = Stream::new(&dev).unwrap();
                 quant::glu_down(&mut s, &gu, &down, act, &xb, 1, norm, &fused, &opts).unwrap();
-                let gs = dev.alloc(4 * n as u64, MemoryKind::DeviceLocal).unwrap();
-                quant::linear(&mut s, &gu, &xb, 1, norm, &gs, quant::LinearEpilogue::Glu(act), &opts).unwrap();
-                quant::linear(&mut s, &down, &gs, 1, None, &composed, quant::LinearEpilogue::Add, &opts).unwrap();
+                glu_then_down(&mut s, &gu, &down, act, &xb, 1, norm, &composed, &opts);
                 s.finish_and_wait().unwrap();
                 let (f, c) = (fused.to_vec::<f32>().unwrap(), composed.to_vec::<f32>().unwrap());
                 assert!(
@@ -1738,9 +1755,7 @@ fn q8_1_gated_products_feed_the_down_projection_unchanged() {
             let (xa, xc) = (dev.upload(&x).unwrap(), dev.upload(&x).unwrap());
             let mut s = Stream::new(&dev).unwrap();
             quant::glu_down(&mut s, &gu, &down, act, &xa, 1, None, &xa, &opts).unwrap();
-            let gs = dev.alloc(4 * n as u64, MemoryKind::DeviceLocal).unwrap();
-            quant::linear(&mut s, &gu, &xc, 1, None, &gs, quant::LinearEpilogue::Glu(act), &opts).unwrap();
-            quant::linear(&mut s, &down, &gs, 1, None, &xc, quant::LinearEpilogue::Add, &opts).unwrap();
+            glu_then_down(&mut s, &gu, &down, act, &xc, 1, None, &xc, &opts);
             s.finish_and_wait().unwrap();
             assert_eq!(xa.to_vec::<u32>().unwrap(), xc.to_vec::<u32>().unwrap(), "{ty:?} n {n}: in place");
         }
@@ -1761,9 +1776,7 @@ fn q8_1_gated_products_feed_the_down_projection_unchanged() {
         let act = GluActivation::Silu;
         let mut s = Stream::new(&dev).unwrap();
         quant::glu_down(&mut s, &gu, &down, act, &xb, t, norm, &fused, &prompt).unwrap();
-        let gs = dev.alloc(4 * (t * n) as u64, MemoryKind::DeviceLocal).unwrap();
-        quant::linear(&mut s, &gu, &xb, t, norm, &gs, quant::LinearEpilogue::Glu(act), &prompt).unwrap();
-        quant::linear(&mut s, &down, &gs, t, None, &composed, quant::LinearEpilogue::Add, &prompt).unwrap();
+        glu_then_down(&mut s, &gu, &down, act, &xb, t, norm, &composed, &prompt);
         s.finish_and_wait().unwrap();
         assert_eq!(fused.to_vec::<u32>().unwrap(), composed.to_vec::<u32>().unwrap(), "{ty:?}: prompt glu_down");
     }
