@@ -586,7 +586,8 @@ pub fn run(a: Args) -> Result<(), String> {
             }
             w.write_all(&bytes).map_err(io)?;
             let pad = bytes.len().next_multiple_of(alignment) - bytes.len();
-            w.write_all(&vec![0u8; pad]).map_err(io)?;
+            // Zeros streamed, not allocated: the alignment comes from the file.
+            std::io::copy(&mut std::io::Read::take(std::io::repeat(0), pad as u64), &mut w).map_err(io)?;
             size += (bytes.len() + pad) as u64;
             bar.inc(t.n_bytes);
         }
