@@ -366,7 +366,7 @@ fn mat_mat_matches_cpu() {
                 let MatMatCase { bytes, m, mut x, xb, y0, yb } = mat_mat_case(&dev, ty, rows, k, n_tok, accumulate);
                 let mut w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
                 let mut s = Stream::new(&dev).unwrap();
-                let opts = MatMatOptions { path, accumulate, split_k: (k >= 1024).then_some(2), x_f16: false };
+                let opts = MatMatOptions { accumulate, split_k: (k >= 1024).then_some(2), ..MatMatOptions::new(path) };
                 quant::mat_mat_with(&mut s, &m, &xb, n_tok, &yb, opts).unwrap();
                 s.finish_and_wait().unwrap();
                 let y = yb.to_vec::<f32>().unwrap();
@@ -427,7 +427,7 @@ fn int8_coopmat_mat_mat_matches_cpu_dot() {
             let xq = dev.alloc(36 * (n_tok * k / 32) as u64, MemoryKind::DeviceLocal).unwrap();
             let mut s = Stream::new(&dev).unwrap();
             quant::quantize_q8_1(&mut s, &xb, n_tok * k / 32, &xq).unwrap();
-            let opts = MatMatOptions { path: MatMatPath::CoopMatInt8, accumulate, split_k, x_f16: false };
+            let opts = MatMatOptions { accumulate, split_k, ..MatMatOptions::new(MatMatPath::CoopMatInt8) };
             quant::mat_mat_with(&mut s, &m, &xb, n_tok, &yb, opts).unwrap();
             s.finish_and_wait().unwrap();
             let y = yb.to_vec::<f32>().unwrap();
@@ -1110,7 +1110,7 @@ fn split_matrices_match_cpu() {
             let xb = dev.upload(&x).unwrap();
             let y0 = weights(n_tok, rows, 12);
             let (ys, yw) = (dev.upload(&y0).unwrap(), dev.upload(&y0).unwrap());
-            let opts = MatMatOptions { path, accumulate: true, split_k: None, x_f16: false };
+            let opts = MatMatOptions { accumulate: true, ..MatMatOptions::new(path) };
             let mut s = Stream::new(&dev).unwrap();
             quant::mat_mat_with(&mut s, &m, &xb, n_tok, &ys, opts).unwrap();
             quant::mat_mat_with(&mut s, &whole, &xb, n_tok, &yw, opts).unwrap();
@@ -1814,5 +1814,121 @@ fn glu_halves_f16_is_glu_halves_rounded() {
     let mut s = Stream::new(&dev).unwrap();
     let e = nn::glu_halves_f16(&mut s, GluActivation::Silu, &both, 1, 3, &y).unwrap_err();
     assert!(e.to_string().contains("even"), "{e}");
+    assert_clean(&dev);
+}
+
+/// The mat-mat's gated-product epilogue (`MatMatOptions::glu`: `mul_mat_q`, or
+/// `mul_mat_cm` / `mul_mat_cm256` on the tensor-core path) gives the bits of the product
+/// followed by `glu_halves` (f32) or `glu_halves_f16` (f16), for each activation, on whole
+/// and partial tiles of rows and tokens, for types with the coalesced, the per-element
+/// and the F16 decode (Q8_0 also on a grid big enough for the 256-row tile where the
+/// device takes it); and those equal an f64 CPU reference to the f16 rounding of x and w.
+#[test]
+fn mat_mat_glu_epilogue_equals_product_then_glu() {
+    use vkml_ops::nn;
+    use vkml_ops::quant::MatMatGlu;
+    let dev = device();
+    let acts = [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf];
+    let act_f64 = |a: GluActivation, v: f64| match a {
+        GluActivation::Silu => v / (1.0 + (-v).exp()),
+        GluActivation::Gelu => 0.5 * v * (1.0 + (0.797_884_560_802_865_4 * (v + 0.044715 * v * v * v)).tanh()),
+        GluActivation::GeluErf => {
+            // erf(z) = 2 / sqrt(pi) * integral of exp(-s^2) over [0, z], by Simpson's rule
+            // on 2 000 intervals of [0, min(|z|, 7)] (erf(7) is 1 to 1e-22).
+            let z = v / std::f64::consts::SQRT_2;
+            let (b, steps) = (z.abs().min(7.0), 2000);
+            let hs = b / steps as f64;
+            let f = |i: usize| {
+                (-(i as f64 * hs).powi(2)).exp()
+                    * if i == 0 || i == steps {
+                        1.0
+                    } else if i % 2 == 1 {
+                        4.0
+                    } else {
+                        2.0
+                    }
+            };
+            let erf = z.signum() * 2.0 / std::f64::consts::PI.sqrt() * hs / 3.0 * (0..=steps).map(f).sum::<f64>();
+            0.5 * v * (1.0 + erf)
+        }
+    };
+    let mut cases = vec![
+        (GgmlType::Q4_0, 24usize, 256usize, 9usize),
+        (GgmlType::Q4_0, 200, 128, 130),
+        (GgmlType::Q8_0, 200, 128, 130),
+        (GgmlType::Q4_K, 72, 256, 70),
+        (GgmlType::IQ4_XS, 40, 256, 20),
+        (GgmlType::F16, 96, 64, 33),
+    ];
+    let cm = MatMatPath::best(dev.caps(), &QMatrix::upload(&dev, GgmlType::Q8_0, 2, 32, &[0; 68]).unwrap());
+    if cm == MatMatPath::CoopMat {
+        // 16 x 8 tiles of 256 rows by 128 tokens: mul_mat_cm256 where the device takes it.
+        cases.push((GgmlType::Q8_0, 2048, 64, 1024));
+    }
+    for (ty, h, k, t) in cases {
+        let bytes = encode(ty, &weights(2 * h, k, 81 + h as u64));
+        let w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
+        let m = QMatrix::upload(&dev, ty, 2 * h, k, &bytes).unwrap();
+        let path = MatMatPath::best(dev.caps(), &m);
+        let x: Vec<f32> = (0..t * k).map(|i| 1.5 * ((i * 29 + 7) as f32 * 0.131).sin()).collect();
+        let xb = dev.upload(&x).unwrap();
+        let both = dev.alloc(4 * (t * 2 * h) as u64, MemoryKind::DeviceLocal).unwrap();
+        let mut s = Stream::new(&dev).unwrap();
+        quant::mat_mat_with(&mut s, &m, &xb, t, &both, MatMatOptions::new(path)).unwrap();
+        s.finish_and_wait().unwrap();
+        let f16r = |v: f32| f64::from(half::f16::from_f32(v).to_f32());
+        let tensor = path != MatMatPath::Scalar;
+        for act in acts {
+            for y_f16 in [false, true] {
+                let bytes_out = (if y_f16 { 2 } else { 4 }) * t * h;
+                let (fused, composed) = (
+                    dev.alloc(bytes_out as u64, MemoryKind::DeviceLocal).unwrap(),
+                    dev.alloc(bytes_out as u64, MemoryKind::DeviceLocal).unwrap(),
+                );
+                let mut s = Stream::new(&dev).unwrap();
+                let glu = Some(MatMatGlu { act, y_f16 });
+                let d0 = s.stats().dispatches;
+                quant::mat_mat_with(&mut s, &m, &xb, t, &fused, MatMatOptions { glu, ..MatMatOptions::new(path) })
+                    .unwrap();
+                let dispatches = s.stats().dispatches - d0;
+                if y_f16 {
+                    nn::glu_halves_f16(&mut s, act, &both, t, h, &composed).unwrap();
+                } else {
+                    nn::glu_halves(&mut s, act, &both, t, h, &composed).unwrap();
+                }
+                s.finish_and_wait().unwrap();
+                // The product and its store in one kernel (the tensor-core path converts x first).
+                assert_eq!(dispatches, 1 + u64::from(tensor), "{ty:?} h {h} t {t}: dispatches");
+                let what = format!("{ty:?} {act:?} f16 {y_f16} h {h} k {k} t {t} on {path:?}");
+                let (a, b) = (fused.to_vec::<u32>().unwrap(), composed.to_vec::<u32>().unwrap());
+                let off = a.iter().zip(&b).filter(|(p, q)| p != q).count();
+                assert_eq!(off, 0, "{what}: {off} of {} words differ from the product then glu", a.len());
+                // The CPU: the products of the (on the tensor-core path f16-rounded) x and w.
+                let got: Vec<f64> = if y_f16 {
+                    let v: Vec<u16> = fused.to_vec().unwrap();
+                    v.iter().map(|&b| f64::from(half::f16::from_bits(b).to_f32())).collect()
+                } else {
+                    fused.to_vec::<f32>().unwrap().iter().map(|&v| f64::from(v)).collect()
+                };
+                for n in (0..t).step_by(7) {
+                    let xr: Vec<f64> =
+                        x[n * k..(n + 1) * k].iter().map(|&v| if tensor { f16r(v) } else { f64::from(v) }).collect();
+                    let dot = |r: usize| {
+                        (0..k)
+                            .map(|c| xr[c] * if tensor { f16r(w[r * k + c]) } else { f64::from(w[r * k + c]) })
+                            .sum::<f64>()
+                    };
+                    for j in 0..h {
+                        let (g, u) = (dot(j), dot(h + j));
+                        let want = act_f64(act, g) * u;
+                        let tol =
+                            1e-4 * (1.0 + g.abs()) * (1.0 + u.abs()) + if y_f16 { want.abs() / 1024.0 } else { 0.0 };
+                        let v = got[n * h + j];
+                        assert!((v - want).abs() <= tol, "{what} [{n}, {j}]: gpu {v} cpu {want}");
+                    }
+                }
+            }
+        }
+    }
     assert_clean(&dev);
 }

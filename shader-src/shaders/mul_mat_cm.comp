@@ -46,6 +46,10 @@
 // split over several bindings).
 // w_offset must be a multiple of 4 and row_bytes even (every block size here is).
 // Grid: x = ceil(rows / 128), y = ceil(n_tok / 128), z = ceil(k / k_chunk).
+// Specialization constants 4 and 5 (include/mul_mat_glu.glsl): the gated-product
+// epilogue over a stacked [gate; up] weight, each tile's rows 0-63 gate and 64-127 up
+// (GLU_STORE of include/mul_mat_cm.glsl); then accumulate and ldc are unused and there is
+// no split-K.
 // Requires subgroup size 32. Specialization constant 0, ROW_RASTER: when true, workgroup
 // (x, y) takes the tile of linear index x + y * gx in row-tile-major order (the token tiles
 // of one row tile are consecutive), so those workgroups run together and read that weight
@@ -72,6 +76,7 @@ layout(constant_id = 3) const bool X_BY_MULTIPLIERS = false;
 #include "quant.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { uvec4 x8[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
+layout(std430, set = 0, binding = 2) buffer C16 { uint c16[]; }; // MM_GLU_F16's view of C
 layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; } p;
 
 #define BM 128u
@@ -120,6 +125,7 @@ shared uvec4 sm[SCR + 32u * RWP];
 vec4 nib_lo(uint u) { uint v = u & 0x0F0F0F0Fu; return vec4(v & 0xFFu, (v >> 8) & 0xFFu, (v >> 16) & 0xFFu, v >> 24); }
 
 #include "mul_mat_cm.glsl"
+#include "mul_mat_glu.glsl"
 
 uint nwords;
 
@@ -331,7 +337,7 @@ void main() {
     uint sg = gl_SubgroupID & 3u; // the role's subgroup index
     uint t = 32u * sg + lane;
     uint wr = sg & 1u, wn = sg >> 1;
-    uint r = min(r0 + t, p.rows - 1u); // this invocation's row (t = 32 sg + lane)
+    uint r = mm_tile_row(r0, t); // this invocation's row (t = 32 sg + lane)
     uint rowb = p.w_offset + r * p.row_bytes;
     // x: invocation t reads 16-byte chunk t % 4 of tokens t / 4 + 32 i.
     uint xc = t & 3u, xt = t >> 2;
@@ -342,7 +348,7 @@ void main() {
     // r0 + 32 sg + (32 s + L) / RW.
 #ifdef IN_PLACE
     // (recomputed at each load: 20 slots would hold 40 registers)
-#define SROW(s_) min(r0 + 32u * sg + (32u * (s_) + lane) / RW, p.rows - 1u)
+#define SROW(s_) mm_tile_row(r0, 32u * sg + (32u * (s_) + lane) / RW)
 #define SW(s_) ((32u * (s_) + lane) % RW)
     // The scratch of buffer b: this subgroup's 32 rows of A there, in words.
 #define SCR_AT(b_) ((SA + (b_) * BM * LDSV + 32u * sg * LDSV) * 4u)
@@ -350,7 +356,7 @@ void main() {
     uint srow[RW], sw[RW];
     [[unroll]] for (uint s = 0; s < RW; s++) {
         uint f = 32u * s + lane;
-        srow[s] = min(r0 + 32u * sg + f / RW, p.rows - 1u);
+        srow[s] = mm_tile_row(r0, 32u * sg + f / RW);
         sw[s] = f % RW;
     }
 #define SROW(s_) srow[s_]
@@ -406,7 +412,7 @@ void main() {
     // lane % 16 of rows 32 sg + lane / 16 + 2 i.
     uint wl = lane & 15u;
     uint wrow[16];
-    [[unroll]] for (uint i = 0; i < 16u; i++) wrow[i] = ((p.w_offset + min(r0 + 32u * sg + (lane >> 4) + 2u * i, p.rows - 1u) * p.row_bytes) >> 2) + wl;
+    [[unroll]] for (uint i = 0; i < 16u; i++) wrow[i] = ((p.w_offset + mm_tile_row(r0, 32u * sg + (lane >> 4) + 2u * i) * p.row_bytes) >> 2) + wl;
     uint wf[16];
 #define LOAD_W(k0_) [[unroll]] for (uint i = 0; i < 16u; i++) wf[i] = qw[wrow[i] + ((k0_) >> 1)];
 #define STORE_W(b_, k0_) [[unroll]] for (uint i = 0; i < 16u; i++) \
@@ -471,6 +477,10 @@ void main() {
         barrier();
     }
 
+    if (MM_GLU != 0u) {
+        GLU_STORE(4u, 2u, multiply, sg)
+        return;
+    }
     // The A buffers become the staging area (64 uvec4 = 256 floats per subgroup).
     uint cbase = gl_WorkGroupID.z * p.n_tok * p.ldc;
     if (multiply) [[unroll]] for (uint i = 0; i < 4u; i++) {

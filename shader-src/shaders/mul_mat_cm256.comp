@@ -27,6 +27,8 @@
 // q * d product is exact before one rounding); results equal
 // sum(f16(w) * x) accumulated in f32, to the bit the same as mul_mat_cm.comp's without
 // split-K.
+// Specialization constants 4 and 5: the gated-product epilogue of include/mul_mat_glu.glsl
+// (each tile's rows 0-127 gate, 128-255 up; GLU_STORE of include/mul_mat_cm.glsl).
 // Grid: x = ceil(rows / 256), y = ceil(n_tok / 128), z = ceil(k / k_chunk) (k_chunk a
 // multiple of 32). Requires subgroup size 32 and k % 32 == 0. Block layout: ggml-common.h
 // (block_q8_0). On the H100 a Q4_0 variant ran no faster than mul_mat_cm.comp's
@@ -43,6 +45,7 @@ layout(constant_id = 0) const bool ROW_RASTER = false;
 #include "quant.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { uvec4 x8[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
+layout(std430, set = 0, binding = 2) buffer C16 { uint c16[]; }; // MM_GLU_F16's view of C
 layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; } p;
 
 #define BM 256u
@@ -61,6 +64,7 @@ layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint ro
 shared uvec4 sm[SCR + 64u * RWP]; // SCR uvec4 + 8 subgroups x 32 rows x RWP words
 
 #include "mul_mat_cm.glsl"
+#include "mul_mat_glu.glsl"
 
 uint nwords;
 
@@ -96,7 +100,7 @@ void main() {
     uint t = gl_LocalInvocationID.x;
     uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
     uint wr = sg & 3u, wn = sg >> 2;
-    uint r = min(r0 + t, p.rows - 1u);
+    uint r = mm_tile_row(r0, t);
     uint rowb = p.w_offset + r * p.row_bytes;
     // x: invocation t copies 16-byte chunk t % 2 of token t / 2 each step.
     uint xc = t & 1u, xt = t >> 1;
@@ -104,7 +108,7 @@ void main() {
     uint srow[RW], sw[RW];
     [[unroll]] for (uint s = 0; s < RW; s++) {
         uint f = 32u * s + lane;
-        srow[s] = min(r0 + 32u * sg + f / RW, p.rows - 1u);
+        srow[s] = mm_tile_row(r0, 32u * sg + f / RW);
         sw[s] = f % RW;
     }
     uint scr = SCR * 4u + sg * 32u * RWP;
@@ -173,6 +177,10 @@ void main() {
         }
     }
 
+    if (MM_GLU != 0u) {
+        GLU_STORE(8u, 4u, true, sg)
+        return;
+    }
     uint cbase = gl_WorkGroupID.z * p.n_tok * p.ldc;
     [[unroll]] for (uint i = 0; i < 4u; i++) {
         [[unroll]] for (uint j = 0; j < 4u; j++) {

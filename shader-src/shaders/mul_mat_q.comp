@@ -10,17 +10,23 @@
 // (C's row stride: rows, or the whole matrix's where the op runs one part of a split
 // matrix).
 // Grid: x = ceil(rows / 64), y = ceil(n_tok / 64).
+// Specialization constants 4 and 5 (include/mul_mat_glu.glsl): the gated-product epilogue,
+// y = act(gate) * up over a stacked [gate; up] weight (each tile's first 32 rows gate, its
+// last 32 the matching up rows), f32 [n_tok, rows / 2] (stride rows / 2), or packed f16
+// staged through shared memory; accumulate and ldc unused.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 256) in;
 #include "quant.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
+layout(std430, set = 0, binding = 2) buffer C16 { uint c16[]; }; // MM_GLU_F16's view of C
 layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; } p;
 
-#define BM 64
-#define BN 64
-#define BK 32
+#define BM 64u
+#define BN 64u
+#define BK 32u
+#include "mul_mat_glu.glsl"
 shared float ws[BK][BM + 1];
 shared float xs[BK][BN + 1];
 
@@ -32,9 +38,9 @@ void main() {
     for (uint i = 0; i < 4u; i++) for (uint j = 0; j < 4u; j++) acc[i][j] = 0.0;
     for (uint k0 = 0; k0 < p.k; k0 += BK) {
         for (uint i = tid; i < BM * BK; i += 256u) {
-            uint rr = i / BK, kk = i % BK, r = r0 + rr, col = k0 + kk;
+            uint rr = i / BK, kk = i % BK, r = mm_tile_row(r0, rr), col = k0 + kk;
             float v = 0.0;
-            if (r < p.rows && col < p.k) v = dq(p.w_offset + r * p.row_bytes + (col / QK) * QBYTES, col % QK);
+            if (col < p.k) v = dq(p.w_offset + r * p.row_bytes + (col / QK) * QBYTES, col % QK);
             ws[kk][rr] = v;
         }
         for (uint i = tid; i < BN * BK; i += 256u) {
@@ -49,6 +55,31 @@ void main() {
             for (uint i = 0; i < 4u; i++) for (uint j = 0; j < 4u; j++) acc[i][j] += a[i] * b[j];
         }
         barrier();
+    }
+    if (MM_GLU != 0u) {
+        // Rows tr + 16 i of the tile are gate rows for i < 2, their up rows at i + 2.
+        uint h = p.rows >> 1, h0 = r0 >> 1;
+        if (MM_GLU_F16) {
+            // Staged in ws (its [32][65] floats: 32 outputs x 64 tokens), then written
+            // two rows to a word.
+            for (uint i = 0; i < 2u; i++) for (uint j = 0; j < 4u; j++) ws[tr + 16u * i][tn + 16u * j] = mm_glu(acc[i][j], acc[i + 2u][j]);
+            barrier();
+            for (uint e = tid; e < 32u * BN / 2u; e += 256u) {
+                uint rp = e % 16u, tok = e / 16u;
+                uint row = h0 + 2u * rp, n = n0 + tok;
+                if (row < h && n < p.n_tok) c16[(n * h + row) >> 1] = packHalf2x16(vec2(ws[2u * rp][tok], ws[2u * rp + 1u][tok]));
+            }
+            return;
+        }
+        for (uint i = 0; i < 2u; i++) {
+            uint row = h0 + tr + 16u * i;
+            if (row >= h) continue;
+            for (uint j = 0; j < 4u; j++) {
+                uint n = n0 + tn + 16u * j;
+                if (n < p.n_tok) c[n * h + row] = mm_glu(acc[i][j], acc[i + 2u][j]);
+            }
+        }
+        return;
     }
     for (uint i = 0; i < 4u; i++) {
         uint r = r0 + tr + 16u * i;

@@ -356,9 +356,17 @@ pub fn reflect(name: &str, words: &[u32]) -> Result<Interface, CompileError> {
                     (false, true) => Access::Write,
                     (false, false) => Access::ReadWrite,
                 };
-                if bindings.insert(binding, access).is_some() {
-                    return Err(bad(format!("binding {binding} is declared twice")));
-                }
+                // Declarations of one binding with different element types alias one
+                // buffer (a kernel's f32 and packed-f16 views of its output): the binding's
+                // access is what any of them does.
+                bindings
+                    .entry(binding)
+                    .and_modify(|a: &mut Access| {
+                        if *a != access {
+                            *a = Access::ReadWrite;
+                        }
+                    })
+                    .or_insert(access);
             }
             StorageClass::PushConstant => {
                 push_constant_size = type_size(&defs, Layout::Explicit(&member_decorations, &decorations), pointee)

@@ -3,18 +3,20 @@
 //! below [`LinearOptions::mat_mat_from`] rows (the norm and the epilogue folded into one
 //! dispatch where the kernels allow: [`rms_norm_mat_vec`], [`mat_vec_fused`],
 //! [`mat_vec_norm_add`]), the mat-mat ([`mat_mat_with`], [`MatMatPath::best`]) from
-//! there with the norm and the epilogue as kernels of their own around it. Callers pass
-//! buffers and shapes only.
+//! there with the residual add and the gated product in its store ([`MatMatGlu`]), the
+//! norm and the other epilogues as kernels of their own around it. Callers pass buffers
+//! and shapes only.
 
 use vkml_hal::{Buffer, MemoryKind, Stream};
 
 use super::{
     glu_writes_q8_1, mat_mat_with, mat_vec_fused, mat_vec_fuses_norm_add, mat_vec_norm_add, mat_vec_q8_1_fused,
-    mat_vec_uses_q8_1, rms_norm_mat_vec, rms_norm_mat_vec_scratch, MatMatOptions, MatMatPath, MatVecEpilogue, QMatrix,
+    mat_vec_uses_q8_1, rms_norm_mat_vec, rms_norm_mat_vec_scratch, MatMatGlu, MatMatOptions, MatMatPath,
+    MatVecEpilogue, QMatrix,
 };
 use crate::elementwise::{binary, BinaryOp, View};
 use crate::error::{OpsError, Result};
-use crate::nn::{glu_halves, glu_halves_f16, rms_norm, rms_norm_f16_out, GluActivation};
+use crate::nn::{rms_norm, rms_norm_f16_out, GluActivation};
 use crate::{tuning, Dtype};
 
 /// An RMS norm of x's rows before the product (candle-nn's `rms_norm`: `x / sqrt(mean(x²) +
@@ -77,8 +79,9 @@ fn scratch(s: &Stream, bytes: usize) -> Result<Buffer> {
 /// where the kernels fold them ([`rms_norm_mat_vec`]; [`mat_vec_norm_add`] where
 /// [`mat_vec_fuses_norm_add`] holds), else the norm's kernel first and the post-norm as
 /// `norm.rms` and an add after. From there: the norm's kernel (writing the f16 x of the
-/// tensor-core paths, [`MatMatPath::reads_f16_x`]), the mat-mat (accumulating for `Add`),
-/// then the gated product (`glu_halves`) or the post-norm and the add. Results
+/// tensor-core paths, [`MatMatPath::reads_f16_x`]), the mat-mat (accumulating for `Add`,
+/// writing the gated products for `Glu`: [`MatMatGlu`]), then for the post-norm the norm
+/// and the add, for the soft-cap its kernel. Results
 /// agree with the composition of the separate ops to float rounding (sums of squares and
 /// products reduced in other orders).
 ///
@@ -147,31 +150,16 @@ pub fn linear(
         };
     }
     let path = MatMatPath::best(&caps, w);
-    // The norm writes the f16 x the tensor-core paths read: no conversion pass.
-    let x_f16 = norm.is_some() && path.reads_f16_x() && w.k.is_multiple_of(2);
-    let xn;
-    let x = match norm {
-        Some(n) if x_f16 => {
-            xn = scratch(s, 2 * t * w.k)?;
-            rms_norm_f16_out(s, x, Some(n.weight), t, w.k, n.eps, &xn)?;
-            &xn
-        }
-        Some(n) => {
-            xn = normalised(s, x, n, t, w.k)?;
-            &xn
-        }
-        None => x,
-    };
+    let (x, x_f16) = mat_mat_input(s, w, x, t, norm, path)?;
     let mat_mat = |s: &mut Stream, out: &Buffer, accumulate: bool| {
-        mat_mat_with(s, w, x, t, out, MatMatOptions { accumulate, x_f16, ..MatMatOptions::new(path) })
+        mat_mat_with(s, w, &x, t, out, MatMatOptions { accumulate, x_f16, ..MatMatOptions::new(path) })
     };
     match epilogue {
         LinearEpilogue::Store => mat_mat(s, y, false),
         LinearEpilogue::Add => mat_mat(s, y, true),
-        LinearEpilogue::Glu(a) => {
-            let both = scratch(s, 4 * t * w.rows)?;
-            mat_mat(s, &both, false)?;
-            glu_halves(s, a, &both, t, w.rows / 2, y)
+        LinearEpilogue::Glu(act) => {
+            let glu = Some(MatMatGlu { act, y_f16: false });
+            mat_mat_with(s, w, &x, t, y, MatMatOptions { x_f16, glu, ..MatMatOptions::new(path) })
         }
         LinearEpilogue::NormAdd { weight, eps } => {
             let p = scratch(s, 4 * t * w.rows)?;
@@ -206,8 +194,9 @@ pub fn linear(
 /// own workgroups, or for `n` above 32 × `DOT_X_MAX_BLOCKS` in `quantize_q8_1.comp`: the
 /// same arithmetic, include/q8_1.glsl's). From
 /// `opts.mat_mat_from` rows on, where the down mat-mat reads f16 x
-/// ([`MatMatPath::reads_f16_x`]), the gated products are written as that f16 x in one pass
-/// ([`glu_halves_f16`]): the bits of the two calls, whose mat-mat converts the f32 products.
+/// ([`MatMatPath::reads_f16_x`]), the gate|up mat-mat writes the gated products as that f16
+/// x ([`MatMatGlu`] with `y_f16`): the bits of the two calls, whose mat-mat converts the f32
+/// products.
 ///
 /// # Errors
 /// [`OpsError::Shape`] for matrices that do not chain (`down.k() != gate_up.rows() / 2`,
@@ -253,12 +242,13 @@ pub fn glu_down(
     if t >= opts.mat_mat_from && n.is_multiple_of(2) {
         let path = MatMatPath::best(&caps, down);
         if path.reads_f16_x() {
-            // Prompts on the tensor-core paths: the gated products written as the f16 x of
-            // the down mat-mat in one pass (the bits of glu then convert_f16).
-            let both = scratch(s, 4 * t * gate_up.rows)?;
-            linear(s, gate_up, x, t, norm, &both, LinearEpilogue::Store, opts)?;
+            // Prompts on the tensor-core paths: the gate|up mat-mat writes its gated
+            // products as the f16 x of the down mat-mat (the bits of glu then convert_f16).
+            let up_path = MatMatPath::best(&caps, gate_up);
+            let (xg, x_f16) = mat_mat_input(s, gate_up, x, t, norm, up_path)?;
             let g16 = scratch(s, 2 * t * n)?;
-            glu_halves_f16(s, act, &both, t, n, &g16)?;
+            let glu = Some(MatMatGlu { act, y_f16: true });
+            mat_mat_with(s, gate_up, &xg, t, &g16, MatMatOptions { x_f16, glu, ..MatMatOptions::new(up_path) })?;
             let o = MatMatOptions { accumulate: true, x_f16: true, ..MatMatOptions::new(path) };
             return mat_mat_with(s, down, &g16, t, acc, o);
         }
@@ -266,6 +256,26 @@ pub fn glu_down(
     let g = scratch(s, 4 * t * n)?;
     linear(s, gate_up, x, t, norm, &g, LinearEpilogue::Glu(act), opts)?;
     linear(s, down, &g, t, None, acc, LinearEpilogue::Add, opts)
+}
+
+/// The x of `w`'s mat-mat on `path` for `norm(x)`, and whether it is f16: `x` itself
+/// without a norm; with one, the norm's kernel writing the f16 x the tensor-core paths
+/// read ([`rms_norm_f16_out`]: no conversion pass) or f32.
+fn mat_mat_input(
+    s: &mut Stream,
+    w: &QMatrix,
+    x: &Buffer,
+    t: usize,
+    norm: Option<PreNorm<'_>>,
+    path: MatMatPath,
+) -> Result<(Buffer, bool)> {
+    let Some(n) = norm else { return Ok((x.clone(), false)) };
+    if path.reads_f16_x() && w.k.is_multiple_of(2) {
+        let xn = scratch(s, 2 * t * w.k)?;
+        rms_norm_f16_out(s, x, Some(n.weight), t, w.k, n.eps, &xn)?;
+        return Ok((xn, true));
+    }
+    Ok((normalised(s, x, n, t, w.k)?, false))
 }
 
 /// `norm` of `x: f32[t, k]` into a new f32 scratch (`norm.rms`).

@@ -117,13 +117,51 @@ pub struct MatMatOptions {
     /// `nn::rms_norm_f16_out` write it), so the conversion pass is skipped: for the paths
     /// that read f16 x ([`MatMatPath::reads_f16_x`]).
     pub x_f16: bool,
+    /// The gated-product epilogue: `m` stacks the gate rows `[0, h)` over the up rows
+    /// `[h, 2 h)` ([`QMatrix::concat_rows`]) and `y` receives `act(gate) * up`,
+    /// `[n_tok, h]`, as [`MatMatGlu`] says.
+    pub glu: Option<MatMatGlu>,
+}
+
+/// The gated-product epilogue of [`mat_mat_with`] ([`MatMatOptions::glu`]):
+/// `y[n, j] = act(p[n, j]) * p[n, h + j]` for the products `p` with a stacked `[gate; up]`
+/// matrix of `2 h` rows, the values [`crate::nn::glu_halves`] (f32) or
+/// [`crate::nn::glu_halves_f16`] (f16) compute from them. `mul_mat_q`, `mul_mat_cm` and
+/// `mul_mat_cm256` fold it into their store (include/mul_mat_glu.glsl: each tile holds a
+/// gate half and the matching up half), so the `[n_tok, 2 h]` products never reach
+/// memory; the other paths, and matrices held in several parts, run the product and then
+/// the `glu` kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatMatGlu {
+    /// The gate's activation.
+    pub act: GluActivation,
+    /// `y` is f16 `[n_tok, h]` packed two to a 32-bit word (the x of a tensor-core
+    /// mat-mat, [`MatMatOptions::x_f16`]; `h` even) instead of f32.
+    pub y_f16: bool,
 }
 
 impl MatMatOptions {
-    /// `path`, overwriting `y`, automatic split-K, f32 x.
+    /// `path`, overwriting `y`, automatic split-K, f32 x, no epilogue.
     pub fn new(path: MatMatPath) -> Self {
-        MatMatOptions { path, accumulate: false, split_k: None, x_f16: false }
+        MatMatOptions { path, accumulate: false, split_k: None, x_f16: false, glu: None }
     }
+}
+
+/// Whether `path`'s kernel folds the gated product into its store for `m`
+/// ([`MatMatGlu`]): `mul_mat_q`, `mul_mat_cm` and `mul_mat_cm256`, on a matrix in one part.
+fn folds_glu(path: MatMatPath, m: &QMatrix) -> bool {
+    matches!(path, MatMatPath::Scalar | MatMatPath::CoopMat) && m.parts.len() == 1
+}
+
+/// [`MatMatGlu`]'s specialization constants (include/mul_mat_glu.glsl): 4 = the
+/// activation (1 silu, 2 gelu, 3 gelu_erf), 5 = f16 output.
+fn glu_spec_constants(glu: MatMatGlu) -> [(u32, u32); 2] {
+    let act = match glu.act {
+        GluActivation::Silu => 1,
+        GluActivation::Gelu => 2,
+        GluActivation::GeluErf => 3,
+    };
+    [(4, act), (5, u32::from(glu.y_f16))]
 }
 
 /// Records the quantized mat-mat for prompts, `y[n, r] = sum_c m[r, c] * x[n, c]` for
@@ -156,12 +194,42 @@ pub fn mat_mat_with(
     opts: MatMatOptions,
 ) -> Result<()> {
     let dev = s.device().clone();
+    if let Some(glu) = opts.glu {
+        let bad = |reason: String| Err(OpsError::Shape { op: "mat_mat", reason });
+        let h = m.rows / 2;
+        if !m.rows.is_multiple_of(2) || (glu.y_f16 && !h.is_multiple_of(2)) {
+            return bad(format!(
+                "a gated product over {} rows{}: the stacked gate and up need an even count",
+                m.rows,
+                if glu.y_f16 { " written as f16 pairs" } else { "" }
+            ));
+        }
+        if opts.accumulate {
+            return bad("the gated product overwrites y: it cannot accumulate".into());
+        }
+        let yb = (if glu.y_f16 { 2 } else { 4 }) * (n_tok * h) as u64;
+        if y.size() < yb {
+            return bad(format!("{n_tok} rows of {h} gated products need y of {yb} bytes, got {}", y.size()));
+        }
+        if !folds_glu(opts.path, m) {
+            // The product, then the gated product in its own pass.
+            let both = dev.alloc((4 * n_tok * m.rows).max(4) as u64, MemoryKind::DeviceLocal)?;
+            mat_mat_with(s, m, x, n_tok, &both, MatMatOptions { glu: None, ..opts })?;
+            return if glu.y_f16 {
+                crate::nn::glu_halves_f16(s, glu.act, &both, n_tok, h, y)
+            } else {
+                crate::nn::glu_halves(s, glu.act, &both, n_tok, h, y)
+            };
+        }
+    }
     if opts.x_f16 {
         let bad = |reason: String| Err(OpsError::Shape { op: "mat_mat", reason });
         if !opts.path.reads_f16_x() {
             return bad(format!("{:?} reads f32 x, not f16", opts.path));
         }
-        let (xb, yb) = (2 * (n_tok * m.k) as u64, 4 * (n_tok * m.rows) as u64);
+        // (a gated product's smaller y was checked above)
+        let yb = if opts.glu.is_some() { 0 } else { 4 * (n_tok * m.rows) as u64 };
+        let xb = 2 * (n_tok * m.k) as u64;
         if x.size() < xb || y.size() < yb {
             return bad(format!(
                 "{n_tok} rows need f16 x of {xb} bytes and y of {yb}, got {} and {}",
@@ -169,6 +237,8 @@ pub fn mat_mat_with(
                 y.size()
             ));
         }
+    } else if opts.glu.is_some() {
+        check_io_rows("mat_mat", m, 0, x, n_tok, y)?;
     } else {
         check_io("mat_mat", m, x, n_tok, y)?;
     }
@@ -248,8 +318,8 @@ pub fn mat_mat_with(
     // keeps every multiprocessor's memory pipeline busy.
     let max_splits = (m.k / 1024).max(1) as u64;
     // (The scalar kernel has none; a matrix in several parts is large and runs without
-    // one, each part's outputs written in place.)
-    let want = if m.parts.len() > 1 || opts.path == MatMatPath::Scalar {
+    // one, each part's outputs written in place; the gated product needs whole sums.)
+    let want = if m.parts.len() > 1 || opts.path == MatMatPath::Scalar || opts.glu.is_some() {
         1
     } else {
         opts.split_k.map_or_else(|| MAT_MAT_TARGET_GROUPS.div_ceil(gx * gy).min(max_splits), u64::from).max(1)
@@ -288,14 +358,13 @@ pub fn mat_mat_with(
     for part in &m.parts {
         // Each part its own kernel choice and grid (one kernel but for a short last part).
         let (name, tile_rows, _) = mat_mat_kernel(dev.caps(), opts.path, m.ty, part.rows, n_tok);
-        let options = if opts.path == MatMatPath::Scalar {
-            options.clone()
+        let mut spec_constants = if opts.path == MatMatPath::Scalar {
+            Vec::new()
         } else {
-            PipelineOptions {
-                spec_constants: tuning::mat_mat_spec_constants(dev.caps(), name, m.ty),
-                ..options.clone()
-            }
+            tuning::mat_mat_spec_constants(dev.caps(), name, m.ty)
         };
+        spec_constants.extend(opts.glu.map(glu_spec_constants).into_iter().flatten());
+        let options = PipelineOptions { spec_constants, ..options.clone() };
         let k = type_kernels("mat_mat", m.ty)?;
         let kernel = match opts.path {
             MatMatPath::Scalar => k.mul_mat_q,
@@ -315,7 +384,11 @@ pub fn mat_mat_with(
             k_chunk as u32,
             m.rows as u32,
         ]);
-        let c_arg = partials.as_ref().map_or_else(|| y_from(part.row0, part.rows), Into::into);
+        let c_arg = if opts.glu.is_some() {
+            y.into()
+        } else {
+            partials.as_ref().map_or_else(|| y_from(part.row0, part.rows), Into::into)
+        };
         let groups = [part.rows.div_ceil(tile_rows) as u32, gy as u32, splits as u32];
         s.dispatch(&p, &[(&part.buffer).into(), x_arg.into(), c_arg], &pc, groups)?;
     }

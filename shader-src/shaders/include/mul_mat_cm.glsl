@@ -46,3 +46,40 @@ uvec4 pack8(f16vec4 a, f16vec4 b) {
         subgroupMemoryBarrierShared(); \
         subgroupBarrier(); \
     } }
+
+// GLU_STORE(nsg, wrn, mult, msg): the gated-product epilogue (include/mul_mat_glu.glsl's
+// MM_GLU) of a tile multiplied by nsg subgroups of 64 x 64 (acc[4][4] of 16 x 16), subgroup
+// msg at rows wr * 64, tokens wn * 64 of the tile (msg = wn * wrn + wr; mult: whether this
+// invocation's subgroup multiplies). The gate subgroups (wr < wrn / 2) pair with the up
+// subgroup wr + wrn / 2 of the same wn. In 4 passes, each multiplying subgroup stores its
+// 16-row strip i (4 tiles, 256 uvec4) at sm[msg * 256], then the whole workgroup writes
+// act(gate) * up of the strips: f32 [n_tok, h], or with MM_GLU_F16 packed f16 pairs. Uses
+// r0, n0, p, sm, c, c16; needs nsg * 256 uvec4 of sm, free once the main loop's last
+// barrier has passed.
+#define GLU_STORE(nsg_, wrn_, mult_, msg_) { \
+    uint h = p.rows >> 1, h0 = r0 >> 1; \
+    uint per = MM_GLU_F16 ? 512u : 1024u; /* words or outputs of one gate subgroup's strip */ \
+    [[unroll]] for (uint i = 0; i < 4u; i++) { \
+        barrier(); \
+        if (mult_) [[unroll]] for (uint j = 0; j < 4u; j++) \
+            coopMatStore(acc[i][j], sm, (msg_) * 256u + j * 64u, 4u, gl_CooperativeMatrixLayoutColumnMajor); \
+        barrier(); \
+        for (uint e = gl_LocalInvocationID.x; e < (nsg_) / 2u * per; e += gl_WorkGroupSize.x) { \
+            uint g = e / per, f = e % per; \
+            uint sg_g = (g / ((wrn_) / 2u)) * (wrn_) + g % ((wrn_) / 2u); \
+            uint rr = MM_GLU_F16 ? 2u * (f & 7u) : (f & 15u), tt = MM_GLU_F16 ? f >> 3 : f >> 4; \
+            uint row = h0 + (sg_g % (wrn_)) * 64u + 16u * i + rr, n = n0 + (sg_g / (wrn_)) * 64u + tt; \
+            if (row >= h || n >= p.n_tok) continue; \
+            uint fg = (sg_g * 256u + (tt >> 4) * 64u) * 4u + (tt & 15u) * 16u + rr; \
+            uint fu = fg + (wrn_) / 2u * 1024u; \
+            float v0 = mm_glu(uintBitsToFloat(sm[fg >> 2][fg & 3u]), uintBitsToFloat(sm[fu >> 2][fu & 3u])); \
+            if (MM_GLU_F16) { \
+                fg++; \
+                fu++; \
+                float v1 = mm_glu(uintBitsToFloat(sm[fg >> 2][fg & 3u]), uintBitsToFloat(sm[fu >> 2][fu & 3u])); \
+                c16[(n * h + row) >> 1] = packHalf2x16(vec2(v0, v1)); \
+            } else { \
+                c[n * h + row] = v0; \
+            } \
+        } \
+    } }
