@@ -123,6 +123,23 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
         p: AttnParams,
         prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Self>;
+
+    /// [`ModelStorage::rms_norm_qkv_attention`] of `self: [t, k]` with norm weight `nw: [k]`,
+    /// `wqkv` of `n_heads` query heads over the caches' KV heads, and the rotation
+    /// `(cos, sin, style)`: `Some([t, n_heads · d])` where the storage folds it, else `None`.
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_qkv_attention(
+        &self,
+        nw: &Self,
+        eps: f32,
+        wqkv: &S::QWeight,
+        rope: (&Self, &Self, RopeStyle),
+        caches: (&mut S::KvCache, &mut S::KvCache),
+        pos0: usize,
+        p: AttnParams,
+        n_heads: usize,
+        head_dim: usize,
+    ) -> CResult<Option<Self>>;
 }
 
 impl<S: ModelStorage> ModelTensor<S> for Tensor<S>
@@ -328,6 +345,35 @@ where
             pro,
         )?;
         Ok(Self::from_storage(out, (t, h * d)))
+    }
+
+    fn rms_norm_qkv_attention(
+        &self,
+        nw: &Self,
+        eps: f32,
+        wqkv: &S::QWeight,
+        (cos, sin, style): (&Self, &Self, RopeStyle),
+        caches: (&mut S::KvCache, &mut S::KvCache),
+        pos0: usize,
+        p: AttnParams,
+        n_heads: usize,
+        head_dim: usize,
+    ) -> CResult<Option<Self>> {
+        let (t, _) = norm_linear_dims(self, nw, wqkv, None, "rms_norm_qkv_attention")?;
+        let (c, s, positions, rot) = rope_tables(&[t, n_heads, head_dim], cos, sin, pos0)?;
+        let rope = AttnRope { cos: c.storage(), sin: s.storage(), positions, rot, style };
+        let out = self.storage().rms_norm_qkv_attention(
+            self.layout(),
+            (nw.storage(), nw.layout()),
+            eps,
+            wqkv,
+            rope,
+            caches,
+            pos0,
+            p,
+            n_heads,
+        )?;
+        Ok(out.map(|o| Self::from_storage(o, (t, n_heads * head_dim))))
     }
 }
 

@@ -196,6 +196,71 @@ pub struct RopeTables<'a> {
     pub style: crate::nn::RopeStyle,
 }
 
+/// Where a Q|K|V product goes when its producer rotates and appends it itself
+/// ([`crate::quant::LinearEpilogue::RopeKv`], [`crate::quant::mat_mat_rope_kv`]): the
+/// product's rows are `n_heads` query heads, then the caches' `n_kv_heads` key heads, then
+/// as many value heads (`d` each, the caches' head dim); for `t` tokens at positions
+/// `pos0..`, the query heads are rotated into an f32 `[t, n_heads, d]` output, the key heads
+/// rotated into `caches.0` and the value heads copied into `caches.1` — what
+/// [`rope_kv_append`] does with the product.
+#[derive(Debug, Clone, Copy)]
+pub struct RopeKv<'a> {
+    /// The rotation.
+    pub rope: RopeTables<'a>,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Position of the first token.
+    pub pos0: usize,
+    /// The key and value caches (one shape).
+    pub caches: (&'a KvCache, &'a KvCache),
+}
+
+impl RopeKv<'_> {
+    /// Rows of the Q|K|V product: `(n_heads + 2 n_kv_heads) d`.
+    pub fn qkv_rows(&self) -> usize {
+        (self.n_heads + 2 * self.caches.0.n_kv_heads) * self.caches.0.d
+    }
+
+    /// Checks `t` tokens of it with `q_out` (named `op` in the error): caches of one shape,
+    /// positions within the tables and no more new tokens than cache slots, `q_out` holding
+    /// `[t, n_heads, d]` f32.
+    ///
+    /// # Errors
+    /// [`OpsError::Shape`] naming the first that fails.
+    pub(crate) fn check(&self, op: &'static str, t: usize, q_out: &Buffer) -> Result<()> {
+        let (k_cache, v_cache) = self.caches;
+        check_cache_pair(op, k_cache, v_cache)?;
+        let sh = crate::nn::RopeShape {
+            bh: self.n_heads,
+            t,
+            d: k_cache.d,
+            rot: self.rope.rot,
+            pos_offset: self.pos0,
+            positions: self.rope.positions,
+            token_major: true,
+        };
+        crate::nn::check_rope_tables(op, self.rope.cos, self.rope.sin, sh)?;
+        if t > k_cache.ctx {
+            return Err(OpsError::Shape {
+                op,
+                reason: format!("{t} new positions exceed the cache's {} slots", k_cache.ctx),
+            });
+        }
+        let q_bytes = 4 * (t * self.n_heads * k_cache.d) as u64;
+        if q_out.size() < q_bytes {
+            return Err(OpsError::Shape {
+                op,
+                reason: format!(
+                    "q_out holds {} bytes, {t} tokens of {} query heads need {q_bytes}",
+                    q_out.size(),
+                    self.n_heads
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// The decode step's attention prologue in one dispatch (`rope_kv.comp`): for `t_new`
 /// tokens at positions `pos0..`, the query heads `q` (`n_heads` per token) rotated into
 /// `q_out: f32[t_new, n_heads, d]`, the key heads `k` rotated into `k_cache` and the value

@@ -359,6 +359,15 @@ pub fn mat_mat_spec_constants(caps: &Capabilities, kernel: &str, ty: vkml_quant:
     }
 }
 
+/// The 16-row or 16-token strips per subgroup that `mul_mat_cm.comp`'s staged epilogues
+/// (the gated product, the rotation and cache append: include/mul_mat_cm.glsl) pass through
+/// shared memory at once (specialization constant 12): 2 (32 KiB of its 40 KiB), halving
+/// the passes and barriers of 1. On the H100 (benches/RESULTS.md, sixteenth session)
+/// llama-8b Q4_0's prompt took 49.99-50.19 ms of GPU time with 2 against 50.31 with 1.
+pub fn mat_mat_epilogue_tiles(_caps: &Capabilities) -> u32 {
+    2
+}
+
 /// Whether the int8 cooperative-matrix mat-mat (`mul_mat_cm_i8.comp`,
 /// [`crate::quant::MatMatPath::CoopMatInt8`]) runs here: a 16x16x32 s8 x s8 + s32
 /// subgroup shape (not saturating), `shaderInt8`, and everything

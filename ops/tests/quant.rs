@@ -1932,3 +1932,157 @@ fn mat_mat_glu_epilogue_equals_product_then_glu() {
     }
     assert_clean(&dev);
 }
+
+/// The Q|K|V mat-mat rotating and appending in its store (`quant::mat_mat_rope_kv`:
+/// `mul_mat_q`, or `mul_mat_cm` / `mul_mat_cm256` on the tensor-core path; a head dim past
+/// the tile falls back to the product then `rope_kv.comp`) gives the bits of the product
+/// followed by `attention::rope_kv_append` in q_out and in both caches, for neox and
+/// interleaved pairs, partial rotations, whole and partial tiles, a cache ring that wraps;
+/// `quant::linear` with `LinearEpilogue::RopeKv` does too on the mat-vec rows. The rotated
+/// queries equal an f64 CPU rotation of the product.
+#[test]
+fn mat_mat_rope_kv_equals_product_then_rope_kv() {
+    use vkml_ops::attention::{self, HeadRows, KvCache, RopeKv, RopeTables};
+    use vkml_ops::nn::RopeStyle;
+    let dev = device();
+    let tables = |positions: usize, rot: usize| {
+        let (mut c, mut sn) = (Vec::new(), Vec::new());
+        for p in 0..positions {
+            for j in 0..rot / 2 {
+                let a = p as f64 * 10000f64.powf(-2.0 * j as f64 / rot as f64);
+                c.push(a.cos() as f32);
+                sn.push(a.sin() as f32);
+            }
+        }
+        (dev.upload(&c).unwrap(), dev.upload(&sn).unwrap())
+    };
+    // (type, heads, KV heads, d, rot, tokens, pos0, cache slots, the mat-vec rows too)
+    let mut cases = vec![
+        (GgmlType::Q4_0, 4usize, 2usize, 32usize, 32usize, 9usize, 5usize, 64usize),
+        (GgmlType::Q8_0, 3, 1, 64, 32, 70, 3, 80),
+        (GgmlType::F16, 2, 2, 64, 64, 33, 0, 40),
+        (GgmlType::Q4_K, 2, 1, 128, 128, 20, 7, 32),
+    ];
+    let cm = MatMatPath::best(dev.caps(), &QMatrix::upload(&dev, GgmlType::Q8_0, 2, 32, &[0; 68]).unwrap());
+    if cm == MatMatPath::CoopMat {
+        // 24 x 8 tiles of 256 rows: mul_mat_cm256 where the device takes it.
+        cases.push((GgmlType::Q8_0, 32, 8, 128, 128, 1024, 2, 1100));
+    }
+    for (ty, nh, nkv, d, rot, t, pos0, ctx) in cases {
+        let rows = (nh + 2 * nkv) * d;
+        let k = ty.block_size().max(64);
+        let bytes = encode(ty, &weights(rows, k, 90 + d as u64));
+        let w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
+        let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+        let path = MatMatPath::best(dev.caps(), &m);
+        let x: Vec<f32> = (0..t * k).map(|i| ((i * 13 + 5) as f32 * 0.071).sin()).collect();
+        let xb = dev.upload(&x).unwrap();
+        let (cos, sin) = tables(pos0 + t, rot);
+        for style in [RopeStyle::Neox, RopeStyle::Interleaved] {
+            let rope = RopeTables { cos: &cos, sin: &sin, positions: pos0 + t, rot, style };
+            let caches: Vec<KvCache> = (0..4).map(|_| KvCache::new(&dev, nkv, ctx, d).unwrap()).collect();
+            let (qf, qc) = (
+                dev.alloc(4 * (t * nh * d) as u64, MemoryKind::DeviceLocal).unwrap(),
+                dev.alloc(4 * (t * nh * d) as u64, MemoryKind::DeviceLocal).unwrap(),
+            );
+            let p = dev.alloc(4 * (t * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+            let fused = RopeKv { rope, n_heads: nh, pos0, caches: (&caches[0], &caches[1]) };
+            let mut s = Stream::new(&dev).unwrap();
+            quant::mat_mat_rope_kv(&mut s, &m, &xb, t, &qf, MatMatOptions::new(path), &fused).unwrap();
+            // In the store: one dispatch (the tensor-core path converts x first); a head
+            // past the scalar kernel's 64-row tile: the product, then rope_kv.comp.
+            let tensor = path != MatMatPath::Scalar;
+            let folds = d <= if tensor { 128 } else { 64 };
+            assert_eq!(s.stats().dispatches, u64::from(tensor) + if folds { 1 } else { 2 }, "{ty:?} d {d}: dispatches");
+            quant::mat_mat_with(&mut s, &m, &xb, t, &p, MatMatOptions::new(path)).unwrap();
+            let at = |off| HeadRows { buffer: &p, off, stride: rows };
+            let srcs = (at(0), at(nh * d), at((nh + nkv) * d));
+            attention::rope_kv_append(&mut s, rope, srcs, nh, t, pos0, (&caches[2], &caches[3]), &qc).unwrap();
+            s.finish_and_wait().unwrap();
+            let what = format!("{ty:?} {style:?} heads {nh}/{nkv} d {d} rot {rot} t {t} on {path:?}");
+            assert_eq!(qf.to_vec::<u32>().unwrap(), qc.to_vec::<u32>().unwrap(), "{what}: q");
+            for (a, b, side) in [(0, 2, "k"), (1, 3, "v")] {
+                let (ca, cb) =
+                    (caches[a].buffer().to_vec::<u32>().unwrap(), caches[b].buffer().to_vec::<u32>().unwrap());
+                assert_eq!(ca, cb, "{what}: {side} cache");
+                assert!(ca.iter().any(|&v| v != 0), "{what}: {side} cache written");
+            }
+            // The CPU: token 1's query heads, the product of (on the tensor-core path
+            // f16-rounded) x and w rotated in f64.
+            let r16 = |v: f32| if tensor { f64::from(half::f16::from_f32(v).to_f32()) } else { f64::from(v) };
+            let n = 1;
+            let prod = |r: usize| (0..k).map(|c| r16(x[n * k + c]) * r16(w[r * k + c])).sum::<f64>();
+            let got: Vec<f32> = qf.to_vec().unwrap();
+            for h in 0..nh {
+                for e in 0..d {
+                    let a = prod(h * d + e);
+                    let want = if e >= rot {
+                        a
+                    } else {
+                        let (j, first, partner) = match style {
+                            RopeStyle::Neox => {
+                                (e % (rot / 2), e < rot / 2, if e < rot / 2 { e + rot / 2 } else { e - rot / 2 })
+                            }
+                            RopeStyle::Interleaved => (e / 2, e % 2 == 0, e ^ 1),
+                        };
+                        let ang = (pos0 + n) as f64 * 10000f64.powf(-2.0 * j as f64 / rot as f64);
+                        let b = prod(h * d + partner);
+                        if first {
+                            a * ang.cos() - b * ang.sin()
+                        } else {
+                            b * ang.sin() + a * ang.cos()
+                        }
+                    };
+                    let g = f64::from(got[(n * nh + h) * d + e]);
+                    assert!((g - want).abs() <= 1e-4 * (1.0 + want.abs()), "{what} head {h} e {e}: gpu {g} cpu {want}");
+                }
+            }
+            // linear's RopeKv on mat-vec rows (3) and mat-mat rows (9): the same composition.
+            for tl in [3usize, 9] {
+                if tl > t {
+                    continue;
+                }
+                let opts = quant::LinearOptions { mat_mat_from: 8 };
+                let cs: Vec<KvCache> = (0..4).map(|_| KvCache::new(&dev, nkv, ctx, d).unwrap()).collect();
+                let (qa, qb) = (
+                    dev.alloc(4 * (tl * nh * d) as u64, MemoryKind::DeviceLocal).unwrap(),
+                    dev.alloc(4 * (tl * nh * d) as u64, MemoryKind::DeviceLocal).unwrap(),
+                );
+                let pl = dev.alloc(4 * (tl * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+                let mut s = Stream::new(&dev).unwrap();
+                let ep = quant::LinearEpilogue::RopeKv(RopeKv { rope, n_heads: nh, pos0, caches: (&cs[0], &cs[1]) });
+                quant::linear(&mut s, &m, &xb, tl, None, &qa, ep, &opts).unwrap();
+                quant::linear(&mut s, &m, &xb, tl, None, &pl, quant::LinearEpilogue::Store, &opts).unwrap();
+                let at = |off| HeadRows { buffer: &pl, off, stride: rows };
+                let srcs = (at(0), at(nh * d), at((nh + nkv) * d));
+                attention::rope_kv_append(&mut s, rope, srcs, nh, tl, pos0, (&cs[2], &cs[3]), &qb).unwrap();
+                s.finish_and_wait().unwrap();
+                assert_eq!(qa.to_vec::<u32>().unwrap(), qb.to_vec::<u32>().unwrap(), "{what} linear t {tl}: q");
+                assert_eq!(
+                    cs[0].buffer().to_vec::<u32>().unwrap(),
+                    cs[2].buffer().to_vec::<u32>().unwrap(),
+                    "{what} linear t {tl}: k"
+                );
+                assert_eq!(
+                    cs[1].buffer().to_vec::<u32>().unwrap(),
+                    cs[3].buffer().to_vec::<u32>().unwrap(),
+                    "{what} linear t {tl}: v"
+                );
+            }
+        }
+    }
+    // A matrix that is not the heads' Q|K|V is refused with the shapes named.
+    let m = QMatrix::upload(&dev, GgmlType::F16, 96, 64, &encode(GgmlType::F16, &weights(96, 64, 3))).unwrap();
+    let kc = KvCache::new(&dev, 1, 8, 32).unwrap();
+    let (cos, sin) = tables(8, 32);
+    let rope = RopeTables { cos: &cos, sin: &sin, positions: 8, rot: 32, style: RopeStyle::Neox };
+    let r = RopeKv { rope, n_heads: 2, pos0: 0, caches: (&kc, &kc) };
+    let (xb, q) = (dev.upload(&vec![0f32; 4 * 64]).unwrap(), dev.alloc(4 * 4 * 64, MemoryKind::DeviceLocal).unwrap());
+    let mut s = Stream::new(&dev).unwrap();
+    let e = quant::mat_mat_rope_kv(&mut s, &m, &xb, 4, &q, MatMatOptions::new(MatMatPath::Scalar), &r)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not the Q|K|V of 2 query and 1 KV heads of 32"), "{e}");
+    drop(s);
+    assert_clean(&dev);
+}

@@ -49,7 +49,10 @@
 // Specialization constants 4 and 5 (include/mul_mat_glu.glsl): the gated-product
 // epilogue over a stacked [gate; up] weight, each tile's rows 0-63 gate and 64-127 up
 // (GLU_STORE of include/mul_mat_cm.glsl); then accumulate and ldc are unused and there is
-// no split-K.
+// no split-K. Specialization constants 6-11, bindings 3-6 and push constant pos0
+// (include/mul_mat_rope.glsl): the rotary embedding and KV-cache append of a Q|K|V
+// product in the store (ROPE_STORE of include/mul_mat_cm.glsl; head dim a divisor of 128),
+// the same conditions.
 // Requires subgroup size 32. Specialization constant 0, ROW_RASTER: when true, workgroup
 // (x, y) takes the tile of linear index x + y * gx in row-tile-major order (the token tiles
 // of one row tile are consecutive), so those workgroups run together and read that weight
@@ -77,7 +80,7 @@ layout(constant_id = 3) const bool X_BY_MULTIPLIERS = false;
 layout(std430, set = 0, binding = 1) readonly buffer X { uvec4 x8[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
 layout(std430, set = 0, binding = 2) buffer C16 { uint c16[]; }; // MM_GLU_F16's view of C
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; uint pos0; } p;
 
 #define BM 128u
 #define BN 128u
@@ -124,8 +127,10 @@ shared uvec4 sm[SCR + 32u * RWP];
 
 vec4 nib_lo(uint u) { uint v = u & 0x0F0F0F0Fu; return vec4(v & 0xFFu, (v >> 8) & 0xFFu, (v >> 16) & 0xFFu, v >> 24); }
 
+#define MM_WRN 2u // row groups of subgroups (mm_staged)
 #include "mul_mat_cm.glsl"
 #include "mul_mat_glu.glsl"
+#include "mul_mat_rope.glsl"
 
 uint nwords;
 
@@ -479,6 +484,10 @@ void main() {
 
     if (MM_GLU != 0u) {
         GLU_STORE(4u, 2u, multiply, sg)
+        return;
+    }
+    if (MM_ROPE != 0u) {
+        ROPE_STORE(4u, multiply, sg)
         return;
     }
     // The A buffers become the staging area (64 uvec4 = 256 floats per subgroup).

@@ -29,6 +29,8 @@
 // split-K.
 // Specialization constants 4 and 5: the gated-product epilogue of include/mul_mat_glu.glsl
 // (each tile's rows 0-127 gate, 128-255 up; GLU_STORE of include/mul_mat_cm.glsl).
+// Specialization constants 6-11, bindings 3-6 and push constant pos0: the rotary
+// embedding and KV-cache append of include/mul_mat_rope.glsl (ROPE_STORE).
 // Grid: x = ceil(rows / 256), y = ceil(n_tok / 128), z = ceil(k / k_chunk) (k_chunk a
 // multiple of 32). Requires subgroup size 32 and k % 32 == 0. Block layout: ggml-common.h
 // (block_q8_0). On the H100 a Q4_0 variant ran no faster than mul_mat_cm.comp's
@@ -46,7 +48,7 @@ layout(constant_id = 0) const bool ROW_RASTER = false;
 layout(std430, set = 0, binding = 1) readonly buffer X { uvec4 x8[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
 layout(std430, set = 0, binding = 2) buffer C16 { uint c16[]; }; // MM_GLU_F16's view of C
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; uint pos0; } p;
 
 #define BM 256u
 #define BN 128u
@@ -63,8 +65,10 @@ layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint ro
 #define RW uint(RWN)
 shared uvec4 sm[SCR + 64u * RWP]; // SCR uvec4 + 8 subgroups x 32 rows x RWP words
 
+#define MM_WRN 4u // row groups of subgroups (mm_staged)
 #include "mul_mat_cm.glsl"
 #include "mul_mat_glu.glsl"
+#include "mul_mat_rope.glsl"
 
 uint nwords;
 
@@ -179,6 +183,10 @@ void main() {
 
     if (MM_GLU != 0u) {
         GLU_STORE(8u, 4u, true, sg)
+        return;
+    }
+    if (MM_ROPE != 0u) {
+        ROPE_STORE(8u, true, sg)
         return;
     }
     uint cbase = gl_WorkGroupID.z * p.n_tok * p.ldc;

@@ -13,7 +13,9 @@
 // Specialization constants 4 and 5 (include/mul_mat_glu.glsl): the gated-product epilogue,
 // y = act(gate) * up over a stacked [gate; up] weight (each tile's first 32 rows gate, its
 // last 32 the matching up rows), f32 [n_tok, rows / 2] (stride rows / 2), or packed f16
-// staged through shared memory; accumulate and ldc unused.
+// staged through shared memory; accumulate and ldc unused. Specialization constants 6-11,
+// bindings 3-6 and push constant pos0 (include/mul_mat_rope.glsl): the rotary embedding
+// and KV-cache append of a Q|K|V product in the store (head dim a divisor of 64).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 256) in;
@@ -21,14 +23,18 @@ layout(local_size_x = 256) in;
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
 layout(std430, set = 0, binding = 2) buffer C16 { uint c16[]; }; // MM_GLU_F16's view of C
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; uint pos0; } p;
 
 #define BM 64u
 #define BN 64u
 #define BK 32u
 #include "mul_mat_glu.glsl"
+#include "mul_mat_rope.glsl"
 shared float ws[BK][BM + 1];
 shared float xs[BK][BN + 1];
+
+// The rotary-embedding epilogue's staging: 32 tokens of the tile's 64 rows in ws.
+float mm_staged(uint lr, uint tl) { return ws[lr >> 1][(lr & 1u) * 32u + tl]; }
 
 void main() {
     uint r0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
@@ -77,6 +83,23 @@ void main() {
             for (uint j = 0; j < 4u; j++) {
                 uint n = n0 + tn + 16u * j;
                 if (n < p.n_tok) c[n * h + row] = mm_glu(acc[i][j], acc[i + 2u][j]);
+            }
+        }
+        return;
+    }
+    if (MM_ROPE != 0u) {
+        // Two passes of 32 tokens staged in ws, then each output pair of them.
+        for (uint jp = 0; jp < 2u; jp++) {
+            barrier();
+            for (uint i = 0; i < 4u; i++) for (uint j = 2u * jp; j < 2u * jp + 2u; j++) {
+                uint lr = tr + 16u * i, tl = tn + 16u * (j - 2u * jp);
+                ws[lr >> 1][(lr & 1u) * 32u + tl] = acc[i][j];
+            }
+            barrier();
+            for (uint e = tid; e < 32u * 32u; e += 256u) {
+                uint lr = 2u * (e % 32u), tl = e / 32u;
+                uint n = n0 + 32u * jp + tl;
+                if (r0 + lr < p.rows && n < p.n_tok) mm_rope_store(r0, lr, tl, n);
             }
         }
         return;

@@ -146,6 +146,16 @@ where
     pub fn forward(&mut self, x: &Tensor<S>, norm: &RmsNorm<S>, rope: &Rope<S>, pos: usize) -> Result<Tensor<S>> {
         let s = self.spec;
         let (t, nh, nkv, d) = (x.dims()[0], s.n_head, s.n_kv_head, s.head_dim);
+        // A prompt on a storage that rotates and appends in the QKV product's store.
+        if let (Stacked::One(w), None, None) = (&self.wqkv, &self.bias, &self.qk_norm) {
+            let caches = (&mut self.k_cache, &mut self.v_cache);
+            let tables = rope.tables();
+            if let Some(y) =
+                x.rms_norm_qkv_attention(&norm.weight, norm.eps, w, tables, caches, pos, s.params, nh, d)?
+            {
+                return Ok(y);
+            }
+        }
         // The raw heads; the bias and q/k norms go to the attention call as its prologue
         // (fused into the decode attention on Vulkan).
         let (q, k, v) = match &self.wqkv {

@@ -380,6 +380,33 @@ pub trait ModelStorage: BackendStorage + 'static {
         prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Self>;
 
+    /// A prompt's attention from the residual stream in one call where the backend folds
+    /// the rotation and the cache append into the QKV product's store: `self: f32[t, k]`
+    /// (`l`) normalised by `nw` (`f32[k]`, `eps`) times the stacked Q|K|V weight `wqkv`
+    /// (`[(n_heads + 2 n_kv_heads) d, k]`, no bias, no q/k norms), then
+    /// [`ModelStorage::attention`] of those heads with `rope` (`n_kv_heads` and `d` the
+    /// caches'). `Ok(None)` where the backend does not take it here (the default; Vulkan:
+    /// below its mat-mat's row count, or in a step recorded for replay): the caller
+    /// makes the calls. The result is theirs.
+    ///
+    /// # Errors
+    /// As the calls; a `wqkv` that is not the heads' Q|K|V.
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_qkv_attention(
+        &self,
+        _l: &Layout,
+        _nw: (&Self, &Layout),
+        _eps: f32,
+        _wqkv: &Self::QWeight,
+        _rope: AttnRope<'_, Self>,
+        _caches: (&mut Self::KvCache, &mut Self::KvCache),
+        _pos0: usize,
+        _p: AttnParams,
+        _n_heads: usize,
+    ) -> CResult<Option<Self>> {
+        Ok(None)
+    }
+
     /// Whether [`ModelStorage::attention`] of `t` query tokens with `n_heads` query and
     /// `n_kv_heads` KV heads of dimension `d`, with a rotation, takes a [`QkvPrologue`]
     /// in the same work (Vulkan: a decode step on the grouped-query kernel,

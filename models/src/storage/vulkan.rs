@@ -101,6 +101,23 @@ fn kv_rows(x: &VulkanStorage, l: &Layout) -> CResult<(VulkanStorage, usize, usiz
     Ok((x.packed(l)?, 0, row))
 }
 
+/// The causal attention shape of `t` queries of `h` heads at positions `pos0..` with `p`
+/// (one KV split): a window that covers every position masks nothing.
+fn attn_shape(t: usize, h: usize, pos0: usize, p: AttnParams) -> vkml_ops::attention::AttnShape {
+    let kv_len = pos0 + t;
+    vkml_ops::attention::AttnShape {
+        t_q: t,
+        n_heads: h,
+        kv_len,
+        q_pos0: pos0,
+        causal: true,
+        window: p.window.filter(|&w| w < kv_len).unwrap_or(0),
+        softcap: p.softcap.unwrap_or(0.0),
+        scale: p.scale,
+        n_splits: 1,
+    }
+}
+
 /// A [`kv_rows`] view as rope_kv_append takes it.
 fn head_rows((x, off, stride): &(VulkanStorage, usize, usize)) -> vkml_ops::attention::HeadRows<'_> {
     vkml_ops::attention::HeadRows { buffer: x.buffer(), off: *off, stride: *stride }
@@ -316,7 +333,7 @@ impl ModelStorage for VulkanStorage {
         p: AttnParams,
         prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Self> {
-        use vkml_ops::attention::{self, AttnShape, DecodePrologue};
+        use vkml_ops::attention::{self, DecodePrologue};
         for (x, _) in [q, k, v] {
             f32_only(x, "attention")?;
         }
@@ -336,21 +353,7 @@ impl ModelStorage for VulkanStorage {
                 "attention in a step recorded for replay takes one rotated token (its position is read when it runs), got {t}"
             ),
         };
-        let kv_len = pos0 + t;
-        // A window that covers every position masks nothing.
-        let window = p.window.filter(|&w| w < kv_len).unwrap_or(0);
-        let softcap = p.softcap.unwrap_or(0.0);
-        let mut sh = AttnShape {
-            t_q: t,
-            n_heads: h,
-            kv_len,
-            q_pos0: pos0,
-            causal: true,
-            window,
-            softcap,
-            scale: p.scale,
-            n_splits: 1,
-        };
+        let mut sh = attn_shape(t, h, pos0, p);
         // KV splits over the keys some query sees (a window's, not the whole context's), by
         // the rule of the kernel that runs.
         let caps = dev.hal().caps();
@@ -431,6 +434,57 @@ impl ModelStorage for VulkanStorage {
             dev.recycle(b);
         }
         Ok(dev.storage(y, DType::F32, t * h * d))
+    }
+
+    /// From the mat-mat's row count on, outside a replayed step: the norm, then the QKV
+    /// mat-mat rotating and appending in its store (`quant::linear` with
+    /// `LinearEpilogue::RopeKv`), then `flash_attn` over the caches.
+    fn rms_norm_qkv_attention(
+        &self,
+        l: &Layout,
+        (nw, nwl): (&Self, &Layout),
+        eps: f32,
+        wqkv: &Self::QWeight,
+        rope: AttnRope<'_, Self>,
+        (k_cache, v_cache): (&mut Self::KvCache, &mut Self::KvCache),
+        pos0: usize,
+        p: AttnParams,
+        n_heads: usize,
+    ) -> CResult<Option<Self>> {
+        use vkml_ops::attention::{self, RopeKv};
+        let dev = self.device();
+        let t = l.dims()[0];
+        if t < dev.mat_mat_min_tokens()
+            || dev.step_buffer().is_some()
+            || self.dtype() != DType::F32
+            || nw.dtype() != DType::F32
+        {
+            return Ok(None);
+        }
+        let d = k_cache.d;
+        let q_rot = dev.alloc(t * n_heads * d, DType::F32)?;
+        let r = RopeKv { rope: rope_tables(&rope), n_heads, pos0, caches: (k_cache, v_cache) };
+        let nw = nw.packed(nwl)?;
+        linear(self, l, wqkv, Some(PreNorm { weight: nw.buffer(), eps }), &q_rot, LinearEpilogue::RopeKv(r))?;
+        let mut sh = attn_shape(t, n_heads, pos0, p);
+        sh.n_splits = vkml_ops::tuning::attn_splits(t, sh.visible_len());
+        let scratch = if sh.n_splits > 1 {
+            let (a, b) = attention::split_scratch_len(&sh, d);
+            Some((dev.alloc(a, DType::F32)?, dev.alloc(b, DType::F32)?))
+        } else {
+            None
+        };
+        let y = dev.alloc(t * n_heads * d, DType::F32)?;
+        dev.with_stream(|s| {
+            let sc = scratch.as_ref().map(|(a, b)| (a, b));
+            attention::flash_attn(s, Dtype::F32, &q_rot, k_cache, v_cache, sh, &y, sc).map_err(cerr)
+        })?;
+        dev.recycle(q_rot);
+        if let Some((a, b)) = scratch {
+            dev.recycle(a);
+            dev.recycle(b);
+        }
+        Ok(Some(dev.storage(y, DType::F32, t * n_heads * d)))
     }
 
     /// A decode step on the grouped-query kernel (`vkml_ops::attention::decode_fuses_rope`).

@@ -10,10 +10,11 @@
 use vkml_hal::{Buffer, MemoryKind, Stream};
 
 use super::{
-    glu_writes_q8_1, mat_mat_with, mat_vec_fused, mat_vec_fuses_norm_add, mat_vec_norm_add, mat_vec_q8_1_fused,
-    mat_vec_uses_q8_1, rms_norm_mat_vec, rms_norm_mat_vec_scratch, MatMatGlu, MatMatOptions, MatMatPath,
-    MatVecEpilogue, QMatrix,
+    glu_writes_q8_1, mat_mat_rope_kv, mat_mat_with, mat_vec_fused, mat_vec_fuses_norm_add, mat_vec_norm_add,
+    mat_vec_q8_1_fused, mat_vec_uses_q8_1, rms_norm_mat_vec, rms_norm_mat_vec_scratch, MatMatGlu, MatMatOptions,
+    MatMatPath, MatVecEpilogue, QMatrix,
 };
+use crate::attention::{rope_kv_append, HeadRows, RopeKv};
 use crate::elementwise::{binary, BinaryOp, View};
 use crate::error::{OpsError, Result};
 use crate::nn::{rms_norm, rms_norm_f16_out, GluActivation};
@@ -50,6 +51,12 @@ pub enum LinearEpilogue<'a> {
     /// [`crate::elementwise::softcap`] computes it: in the mat-vec's store, after the
     /// mat-mat.
     Softcap(f32),
+    /// The product is a stacked Q|K|V (`rows` = [`RopeKv::qkv_rows`]): its query heads
+    /// rotated into `y` (f32 `[t, n_heads, d]`), its key heads rotated into the key cache
+    /// and its value heads copied into the value cache, as
+    /// [`crate::attention::rope_kv_append`] does it ([`mat_mat_rope_kv`]: in the mat-mat's
+    /// store for prompts where the kernel folds it).
+    RopeKv(RopeKv<'a>),
 }
 
 /// The choices [`linear`] takes from its caller.
@@ -80,14 +87,17 @@ fn scratch(s: &Stream, bytes: usize) -> Result<Buffer> {
 /// [`mat_vec_fuses_norm_add`] holds), else the norm's kernel first and the post-norm as
 /// `norm.rms` and an add after. From there: the norm's kernel (writing the f16 x of the
 /// tensor-core paths, [`MatMatPath::reads_f16_x`]), the mat-mat (accumulating for `Add`,
-/// writing the gated products for `Glu`: [`MatMatGlu`]), then for the post-norm the norm
-/// and the add, for the soft-cap its kernel. Results
+/// writing the gated products for `Glu`: [`MatMatGlu`], rotating and appending for
+/// `RopeKv`: [`mat_mat_rope_kv`]), then for the post-norm the norm and the add, for the
+/// soft-cap its kernel. Results
 /// agree with the composition of the separate ops to float rounding (sums of squares and
 /// products reduced in other orders).
 ///
 /// # Errors
 /// [`OpsError::Shape`] for buffers too small for the shapes, a `Glu` over an odd number of
-/// rows, `y` that is `x`; errors of the kernels it records.
+/// rows, a `RopeKv` whose heads are not the matrix's rows or that
+/// [`crate::attention::rope_kv_append`] refuses, `y` that is `x`; errors of the kernels it
+/// records.
 #[allow(clippy::too_many_arguments)]
 pub fn linear(
     s: &mut Stream,
@@ -114,6 +124,15 @@ pub fn linear(
             return bad(format!("the norm weight holds {} bytes, less than {} f32", n.weight.size(), w.k));
         }
     }
+    if let LinearEpilogue::RopeKv(r) = epilogue {
+        if w.rows != r.qkv_rows() {
+            return bad(format!(
+                "a [{}, {}] matrix is not the Q|K|V of {} query and {} KV heads of {}",
+                w.rows, w.k, r.n_heads, r.caches.0.n_kv_heads, r.caches.0.d
+            ));
+        }
+        r.check("linear", t, y)?;
+    }
     if let LinearEpilogue::NormAdd { weight, .. } = epilogue {
         if weight.size() < 4 * w.rows as u64 {
             return bad(format!("the post-norm weight holds {} bytes, less than {} f32", weight.size(), w.rows));
@@ -127,6 +146,24 @@ pub fn linear(
             LinearEpilogue::Add => MatVecEpilogue::Add,
             LinearEpilogue::Glu(a) => MatVecEpilogue::Glu(a),
             LinearEpilogue::Softcap(cap) => MatVecEpilogue::Softcap(cap),
+            LinearEpilogue::RopeKv(r) => {
+                // The product, then rope_kv.comp on its rows (a decode step's attention
+                // folds the rotation itself: attention::flash_attn_rope_decode).
+                let p = scratch(s, 4 * t * w.rows)?;
+                linear(s, w, x, t, norm, &p, LinearEpilogue::Store, opts)?;
+                let (qr, kr) = (r.n_heads * r.caches.0.d, r.caches.0.n_kv_heads * r.caches.0.d);
+                let rows = |off| HeadRows { buffer: &p, off, stride: w.rows };
+                return rope_kv_append(
+                    s,
+                    r.rope,
+                    (rows(0), rows(qr), rows(qr + kr)),
+                    r.n_heads,
+                    t,
+                    r.pos0,
+                    r.caches,
+                    y,
+                );
+            }
             LinearEpilogue::NormAdd { weight, eps } => {
                 let x = match norm {
                     Some(n) => normalised(s, x, n, t, w.k)?,
@@ -160,6 +197,9 @@ pub fn linear(
         LinearEpilogue::Glu(act) => {
             let glu = Some(MatMatGlu { act, y_f16: false });
             mat_mat_with(s, w, &x, t, y, MatMatOptions { x_f16, glu, ..MatMatOptions::new(path) })
+        }
+        LinearEpilogue::RopeKv(r) => {
+            mat_mat_rope_kv(s, w, &x, t, y, MatMatOptions { x_f16, ..MatMatOptions::new(path) }, &r)
         }
         LinearEpilogue::NormAdd { weight, eps } => {
             let p = scratch(s, 4 * t * w.rows)?;

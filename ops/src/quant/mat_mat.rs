@@ -2,6 +2,7 @@
 //! cooperative matrices ([`MatMatPath`]).
 
 use super::*;
+use crate::attention::RopeKv;
 
 /// Rows and tokens per tile of the scalar quantized mat-mat (`mul_mat_q.comp`).
 pub const MAT_MAT_TILE: usize = 64;
@@ -153,6 +154,31 @@ fn folds_glu(path: MatMatPath, m: &QMatrix) -> bool {
     matches!(path, MatMatPath::Scalar | MatMatPath::CoopMat) && m.parts.len() == 1
 }
 
+/// Whether the mat-mat `kernel` has the rotation's push constant and bindings
+/// (include/mul_mat_rope.glsl).
+fn takes_rope(kernel: &str) -> bool {
+    matches!(kernel, "mul_mat_q" | "mul_mat_cm" | "mul_mat_cm256")
+}
+
+/// [`RopeKv`]'s specialization constants (include/mul_mat_rope.glsl): 6 = the style
+/// (1 neox, 2 interleaved), 7 = query heads, 8 = KV heads, 9 = head dim, 10 = rotated
+/// dims, 11 = cache slots.
+fn rope_spec_constants(r: &RopeKv<'_>) -> [(u32, u32); 6] {
+    let style = match r.rope.style {
+        crate::nn::RopeStyle::Neox => 1,
+        crate::nn::RopeStyle::Interleaved => 2,
+    };
+    let c = r.caches.0;
+    [
+        (6, style),
+        (7, r.n_heads as u32),
+        (8, c.n_kv_heads as u32),
+        (9, c.d as u32),
+        (10, r.rope.rot as u32),
+        (11, c.ctx as u32),
+    ]
+}
+
 /// [`MatMatGlu`]'s specialization constants (include/mul_mat_glu.glsl): 4 = the
 /// activation (1 silu, 2 gelu, 3 gelu_erf), 5 = f16 output.
 fn glu_spec_constants(glu: MatMatGlu) -> [(u32, u32); 2] {
@@ -193,7 +219,75 @@ pub fn mat_mat_with(
     y: &vkml_hal::Buffer,
     opts: MatMatOptions,
 ) -> Result<()> {
+    mat_mat_store(s, m, x, n_tok, y, opts, None)
+}
+
+/// The Q|K|V mat-mat of a prompt with its rotation and cache append ([`RopeKv`]): `m`'s
+/// product with `x` (`[n_tok, k]`, f32 or f16 as `opts.x_f16` says) rotated and appended
+/// as [`crate::attention::rope_kv_append`] does it, the rotated query heads into `q_out`
+/// (f32 `[n_tok, n_heads, d]`), the same bits. `mul_mat_q`, `mul_mat_cm` and
+/// `mul_mat_cm256` do it in their store where a head's rows lie in one tile (the tile's
+/// rows a multiple of `d`) and `m` is in one part (include/mul_mat_rope.glsl); elsewhere
+/// the product goes to scratch and `rope_kv.comp` follows.
+///
+/// # Errors
+/// As [`mat_mat_with`]; [`OpsError::Shape`] for `m` of other than
+/// [`RopeKv::qkv_rows`] rows, `opts.accumulate` or `opts.glu`, and what
+/// `rope_kv_append` refuses (caches, tables, positions, `q_out` too small).
+pub fn mat_mat_rope_kv(
+    s: &mut Stream,
+    m: &QMatrix,
+    x: &vkml_hal::Buffer,
+    n_tok: usize,
+    q_out: &vkml_hal::Buffer,
+    opts: MatMatOptions,
+    rope: &RopeKv<'_>,
+) -> Result<()> {
+    mat_mat_store(s, m, x, n_tok, q_out, opts, Some(rope))
+}
+
+/// Whether `path`'s `kernel` (tile of `tile_rows`) rotates and appends in its store for `m`
+/// and `rope` ([`mat_mat_rope_kv`]).
+fn folds_rope(path: MatMatPath, m: &QMatrix, tile_rows: usize, rope: &RopeKv<'_>) -> bool {
+    matches!(path, MatMatPath::Scalar | MatMatPath::CoopMat)
+        && m.parts.len() == 1
+        && tile_rows.is_multiple_of(rope.caches.0.d)
+}
+
+/// [`mat_mat_with`] and [`mat_mat_rope_kv`]: the product stored as `opts` and `rope` say.
+fn mat_mat_store(
+    s: &mut Stream,
+    m: &QMatrix,
+    x: &vkml_hal::Buffer,
+    n_tok: usize,
+    y: &vkml_hal::Buffer,
+    opts: MatMatOptions,
+    rope: Option<&RopeKv<'_>>,
+) -> Result<()> {
     let dev = s.device().clone();
+    if let Some(r) = rope {
+        let bad = |reason: String| Err(OpsError::Shape { op: "mat_mat_rope_kv", reason });
+        if m.rows != r.qkv_rows() {
+            return bad(format!(
+                "a [{}, {}] matrix is not the Q|K|V of {} query and {} KV heads of {}",
+                m.rows, m.k, r.n_heads, r.caches.0.n_kv_heads, r.caches.0.d
+            ));
+        }
+        if opts.accumulate || opts.glu.is_some() {
+            return bad("the rotation and cache append take the plain product (no accumulate, no gated product)".into());
+        }
+        r.check("mat_mat_rope_kv", n_tok, y)?;
+        let (_, tile_rows, _) = mat_mat_kernel(dev.caps(), opts.path, m.ty, m.rows, n_tok);
+        if !folds_rope(opts.path, m, tile_rows, r) {
+            // The product, then rope_kv.comp on its rows.
+            let p = dev.alloc((4 * n_tok * m.rows).max(4) as u64, MemoryKind::DeviceLocal)?;
+            mat_mat_store(s, m, x, n_tok, &p, opts, None)?;
+            let (qr, kr) = (r.n_heads * r.caches.0.d, r.caches.0.n_kv_heads * r.caches.0.d);
+            let rows = |off| crate::attention::HeadRows { buffer: &p, off, stride: m.rows };
+            let srcs = (rows(0), rows(qr), rows(qr + kr));
+            return crate::attention::rope_kv_append(s, r.rope, srcs, r.n_heads, n_tok, r.pos0, r.caches, y);
+        }
+    }
     if let Some(glu) = opts.glu {
         let bad = |reason: String| Err(OpsError::Shape { op: "mat_mat", reason });
         let h = m.rows / 2;
@@ -227,8 +321,8 @@ pub fn mat_mat_with(
         if !opts.path.reads_f16_x() {
             return bad(format!("{:?} reads f32 x, not f16", opts.path));
         }
-        // (a gated product's smaller y was checked above)
-        let yb = if opts.glu.is_some() { 0 } else { 4 * (n_tok * m.rows) as u64 };
+        // (a gated product's or a rotation's smaller y was checked above)
+        let yb = if opts.glu.is_some() || rope.is_some() { 0 } else { 4 * (n_tok * m.rows) as u64 };
         let xb = 2 * (n_tok * m.k) as u64;
         if x.size() < xb || y.size() < yb {
             return bad(format!(
@@ -237,7 +331,8 @@ pub fn mat_mat_with(
                 y.size()
             ));
         }
-    } else if opts.glu.is_some() {
+    } else if opts.glu.is_some() || rope.is_some() {
+        // (y checked above)
         check_io_rows("mat_mat", m, 0, x, n_tok, y)?;
     } else {
         check_io("mat_mat", m, x, n_tok, y)?;
@@ -318,8 +413,9 @@ pub fn mat_mat_with(
     // keeps every multiprocessor's memory pipeline busy.
     let max_splits = (m.k / 1024).max(1) as u64;
     // (The scalar kernel has none; a matrix in several parts is large and runs without
-    // one, each part's outputs written in place; the gated product needs whole sums.)
-    let want = if m.parts.len() > 1 || opts.path == MatMatPath::Scalar || opts.glu.is_some() {
+    // one, each part's outputs written in place; the gated product and the rotation need
+    // whole sums.)
+    let want = if m.parts.len() > 1 || opts.path == MatMatPath::Scalar || opts.glu.is_some() || rope.is_some() {
         1
     } else {
         opts.split_k.map_or_else(|| MAT_MAT_TARGET_GROUPS.div_ceil(gx * gy).min(max_splits), u64::from).max(1)
@@ -364,6 +460,10 @@ pub fn mat_mat_with(
             tuning::mat_mat_spec_constants(dev.caps(), name, m.ty)
         };
         spec_constants.extend(opts.glu.map(glu_spec_constants).into_iter().flatten());
+        spec_constants.extend(rope.map(rope_spec_constants).into_iter().flatten());
+        if name == "mul_mat_cm" && (opts.glu.is_some() || rope.is_some()) {
+            spec_constants.push((12, tuning::mat_mat_epilogue_tiles(dev.caps())));
+        }
         let options = PipelineOptions { spec_constants, ..options.clone() };
         let k = type_kernels("mat_mat", m.ty)?;
         let kernel = match opts.path {
@@ -374,7 +474,7 @@ pub fn mat_mat_with(
             MatMatPath::CoopMat => k.mul_mat_cm,
         };
         let p = dev.pipeline(&dev.kernel(kernel)?, &options)?;
-        let pc = push_words(&[
+        let mut words = vec![
             0,
             m.row_bytes as u32,
             m.k as u32,
@@ -383,14 +483,31 @@ pub fn mat_mat_with(
             u32::from(accumulate),
             k_chunk as u32,
             m.rows as u32,
-        ]);
-        let c_arg = if opts.glu.is_some() {
+        ];
+        let c_arg: BufferArg<'_> = if opts.glu.is_some() || rope.is_some() {
             y.into()
         } else {
             partials.as_ref().map_or_else(|| y_from(part.row0, part.rows), Into::into)
         };
+        let mut bindings: Vec<BufferArg<'_>> = vec![(&part.buffer).into(), x_arg.into(), c_arg];
+        if takes_rope(name) {
+            // The rotation's push constant and bindings (include/mul_mat_rope.glsl): the
+            // tables and caches, or without it the weight and C bound in their place.
+            words.push(rope.map_or(0, |r| r.pos0 as u32));
+            match rope {
+                Some(r) => bindings.extend::<[BufferArg<'_>; 4]>([
+                    r.rope.cos.into(),
+                    r.rope.sin.into(),
+                    r.caches.0.buffer().into(),
+                    r.caches.1.buffer().into(),
+                ]),
+                None => {
+                    bindings.extend::<[BufferArg<'_>; 4]>([(&part.buffer).into(), (&part.buffer).into(), c_arg, c_arg])
+                }
+            }
+        }
         let groups = [part.rows.div_ceil(tile_rows) as u32, gy as u32, splits as u32];
-        s.dispatch(&p, &[(&part.buffer).into(), x_arg.into(), c_arg], &pc, groups)?;
+        s.dispatch(&p, &bindings, &push_words(&words), groups)?;
     }
     if let Some(part) = &partials {
         let red = pipeline(&dev, "reduce_partials", ELEMENTWISE_WORKGROUP)?;

@@ -47,31 +47,41 @@ uvec4 pack8(f16vec4 a, f16vec4 b) {
         subgroupBarrier(); \
     } }
 
+// The epilogues below stage the accumulators through shared memory in passes of
+// MM_EPI_TILES (specialization constant 12: 1 or 2) 16-row or 16-token strips per
+// subgroup, 256 * MM_EPI_TILES uvec4 per subgroup slot (mul_mat_cm256.comp's 8 subgroups
+// have room for 1 only).
+layout(constant_id = 12) const uint MM_EPI_TILES = 1u;
+
 // GLU_STORE(nsg, wrn, mult, msg): the gated-product epilogue (include/mul_mat_glu.glsl's
 // MM_GLU) of a tile multiplied by nsg subgroups of 64 x 64 (acc[4][4] of 16 x 16), subgroup
 // msg at rows wr * 64, tokens wn * 64 of the tile (msg = wn * wrn + wr; mult: whether this
 // invocation's subgroup multiplies). The gate subgroups (wr < wrn / 2) pair with the up
-// subgroup wr + wrn / 2 of the same wn. In 4 passes, each multiplying subgroup stores its
-// 16-row strip i (4 tiles, 256 uvec4) at sm[msg * 256], then the whole workgroup writes
-// act(gate) * up of the strips: f32 [n_tok, h], or with MM_GLU_F16 packed f16 pairs. Uses
-// r0, n0, p, sm, c, c16; needs nsg * 256 uvec4 of sm, free once the main loop's last
-// barrier has passed.
+// subgroup wr + wrn / 2 of the same wn. In 4 / MM_EPI_TILES passes, each multiplying
+// subgroup stores its next MM_EPI_TILES 16-row strips (4 tiles each) at
+// sm[msg * 256 * MM_EPI_TILES], then the whole workgroup writes act(gate) * up of the
+// strips: f32 [n_tok, h], or with MM_GLU_F16 packed f16 pairs. Uses r0, n0, p, sm, c, c16;
+// needs nsg * 256 * MM_EPI_TILES uvec4 of sm, free once the main loop's last barrier has
+// passed.
 #define GLU_STORE(nsg_, wrn_, mult_, msg_) { \
     uint h = p.rows >> 1, h0 = r0 >> 1; \
-    uint per = MM_GLU_F16 ? 512u : 1024u; /* words or outputs of one gate subgroup's strip */ \
-    [[unroll]] for (uint i = 0; i < 4u; i++) { \
+    uint srows = 16u * MM_EPI_TILES; /* rows of a pass per subgroup */ \
+    uint per = MM_GLU_F16 ? srows * 32u : srows * 64u; /* words or outputs of one gate subgroup's pass */ \
+    [[unroll]] for (uint ip = 0; ip < 4u / MM_EPI_TILES; ip++) { \
         barrier(); \
-        if (mult_) [[unroll]] for (uint j = 0; j < 4u; j++) \
-            coopMatStore(acc[i][j], sm, (msg_) * 256u + j * 64u, 4u, gl_CooperativeMatrixLayoutColumnMajor); \
+        if (mult_) [[unroll]] for (uint it = 0; it < MM_EPI_TILES; it++) [[unroll]] for (uint j = 0; j < 4u; j++) \
+            coopMatStore(acc[ip * MM_EPI_TILES + it][j], sm, ((msg_) * MM_EPI_TILES + it) * 256u + j * 64u, 4u, \
+                gl_CooperativeMatrixLayoutColumnMajor); \
         barrier(); \
         for (uint e = gl_LocalInvocationID.x; e < (nsg_) / 2u * per; e += gl_WorkGroupSize.x) { \
             uint g = e / per, f = e % per; \
             uint sg_g = (g / ((wrn_) / 2u)) * (wrn_) + g % ((wrn_) / 2u); \
-            uint rr = MM_GLU_F16 ? 2u * (f & 7u) : (f & 15u), tt = MM_GLU_F16 ? f >> 3 : f >> 4; \
-            uint row = h0 + (sg_g % (wrn_)) * 64u + 16u * i + rr, n = n0 + (sg_g / (wrn_)) * 64u + tt; \
+            uint rr = MM_GLU_F16 ? 2u * (f % (srows / 2u)) : f % srows; \
+            uint tt = MM_GLU_F16 ? f / (srows / 2u) : f / srows; \
+            uint row = h0 + (sg_g % (wrn_)) * 64u + ip * srows + rr, n = n0 + (sg_g / (wrn_)) * 64u + tt; \
             if (row >= h || n >= p.n_tok) continue; \
-            uint fg = (sg_g * 256u + (tt >> 4) * 64u) * 4u + (tt & 15u) * 16u + rr; \
-            uint fu = fg + (wrn_) / 2u * 1024u; \
+            uint fg = ((sg_g * MM_EPI_TILES + (rr >> 4)) * 256u + (tt >> 4) * 64u) * 4u + (tt & 15u) * 16u + (rr & 15u); \
+            uint fu = fg + (wrn_) / 2u * MM_EPI_TILES * 1024u; \
             float v0 = mm_glu(uintBitsToFloat(sm[fg >> 2][fg & 3u]), uintBitsToFloat(sm[fu >> 2][fu & 3u])); \
             if (MM_GLU_F16) { \
                 fg++; \
@@ -81,5 +91,42 @@ uvec4 pack8(f16vec4 a, f16vec4 b) {
             } else { \
                 c[n * h + row] = v0; \
             } \
+        } \
+    } }
+
+// The rotary-embedding epilogue's staging (include/mul_mat_rope.glsl) for the kernels of
+// subgroups of 64 x 64 at rows wr * 64 and tokens wn * 64 of the tile (subgroup slot
+// wn * MM_WRN + wr, MM_WRN defined by the kernel): ROPE_STORE's pass jp holds each
+// subgroup's tokens 16 MM_EPI_TILES jp .. (MM_EPI_TILES strips of 16 tokens, 4 tiles of 16
+// rows each) at sm[(slot * MM_EPI_TILES + strip) * 256 + i * 64]; staged token tl is token
+// wn * 64 + 16 MM_EPI_TILES jp + tl % (16 MM_EPI_TILES) of the tile,
+// wn = tl / (16 MM_EPI_TILES).
+#ifdef MM_WRN
+float mm_staged(uint lr, uint tl) {
+    uint tw = 16u * MM_EPI_TILES, tt = tl % tw;
+    uint slot = (tl / tw) * MM_WRN + (lr >> 6);
+    uint f = ((slot * MM_EPI_TILES + (tt >> 4)) * 256u + ((lr & 63u) >> 4) * 64u) * 4u + (tt & 15u) * 16u + (lr & 15u);
+    return uintBitsToFloat(sm[f >> 2][f & 3u]);
+}
+#endif
+
+// ROPE_STORE(nsg, mult, msg): the rotary-embedding epilogue (MM_ROPE) of a tile multiplied
+// by nsg subgroups (as GLU_STORE): in 4 / MM_EPI_TILES passes, each multiplying subgroup
+// stores its next MM_EPI_TILES 16-token strips, then the workgroup writes every output
+// pair of those tokens (mm_rope_store). Uses r0, n0, p, sm, acc; needs
+// nsg * 256 * MM_EPI_TILES uvec4 of sm.
+#define ROPE_STORE(nsg_, mult_, msg_) { \
+    uint tw = 16u * MM_EPI_TILES; \
+    uint toks = (nsg_) / MM_WRN * tw; \
+    [[unroll]] for (uint jp = 0; jp < 4u / MM_EPI_TILES; jp++) { \
+        barrier(); \
+        if (mult_) [[unroll]] for (uint jt = 0; jt < MM_EPI_TILES; jt++) [[unroll]] for (uint i = 0; i < 4u; i++) \
+            coopMatStore(acc[i][jp * MM_EPI_TILES + jt], sm, ((msg_) * MM_EPI_TILES + jt) * 256u + i * 64u, 4u, \
+                gl_CooperativeMatrixLayoutColumnMajor); \
+        barrier(); \
+        for (uint e = gl_LocalInvocationID.x; e < BM / 2u * toks; e += gl_WorkGroupSize.x) { \
+            uint lr = 2u * (e % (BM / 2u)), tl = e / (BM / 2u); \
+            uint n = n0 + (tl / tw) * 64u + jp * tw + tl % tw; \
+            if (r0 + lr < p.rows && n < p.n_tok) mm_rope_store(r0, lr, tl, n); \
         } \
     } }

@@ -6,17 +6,27 @@
 #ifndef VKML_ROPE_PAIR_GLSL
 #define VKML_ROPE_PAIR_GLSL
 
-// Element e's table column j, whether it is its pair's first element, and its partner.
+// Element e's table column j, whether it is its pair's first element, and its partner,
+// interleaved or neox as `interleaved` says.
+void rope_pair_style(bool interleaved, uint e, uint rot, out uint j, out bool first, out uint partner) {
+    if (interleaved) {
+        j = e / 2u;
+        first = (e & 1u) == 0u;
+        partner = first ? e + 1u : e - 1u;
+    } else {
+        uint half_rot = rot / 2u;
+        j = e % half_rot;
+        first = e < half_rot;
+        partner = first ? e + half_rot : e - half_rot;
+    }
+}
+
+// rope_pair_style of the kernel's style (INTERLEAVED defined or not).
 void rope_pair(uint e, uint rot, out uint j, out bool first, out uint partner) {
 #ifdef INTERLEAVED
-    j = e / 2u;
-    first = (e & 1u) == 0u;
-    partner = first ? e + 1u : e - 1u;
+    rope_pair_style(true, e, rot, j, first, partner);
 #else
-    uint half_rot = rot / 2u;
-    j = e % half_rot;
-    first = e < half_rot;
-    partner = first ? e + half_rot : e - half_rot;
+    rope_pair_style(false, e, rot, j, first, partner);
 #endif
 }
 
