@@ -406,7 +406,7 @@ pub fn mat_vec_id(ty: GgmlType, n_expert: usize, rows: usize, k: usize, slots: u
             flops: 2.0 * (slots * rows * k) as f64,
             limit: Limit::Bandwidth,
             copies,
-            record: Box::new(move |s, i| quant::mat_vec_id(s, &m, n_expert, &ids[i], slots, &x, false, &ys[i])),
+            record: Box::new(move |s, i| quant::mat_vec_id(s, &m, n_expert, &ids[i], slots, &x, 0, &ys[i])),
         })
     })
 }

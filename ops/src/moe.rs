@@ -1,7 +1,7 @@
 //! Mixture-of-experts routing on the GPU (issue 31's first kernel): from a router's logits,
 //! each token's top-k experts and their weights, as llama.cpp's `build_moe_ffn` computes
 //! them (src/llama-graph.cpp), kernel `moe_route.<gating>`. The ids stay on the device for
-//! the expert-indexed products that read them.
+//! the expert-indexed products that read them ([`ffn`]).
 
 use vkml_hal::{Buffer, Stream};
 
@@ -122,25 +122,31 @@ pub struct MoeWeights<'a> {
     pub down: &'a crate::quant::QMatrix,
 }
 
-/// Records one token's mixture-of-experts feed-forward, `y = Σ_j w_j down_{e_j}(act(gate_{e_j}
-/// x) * up_{e_j} x)` over the `r.k` experts `e_j` [`route`] chooses from `router x`
-/// (llama.cpp's `build_moe_ffn` for one token, without a shared expert): `x: f32[n_embd]`,
-/// `y: f32[n_embd]` (overwritten). Dispatches: the router mat-vec, the routing, the gate
-/// and up expert mat-vecs ([`crate::quant::mat_vec_id`]), the gated product, the down expert
-/// mat-vec on each slot's product, and the weighted sum (a 1 x k by k x n_embd matmul).
+/// Records the mixture-of-experts feed-forward of `t` tokens, `y_n = Σ_j w_nj
+/// down_{e_nj}(act(gate_{e_nj} x_n) * up_{e_nj} x_n)` over the `r.k` experts `e_nj`
+/// [`route`] chooses from `router x_n` (llama.cpp's `build_moe_ffn`, without a shared
+/// expert): `x, y: f32[t, n_embd]` (packed; `y` overwritten). Dispatches per chunk of at
+/// most 65 535 / k tokens: the router product ([`crate::quant::linear`]), the routing, the
+/// gate and up expert mat-vecs of the chunk's `t k` slots ([`crate::quant::mat_vec_id`], each
+/// slot reading its token's x), the gated product, the down expert mat-vec on each slot's
+/// product, and the weighted sums (a batched `1 x k` by `k x n_embd` matmul). Each slot
+/// reads its expert's whole matrix: for prompts, tokens grouped by expert would read each
+/// once (issue 31's grouped mat-mat, not built yet).
 ///
 /// # Errors
 /// [`OpsError::Shape`] for matrices that do not fit `r` and each other or buffers too small;
 /// as the ops it records.
-pub fn ffn_decode(
+#[allow(clippy::too_many_arguments)]
+pub fn ffn(
     s: &mut Stream,
     w: MoeWeights<'_>,
     r: Routing,
     act: crate::nn::GluActivation,
     x: &Buffer,
+    t: usize,
     y: &Buffer,
 ) -> Result<()> {
-    use crate::quant::{mat_vec_id, mat_vec_with};
+    use crate::quant::{linear, mat_vec_id, LinearEpilogue, LinearOptions};
     let n_embd = w.router.k();
     let n_ff = w.gate.rows() / r.n_expert.max(1);
     let fits = w.router.rows() == r.n_expert
@@ -152,7 +158,7 @@ pub fn ffn_decode(
         && w.down.rows() == r.n_expert * n_embd;
     if !fits {
         return Err(OpsError::Shape {
-            op: "moe::ffn_decode",
+            op: "moe::ffn",
             reason: format!(
                 "router [{}, {}], gate [{}, {}], up [{}, {}], down [{}, {}] do not make {} experts",
                 w.router.rows(),
@@ -167,26 +173,53 @@ pub fn ffn_decode(
             ),
         });
     }
-    if x.size() < 4 * n_embd as u64 || y.size() < 4 * n_embd as u64 {
+    let bytes = 4 * (t * n_embd) as u64;
+    if x.size() < bytes || y.size() < bytes {
         return Err(OpsError::Shape {
-            op: "moe::ffn_decode",
-            reason: format!("x and y need {} bytes each, got {} and {}", 4 * n_embd, x.size(), y.size()),
+            op: "moe::ffn",
+            reason: format!("{t} tokens need x and y of {bytes} bytes each, got {} and {}", x.size(), y.size()),
+        });
+    }
+    if r.k == 0 || r.k > MAX_USED.min(r.n_expert) {
+        return Err(OpsError::Shape {
+            op: "moe::ffn",
+            reason: format!("{} experts per token of {}: 1 ..= {MAX_USED} and at most the experts", r.k, r.n_expert),
         });
     }
     let dev = s.device().clone();
-    let scratch = |bytes: usize| dev.alloc(bytes.max(4) as u64, vkml_hal::MemoryKind::DeviceLocal);
     let k = r.k;
-    let (logits, ids, weights) = (scratch(4 * r.n_expert)?, scratch(4 * k)?, scratch(4 * k)?);
-    let cfg = crate::tuning::mat_vec_config(dev.caps());
-    mat_vec_with(s, w.router, x, 1, &logits, cfg)?;
-    route(s, &logits, 1, r, None, &ids, &weights)?;
-    let (g, u, h) = (scratch(4 * k * n_ff)?, scratch(4 * k * n_ff)?, scratch(4 * k * n_ff)?);
-    mat_vec_id(s, w.gate, r.n_expert, &ids, k, x, false, &g)?;
-    mat_vec_id(s, w.up, r.n_expert, &ids, k, x, false, &u)?;
-    crate::nn::glu(s, crate::Dtype::F32, act, &g, &u, k * n_ff, &h)?;
-    let d = scratch(4 * k * n_embd)?;
-    mat_vec_id(s, w.down, r.n_expert, &ids, k, &h, true, &d)?;
-    // y [1, n_embd] = weights [1, k] x d [k, n_embd].
-    let lay = |row: usize| crate::matmul::MatLayout { offset: 0, batch: 0, row, col: 1 };
-    crate::matmul::matmul(s, crate::Dtype::F32, (1, 1, n_embd, k), &weights, lay(k), &d, lay(n_embd), y)
+    let opts = LinearOptions::new(dev.caps());
+    let chunk = (u16::MAX as usize / k).max(1);
+    let mut t0 = 0;
+    while t0 < t {
+        let tc = chunk.min(t - t0);
+        let scratch = |bytes: usize| dev.alloc(bytes.max(4) as u64, vkml_hal::MemoryKind::DeviceLocal);
+        // A chunk's rows in buffers of their own where there are several chunks.
+        let whole = tc == t;
+        let row_bytes = 4 * n_embd as u64;
+        let (xc, yc) =
+            if whole { (x.clone(), y.clone()) } else { (scratch(4 * tc * n_embd)?, scratch(4 * tc * n_embd)?) };
+        if !whole {
+            s.copy(x, t0 as u64 * row_bytes, &xc, 0, tc as u64 * row_bytes)?;
+        }
+        let slots = tc * k;
+        let (logits, ids, weights) = (scratch(4 * tc * r.n_expert)?, scratch(4 * slots)?, scratch(4 * slots)?);
+        linear(s, w.router, &xc, tc, None, &logits, LinearEpilogue::Store, &opts)?;
+        route(s, &logits, tc, r, None, &ids, &weights)?;
+        let (g, u, h) = (scratch(4 * slots * n_ff)?, scratch(4 * slots * n_ff)?, scratch(4 * slots * n_ff)?);
+        mat_vec_id(s, w.gate, r.n_expert, &ids, slots, &xc, k, &g)?;
+        mat_vec_id(s, w.up, r.n_expert, &ids, slots, &xc, k, &u)?;
+        crate::nn::glu(s, crate::Dtype::F32, act, &g, &u, slots * n_ff, &h)?;
+        let d = scratch(4 * slots * n_embd)?;
+        mat_vec_id(s, w.down, r.n_expert, &ids, slots, &h, 1, &d)?;
+        // y[n] [1, n_embd] = weights[n] [1, k] x d[n] [k, n_embd] for each token n.
+        let lay = |batch: usize, row: usize| crate::matmul::MatLayout { offset: 0, batch, row, col: 1 };
+        let dims = (tc, 1, n_embd, k);
+        crate::matmul::matmul(s, crate::Dtype::F32, dims, &weights, lay(k, k), &d, lay(k * n_embd, n_embd), &yc)?;
+        if !whole {
+            s.copy(&yc, 0, y, t0 as u64 * row_bytes, tc as u64 * row_bytes)?;
+        }
+        t0 += tc;
+    }
+    Ok(())
 }

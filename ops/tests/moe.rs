@@ -131,8 +131,9 @@ fn bad_routings_are_clear_errors() {
 /// The expert-indexed mat-vec (`quant::mat_vec_id`, ids on the device) gives, for each slot,
 /// the bits of the block-wise mat-vec of its expert's own matrix (`mat_vec_with`, the
 /// device's launch), and the CPU's product within the mat-vec tests' bound: shared x (gate,
-/// up) and x per slot (down), a repeated expert, each type family (32-blocks, k-quants, the
-/// IQ/FP4 kernel). Matrices that do not split into experts are refused.
+/// up of one token), x per slot (down) and x per token of two slots each (gate, up of two
+/// tokens), a repeated expert, each type family (32-blocks, k-quants, the IQ/FP4 kernel).
+/// Matrices that do not split into experts are refused.
 #[test]
 fn expert_indexed_mat_vec_is_each_experts_mat_vec() {
     use vkml_ops::quant::{self, QMatrix};
@@ -149,21 +150,22 @@ fn expert_indexed_mat_vec_is_each_experts_mat_vec() {
         let w = uniform(n_expert * rows * k, 3 + ty as u64, 1.0);
         let bytes = vkml_quant::quantize(ty, &w).unwrap();
         let m = QMatrix::upload(dev, ty, n_expert * rows, k, &bytes).unwrap();
-        let slots: [u32; 3] = [3, 0, 3];
+        let slots: [u32; 4] = [3, 0, 3, 1];
         let idb = dev.upload(&slots).unwrap();
         let row_bytes = bytes.len() / (n_expert * rows);
-        for x_per_slot in [false, true] {
-            let x = uniform(if x_per_slot { slots.len() } else { 1 } * k, 9, 1.0);
+        for x_slots in [0usize, 1, 2] {
+            let x_row = |j: usize| j.checked_div(x_slots).unwrap_or(0);
+            let x = uniform((x_row(slots.len() - 1) + 1) * k, 9, 1.0);
             let xb = dev.upload(&x).unwrap();
             let y = dev.alloc(4 * (slots.len() * rows) as u64, MemoryKind::DeviceLocal).unwrap();
             let mut s = Stream::new(dev).unwrap();
-            quant::mat_vec_id(&mut s, &m, n_expert, &idb, slots.len(), &xb, x_per_slot, &y).unwrap();
+            quant::mat_vec_id(&mut s, &m, n_expert, &idb, slots.len(), &xb, x_slots, &y).unwrap();
             // Each slot's expert alone, through the dense mat-vec.
             let mut dense = Vec::new();
             for (j, &e) in slots.iter().enumerate() {
                 let eb = &bytes[e as usize * rows * row_bytes..(e as usize + 1) * rows * row_bytes];
                 let me = QMatrix::upload(dev, ty, rows, k, eb).unwrap();
-                let xj = if x_per_slot { &x[j * k..(j + 1) * k] } else { &x[..] };
+                let xj = &x[x_row(j) * k..(x_row(j) + 1) * k];
                 let (xjb, yj) = (dev.upload(xj).unwrap(), dev.alloc(4 * rows as u64, MemoryKind::DeviceLocal).unwrap());
                 let cfg_block = vkml_ops::tuning::MatVecConfig { integer_dot: false, ..cfg };
                 quant::mat_vec_with(&mut s, &me, &xjb, 1, &yj, cfg_block).unwrap();
@@ -172,7 +174,7 @@ fn expert_indexed_mat_vec_is_each_experts_mat_vec() {
             s.finish_and_wait().unwrap();
             let got = y.to_vec::<f32>().unwrap();
             for (j, &e) in slots.iter().enumerate() {
-                let what = format!("{ty:?} slot {j} (expert {e}), x per slot {x_per_slot}");
+                let what = format!("{ty:?} slot {j} (expert {e}), x rows of {x_slots} slots");
                 let want = dense[j].2.to_vec::<f32>().unwrap();
                 let g = &got[j * rows..(j + 1) * rows];
                 assert!(g.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: against its mat-vec");
@@ -181,7 +183,7 @@ fn expert_indexed_mat_vec_is_each_experts_mat_vec() {
                     &bytes[e as usize * rows * row_bytes..(e as usize + 1) * rows * row_bytes],
                 )
                 .unwrap();
-                let xj = if x_per_slot { &x[j * k..(j + 1) * k] } else { &x[..] };
+                let xj = &x[x_row(j) * k..(x_row(j) + 1) * k];
                 for r in 0..rows {
                     let (d, mag) = (0..k).fold((0f64, 0f64), |(d, m), c| {
                         let p = f64::from(wd[r * k + c]) * f64::from(xj[c]);
@@ -196,19 +198,20 @@ fn expert_indexed_mat_vec_is_each_experts_mat_vec() {
         .unwrap();
     let b = dev.alloc(256, MemoryKind::DeviceLocal).unwrap();
     let mut s = Stream::new(dev).unwrap();
-    let e = vkml_ops::quant::mat_vec_id(&mut s, &m, 3, &b, 1, &b, false, &b).unwrap_err().to_string();
+    let e = vkml_ops::quant::mat_vec_id(&mut s, &m, 3, &b, 1, &b, 0, &b).unwrap_err().to_string();
     assert!(e.contains("not 3 experts"), "{e}");
     let errs = dev.instance().take_validation_errors();
     assert!(errs.is_empty(), "validation errors: {errs:#?}");
 }
 
-/// One token's MoE feed-forward (`moe::ffn_decode`: router, routing, the chosen experts'
-/// gate / up / down, SiLU product, weighted sum) against llama.cpp's `build_moe_ffn` for one
-/// token computed here in f64 on the dequantized weights: Qwen3-MoE's gating (softmax, top
-/// k, normalised) and DeepSeek-like sigmoid gating, experts in Q4_0, Q8_0 and MXFP4.
+/// The MoE feed-forward (`moe::ffn`: router, routing, the chosen experts' gate / up / down,
+/// SiLU product, weighted sums) of 1 and of 5 tokens against llama.cpp's `build_moe_ffn`
+/// computed here in f64 on the dequantized weights: Qwen3-MoE's gating (softmax, top k,
+/// normalised) and DeepSeek-like sigmoid gating, experts in Q4_0, Q8_0 and MXFP4; the 5
+/// tokens' rows equal each token's call alone, bit for bit.
 #[test]
 fn moe_feed_forward_matches_build_moe_ffn() {
-    use vkml_ops::moe::{ffn_decode, MoeWeights};
+    use vkml_ops::moe::{ffn, MoeWeights};
     use vkml_ops::nn::GluActivation;
     use vkml_ops::quant::QMatrix;
     use vkml_quant::GgmlType;
@@ -217,7 +220,7 @@ fn moe_feed_forward_matches_build_moe_ffn() {
         eprintln!("skipped: no block-wise mat-vec kernels on this device");
         return;
     }
-    let (n_expert, n_embd, n_ff) = (8usize, 64usize, 96usize);
+    let (n_expert, n_embd, n_ff, t) = (8usize, 64usize, 96usize, 5usize);
     for (ty, gating, k) in [
         (GgmlType::Q4_0, ExpertGating::Softmax, 2usize),
         (GgmlType::Q8_0, ExpertGating::Sigmoid, 3),
@@ -235,11 +238,22 @@ fn moe_feed_forward_matches_build_moe_ffn() {
         let gate = QMatrix::upload(dev, ty, n_expert * n_ff, n_embd, &gate_b).unwrap();
         let up = QMatrix::upload(dev, ty, n_expert * n_ff, n_embd, &up_b).unwrap();
         let down = QMatrix::upload(dev, ty, n_expert * n_embd, n_ff, &down_b).unwrap();
-        let x = uniform(n_embd, 5, 1.0);
-        let (xb, y) = (dev.upload(&x).unwrap(), dev.alloc(4 * n_embd as u64, MemoryKind::DeviceLocal).unwrap());
-        let mut s = Stream::new(dev).unwrap();
         let w = MoeWeights { router: &router, gate: &gate, up: &up, down: &down };
-        ffn_decode(&mut s, w, r, GluActivation::Silu, &xb, &y).unwrap();
+        let x = uniform(t * n_embd, 5, 1.0);
+        let xb = dev.upload(&x).unwrap();
+        let y = dev.alloc(4 * (t * n_embd) as u64, MemoryKind::DeviceLocal).unwrap();
+        let mut s = Stream::new(dev).unwrap();
+        ffn(&mut s, w, r, GluActivation::Silu, &xb, t, &y).unwrap();
+        // Each token alone.
+        let mut alone = Vec::new();
+        for n in 0..t {
+            let (xn, yn) = (
+                dev.upload(&x[n * n_embd..(n + 1) * n_embd]).unwrap(),
+                dev.alloc(4 * n_embd as u64, MemoryKind::DeviceLocal).unwrap(),
+            );
+            ffn(&mut s, w, r, GluActivation::Silu, &xn, 1, &yn).unwrap();
+            alone.push((xn, yn));
+        }
         s.finish_and_wait().unwrap();
         let got = y.to_vec::<f32>().unwrap();
         // The reference: logits, routing, experts, weighted sum, in f64.
@@ -249,31 +263,40 @@ fn moe_feed_forward_matches_build_moe_ffn() {
             vkml_quant::dequantize_to_vec(ty, &down_b).unwrap(),
         );
         let dot = |w: &[f32], x: &[f64]| w.iter().zip(x).map(|(&a, b)| f64::from(a) * b).sum::<f64>();
-        let xd: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
-        let logits: Vec<f32> =
-            (0..n_expert).map(|e| dot(&router_w[e * n_embd..(e + 1) * n_embd], &xd) as f32).collect();
-        let (ids, weights) = reference(&logits, r, None);
-        let mut want = vec![0f64; n_embd];
-        let mut mag = vec![0f64; n_embd];
-        for (&e, &we) in ids.iter().zip(&weights) {
-            let e = e as usize;
-            let h: Vec<f64> = (0..n_ff)
-                .map(|i| {
-                    let row = (e * n_ff + i) * n_embd;
-                    let (g, u) = (dot(&gd[row..row + n_embd], &xd), dot(&ud[row..row + n_embd], &xd));
-                    g / (1.0 + (-g).exp()) * u
-                })
-                .collect();
-            for o in 0..n_embd {
-                let row = (e * n_embd + o) * n_ff;
-                let d = dot(&dd[row..row + n_ff], &h);
-                want[o] += we * d;
-                mag[o] += (we * d).abs() + 1e-3;
+        for n in 0..t {
+            let one = alone[n].1.to_vec::<f32>().unwrap();
+            let row = &got[n * n_embd..(n + 1) * n_embd];
+            assert!(row.iter().zip(&one).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty:?} token {n}: alone");
+            let xd: Vec<f64> = x[n * n_embd..(n + 1) * n_embd].iter().map(|&v| f64::from(v)).collect();
+            let logits: Vec<f32> =
+                (0..n_expert).map(|e| dot(&router_w[e * n_embd..(e + 1) * n_embd], &xd) as f32).collect();
+            let (ids, weights) = reference(&logits, r, None);
+            let mut want = vec![0f64; n_embd];
+            let mut mag = vec![0f64; n_embd];
+            for (&e, &we) in ids.iter().zip(&weights) {
+                let e = e as usize;
+                let h: Vec<f64> = (0..n_ff)
+                    .map(|i| {
+                        let row = (e * n_ff + i) * n_embd;
+                        let (g, u) = (dot(&gd[row..row + n_embd], &xd), dot(&ud[row..row + n_embd], &xd));
+                        g / (1.0 + (-g).exp()) * u
+                    })
+                    .collect();
+                for o in 0..n_embd {
+                    let row = (e * n_embd + o) * n_ff;
+                    let d = dot(&dd[row..row + n_ff], &h);
+                    want[o] += we * d;
+                    mag[o] += (we * d).abs() + 1e-3;
+                }
             }
-        }
-        for o in 0..n_embd {
-            let g = f64::from(got[o]);
-            assert!((g - want[o]).abs() <= 1e-4 * mag[o], "{ty:?} {gating:?} output {o}: {g} against {}", want[o]);
+            for o in 0..n_embd {
+                let g = f64::from(row[o]);
+                assert!(
+                    (g - want[o]).abs() <= 1e-4 * mag[o],
+                    "{ty:?} {gating:?} token {n} output {o}: {g} against {}",
+                    want[o]
+                );
+            }
         }
     }
     let errs = dev.instance().take_validation_errors();

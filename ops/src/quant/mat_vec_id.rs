@@ -12,17 +12,20 @@ use crate::tuning;
 
 /// Records `y[j, :] = W_{ids[j]} x_j` for the `n_slots` slots `j`: `m` holds `n_expert`
 /// experts of `m.rows() / n_expert` rows each (a 3-D `ffn_*_exps` tensor, experts
-/// outermost), `ids: u32[n_slots]` (each below `n_expert`; a slot may repeat an expert), `x:
-/// f32[n_slots, k]` with `x_per_slot` (the down projection: each expert's own input) or
-/// `f32[k]` shared by all slots (gate and up), `y: f32[n_slots, rows / n_expert]`. The sums
-/// are those of [`super::mat_vec_with`] on the expert's matrix with the device's block-wise
-/// launch, bit for bit.
+/// outermost), `ids: u32[n_slots]` (each below `n_expert`; a slot may repeat an expert), `y:
+/// f32[n_slots, rows / n_expert]`. `x_j` is row `j / x_slots` of `x: f32[.., k]`: with
+/// `x_slots` 1 each slot's own row (the down projection: each expert's own input), with
+/// `k_used` the row of the token whose `k_used` slots are consecutive (gate and up of
+/// several tokens), with 0 row 0 for every slot. The sums are those of
+/// [`super::mat_vec_with`] on the expert's matrix with the device's block-wise launch, bit
+/// for bit.
 ///
 /// # Errors
 /// [`OpsError::Shape`] for rows not a multiple of `n_expert`, a matrix in several parts,
-/// buffers too small, a device without the block-wise kernels (subgroup arithmetic and
-/// sizes) or a type without one ([`super::BLOCK_TYPES`]); HAL errors. Ids out of range are
-/// not checked on the device: the caller's router gives ids below `n_expert`.
+/// more than 65 535 slots, buffers too small, a device without the block-wise kernels
+/// (subgroup arithmetic and sizes) or a type without one ([`super::BLOCK_TYPES`]); HAL
+/// errors. Ids out of range are not checked on the device: the caller's router gives ids
+/// below `n_expert`.
 #[allow(clippy::too_many_arguments)]
 pub fn mat_vec_id(
     s: &mut Stream,
@@ -31,7 +34,7 @@ pub fn mat_vec_id(
     ids: &Buffer,
     n_slots: usize,
     x: &Buffer,
-    x_per_slot: bool,
+    x_slots: usize,
     y: &Buffer,
 ) -> Result<()> {
     let bad = |reason: String| Err(OpsError::Shape { op: "mat_vec_id", reason });
@@ -42,7 +45,7 @@ pub fn mat_vec_id(
         return bad(format!("the experts lie in {} parts: they must fit one storage binding", m.parts.len()));
     }
     let rows = m.rows / n_expert;
-    let x_rows = if x_per_slot { n_slots } else { 1 };
+    let x_rows = if x_slots == 0 { 1 } else { n_slots.div_ceil(x_slots) };
     if ids.size() < 4 * n_slots as u64 || x.size() < 4 * (x_rows * m.k) as u64 || y.size() < 4 * (n_slots * rows) as u64
     {
         return bad(format!(
@@ -75,7 +78,7 @@ pub fn mat_vec_id(
     let workgroup = cfg.workgroup.max(sg);
     let nr = tuning::block_rows_per_subgroup(caps, &cfg, rows, m.k, workgroup / sg);
     let options = PipelineOptions {
-        spec_constants: vec![(0, workgroup), (1, 1), (2, nr), (10, 0), (11, 0), (17, 1), (18, u32::from(x_per_slot))],
+        spec_constants: vec![(0, workgroup), (1, 1), (2, nr), (10, 0), (11, 0), (17, 1), (18, x_slots as u32)],
         required_subgroup_size: require.then_some(sg),
         full_subgroups: caps.subgroup.full_subgroups,
     };

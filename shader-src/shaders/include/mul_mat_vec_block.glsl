@@ -16,7 +16,8 @@
 // serves NR rows.
 // Expert-indexed (MV_IDS, specialization constant 17; MoE decode): W holds experts of `rows`
 // rows each, and workgroup z = slot j multiplies expert ids[j] (binding 7, u32; y stands in
-// otherwise) into y row j (y_stride apart), with x row j (MV_IDS_X, constant 18) or x row 0.
+// otherwise) into y row j (y_stride apart), with x row j / MV_IDS_X (constant 18: 1, each
+// slot its own x row; k, the k slots of a token sharing its row) or x row 0 (MV_IDS_X 0).
 // NB is 1 there, without the norm prologue or the gated products.
 //
 // Each block is cut into SPB slices (SPB lanes share a block); lane i of the subgroup takes
@@ -62,14 +63,14 @@ void init_shared();
 #endif
 
 layout(constant_id = 17) const bool MV_IDS = false;
-layout(constant_id = 18) const bool MV_IDS_X = false;
+layout(constant_id = 18) const uint MV_IDS_X = 0u;
 layout(std430, set = 0, binding = 7) readonly buffer IDS { uint expert_ids[]; };
 
 // The NR rows from r0 (< p.rows) of the subgroup: dot products, subgroup sums, stores.
 // w_base: byte of the matrix's row 0; slot: the expert slot (0 without MV_IDS), whose x row
-// (MV_IDS_X) and y row it takes.
+// (slot / MV_IDS_X) and y row it takes.
 void mv_rows(uint r0, uint w_base, uint slot) {
-    uint xoff = MV_IDS_X ? slot * (p.k / 4u) : 0u;
+    uint xoff = MV_IDS_X > 0u ? slot / MV_IDS_X * (p.k / 4u) : 0u;
     uint lane = gl_SubgroupInvocationID;
     uint nslices = p.k / uint(QK) * uint(SPB);
     float acc[NR * NB], acc2[NR * NB]; // acc2: the up rows of the gated products
