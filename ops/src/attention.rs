@@ -221,6 +221,18 @@ impl RopeKv<'_> {
         (self.n_heads + 2 * self.caches.0.n_kv_heads) * self.caches.0.d
     }
 
+    /// Records what the producer would have done, from the product itself: `p: f32[t,
+    /// qkv_rows]` (packed) through [`rope_kv_append`] into `q_out` and the caches.
+    ///
+    /// # Errors
+    /// As [`rope_kv_append`].
+    pub fn append_product(&self, s: &mut Stream, p: &Buffer, t: usize, q_out: &Buffer) -> Result<()> {
+        let (d, rows) = (self.caches.0.d, self.qkv_rows());
+        let (qr, kr) = (self.n_heads * d, self.caches.0.n_kv_heads * d);
+        let at = |off| HeadRows { buffer: p, off, stride: rows };
+        rope_kv_append(s, self.rope, (at(0), at(qr), at(qr + kr)), self.n_heads, t, self.pos0, self.caches, q_out)
+    }
+
     /// Checks `t` tokens of it with `q_out` (named `op` in the error): caches of one shape,
     /// positions within the tables and no more new tokens than cache slots, `q_out` holding
     /// `[t, n_heads, d]` f32.

@@ -14,7 +14,7 @@ use super::{
     mat_vec_q8_1_fused, mat_vec_uses_q8_1, rms_norm_mat_vec, rms_norm_mat_vec_scratch, MatMatGlu, MatMatOptions,
     MatMatPath, MatVecEpilogue, QMatrix,
 };
-use crate::attention::{rope_kv_append, HeadRows, RopeKv};
+use crate::attention::RopeKv;
 use crate::elementwise::{binary, BinaryOp, View};
 use crate::error::{OpsError, Result};
 use crate::nn::{rms_norm, rms_norm_f16_out, GluActivation};
@@ -151,18 +151,7 @@ pub fn linear(
                 // folds the rotation itself: attention::flash_attn_rope_decode).
                 let p = scratch(s, 4 * t * w.rows)?;
                 linear(s, w, x, t, norm, &p, LinearEpilogue::Store, opts)?;
-                let (qr, kr) = (r.n_heads * r.caches.0.d, r.caches.0.n_kv_heads * r.caches.0.d);
-                let rows = |off| HeadRows { buffer: &p, off, stride: w.rows };
-                return rope_kv_append(
-                    s,
-                    r.rope,
-                    (rows(0), rows(qr), rows(qr + kr)),
-                    r.n_heads,
-                    t,
-                    r.pos0,
-                    r.caches,
-                    y,
-                );
+                return r.append_product(s, &p, t, y);
             }
             LinearEpilogue::NormAdd { weight, eps } => {
                 let x = match norm {

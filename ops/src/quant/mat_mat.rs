@@ -282,10 +282,7 @@ fn mat_mat_store(
             // The product, then rope_kv.comp on its rows.
             let p = dev.alloc((4 * n_tok * m.rows).max(4) as u64, MemoryKind::DeviceLocal)?;
             mat_mat_store(s, m, x, n_tok, &p, opts, None)?;
-            let (qr, kr) = (r.n_heads * r.caches.0.d, r.caches.0.n_kv_heads * r.caches.0.d);
-            let rows = |off| crate::attention::HeadRows { buffer: &p, off, stride: m.rows };
-            let srcs = (rows(0), rows(qr), rows(qr + kr));
-            return crate::attention::rope_kv_append(s, r.rope, srcs, r.n_heads, n_tok, r.pos0, r.caches, y);
+            return r.append_product(s, &p, n_tok, y);
         }
     }
     if let Some(glu) = opts.glu {
