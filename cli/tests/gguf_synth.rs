@@ -309,6 +309,7 @@ fn more_bits(i: usize, n: usize) -> bool {
 #[test]
 fn gguf_quantize_writes_llama_quantizes_k_quant_mixes() {
     let sh = synth::SynthShape {
+        experts: None,
         name: "mix-test",
         arch: "llama",
         n_layers: 12,

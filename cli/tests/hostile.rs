@@ -19,6 +19,7 @@ const MEMORY_LIMIT: u64 = 1 << 30;
 const TIME_LIMIT: Duration = Duration::from_secs(5);
 
 const TINY: SynthShape = SynthShape {
+    experts: None,
     name: "tiny",
     arch: "llama",
     head_dim: Some(64),

@@ -247,3 +247,50 @@ impl Hparams {
         })
     }
 }
+
+/// The mixture-of-experts keys of a MoE architecture (llama.cpp's loader: `n_expert`,
+/// `n_expert_used`, `n_ff_exp`, `expert_weights_scale`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MoeHparams {
+    /// `{arch}.expert_count`.
+    pub n_expert: usize,
+    /// `{arch}.expert_used_count`: experts per token.
+    pub n_expert_used: usize,
+    /// `{arch}.expert_feed_forward_length` (defaults to `n_ff / n_expert_used`, as llama.cpp).
+    pub n_ff_exp: usize,
+    /// `{arch}.expert_weights_scale` (0: none).
+    pub weights_scale: f32,
+}
+
+impl MoeHparams {
+    /// Reads and checks the keys (`n_ff`: the dense feed-forward length).
+    ///
+    /// # Errors
+    /// [`crate::Error::Model`] naming the key for a missing count, no experts or more than
+    /// the routing kernel's [`vkml_ops::moe::MAX_EXPERTS`], experts per token outside 1 ..=
+    /// [`vkml_ops::moe::MAX_USED`] or past the experts, a zero expert length.
+    pub fn from_meta(m: &Meta<'_>, n_ff: usize) -> Result<MoeHparams> {
+        let n_expert = m.req_u("expert_count")?;
+        let n_expert_used = m.req_u("expert_used_count")?;
+        if n_expert == 0 || n_expert > vkml_ops::moe::MAX_EXPERTS {
+            return Err(model_err(format!(
+                "{} is {n_expert}: 1 ..= {} experts are supported",
+                m.key("expert_count"),
+                vkml_ops::moe::MAX_EXPERTS
+            )));
+        }
+        if n_expert_used == 0 || n_expert_used > n_expert.min(vkml_ops::moe::MAX_USED) {
+            return Err(model_err(format!(
+                "{} is {n_expert_used}: 1 ..= {} of the {n_expert} experts per token are supported",
+                m.key("expert_used_count"),
+                n_expert.min(vkml_ops::moe::MAX_USED)
+            )));
+        }
+        let n_ff_exp = m.opt_u("expert_feed_forward_length")?.unwrap_or(n_ff / n_expert_used);
+        if n_ff_exp == 0 {
+            return Err(model_err(format!("{} is 0", m.key("expert_feed_forward_length"))));
+        }
+        let weights_scale = m.opt_f("expert_weights_scale")?.unwrap_or(0.0);
+        Ok(MoeHparams { n_expert, n_expert_used, n_ff_exp, weights_scale })
+    }
+}

@@ -72,6 +72,20 @@ pub struct SynthShape {
     pub head_dim: Option<usize>,
     /// Gemma 3's `{arch}.attention.sliding_window` (local layers: 5 of every 6).
     pub sliding_window: Option<usize>,
+    /// The mixture-of-experts feed-forward of a MoE architecture (`qwen3moe`): experts,
+    /// experts used per token, and each expert's feed-forward length.
+    pub experts: Option<SynthExperts>,
+}
+
+/// A synthetic model's experts ([`SynthShape::experts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SynthExperts {
+    /// `{arch}.expert_count`.
+    pub n_expert: usize,
+    /// `{arch}.expert_used_count`.
+    pub n_used: usize,
+    /// `{arch}.expert_feed_forward_length`.
+    pub n_ff_exp: usize,
 }
 
 impl SynthShape {
@@ -99,6 +113,7 @@ pub const SHAPES: &[SynthShape] = &[
         tied: true,
         head_dim: None,
         sliding_window: None,
+        experts: None,
     },
     SynthShape {
         name: "llama-1b",
@@ -112,6 +127,7 @@ pub const SHAPES: &[SynthShape] = &[
         tied: false,
         head_dim: None,
         sliding_window: None,
+        experts: None,
     },
     SynthShape {
         name: "llama-7b",
@@ -125,6 +141,7 @@ pub const SHAPES: &[SynthShape] = &[
         tied: false,
         head_dim: None,
         sliding_window: None,
+        experts: None,
     },
     SynthShape {
         name: "llama-8b",
@@ -138,6 +155,7 @@ pub const SHAPES: &[SynthShape] = &[
         tied: false,
         head_dim: None,
         sliding_window: None,
+        experts: None,
     },
     SynthShape {
         name: "llama-70b",
@@ -151,6 +169,7 @@ pub const SHAPES: &[SynthShape] = &[
         tied: false,
         head_dim: None,
         sliding_window: None,
+        experts: None,
     },
     SynthShape {
         name: "llama-90b",
@@ -164,6 +183,7 @@ pub const SHAPES: &[SynthShape] = &[
         tied: false,
         head_dim: None,
         sliding_window: None,
+        experts: None,
     },
     SynthShape {
         name: "qwen3-0.6b",
@@ -177,6 +197,7 @@ pub const SHAPES: &[SynthShape] = &[
         tied: true,
         head_dim: Some(128),
         sliding_window: None,
+        experts: None,
     },
     SynthShape {
         name: "phi3-mini",
@@ -190,6 +211,7 @@ pub const SHAPES: &[SynthShape] = &[
         tied: false,
         head_dim: None,
         sliding_window: None,
+        experts: None,
     },
     SynthShape {
         name: "gemma2-2b",
@@ -203,6 +225,7 @@ pub const SHAPES: &[SynthShape] = &[
         tied: true,
         head_dim: Some(256),
         sliding_window: Some(4096),
+        experts: None,
     },
     SynthShape {
         name: "gemma3-270m",
@@ -216,6 +239,7 @@ pub const SHAPES: &[SynthShape] = &[
         tied: true,
         head_dim: Some(256),
         sliding_window: Some(512),
+        experts: None,
     },
     SynthShape {
         name: "gemma3-1b",
@@ -229,6 +253,21 @@ pub const SHAPES: &[SynthShape] = &[
         tied: true,
         head_dim: Some(256),
         sliding_window: Some(512),
+        experts: None,
+    },
+    SynthShape {
+        name: "qwen3moe-30b-a3b",
+        arch: "qwen3moe",
+        n_layers: 48,
+        n_embd: 2048,
+        n_ff: 6144,
+        n_head: 32,
+        n_kv_head: 4,
+        vocab: 151936,
+        tied: false,
+        head_dim: Some(128),
+        sliding_window: None,
+        experts: Some(SynthExperts { n_expert: 128, n_used: 8, n_ff_exp: 768 }),
     },
 ];
 
@@ -237,9 +276,10 @@ pub const SHAPES: &[SynthShape] = &[
 /// q/k norms; `gemma3` q/k norms, post-attention and post-feed-forward norms and, where the
 /// shape has one, a sliding window; `gemma2` the same without q/k norms (llama.cpp's
 /// default soft-caps, 50 and 30); `phi3` stores Q, K and V in one `attn_qkv` and gate and
-/// up in one `ffn_up` tensor (the gate's rows first). Norm weights are 1 for llama, mistral and qwen2, and
-/// uniform in [0.5, 1.5) for the others.
-pub const ARCHS: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"];
+/// up in one `ffn_up` tensor (the gate's rows first); `qwen3moe` is `qwen3` with the shape's
+/// experts in place of the dense feed-forward (`ffn_gate_inp` in F32, 3-D `ffn_{gate,up,down}_exps`).
+/// Norm weights are 1 for llama, mistral and qwen2, and uniform in [0.5, 1.5) for the others.
+pub const ARCHS: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"];
 
 /// The seed the benchmarks and `vkml gguf synth` use unless told otherwise.
 pub const DEFAULT_SEED: u64 = 42;
@@ -385,7 +425,10 @@ impl Planned {
     fn data(&self) -> Result<Vec<u8>> {
         let n = self.dims.iter().product::<u64>() as usize;
         Ok(match self.fill {
-            Fill::Random(seed) => random_matrix(self.ty, self.dims[1] as usize, self.dims[0] as usize, seed)?,
+            Fill::Random(seed) => {
+                let rows = self.dims[1..].iter().product::<u64>() as usize;
+                random_matrix(self.ty, rows, self.dims[0] as usize, seed)?
+            }
             Fill::Ones => bytemuck::cast_slice(&vec![1f32; n]).to_vec(),
             Fill::Bias(seed) => {
                 let b: Vec<f32> = uniform(seed, n).map(|u| u - 0.5).collect();
@@ -441,7 +484,10 @@ pub fn check(arch: &str, sh: &SynthShape, ty: GgmlType) -> Result<()> {
         )));
     }
     let d = sh.head_dim();
-    for (what, k) in [("n_embd", sh.n_embd), ("n_ff", sh.n_ff), ("n_head x head_dim", sh.n_head * d)] {
+    let n_ff_exp = sh.experts.map_or(sh.n_ff, |e| e.n_ff_exp);
+    for (what, k) in
+        [("n_embd", sh.n_embd), ("n_ff", sh.n_ff), ("n_head x head_dim", sh.n_head * d), ("n_ff_exp", n_ff_exp)]
+    {
         if !k.is_multiple_of(ty.block_size()) {
             return Err(model_err(format!(
                 "{ty} packs {} values per block, and shape {}'s rows of {k} ({what}) are not a whole number of blocks",
@@ -462,8 +508,13 @@ pub fn check(arch: &str, sh: &SynthShape, ty: GgmlType) -> Result<()> {
 fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
     check(arch, sh, ty)?;
     let d = sh.head_dim();
-    let (qk_norm, post_norms) = (matches!(arch, "qwen3" | "gemma3"), matches!(arch, "gemma2" | "gemma3"));
-    let random_norms = matches!(arch, "qwen3" | "gemma2" | "gemma3");
+    let (qk_norm, post_norms) = (matches!(arch, "qwen3" | "qwen3moe" | "gemma3"), matches!(arch, "gemma2" | "gemma3"));
+    let random_norms = matches!(arch, "qwen3" | "qwen3moe" | "gemma2" | "gemma3");
+    let experts = if arch == "qwen3moe" {
+        Some(sh.experts.ok_or_else(|| model_err(format!("shape {} has no experts for a {arch} model", sh.name)))?)
+    } else {
+        None
+    };
     let (tokens, scores, types) = tokenizer_vocab(sh.vocab)?;
     let mut metadata: Vec<(String, GgufValue)> = Vec::new();
     let mut kv = |key: String, v: GgufValue| metadata.push((key, v));
@@ -489,6 +540,11 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
     if sh.head_dim.is_some() {
         kv(k("attention.key_length"), u(d));
         kv(k("attention.value_length"), u(d));
+    }
+    if let Some(e) = experts {
+        kv(k("expert_count"), u(e.n_expert));
+        kv(k("expert_used_count"), u(e.n_used));
+        kv(k("expert_feed_forward_length"), u(e.n_ff_exp));
     }
     if let (Some(w), "gemma2" | "gemma3") = (sh.sliding_window, arch) {
         kv(k("attention.sliding_window"), u(w));
@@ -550,6 +606,20 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
             }
         }
         tensors.push(mat(p("attn_output.weight"), sh.n_embd, sh.n_head * d));
+        if let Some(e) = experts {
+            // The router in F32 (as Qwen3-MoE files hold it), the experts 3-D.
+            let router = mat(p("ffn_gate_inp.weight"), e.n_expert, sh.n_embd);
+            tensors.push(Planned { ty: GgmlType::F32, ..router });
+            for (name, rows, k) in [
+                ("ffn_gate_exps.weight", e.n_ff_exp, sh.n_embd),
+                ("ffn_up_exps.weight", e.n_ff_exp, sh.n_embd),
+                ("ffn_down_exps.weight", sh.n_embd, e.n_ff_exp),
+            ] {
+                let m = mat(p(name), rows, k);
+                tensors.push(Planned { dims: vec![k as u64, rows as u64, e.n_expert as u64], ..m });
+            }
+            continue;
+        }
         if arch == "phi3" {
             tensors.push(mat(p("ffn_up.weight"), 2 * sh.n_ff, sh.n_embd));
         } else {
@@ -676,6 +746,7 @@ mod tests {
         arch: "llama",
         head_dim: None,
         sliding_window: None,
+        experts: None,
         n_layers: 2,
         n_embd: 64,
         n_ff: 128,

@@ -6,7 +6,7 @@ use candle_core::backend::BackendDevice;
 use vkml_candle::front::Tensor;
 use vkml_ops::nn::{GluActivation, RopeStyle};
 
-use crate::storage::{AttnParams, AttnRope, ModelStorage, QkvPrologue};
+use crate::storage::{AttnParams, AttnRope, ModelStorage, MoeFfn, QkvPrologue};
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -123,6 +123,9 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
         p: AttnParams,
         prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Self>;
+
+    /// [`ModelStorage::moe_ffn`] of `self: [t, n_embd]`: `[t, n_embd]`.
+    fn moe_ffn(&self, w: &MoeFfn<'_, S>) -> CResult<Self>;
 
     /// [`ModelStorage::rms_norm_qkv_attention`] of `self: [t, k]` with norm weight `nw: [k]`,
     /// `wqkv` of `n_heads` query heads over the caches' KV heads, and the rotation
@@ -345,6 +348,17 @@ where
             pro,
         )?;
         Ok(Self::from_storage(out, (t, h * d)))
+    }
+
+    fn moe_ffn(&self, w: &MoeFfn<'_, S>) -> CResult<Self> {
+        let (_, n_embd) = w.router_dims();
+        let &[t, k] = self.dims() else {
+            candle_core::bail!("moe_ffn takes [t, n_embd] activations, got {:?}", self.dims())
+        };
+        if k != n_embd {
+            candle_core::bail!("moe_ffn: activations have {k} columns, the router {n_embd}")
+        }
+        Ok(Self::from_storage(self.storage().moe_ffn(self.layout(), w)?, (t, n_embd)))
     }
 
     fn rms_norm_qkv_attention(

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use vkml_models::fuzzing;
-use vkml_models::synth::{synthetic_model, SynthShape, ARCHS};
+use vkml_models::synth::{synthetic_model, SynthExperts, SynthShape, ARCHS};
 use vkml_quant::GgmlType;
 
 const TINY: SynthShape = SynthShape {
@@ -16,6 +16,7 @@ const TINY: SynthShape = SynthShape {
     arch: "llama",
     head_dim: Some(16),
     sliding_window: Some(4),
+    experts: Some(SynthExperts { n_expert: 4, n_used: 2, n_ff_exp: 32 }),
     n_layers: 7,
     n_embd: 32,
     n_ff: 64,

@@ -14,6 +14,7 @@ use vkml_quant::gguf::GgufFile;
 use vkml_quant::GgmlType;
 
 const SHAPE: SynthShape = SynthShape {
+    experts: None,
     name: "tiny",
     arch: "gemma3",
     head_dim: Some(64),

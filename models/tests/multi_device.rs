@@ -117,6 +117,7 @@ fn split_refuses_a_device_without_room() {
     // 32 KV heads of 256 dims: 32 KiB of KV cache per position and layer, 32 GiB per layer
     // for a context of 2^20, past any device lavapipe reports.
     let shape = SynthShape {
+        experts: None,
         name: "wide-kv",
         arch: "qwen3",
         head_dim: Some(256),

@@ -13,7 +13,7 @@ use candle_core::cpu_backend::CpuDevice;
 use candle_core::{CpuStorage, Device as Cpu, Tensor as CTensor};
 use vkml_candle::front::Tensor;
 use vkml_candle::vulkan::{VulkanDevice, VulkanStorage};
-use vkml_models::synth::{synthetic_model, SynthShape};
+use vkml_models::synth::{synthetic_model, SynthExperts, SynthShape};
 use vkml_models::tensor::ModelTensor;
 use vkml_models::{LoadOptions, Runner};
 use vkml_quant::gguf::GgufFile;
@@ -167,6 +167,7 @@ const Q8_REL_TOL: f32 = 3e-2;
 const Q8_REL_TOL_DEEP: f32 = 5e-2;
 
 /// Every architecture, on small shapes: qwen3 with a head dim other than n_embd / n_head,
+/// qwen3moe with it and 2 of 8 experts per token,
 /// gemma3 with seven layers (one global) and gemma2 with three (one global), each with a
 /// window of 5 that the 12-token prompt and the decode steps run past.
 #[test]
@@ -174,10 +175,12 @@ fn models_on_cpu_and_vulkan_agree_synthetic() {
     let shape = common::tiny_shape(2);
     let qwen3 = SynthShape { arch: "qwen3", head_dim: Some(64), ..shape };
     let gemma3 = SynthShape { arch: "gemma3", head_dim: Some(64), sliding_window: Some(5), n_layers: 7, ..shape };
+    let experts = Some(SynthExperts { n_expert: 8, n_used: 2, n_ff_exp: 64 });
     for (arch, shape, ty) in [
         ("llama", shape, GgmlType::Q4_0),
         ("qwen2", shape, GgmlType::Q8_0),
         ("qwen3", qwen3, GgmlType::Q4_0),
+        ("qwen3moe", SynthShape { arch: "qwen3moe", experts, ..qwen3 }, GgmlType::Q4_0),
         ("gemma3", gemma3, GgmlType::Q8_0),
         ("gemma2", SynthShape { arch: "gemma2", n_layers: 3, ..gemma3 }, GgmlType::Q4_0),
         ("phi3", SynthShape { arch: "phi3", tied: false, ..shape }, GgmlType::Q4_0),

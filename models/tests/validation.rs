@@ -18,6 +18,7 @@ const TINY: SynthShape = SynthShape {
     arch: "llama",
     head_dim: Some(64),
     sliding_window: Some(8),
+    experts: None,
     n_layers: 7,
     n_embd: 128,
     n_ff: 256,

@@ -1,5 +1,5 @@
 //! `llama` and `mistral` (llama.cpp's `src/models/llama.cpp`), and the pre-norm decoder
-//! wiring they share with `qwen2`, `qwen3` and `phi3`: per layer
+//! wiring they share with `qwen2`, `qwen3`, `qwen3moe` and `phi3`: per layer
 //! `x += wo(attention(rope(qkv(rms_norm(x)))))`, then
 //! `x += down(act(gate(n)) * up(n))` with `n = rms_norm(x)`; final norm and output head.
 //! Llama 3.x's rope frequency factors come from the `rope_freqs.weight` tensor
@@ -7,13 +7,15 @@
 
 use candle_core::backend::BackendDevice;
 use vkml_candle::front::Tensor;
+use vkml_ops::moe::ExpertGating;
 use vkml_ops::nn::{GluActivation, RopeStyle};
 
 use super::{Model, Sizes};
 use crate::blocks::{
-    Attention, AttentionSpec, Embedding, FeedForward, GateUpLayout, OutputHead, QkvLayout, RmsNorm, Weights,
+    Attention, AttentionSpec, Embedding, FeedForward, GateUpLayout, MoeFeedForward, OutputHead, QkvLayout, RmsNorm,
+    Weights,
 };
-use crate::config::{Hparams, Meta};
+use crate::config::{Hparams, Meta, MoeHparams};
 use crate::device_map::DeviceMap;
 use crate::error::Result;
 use crate::rope::{Rope, RopeConfig};
@@ -31,13 +33,22 @@ pub struct DecoderOptions {
     pub qkv: QkvLayout,
     /// How gate and up are stored.
     pub gate_up: GateUpLayout,
+    /// A mixture of experts in place of the dense feed-forward (Qwen3-MoE): how the router
+    /// gates and whether the chosen weights are normalised.
+    pub moe: Option<(ExpertGating, bool)>,
+}
+
+/// A layer's feed-forward: dense, or a mixture of experts.
+enum Ffn<S: ModelStorage> {
+    Dense(FeedForward<S>),
+    Moe(MoeFeedForward<S>),
 }
 
 struct Layer<S: ModelStorage> {
     attn_norm: RmsNorm<S>,
     attn: Attention<S>,
     ffn_norm: RmsNorm<S>,
-    ffn: FeedForward<S>,
+    ffn: Ffn<S>,
 }
 
 /// A pre-norm decoder (llama, mistral, qwen2, qwen3, phi3) with its KV caches.
@@ -90,15 +101,26 @@ where
         let embd = Embedding::load(&mut w, hp.vocab, hp.n_embd, None)?;
         w.dev = devs.last();
         let head = OutputHead::load(&mut w, hp.vocab, hp.n_embd, hp.rms_eps, None, devs.is_split())?;
+        let moe = match opts.moe {
+            Some(_) => Some(MoeHparams::from_meta(m, hp.n_ff)?),
+            None => None,
+        };
         let mut layers = Vec::with_capacity(hp.n_layers.min(4096));
         for i in 0..hp.n_layers {
             w.dev = devs.device(i);
             let p = |n: &str| format!("blk.{i}.{n}");
+            let act = GluActivation::Silu;
+            let ffn = match (moe, opts.moe) {
+                (Some(mh), Some((gating, norm_w))) => {
+                    Ffn::Moe(MoeFeedForward::load(&mut w, i, hp.n_embd, &mh, gating, norm_w, act)?)
+                }
+                _ => Ffn::Dense(FeedForward::load(&mut w, i, hp.n_embd, hp.n_ff, opts.gate_up, act)?),
+            };
             layers.push(Layer {
                 attn_norm: RmsNorm::load(&w, &p("attn_norm.weight"), hp.n_embd, hp.rms_eps)?,
                 attn: Attention::load(&mut w, i, spec)?,
                 ffn_norm: RmsNorm::load(&w, &p("ffn_norm.weight"), hp.n_embd, hp.rms_eps)?,
-                ffn: FeedForward::load(&mut w, i, hp.n_embd, hp.n_ff, opts.gate_up, GluActivation::Silu)?,
+                ffn,
             });
         }
         let rope = devs.per_device(|d| Rope::new(&rope_cfg, sizes.ctx, d))?;
@@ -125,7 +147,10 @@ where
             x = x.to_device(self.devs.device(i))?;
             let a = l.attn.forward(&x, &l.attn_norm, &self.rope[self.devs.index(i)], pos)?;
             x.qmatmul_add_(&a, &l.attn.wo)?;
-            l.ffn.forward_residual(&mut x, &l.ffn_norm)?;
+            match &l.ffn {
+                Ffn::Dense(f) => f.forward_residual(&mut x, &l.ffn_norm)?,
+                Ffn::Moe(f) => f.forward_residual(&mut x, &l.ffn_norm)?,
+            }
         }
         Ok(x.to_device(self.devs.last())?)
     }
@@ -142,4 +167,5 @@ pub const OPTIONS: DecoderOptions = DecoderOptions {
     qk_norm: false,
     qkv: QkvLayout::Split,
     gate_up: GateUpLayout::Split,
+    moe: None,
 };

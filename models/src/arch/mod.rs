@@ -16,6 +16,7 @@ pub mod llama;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3moe;
 
 use candle_core::backend::BackendDevice;
 use vkml_candle::front::Tensor;
@@ -40,7 +41,7 @@ pub struct Sizes {
 }
 
 /// The architectures [`load`] runs (`general.architecture` values).
-pub const ARCHITECTURES: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"];
+pub const ARCHITECTURES: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"];
 
 /// A loaded decoder: its blocks, weights and KV caches. The runner
 /// ([`crate::runner::Runner`]) drives it one chunk of tokens at a time.
@@ -95,6 +96,7 @@ where
         "llama" | "mistral" => Box::new(Decoder::load(&m, devs, sizes, progress, llama::OPTIONS)?),
         "qwen2" => Box::new(Decoder::load(&m, devs, sizes, progress, qwen2::OPTIONS)?),
         "qwen3" => Box::new(Decoder::load(&m, devs, sizes, progress, qwen3::OPTIONS)?),
+        "qwen3moe" => Box::new(Decoder::load(&m, devs, sizes, progress, qwen3moe::OPTIONS)?),
         "gemma2" => Box::new(gemma2::load(&m, devs, sizes, progress)?),
         "gemma3" => Box::new(gemma3::load(&m, devs, sizes, progress)?),
         "phi3" => Box::new(Decoder::load(&m, devs, sizes, progress, phi3::options(&m))?),

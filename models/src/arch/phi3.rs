@@ -22,5 +22,6 @@ pub fn options(m: &Meta<'_>) -> DecoderOptions {
         qk_norm: false,
         qkv: if fused { QkvLayout::Fused } else { QkvLayout::Split },
         gate_up: GateUpLayout::Fused,
+        moe: None,
     }
 }

@@ -11,5 +11,10 @@ use super::llama::DecoderOptions;
 use crate::blocks::{GateUpLayout, QkvLayout};
 
 /// How a `qwen3` file wires the decoder.
-pub const OPTIONS: DecoderOptions =
-    DecoderOptions { rope_style: RopeStyle::Neox, qk_norm: true, qkv: QkvLayout::Split, gate_up: GateUpLayout::Split };
+pub const OPTIONS: DecoderOptions = DecoderOptions {
+    rope_style: RopeStyle::Neox,
+    qk_norm: true,
+    qkv: QkvLayout::Split,
+    gate_up: GateUpLayout::Split,
+    moe: None,
+};

@@ -1,16 +1,18 @@
 //! The blocks every architecture is wired from: [`Embedding`], [`RmsNorm`],
-//! [`Attention`], [`FeedForward`], [`OutputHead`], each loaded from GGUF tensors by
+//! [`Attention`], [`FeedForward`] or [`MoeFeedForward`], [`OutputHead`], each loaded from GGUF tensors by
 //! llama.cpp's names through [`Weights`] and run on any [`ModelStorage`].
 
 mod attention;
 mod embedding;
 mod feed_forward;
+mod moe;
 mod norm;
 mod output;
 
 pub use attention::{Attention, AttentionSpec, QkvLayout};
 pub use embedding::Embedding;
 pub use feed_forward::{FeedForward, GateUpLayout};
+pub use moe::MoeFeedForward;
 pub use norm::RmsNorm;
 pub use output::OutputHead;
 
@@ -103,6 +105,27 @@ where
             self.file.tensor_data_by_name(name).map_err(|_| model_err(format!("tensor {name} is missing")))?;
         if info.row_len() as usize != k || info.n_rows() as usize != rows || info.dims.len() > 2 {
             return Err(model_err(format!("tensor {name} has shape {:?}, expected [{k}, {rows}]", info.dims)));
+        }
+        let w = S::qweight(self.dev, info, bytes, self.format)?;
+        self.done += info.n_bytes;
+        (self.progress)(self.done, self.total);
+        Ok(w)
+    }
+
+    /// The 3-D expert tensor `name` (GGUF dims `[k, rows, n_expert]`) as one
+    /// `[n_expert · rows, k]` matrix, experts outermost.
+    ///
+    /// # Errors
+    /// [`crate::Error::Model`] for a missing tensor or one of another shape (naming both);
+    /// the backend's errors.
+    pub fn experts(&mut self, name: &str, n_expert: usize, rows: usize, k: usize) -> Result<S::QWeight> {
+        let (info, bytes) =
+            self.file.tensor_data_by_name(name).map_err(|_| model_err(format!("tensor {name} is missing")))?;
+        if info.dims != [k as u64, rows as u64, n_expert as u64] {
+            return Err(model_err(format!(
+                "tensor {name} has shape {:?}, expected [{k}, {rows}, {n_expert}] ({n_expert} experts)",
+                info.dims
+            )));
         }
         let w = S::qweight(self.dev, info, bytes, self.format)?;
         self.done += info.n_bytes;

@@ -17,7 +17,7 @@ use vkml_candle::front::scratch_alloc;
 use super::cpu_blocks::{keeps_blocks, BlockMatrix};
 pub use super::cpu_loops::CpuKvCache;
 use super::cpu_loops::{self, f32s};
-use super::{AttnParams, AttnRope, DeviceChoice, ModelStorage, QkvPrologue, WeightFormat};
+use super::{AttnParams, AttnRope, DeviceChoice, ModelStorage, MoeFfn, QkvPrologue, WeightFormat};
 use crate::sampling::TokenChoice;
 
 type CResult<T> = candle_core::Result<T>;
@@ -55,6 +55,19 @@ impl CpuWeight {
         match self {
             CpuWeight::Dense(w) => tensor(x, l)?.matmul(&w.t()?)?.flatten_all()?.to_vec1::<f32>(),
             CpuWeight::Blocks(m) => m.matmul(&f32s(x, l)?),
+        }
+    }
+
+    /// Rows `r0 .. r0 + n` times one `x: f32[k]`, each dot product in f64: an expert's
+    /// slice of a 3-D expert tensor.
+    fn rows_times(&self, r0: usize, n: usize, x: &[f32]) -> CResult<Vec<f32>> {
+        let dot = |w: &[f32]| w.iter().zip(x).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>() as f32;
+        match self {
+            CpuWeight::Dense(w) => {
+                let rows = w.narrow(0, r0, n)?.to_vec2::<f32>()?;
+                Ok(rows.iter().map(|r| dot(r)).collect())
+            }
+            CpuWeight::Blocks(m) => (r0..r0 + n).map(|r| Ok(dot(&m.row(r)?))).collect(),
         }
     }
 }
@@ -170,6 +183,43 @@ impl ModelStorage for CpuStorage {
         }
     }
 
+    /// Per token: the router product, the routing in f64 (`cpu_loops::moe_route`), and each chosen expert's
+    /// rows (f64 dot products, candle-nn's activations), the weighted sum in f64.
+    fn moe_ffn(&self, l: &Layout, w: &MoeFfn<'_, Self>) -> CResult<Self> {
+        let (n_expert, n_embd) = w.router_dims();
+        let r = w.routing;
+        let n_ff = Self::qweight_dims(w.gate).0 / n_expert.max(1);
+        let fits = n_expert == r.n_expert
+            && Self::qweight_dims(w.gate) == (n_expert * n_ff, n_embd)
+            && Self::qweight_dims(w.up) == (n_expert * n_ff, n_embd)
+            && Self::qweight_dims(w.down) == (n_expert * n_embd, n_ff);
+        if !fits || l.dims().len() != 2 || l.dims()[1] != n_embd {
+            candle_core::bail!(
+                "moe_ffn: x {:?} and the router, gate, up and down weights do not make {} experts",
+                l.dims(),
+                r.n_expert
+            )
+        }
+        let t = l.dims()[0];
+        let x = f32s(self, l)?;
+        let logits = w.router.matmul(self, l)?;
+        let act = cpu_loops::activation(w.act);
+        let mut y = vec![0f32; t * n_embd];
+        for n in 0..t {
+            let xr = &x[n * n_embd..(n + 1) * n_embd];
+            let (ids, weights) = cpu_loops::moe_route(&logits[n * n_expert..(n + 1) * n_expert], r);
+            let mut acc = vec![0f64; n_embd];
+            for (&e, &we) in ids.iter().zip(&weights) {
+                let (g, u) = (w.gate.rows_times(e * n_ff, n_ff, xr)?, w.up.rows_times(e * n_ff, n_ff, xr)?);
+                let h: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| act(g) * u).collect();
+                let d = w.down.rows_times(e * n_embd, n_embd, &h)?;
+                acc.iter_mut().zip(&d).for_each(|(a, &d)| *a += we * f64::from(d));
+            }
+            y[n * n_embd..(n + 1) * n_embd].iter_mut().zip(&acc).for_each(|(y, &a)| *y = a as f32);
+        }
+        Ok(CpuStorage::F32(y))
+    }
+
     fn qmatmul(&self, l: &Layout, w: &CpuWeight) -> CResult<Self> {
         Ok(CpuStorage::F32(w.matmul(self, l)?))
     }
@@ -241,5 +291,92 @@ impl ModelStorage for CpuStorage {
             k = cpu_loops::rope(&k, (t, hk, d), &cos, &sin, pos0, r.rot, r.style)?.into();
         }
         Ok(CpuStorage::F32(cpu_loops::attention(&q, &k, &v, (heads, d), k_cache, v_cache, pos0, p)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vkml_ops::moe::{ExpertGating, Routing};
+
+    /// The CPU's MoE block (the conformance oracle's) against llama.cpp's `build_moe_ffn`
+    /// (src/llama-graph.cpp) restated here in f64 for three tokens: `probs = softmax(x
+    /// routerᵀ)`, the k largest, their probabilities normalised to sum 1, each expert's
+    /// `down(silu(gate x) * up x)`, the weighted sum. Random dense weights; the chosen
+    /// experts differ between the tokens.
+    #[test]
+    fn moe_block_matches_build_moe_ffn() {
+        let (n_expert, k, n_embd, n_ff, t) = (6usize, 2usize, 16usize, 24usize, 3usize);
+        let mut seed = 7u64;
+        let mut rand = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    ((seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
+                })
+                .collect()
+        };
+        let dense = |v: Vec<f32>, rows: usize, cols: usize| {
+            CpuWeight::Dense(Tensor::from_vec(v, (rows, cols), &candle_core::Device::Cpu).unwrap())
+        };
+        let (rw, gw, uw, dw, x) = (
+            rand(n_expert * n_embd),
+            rand(n_expert * n_ff * n_embd),
+            rand(n_expert * n_ff * n_embd),
+            rand(n_expert * n_embd * n_ff),
+            rand(t * n_embd),
+        );
+        let (router, gate, up, down) = (
+            dense(rw.clone(), n_expert, n_embd),
+            dense(gw.clone(), n_expert * n_ff, n_embd),
+            dense(uw.clone(), n_expert * n_ff, n_embd),
+            dense(dw.clone(), n_expert * n_embd, n_ff),
+        );
+        let routing = Routing { n_expert, k, gating: ExpertGating::Softmax, norm_w: true, w_scale: 0.0 };
+        let w = MoeFfn::<CpuStorage> {
+            router: &router,
+            gate: &gate,
+            up: &up,
+            down: &down,
+            routing,
+            act: GluActivation::Silu,
+        };
+        let got = match CpuStorage::F32(x.clone()).moe_ffn(&Layout::contiguous((t, n_embd)), &w).unwrap() {
+            CpuStorage::F32(v) => v,
+            _ => unreachable!(),
+        };
+        let dot = |w: &[f32], x: &[f64]| w.iter().zip(x).map(|(&a, b)| f64::from(a) * b).sum::<f64>();
+        let mut chosen = Vec::new();
+        for n in 0..t {
+            let xn: Vec<f64> = x[n * n_embd..(n + 1) * n_embd].iter().map(|&v| f64::from(v)).collect();
+            let logits: Vec<f64> = (0..n_expert).map(|e| dot(&rw[e * n_embd..(e + 1) * n_embd], &xn)).collect();
+            let z: f64 = logits.iter().map(|l| l.exp()).sum();
+            let probs: Vec<f64> = logits.iter().map(|l| l.exp() / z).collect();
+            let mut ids: Vec<usize> = (0..n_expert).collect();
+            ids.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+            ids.truncate(k);
+            let sum: f64 = ids.iter().map(|&e| probs[e]).sum();
+            chosen.push(ids.clone());
+            for o in 0..n_embd {
+                let want: f64 = ids
+                    .iter()
+                    .map(|&e| {
+                        let h: Vec<f64> = (0..n_ff)
+                            .map(|i| {
+                                let row = (e * n_ff + i) * n_embd;
+                                let (g, u) = (dot(&gw[row..row + n_embd], &xn), dot(&uw[row..row + n_embd], &xn));
+                                g / (1.0 + (-g).exp()) * u
+                            })
+                            .collect();
+                        probs[e] / sum * dot(&dw[(e * n_embd + o) * n_ff..(e * n_embd + o + 1) * n_ff], &h)
+                    })
+                    .sum();
+                let g = f64::from(got[n * n_embd + o]);
+                assert!((g - want).abs() <= 1e-5 * (1.0 + want.abs()), "token {n} output {o}: {g} against {want}");
+            }
+        }
+        assert!(chosen.windows(2).any(|c| c[0] != c[1]), "the tokens chose the same experts: {chosen:?}");
     }
 }

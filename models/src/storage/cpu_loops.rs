@@ -108,14 +108,19 @@ pub(super) fn glu(y: &[f32], t: usize, act: GluActivation) -> CResult<Vec<f32>> 
         candle_core::bail!("gated product: {} values are not {t} rows of [gate | up]", y.len())
     }
     let n = width / 2;
-    let f: fn(f32) -> f32 = match act {
+    let f = activation(act);
+    Ok(y.chunks_exact(width).flat_map(|r| r[..n].iter().zip(&r[n..]).map(|(g, u)| f(*g) * u)).collect())
+}
+
+/// candle's `silu`, `gelu` (tanh) or `gelu_erf` of one f32.
+pub(super) fn activation(act: GluActivation) -> fn(f32) -> f32 {
+    match act {
         GluActivation::Silu => |v| v / (1.0 + (-v).exp()),
         GluActivation::Gelu => |v| 0.5 * v * (1.0 + f32::tanh(SQRT_TWO_OVER_PI * v * (1.0 + 0.044715 * v * v))),
         GluActivation::GeluErf => {
             |v| (candle_core::cpu::erf::erf_f32(v * std::f32::consts::FRAC_1_SQRT_2) + 1.) * 0.5 * v
         }
-    };
-    Ok(y.chunks_exact(width).flat_map(|r| r[..n].iter().zip(&r[n..]).map(|(g, u)| f(*g) * u)).collect())
+    }
 }
 
 /// One layer's keys or values, position after position: `[len, n_kv_heads · d]`, each
@@ -245,4 +250,40 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     lanes.iter().sum::<f32>() + tail
+}
+
+/// One token's routing from its router `logits` (`f32[n_expert]`), as llama.cpp's
+/// `build_moe_ffn` computes it, in f64: the probabilities (softmax or sigmoid; the logits
+/// themselves for `SoftmaxWeight`), the `r.k` largest (ties to the lower id), their
+/// probabilities (for `SoftmaxWeight` their softmax), normalised to sum 1 (the sum clamped
+/// to at least 2^-14) where `r.norm_w`, scaled by `r.w_scale` unless it is 0.
+pub(super) fn moe_route(logits: &[f32], r: vkml_ops::moe::Routing) -> (Vec<usize>, Vec<f64>) {
+    use vkml_ops::moe::ExpertGating;
+    let softmax = |v: &[f64]| {
+        let m = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = v.iter().map(|x| (x - m).exp()).collect();
+        let s: f64 = e.iter().sum();
+        e.into_iter().map(|x| x / s).collect::<Vec<f64>>()
+    };
+    let l: Vec<f64> = logits.iter().map(|&v| f64::from(v)).collect();
+    let probs = match r.gating {
+        ExpertGating::Softmax => softmax(&l),
+        ExpertGating::Sigmoid => l.iter().map(|v| 1.0 / (1.0 + (-v).exp())).collect(),
+        ExpertGating::SoftmaxWeight => l,
+    };
+    let mut order: Vec<usize> = (0..probs.len()).collect();
+    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+    order.truncate(r.k);
+    let mut w: Vec<f64> = order.iter().map(|&i| probs[i]).collect();
+    if r.gating == ExpertGating::SoftmaxWeight {
+        w = softmax(&w);
+    }
+    if r.norm_w {
+        let s = w.iter().sum::<f64>().max(6.103515625e-5);
+        w.iter_mut().for_each(|v| *v /= s);
+    }
+    if r.w_scale != 0.0 {
+        w.iter_mut().for_each(|v| *v *= f64::from(r.w_scale));
+    }
+    (order, w)
 }

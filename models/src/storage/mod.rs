@@ -52,6 +52,32 @@ pub struct AttnRope<'a, S> {
     pub style: RopeStyle,
 }
 
+/// One mixture-of-experts feed-forward ([`ModelStorage::moe_ffn`]): the router and the
+/// experts' projections as the 3-D `ffn_{gate,up,down}_exps` tensors hold them, experts
+/// outermost.
+#[derive(Debug)]
+pub struct MoeFfn<'a, S: ModelStorage> {
+    /// `ffn_gate_inp`, `[n_expert, n_embd]`.
+    pub router: &'a S::QWeight,
+    /// `ffn_gate_exps`, `[n_expert · n_ff, n_embd]`.
+    pub gate: &'a S::QWeight,
+    /// `ffn_up_exps`, `[n_expert · n_ff, n_embd]`.
+    pub up: &'a S::QWeight,
+    /// `ffn_down_exps`, `[n_expert · n_embd, n_ff]`.
+    pub down: &'a S::QWeight,
+    /// Experts, experts per token, gating, normalisation and scale of the weights.
+    pub routing: vkml_ops::moe::Routing,
+    /// The gate's activation.
+    pub act: GluActivation,
+}
+
+impl<S: ModelStorage> MoeFfn<'_, S> {
+    /// The router's `(n_expert, n_embd)`.
+    pub fn router_dims(&self) -> (usize, usize) {
+        S::qweight_dims(self.router)
+    }
+}
+
 /// What an attention call does to the new query, key and value heads before the rotation,
 /// in llama.cpp's order: the QKV bias added (Qwen2), then an RMS norm of each query and key
 /// head over the head dim (Qwen3, Gemma 3: `x / sqrt(mean(x²) + eps) * w`). Passed to
@@ -344,6 +370,15 @@ pub trait ModelStorage: BackendStorage + 'static {
     ) -> CResult<Self> {
         rms_norm_linear_softcap_composed(self, l, nw, nwl, eps, w, cap)
     }
+
+    /// The mixture-of-experts feed-forward of `self: f32[t, n_embd]` (`l`): for each token,
+    /// `Σ_j w_j down_{e_j}(act(gate_{e_j} x) * up_{e_j} x)` over the experts `e_j` and
+    /// weights `w_j` that `w.routing` chooses from `router x` (llama.cpp's `build_moe_ffn`
+    /// without a shared expert), `f32[t, n_embd]`.
+    ///
+    /// # Errors
+    /// Weights that do not make the routing's experts; device errors.
+    fn moe_ffn(&self, l: &Layout, w: &MoeFfn<'_, Self>) -> CResult<Self>;
 
     /// An empty (zeroed) cache of `ctx` slots: position `p` in slot `p % ctx`, so a cache
     /// of a model's whole context, or for a sliding-window layer a ring of fewer slots (at

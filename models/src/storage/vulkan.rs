@@ -13,7 +13,7 @@ use vkml_ops::Dtype;
 
 use super::{
     rms_norm_glu_down_add_composed, rms_norm_linear_composed, rms_norm_linear_softcap_composed, AttnParams, AttnRope,
-    DeviceChoice, ModelStorage, QkvPrologue,
+    DeviceChoice, ModelStorage, MoeFfn, QkvPrologue,
 };
 use crate::sampling::TokenChoice;
 
@@ -316,6 +316,20 @@ impl ModelStorage for VulkanStorage {
             return rms_norm_linear_softcap_composed(self, l, nw, nwl, eps, w, cap);
         }
         norm_linear(self, l, nw, nwl, eps, w, LinearEpilogue::Softcap(cap), w.rows())
+    }
+
+    /// `vkml_ops::moe::ffn`: the router product, the routing on the device, one
+    /// expert-indexed mat-vec per projection over every token's slots.
+    fn moe_ffn(&self, l: &Layout, w: &MoeFfn<'_, Self>) -> CResult<Self> {
+        f32_only(self, "moe_ffn")?;
+        let x = self.packed(l)?;
+        let t = l.dims()[0];
+        let n_embd = w.router.k();
+        let dev = x.device();
+        let y = dev.alloc(t * n_embd, DType::F32)?;
+        let mw = vkml_ops::moe::MoeWeights { router: w.router, gate: w.gate, up: w.up, down: w.down };
+        dev.with_stream(|s| vkml_ops::moe::ffn(s, mw, w.routing, w.act, x.buffer(), t, &y).map_err(cerr))?;
+        Ok(dev.storage(y, DType::F32, t * n_embd))
     }
 
     fn kv_cache(dev: &VulkanDevice, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<Self::KvCache> {

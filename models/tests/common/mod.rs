@@ -16,6 +16,7 @@ pub const TINY: vkml_models::synth::SynthShape = vkml_models::synth::SynthShape 
     arch: "llama",
     head_dim: None,
     sliding_window: None,
+    experts: None,
     n_layers: 2,
     n_embd: 128,
     n_ff: 256,

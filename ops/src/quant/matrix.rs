@@ -151,19 +151,20 @@ impl QMatrix {
         Ok(QMatrix { parts, ty, rows, k, row_bytes, done_count: std::sync::OnceLock::new() })
     }
 
-    /// Uploads a 2-D GGUF tensor (`dims = [k, rows]`; 1-D tensors are one row).
+    /// Uploads a GGUF tensor as a matrix of rows of `dims[0]` elements: `[k, rows]`; 1-D
+    /// tensors are one row; more dims stack their matrices' rows, outermost last (a 3-D
+    /// `ffn_*_exps` tensor `[k, rows, n_expert]` is `[n_expert · rows, k]`, expert `e`'s
+    /// rows from `e · rows`, as ggml lays it out).
     ///
     /// # Errors
-    /// As [`QMatrix::upload`]; [`OpsError::Shape`] for tensors of more than 2 dims.
+    /// As [`QMatrix::upload`]; [`OpsError::Shape`] for a tensor without dims.
     pub fn from_gguf(dev: &Device, info: &vkml_quant::gguf::TensorInfo, bytes: &[u8]) -> Result<QMatrix> {
         let (k, rows) = match info.dims.as_slice() {
-            [k] => (*k, 1),
-            [k, r] => (*k, *r),
-            [k, r, rest @ ..] if rest.iter().all(|&d| d == 1) => (*k, *r),
-            dims => {
+            [k, rest @ ..] => (*k, rest.iter().product::<u64>()),
+            [] => {
                 return Err(OpsError::Shape {
                     op: "QMatrix::from_gguf",
-                    reason: format!("tensor `{}` has dims {dims:?}; a matrix is [k, rows]", info.name),
+                    reason: format!("tensor `{}` has no dims; a matrix is [k, rows, ...]", info.name),
                 })
             }
         };
