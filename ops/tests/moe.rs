@@ -111,6 +111,20 @@ fn routing_matches_llama_cpps_definition() {
             }
         }
     }
+    // Exact ties rank by the lower id: 16 logits 0, 1, 2, 0, 1, 2, ...; the six largest are
+    // the five 2s and then the first 1.
+    let l: Vec<f32> = (0..16).map(|i| (i % 3) as f32).collect();
+    let r = Routing { n_expert: 16, k: 6, gating: ExpertGating::Softmax, norm_w: true, w_scale: 0.0 };
+    let (lb, ids, w) = (
+        dev.upload(&l).unwrap(),
+        dev.alloc(4 * 6, MemoryKind::DeviceLocal).unwrap(),
+        dev.alloc(4 * 6, MemoryKind::DeviceLocal).unwrap(),
+    );
+    let mut s = Stream::new(dev).unwrap();
+    route(&mut s, &lb, 1, r, None, &ids, &w).unwrap();
+    s.finish_and_wait().unwrap();
+    assert_eq!(ids.to_vec::<u32>().unwrap(), [2, 5, 8, 11, 14, 1], "ties");
+    assert_eq!(reference(&l, r, None).0, [2, 5, 8, 11, 14, 1], "the reference's ties");
     let errs = dev.instance().take_validation_errors();
     assert!(errs.is_empty(), "validation errors: {errs:#?}");
 }

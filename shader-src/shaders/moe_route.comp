@@ -26,7 +26,6 @@ layout(push_constant) uniform P { uint n; uint k; uint has_bias; uint norm_w; fl
 shared float probs[MAX_EXPERTS];
 shared float sel[MAX_EXPERTS];
 shared float red_v[WG];
-shared uint red_i[WG];
 shared float chosen[MAX_USED];
 
 // The workgroup's sum (s = true) or max of v, every invocation calling it.
@@ -75,37 +74,19 @@ void main() {
 #endif
     for (uint e = t; e < p.n; e += WG) sel[e] = p.has_bias != 0u ? probs[e] + bias[e] : probs[e];
     barrier();
-    // k rounds of a workgroup arg-max over the experts not chosen yet.
-    for (uint j = 0u; j < p.k; j++) {
-        float bv = 0.0;
-        uint bi = 0xFFFFFFFFu;
-        for (uint e = t; e < p.n; e += WG) {
-            if (bi == 0xFFFFFFFFu || before(sel[e], e, bv, bi)) {
-                bv = sel[e];
-                bi = e;
-            }
+    // The k largest in one pass: each expert's rank is the number of experts ranking
+    // before it (a total order), counted until it reaches k; the experts of rank < k write
+    // their slot. (k rounds of a workgroup arg-max took 18 us for 8 of 128 on the H100.)
+    for (uint e = t; e < p.n; e += WG) {
+        float v = sel[e];
+        uint r = 0u;
+        for (uint f = 0u; f < p.n && r < p.k; f++) r += before(sel[f], f, v, e) ? 1u : 0u;
+        if (r < p.k) {
+            ids[row * p.k + r] = e;
+            chosen[r] = probs[e];
         }
-        red_v[t] = bv;
-        red_i[t] = bi;
-        barrier();
-        for (uint h = WG / 2u; h > 0u; h >>= 1) {
-            if (t < h) {
-                uint oi = red_i[t + h];
-                if (oi != 0xFFFFFFFFu && (red_i[t] == 0xFFFFFFFFu || before(red_v[t + h], oi, red_v[t], red_i[t]))) {
-                    red_v[t] = red_v[t + h];
-                    red_i[t] = oi;
-                }
-            }
-            barrier();
-        }
-        uint id = red_i[0];
-        if (t == 0u) {
-            ids[row * p.k + j] = id;
-            chosen[j] = probs[id];
-            sel[id] = uintBitsToFloat(0x7FC00000u); // NaN: ranks last
-        }
-        barrier();
     }
+    barrier();
     if (t == 0u) {
         float w[MAX_USED];
         for (uint j = 0u; j < p.k; j++) w[j] = chosen[j];

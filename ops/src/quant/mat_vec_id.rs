@@ -76,7 +76,9 @@ pub fn mat_vec_id(
         return Ok(());
     }
     let workgroup = cfg.workgroup.max(sg);
-    let nr = tuning::block_rows_per_subgroup(caps, &cfg, rows, m.k, workgroup / sg);
+    // Rows per subgroup for the whole dispatch (every slot's rows), not one expert's: the
+    // slots already spread the grid over the GPU.
+    let nr = tuning::block_rows_per_subgroup(caps, &cfg, rows * n_slots, m.k, workgroup / sg);
     let options = PipelineOptions {
         spec_constants: vec![(0, workgroup), (1, 1), (2, nr), (10, 0), (11, 0), (17, 1), (18, x_slots as u32)],
         required_subgroup_size: require.then_some(sg),
