@@ -8,7 +8,7 @@ mod common;
 use candle_core::cpu_backend::CpuDevice;
 use candle_core::CpuStorage;
 use vkml_models::config::{Hparams, Meta};
-use vkml_models::synth::{synthetic_model, SynthShape};
+use vkml_models::synth::{synthetic_model, SynthExperts, SynthShape};
 use vkml_models::{LoadOptions, Runner};
 use vkml_quant::gguf::{GgufArray, GgufFile, GgufValue, GgufWriter};
 use vkml_quant::GgmlType;
@@ -18,7 +18,7 @@ const TINY: SynthShape = SynthShape {
     arch: "llama",
     head_dim: Some(64),
     sliding_window: Some(8),
-    experts: None,
+    experts: Some(SynthExperts { n_expert: 4, n_used: 2, n_ff_exp: 64 }),
     n_layers: 7,
     n_embd: 128,
     n_ff: 256,
@@ -65,10 +65,26 @@ fn unsupported_architecture_names_itself_and_the_supported_ones() {
     let e = load_err(&edited("llama", "general.architecture", Some(GgufValue::String("gpt2".into())), None));
     assert!(
         e.contains(
-            "architecture \"gpt2\" is not supported (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3)"
+            "architecture \"gpt2\" is not supported (supported: llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3)"
         ),
         "{e}"
     );
+}
+
+#[test]
+fn bad_expert_counts_are_errors_naming_the_key() {
+    let u = |v: u32| Some(GgufValue::U32(v));
+    let e = load_err(&edited("qwen3moe", "qwen3moe.expert_used_count", u(0), None));
+    assert!(e.contains("qwen3moe.expert_used_count is 0"), "{e}");
+    let e = load_err(&edited("qwen3moe", "qwen3moe.expert_used_count", u(5), None));
+    assert!(e.contains("qwen3moe.expert_used_count is 5: 1 ..= 4 of the 4 experts"), "{e}");
+    let e = load_err(&edited("qwen3moe", "qwen3moe.expert_count", u(2000), None));
+    assert!(e.contains("qwen3moe.expert_count is 2000"), "{e}");
+    let e = load_err(&edited("qwen3moe", "qwen3moe.expert_count", None, None));
+    assert!(e.contains("qwen3moe.expert_count"), "{e}");
+    // Experts the tensors do not hold.
+    let e = load_err(&edited("qwen3moe", "qwen3moe.expert_count", u(3), None));
+    assert!(e.contains("ffn_gate_inp.weight has shape"), "{e}");
 }
 
 #[test]

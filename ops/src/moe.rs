@@ -106,20 +106,41 @@ pub fn route(
     Ok(())
 }
 
-/// The weights of one mixture-of-experts feed-forward block for a decode step: the router
-/// (`ffn_gate_inp`, `[n_expert, n_embd]`) and the experts' gate, up (`[n_expert * n_ff,
-/// n_embd]`) and down (`[n_expert * n_embd, n_ff]`) matrices, experts outermost as the 3-D
+/// The weights of one mixture-of-experts feed-forward block: the router (`ffn_gate_inp`,
+/// `[n_expert, n_embd]`), the experts' gate and up projections ([`ExpertGateUp`]) and
+/// down projections (`[n_expert * n_embd, n_ff]`), experts outermost as the 3-D
 /// `ffn_{gate,up,down}_exps` tensors hold them.
 #[derive(Debug, Clone, Copy)]
 pub struct MoeWeights<'a> {
     /// The router.
     pub router: &'a crate::quant::QMatrix,
-    /// The experts' gate projections.
-    pub gate: &'a crate::quant::QMatrix,
-    /// The experts' up projections.
-    pub up: &'a crate::quant::QMatrix,
+    /// The experts' gate and up projections.
+    pub gate_up: ExpertGateUp<'a>,
     /// The experts' down projections.
     pub down: &'a crate::quant::QMatrix,
+}
+
+/// How the experts' gate and up projections are held.
+#[derive(Debug, Clone, Copy)]
+pub enum ExpertGateUp<'a> {
+    /// One matrix of `[n_expert * 2 n_ff, n_embd]`: each expert's gate rows, then its up rows
+    /// (the two tensors interleaved by expert at load), multiplied in one dispatch with the
+    /// gated product in its store ([`crate::quant::mat_vec_id_glu`]).
+    Stacked(&'a crate::quant::QMatrix),
+    /// `ffn_gate_exps` and `ffn_up_exps` as they are (`[n_expert * n_ff, n_embd]` each: types
+    /// that differ): two dispatches and the gated product's.
+    Split(&'a crate::quant::QMatrix, &'a crate::quant::QMatrix),
+}
+
+impl ExpertGateUp<'_> {
+    /// Rows of one projection over all experts (`n_expert * n_ff`) and its `k`.
+    fn dims(&self) -> (usize, usize) {
+        match self {
+            ExpertGateUp::Stacked(m) => (m.rows() / 2, m.k()),
+            ExpertGateUp::Split(g, u) if (g.rows(), g.k()) == (u.rows(), u.k()) => (g.rows(), g.k()),
+            ExpertGateUp::Split(..) => (usize::MAX, 0),
+        }
+    }
 }
 
 /// Records the mixture-of-experts feed-forward of `t` tokens, `y_n = Σ_j w_nj
@@ -127,9 +148,11 @@ pub struct MoeWeights<'a> {
 /// [`route`] chooses from `router x_n` (llama.cpp's `build_moe_ffn`, without a shared
 /// expert): `x, y: f32[t, n_embd]` (packed; `y` overwritten). Dispatches per chunk of at
 /// most 65 535 / k tokens: the router product ([`crate::quant::linear`]), the routing, the
-/// gate and up expert mat-vecs of the chunk's `t k` slots ([`crate::quant::mat_vec_id`], each
-/// slot reading its token's x), the gated product, the down expert mat-vec on each slot's
-/// product, and the weighted sums (a batched `1 x k` by `k x n_embd` matmul). Each slot
+/// gate and up expert mat-vecs of the chunk's `t k` slots with the gated product in the
+/// store ([`crate::quant::mat_vec_id_glu`], each slot reading its token's x; for
+/// [`ExpertGateUp::Split`] two [`crate::quant::mat_vec_id`] and `nn::glu`), the down expert
+/// mat-vec on each slot's product, and the weighted sums (a batched `1 x k` by `k x n_embd`
+/// matmul): 5 dispatches. Each slot
 /// reads its expert's whole matrix: for prompts, tokens grouped by expert would read each
 /// once (issue 31's grouped mat-mat, not built yet).
 ///
@@ -146,27 +169,23 @@ pub fn ffn(
     t: usize,
     y: &Buffer,
 ) -> Result<()> {
-    use crate::quant::{linear, mat_vec_id, LinearEpilogue, LinearOptions};
+    use crate::quant::{linear, mat_vec_id, mat_vec_id_glu, LinearEpilogue, LinearOptions};
     let n_embd = w.router.k();
-    let n_ff = w.gate.rows() / r.n_expert.max(1);
+    let (gu_rows, gu_k) = w.gate_up.dims();
+    let n_ff = gu_rows / r.n_expert.max(1);
     let fits = w.router.rows() == r.n_expert
-        && w.gate.k() == n_embd
-        && w.up.k() == n_embd
-        && w.gate.rows() == r.n_expert * n_ff
-        && w.up.rows() == w.gate.rows()
+        && gu_k == n_embd
+        && gu_rows == r.n_expert * n_ff
         && w.down.k() == n_ff
         && w.down.rows() == r.n_expert * n_embd;
     if !fits {
         return Err(OpsError::Shape {
             op: "moe::ffn",
             reason: format!(
-                "router [{}, {}], gate [{}, {}], up [{}, {}], down [{}, {}] do not make {} experts",
+                "router [{}, {}], gate and up {:?}, down [{}, {}] do not make {} experts",
                 w.router.rows(),
                 w.router.k(),
-                w.gate.rows(),
-                w.gate.k(),
-                w.up.rows(),
-                w.up.k(),
+                w.gate_up,
                 w.down.rows(),
                 w.down.k(),
                 r.n_expert
@@ -206,10 +225,16 @@ pub fn ffn(
         let (logits, ids, weights) = (scratch(4 * tc * r.n_expert)?, scratch(4 * slots)?, scratch(4 * slots)?);
         linear(s, w.router, &xc, tc, None, &logits, LinearEpilogue::Store, &opts)?;
         route(s, &logits, tc, r, None, &ids, &weights)?;
-        let (g, u, h) = (scratch(4 * slots * n_ff)?, scratch(4 * slots * n_ff)?, scratch(4 * slots * n_ff)?);
-        mat_vec_id(s, w.gate, r.n_expert, &ids, slots, &xc, k, &g)?;
-        mat_vec_id(s, w.up, r.n_expert, &ids, slots, &xc, k, &u)?;
-        crate::nn::glu(s, crate::Dtype::F32, act, &g, &u, slots * n_ff, &h)?;
+        let h = scratch(4 * slots * n_ff)?;
+        match w.gate_up {
+            ExpertGateUp::Stacked(m) => mat_vec_id_glu(s, m, r.n_expert, &ids, slots, &xc, k, &h, act)?,
+            ExpertGateUp::Split(gate, up) => {
+                let (g, u) = (scratch(4 * slots * n_ff)?, scratch(4 * slots * n_ff)?);
+                mat_vec_id(s, gate, r.n_expert, &ids, slots, &xc, k, &g)?;
+                mat_vec_id(s, up, r.n_expert, &ids, slots, &xc, k, &u)?;
+                crate::nn::glu(s, crate::Dtype::F32, act, &g, &u, slots * n_ff, &h)?;
+            }
+        }
         let d = scratch(4 * slots * n_embd)?;
         mat_vec_id(s, w.down, r.n_expert, &ids, slots, &h, 1, &d)?;
         // y[n] [1, n_embd] = weights[n] [1, k] x d[n] [k, n_embd] for each token n.

@@ -219,13 +219,14 @@ fn expert_indexed_mat_vec_is_each_experts_mat_vec() {
 }
 
 /// The MoE feed-forward (`moe::ffn`: router, routing, the chosen experts' gate / up / down,
-/// SiLU product, weighted sums) of 1 and of 5 tokens against llama.cpp's `build_moe_ffn`
+/// SiLU product, weighted sums; gate and up stacked per expert in one dispatch, and split)
+/// of 1 and of 5 tokens against llama.cpp's `build_moe_ffn`
 /// computed here in f64 on the dequantized weights: Qwen3-MoE's gating (softmax, top k,
 /// normalised) and DeepSeek-like sigmoid gating, experts in Q4_0, Q8_0 and MXFP4; the 5
 /// tokens' rows equal each token's call alone, bit for bit.
 #[test]
 fn moe_feed_forward_matches_build_moe_ffn() {
-    use vkml_ops::moe::{ffn, MoeWeights};
+    use vkml_ops::moe::{ffn, ExpertGateUp, MoeWeights};
     use vkml_ops::nn::GluActivation;
     use vkml_ops::quant::QMatrix;
     use vkml_quant::GgmlType;
@@ -252,12 +253,22 @@ fn moe_feed_forward_matches_build_moe_ffn() {
         let gate = QMatrix::upload(dev, ty, n_expert * n_ff, n_embd, &gate_b).unwrap();
         let up = QMatrix::upload(dev, ty, n_expert * n_ff, n_embd, &up_b).unwrap();
         let down = QMatrix::upload(dev, ty, n_expert * n_embd, n_ff, &down_b).unwrap();
-        let w = MoeWeights { router: &router, gate: &gate, up: &up, down: &down };
+        // Each expert's gate rows, then its up rows.
+        let eb = gate_b.len() / n_expert;
+        let stacked_b: Vec<u8> =
+            (0..n_expert).flat_map(|e| [&gate_b[e * eb..(e + 1) * eb], &up_b[e * eb..(e + 1) * eb]].concat()).collect();
+        let stacked = QMatrix::upload(dev, ty, n_expert * 2 * n_ff, n_embd, &stacked_b).unwrap();
+        let w = MoeWeights { router: &router, gate_up: ExpertGateUp::Stacked(&stacked), down: &down };
+        let w_split = MoeWeights { gate_up: ExpertGateUp::Split(&gate, &up), ..w };
         let x = uniform(t * n_embd, 5, 1.0);
         let xb = dev.upload(&x).unwrap();
         let y = dev.alloc(4 * (t * n_embd) as u64, MemoryKind::DeviceLocal).unwrap();
+        let y_split = dev.alloc(4 * (t * n_embd) as u64, MemoryKind::DeviceLocal).unwrap();
         let mut s = Stream::new(dev).unwrap();
+        let d0 = s.stats().dispatches;
         ffn(&mut s, w, r, GluActivation::Silu, &xb, t, &y).unwrap();
+        assert_eq!(s.stats().dispatches - d0, 5, "{ty:?}: router, routing, gate|up, down, weighted sums");
+        ffn(&mut s, w_split, r, GluActivation::Silu, &xb, t, &y_split).unwrap();
         // Each token alone.
         let mut alone = Vec::new();
         for n in 0..t {
@@ -270,6 +281,8 @@ fn moe_feed_forward_matches_build_moe_ffn() {
         }
         s.finish_and_wait().unwrap();
         let got = y.to_vec::<f32>().unwrap();
+        let split = y_split.to_vec::<f32>().unwrap();
+        assert!(got.iter().zip(&split).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty:?}: stacked against split");
         // The reference: logits, routing, experts, weighted sum, in f64.
         let (gd, ud, dd) = (
             vkml_quant::dequantize_to_vec(ty, &gate_b).unwrap(),

@@ -12,13 +12,13 @@ mod output;
 pub use attention::{Attention, AttentionSpec, QkvLayout};
 pub use embedding::Embedding;
 pub use feed_forward::{FeedForward, GateUpLayout};
-pub use moe::MoeFeedForward;
+pub use moe::{GateUpExperts, MoeFeedForward};
 pub use norm::RmsNorm;
 pub use output::OutputHead;
 
 use candle_core::backend::BackendDevice;
 use vkml_candle::front::Tensor;
-use vkml_quant::gguf::GgufFile;
+use vkml_quant::gguf::{GgufFile, TensorInfo};
 
 use crate::error::{model_err, Result};
 use crate::storage::{ModelStorage, WeightFormat};
@@ -131,6 +131,58 @@ where
         self.done += info.n_bytes;
         (self.progress)(self.done, self.total);
         Ok(w)
+    }
+
+    /// The 3-D expert tensors `gate` and `up` (GGUF dims `[k, rows, n_expert]` each) as
+    /// one `[n_expert · 2 rows, k]` matrix, each expert's gate rows then its up rows, where
+    /// their types agree; else each as [`Weights::experts`] loads it.
+    ///
+    /// # Errors
+    /// As [`Weights::experts`].
+    pub fn experts_gate_up(
+        &mut self,
+        gate: &str,
+        up: &str,
+        n_expert: usize,
+        rows: usize,
+        k: usize,
+    ) -> Result<GateUpExperts<S>> {
+        let file = self.file;
+        let load = |name: &str| -> Result<(&TensorInfo, &[u8])> {
+            let (info, bytes) =
+                file.tensor_data_by_name(name).map_err(|_| model_err(format!("tensor {name} is missing")))?;
+            if info.dims != [k as u64, rows as u64, n_expert as u64] {
+                return Err(model_err(format!(
+                    "tensor {name} has shape {:?}, expected [{k}, {rows}, {n_expert}] ({n_expert} experts)",
+                    info.dims
+                )));
+            }
+            Ok((info, bytes))
+        };
+        let ((gi, gb), (ui, ub)) = (load(gate)?, load(up)?);
+        if gi.ty != ui.ty {
+            return Ok(GateUpExperts::Split(
+                self.experts(gate, n_expert, rows, k)?,
+                self.experts(up, n_expert, rows, k)?,
+            ));
+        }
+        let eb = gb.len() / n_expert.max(1);
+        let mut bytes = Vec::with_capacity(gb.len() + ub.len());
+        for e in 0..n_expert {
+            bytes.extend_from_slice(&gb[e * eb..(e + 1) * eb]);
+            bytes.extend_from_slice(&ub[e * eb..(e + 1) * eb]);
+        }
+        let info = TensorInfo {
+            name: format!("{gate} + {up}"),
+            dims: vec![k as u64, 2 * rows as u64, n_expert as u64],
+            n_elements: gi.n_elements + ui.n_elements,
+            n_bytes: gi.n_bytes + ui.n_bytes,
+            ..gi.clone()
+        };
+        let w = S::qweight(self.dev, &info, &bytes, self.format)?;
+        self.done += info.n_bytes;
+        (self.progress)(self.done, self.total);
+        Ok(GateUpExperts::Stacked(w))
     }
 
     /// [`Weights::matrix`] of a tensor loaded a second time (onto another device), its

@@ -11,18 +11,27 @@ use vkml_ops::nn::GluActivation;
 use super::{RmsNorm, Weights};
 use crate::config::MoeHparams;
 use crate::error::Result;
-use crate::storage::{ModelStorage, MoeFfn};
+use crate::storage::{ExpertGateUp, ModelStorage, MoeFfn};
 use crate::tensor::ModelTensor;
+
+/// The experts' gate and up projections as loaded ([`MoeFeedForward::gate_up`]).
+#[derive(Debug)]
+pub enum GateUpExperts<S: ModelStorage> {
+    /// One matrix, each expert's gate rows then its up rows.
+    Stacked(S::QWeight),
+    /// The two tensors as they are (their types differ).
+    Split(S::QWeight, S::QWeight),
+}
 
 /// One layer's experts and router.
 #[derive(Debug)]
 pub struct MoeFeedForward<S: ModelStorage> {
     /// `blk.N.ffn_gate_inp.weight`, `[n_expert, n_embd]`.
     pub router: S::QWeight,
-    /// `blk.N.ffn_gate_exps.weight`, `[n_expert · n_ff_exp, n_embd]`.
-    pub gate: S::QWeight,
-    /// `blk.N.ffn_up_exps.weight`, `[n_expert · n_ff_exp, n_embd]`.
-    pub up: S::QWeight,
+    /// `blk.N.ffn_gate_exps.weight` and `blk.N.ffn_up_exps.weight` (`[n_expert · n_ff_exp,
+    /// n_embd]` each): interleaved by expert into one `[n_expert · 2 n_ff_exp, n_embd]` matrix
+    /// where their types agree (each expert's gate rows, then its up rows), else apart.
+    pub gate_up: GateUpExperts<S>,
     /// `blk.N.ffn_down_exps.weight`, `[n_expert · n_embd, n_ff_exp]`.
     pub down: S::QWeight,
     /// How tokens choose experts.
@@ -54,8 +63,7 @@ where
         let (e, f) = (moe.n_expert, moe.n_ff_exp);
         Ok(MoeFeedForward {
             router: w.matrix(&p("ffn_gate_inp.weight"), e, n_embd)?,
-            gate: w.experts(&p("ffn_gate_exps.weight"), e, f, n_embd)?,
-            up: w.experts(&p("ffn_up_exps.weight"), e, f, n_embd)?,
+            gate_up: w.experts_gate_up(&p("ffn_gate_exps.weight"), &p("ffn_up_exps.weight"), e, f, n_embd)?,
             down: w.experts(&p("ffn_down_exps.weight"), e, n_embd, f)?,
             routing: Routing { n_expert: e, k: moe.n_expert_used, gating, norm_w, w_scale: moe.weights_scale },
             act,
@@ -67,14 +75,11 @@ where
     /// # Errors
     /// Shape mismatches, device errors.
     pub fn forward_residual(&self, x: &mut Tensor<S>, norm: &RmsNorm<S>) -> Result<()> {
-        let w = MoeFfn {
-            router: &self.router,
-            gate: &self.gate,
-            up: &self.up,
-            down: &self.down,
-            routing: self.routing,
-            act: self.act,
+        let gate_up = match &self.gate_up {
+            GateUpExperts::Stacked(w) => ExpertGateUp::Stacked(w),
+            GateUpExperts::Split(g, u) => ExpertGateUp::Split(g, u),
         };
+        let w = MoeFfn { router: &self.router, gate_up, down: &self.down, routing: self.routing, act: self.act };
         let y = norm.forward(x)?.moe_ffn(&w)?;
         *x = x.add(&y)?;
         Ok(())

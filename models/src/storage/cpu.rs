@@ -188,10 +188,10 @@ impl ModelStorage for CpuStorage {
     fn moe_ffn(&self, l: &Layout, w: &MoeFfn<'_, Self>) -> CResult<Self> {
         let (n_expert, n_embd) = w.router_dims();
         let r = w.routing;
-        let n_ff = Self::qweight_dims(w.gate).0 / n_expert.max(1);
+        let gu = w.gate_up.dims().unwrap_or((usize::MAX, 0));
+        let n_ff = gu.0 / n_expert.max(1);
         let fits = n_expert == r.n_expert
-            && Self::qweight_dims(w.gate) == (n_expert * n_ff, n_embd)
-            && Self::qweight_dims(w.up) == (n_expert * n_ff, n_embd)
+            && gu == (n_expert * n_ff, n_embd)
             && Self::qweight_dims(w.down) == (n_expert * n_embd, n_ff);
         if !fits || l.dims().len() != 2 || l.dims()[1] != n_embd {
             candle_core::bail!(
@@ -210,7 +210,8 @@ impl ModelStorage for CpuStorage {
             let (ids, weights) = cpu_loops::moe_route(&logits[n * n_expert..(n + 1) * n_expert], r);
             let mut acc = vec![0f64; n_embd];
             for (&e, &we) in ids.iter().zip(&weights) {
-                let (g, u) = (w.gate.rows_times(e * n_ff, n_ff, xr)?, w.up.rows_times(e * n_ff, n_ff, xr)?);
+                let [(gw, g0), (uw, u0)] = w.gate_up.rows_of(e, n_ff);
+                let (g, u) = (gw.rows_times(g0, n_ff, xr)?, uw.rows_times(u0, n_ff, xr)?);
                 let h: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| act(g) * u).collect();
                 let d = w.down.rows_times(e * n_embd, n_embd, &h)?;
                 acc.iter_mut().zip(&d).for_each(|(a, &d)| *a += we * f64::from(d));
@@ -335,14 +336,8 @@ mod tests {
             dense(dw.clone(), n_expert * n_embd, n_ff),
         );
         let routing = Routing { n_expert, k, gating: ExpertGating::Softmax, norm_w: true, w_scale: 0.0 };
-        let w = MoeFfn::<CpuStorage> {
-            router: &router,
-            gate: &gate,
-            up: &up,
-            down: &down,
-            routing,
-            act: GluActivation::Silu,
-        };
+        let gate_up = super::super::ExpertGateUp::Split(&gate, &up);
+        let w = MoeFfn::<CpuStorage> { router: &router, gate_up, down: &down, routing, act: GluActivation::Silu };
         let got = match CpuStorage::F32(x.clone()).moe_ffn(&Layout::contiguous((t, n_embd)), &w).unwrap() {
             CpuStorage::F32(v) => v,
             _ => unreachable!(),

@@ -59,16 +59,57 @@ pub struct AttnRope<'a, S> {
 pub struct MoeFfn<'a, S: ModelStorage> {
     /// `ffn_gate_inp`, `[n_expert, n_embd]`.
     pub router: &'a S::QWeight,
-    /// `ffn_gate_exps`, `[n_expert · n_ff, n_embd]`.
-    pub gate: &'a S::QWeight,
-    /// `ffn_up_exps`, `[n_expert · n_ff, n_embd]`.
-    pub up: &'a S::QWeight,
+    /// `ffn_gate_exps` and `ffn_up_exps`.
+    pub gate_up: ExpertGateUp<'a, S>,
     /// `ffn_down_exps`, `[n_expert · n_embd, n_ff]`.
     pub down: &'a S::QWeight,
     /// Experts, experts per token, gating, normalisation and scale of the weights.
     pub routing: vkml_ops::moe::Routing,
     /// The gate's activation.
     pub act: GluActivation,
+}
+
+/// A weight and the row an expert's projection starts at ([`ExpertGateUp::rows_of`]).
+pub type ExpertRows<'a, S> = (&'a <S as ModelStorage>::QWeight, usize);
+
+/// How a [`MoeFfn`]'s gate and up projections are held.
+#[derive(Debug)]
+pub enum ExpertGateUp<'a, S: ModelStorage> {
+    /// `[n_expert · 2 n_ff, n_embd]`: each expert's gate rows, then its up rows (one
+    /// product for both where their types agree).
+    Stacked(&'a S::QWeight),
+    /// `ffn_gate_exps`, `ffn_up_exps`: `[n_expert · n_ff, n_embd]` each.
+    Split(&'a S::QWeight, &'a S::QWeight),
+}
+
+impl<S: ModelStorage> Clone for ExpertGateUp<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S: ModelStorage> Copy for ExpertGateUp<'_, S> {}
+
+impl<S: ModelStorage> ExpertGateUp<'_, S> {
+    /// Where expert `e`'s gate and up rows start (`n_ff` each): `(weight, row)` of each.
+    pub fn rows_of(&self, e: usize, n_ff: usize) -> [ExpertRows<'_, S>; 2] {
+        match *self {
+            ExpertGateUp::Stacked(w) => [(w, 2 * e * n_ff), (w, (2 * e + 1) * n_ff)],
+            ExpertGateUp::Split(g, u) => [(g, e * n_ff), (u, e * n_ff)],
+        }
+    }
+
+    /// Rows of one projection over all experts (`n_expert · n_ff`) and `n_embd`, or `None`
+    /// for split weights of different shapes.
+    pub fn dims(&self) -> Option<(usize, usize)> {
+        match *self {
+            ExpertGateUp::Stacked(w) => {
+                let (r, k) = S::qweight_dims(w);
+                Some((r / 2, k))
+            }
+            ExpertGateUp::Split(g, u) => Some(S::qweight_dims(g)).filter(|&d| d == S::qweight_dims(u)),
+        }
+    }
 }
 
 impl<S: ModelStorage> MoeFfn<'_, S> {

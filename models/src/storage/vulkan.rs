@@ -13,7 +13,7 @@ use vkml_ops::Dtype;
 
 use super::{
     rms_norm_glu_down_add_composed, rms_norm_linear_composed, rms_norm_linear_softcap_composed, AttnParams, AttnRope,
-    DeviceChoice, ModelStorage, MoeFfn, QkvPrologue,
+    DeviceChoice, ExpertGateUp, ModelStorage, MoeFfn, QkvPrologue,
 };
 use crate::sampling::TokenChoice;
 
@@ -327,7 +327,11 @@ impl ModelStorage for VulkanStorage {
         let n_embd = w.router.k();
         let dev = x.device();
         let y = dev.alloc(t * n_embd, DType::F32)?;
-        let mw = vkml_ops::moe::MoeWeights { router: w.router, gate: w.gate, up: w.up, down: w.down };
+        let gate_up = match w.gate_up {
+            ExpertGateUp::Stacked(m) => vkml_ops::moe::ExpertGateUp::Stacked(m),
+            ExpertGateUp::Split(g, u) => vkml_ops::moe::ExpertGateUp::Split(g, u),
+        };
+        let mw = vkml_ops::moe::MoeWeights { router: w.router, gate_up, down: w.down };
         dev.with_stream(|s| vkml_ops::moe::ffn(s, mw, w.routing, w.act, x.buffer(), t, &y).map_err(cerr))?;
         Ok(dev.storage(y, DType::F32, t * n_embd))
     }

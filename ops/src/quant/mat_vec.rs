@@ -54,7 +54,7 @@ pub enum MatVecEpilogue {
 }
 
 impl MatVecEpilogue {
-    fn spec(self) -> u32 {
+    pub(super) fn spec(self) -> u32 {
         match self {
             MatVecEpilogue::Store => 0,
             MatVecEpilogue::Add => 1,

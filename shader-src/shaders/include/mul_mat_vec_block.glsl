@@ -18,7 +18,8 @@
 // rows each, and workgroup z = slot j multiplies expert ids[j] (binding 7, u32; y stands in
 // otherwise) into y row j (y_stride apart), with x row j / MV_IDS_X (constant 18: 1, each
 // slot its own x row; k, the k slots of a token sharing its row) or x row 0 (MV_IDS_X 0).
-// NB is 1 there, without the norm prologue or the gated products.
+// NB is 1 there, without the norm prologue; with the gated products (MV_GLU) each expert
+// holds 2 rows rows, its gate rows then its up rows.
 //
 // Each block is cut into SPB slices (SPB lanes share a block); lane i of the subgroup takes
 // slices i, i + subgroup size, ... of the row (consecutive lanes read consecutive bytes), so
@@ -95,7 +96,7 @@ void mv_rows(uint r0, uint w_base, uint slot) {
             float u = MV_GLU ? subgroupAdd(acc2[rr * NB + b]) : 0.0;
             if (lane == 0 && r0 + rr < p.rows) {
                 if (MV_GLU) {
-                    mv_store_glu(b, r0 + rr, t, u);
+                    mv_store_glu(b + slot, r0 + rr, t, u);
                 } else {
                     mv_store(b + slot, r0 + rr, t);
                 }
@@ -116,7 +117,8 @@ void main() {
     }
     uint r0 = (wg0 + gl_SubgroupID) * NR;
     uint slot = MV_IDS ? gl_WorkGroupID.z : 0u;
-    uint w_base = p.w_offset + (MV_IDS ? expert_ids[slot] * p.rows * p.row_bytes : 0u);
+    // (An expert of the gated products holds its gate rows, then its up rows.)
+    uint w_base = p.w_offset + (MV_IDS ? expert_ids[slot] * (MV_GLU ? 2u : 1u) * p.rows * p.row_bytes : 0u);
     if (r0 < p.rows) mv_rows(r0, w_base, slot); // uniform across the subgroup
     // (With the post-norm epilogue every workgroup reaches it; the host never combines it
     // with the norm prologue.)
