@@ -119,14 +119,7 @@ where
     /// [`crate::Error::Model`] for a missing tensor or one of another shape (naming both);
     /// the backend's errors.
     pub fn experts(&mut self, name: &str, n_expert: usize, rows: usize, k: usize) -> Result<S::QWeight> {
-        let (info, bytes) =
-            self.file.tensor_data_by_name(name).map_err(|_| model_err(format!("tensor {name} is missing")))?;
-        if info.dims != [k as u64, rows as u64, n_expert as u64] {
-            return Err(model_err(format!(
-                "tensor {name} has shape {:?}, expected [{k}, {rows}, {n_expert}] ({n_expert} experts)",
-                info.dims
-            )));
-        }
+        let (info, bytes) = expert_tensor(self.file, name, n_expert, rows, k)?;
         let w = S::qweight(self.dev, info, bytes, self.format)?;
         self.done += info.n_bytes;
         (self.progress)(self.done, self.total);
@@ -148,17 +141,7 @@ where
         k: usize,
     ) -> Result<GateUpExperts<S>> {
         let file = self.file;
-        let load = |name: &str| -> Result<(&TensorInfo, &[u8])> {
-            let (info, bytes) =
-                file.tensor_data_by_name(name).map_err(|_| model_err(format!("tensor {name} is missing")))?;
-            if info.dims != [k as u64, rows as u64, n_expert as u64] {
-                return Err(model_err(format!(
-                    "tensor {name} has shape {:?}, expected [{k}, {rows}, {n_expert}] ({n_expert} experts)",
-                    info.dims
-                )));
-            }
-            Ok((info, bytes))
-        };
+        let load = |name: &str| expert_tensor(file, name, n_expert, rows, k);
         let ((gi, gb), (ui, ub)) = (load(gate)?, load(up)?);
         if gi.ty != ui.ty {
             return Ok(GateUpExperts::Split(
@@ -214,4 +197,25 @@ where
     pub fn vector(&self, name: &str, n: usize) -> Result<Tensor<S>> {
         Ok(Tensor::from_slice(&self.values(name, n)?, n, self.dev)?)
     }
+}
+
+/// The 3-D expert tensor `name` of `file` and its bytes, checked to be `[k, rows, n_expert]`.
+///
+/// # Errors
+/// [`crate::Error::Model`] for a missing tensor or one of another shape (naming both).
+fn expert_tensor<'f>(
+    file: &'f GgufFile,
+    name: &str,
+    n_expert: usize,
+    rows: usize,
+    k: usize,
+) -> Result<(&'f TensorInfo, &'f [u8])> {
+    let (info, bytes) = file.tensor_data_by_name(name).map_err(|_| model_err(format!("tensor {name} is missing")))?;
+    if info.dims != [k as u64, rows as u64, n_expert as u64] {
+        return Err(model_err(format!(
+            "tensor {name} has shape {:?}, expected [{k}, {rows}, {n_expert}] ({n_expert} experts)",
+            info.dims
+        )));
+    }
+    Ok((info, bytes))
 }
