@@ -118,6 +118,28 @@ fn attn_shape(t: usize, h: usize, pos0: usize, p: AttnParams) -> vkml_ops::atten
     }
 }
 
+/// The split-KV scratch `flash_attn` needs for `sh` (head dim `d`) where it has more than
+/// one split.
+fn split_scratch(
+    dev: &VulkanDevice,
+    sh: &vkml_ops::attention::AttnShape,
+    d: usize,
+) -> CResult<Option<(Buffer, Buffer)>> {
+    if sh.n_splits <= 1 {
+        return Ok(None);
+    }
+    let (a, b) = vkml_ops::attention::split_scratch_len(sh, d);
+    Ok(Some((dev.alloc(a, DType::F32)?, dev.alloc(b, DType::F32)?)))
+}
+
+/// [`split_scratch`]'s buffers back to the device's pool.
+fn recycle_scratch(dev: &VulkanDevice, scratch: Option<(Buffer, Buffer)>) {
+    if let Some((a, b)) = scratch {
+        dev.recycle(a);
+        dev.recycle(b);
+    }
+}
+
 /// A [`kv_rows`] view as rope_kv_append takes it.
 fn head_rows((x, off, stride): &(VulkanStorage, usize, usize)) -> vkml_ops::attention::HeadRows<'_> {
     vkml_ops::attention::HeadRows { buffer: x.buffer(), off: *off, stride: *stride }
@@ -381,13 +403,7 @@ impl ModelStorage for VulkanStorage {
         } else {
             vkml_ops::tuning::attn_splits(t, sh.visible_len())
         };
-        let n_splits = sh.n_splits;
-        let scratch = if n_splits > 1 {
-            let (a, b) = attention::split_scratch_len(&sh, d);
-            Some((dev.alloc(a, DType::F32)?, dev.alloc(b, DType::F32)?))
-        } else {
-            None
-        };
+        let scratch = split_scratch(dev, &sh, d)?;
         let y = dev.alloc(t * h * d, DType::F32)?;
         // A decode step with a rotation: the rotation, the cache append and the attention
         // in one dispatch (`flash_attn_rope_decode`).
@@ -405,10 +421,7 @@ impl ModelStorage for VulkanStorage {
                 attention::flash_attn_rope_decode(s, tables, srcs, (k_cache, v_cache), sh, &y, sc, pro, step.as_ref())
                     .map_err(cerr)
             })?;
-            if let Some((a, b)) = scratch {
-                dev.recycle(a);
-                dev.recycle(b);
-            }
+            recycle_scratch(dev, scratch);
             return Ok(dev.storage(y, DType::F32, t * h * d));
         }
         if step.is_some() {
@@ -447,10 +460,7 @@ impl ModelStorage for VulkanStorage {
         if let Some((_, b)) = rotate {
             dev.recycle(b);
         }
-        if let Some((a, b)) = scratch {
-            dev.recycle(a);
-            dev.recycle(b);
-        }
+        recycle_scratch(dev, scratch);
         Ok(dev.storage(y, DType::F32, t * h * d))
     }
 
@@ -480,28 +490,17 @@ impl ModelStorage for VulkanStorage {
             return Ok(None);
         }
         let d = k_cache.d;
-        let q_rot = dev.alloc(t * n_heads * d, DType::F32)?;
         let r = RopeKv { rope: rope_tables(&rope), n_heads, pos0, caches: (k_cache, v_cache) };
-        let nw = nw.packed(nwl)?;
-        linear(self, l, wqkv, Some(PreNorm { weight: nw.buffer(), eps }), &q_rot, LinearEpilogue::RopeKv(r))?;
+        let q_rot = norm_linear(self, l, nw, nwl, eps, wqkv, LinearEpilogue::RopeKv(r), n_heads * d)?;
         let mut sh = attn_shape(t, n_heads, pos0, p);
         sh.n_splits = vkml_ops::tuning::attn_splits(t, sh.visible_len());
-        let scratch = if sh.n_splits > 1 {
-            let (a, b) = attention::split_scratch_len(&sh, d);
-            Some((dev.alloc(a, DType::F32)?, dev.alloc(b, DType::F32)?))
-        } else {
-            None
-        };
+        let scratch = split_scratch(dev, &sh, d)?;
         let y = dev.alloc(t * n_heads * d, DType::F32)?;
         dev.with_stream(|s| {
             let sc = scratch.as_ref().map(|(a, b)| (a, b));
-            attention::flash_attn(s, Dtype::F32, &q_rot, k_cache, v_cache, sh, &y, sc).map_err(cerr)
+            attention::flash_attn(s, Dtype::F32, q_rot.buffer(), k_cache, v_cache, sh, &y, sc).map_err(cerr)
         })?;
-        dev.recycle(q_rot);
-        if let Some((a, b)) = scratch {
-            dev.recycle(a);
-            dev.recycle(b);
-        }
+        recycle_scratch(dev, scratch);
         Ok(Some(dev.storage(y, DType::F32, t * n_heads * d)))
     }
 
