@@ -128,8 +128,9 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     fn moe_ffn(&self, w: &MoeFfn<'_, S>) -> CResult<Self>;
 
     /// [`ModelStorage::rms_norm_qkv_attention`] of `self: [t, k]` with norm weight `nw: [k]`,
-    /// `wqkv` of `n_heads` query heads over the caches' KV heads, and the rotation
-    /// `(cos, sin, style)`: `Some([t, n_heads · d])` where the storage folds it, else `None`.
+    /// `wqkv` of `heads = (n_heads, head_dim)` query heads over the caches' KV heads, and the rotation
+    /// `(cos, sin, style)`: `Some([t, n_heads · d])` where the storage folds it, else `None`;
+    /// f16 where the output projection `wo` applied next reads f16 x (see the storage's).
     #[allow(clippy::too_many_arguments)]
     fn rms_norm_qkv_attention(
         &self,
@@ -140,8 +141,8 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
         caches: (&mut S::KvCache, &mut S::KvCache),
         pos0: usize,
         p: AttnParams,
-        n_heads: usize,
-        head_dim: usize,
+        heads: (usize, usize),
+        wo: Option<&S::QWeight>,
     ) -> CResult<Option<Self>>;
 }
 
@@ -370,8 +371,8 @@ where
         caches: (&mut S::KvCache, &mut S::KvCache),
         pos0: usize,
         p: AttnParams,
-        n_heads: usize,
-        head_dim: usize,
+        (n_heads, head_dim): (usize, usize),
+        wo: Option<&S::QWeight>,
     ) -> CResult<Option<Self>> {
         let (t, _) = norm_linear_dims(self, nw, wqkv, None, "rms_norm_qkv_attention")?;
         let (c, s, positions, rot) = rope_tables(&[t, n_heads, head_dim], cos, sin, pos0)?;
@@ -386,6 +387,7 @@ where
             pos0,
             p,
             n_heads,
+            wo,
         )?;
         Ok(out.map(|o| Self::from_storage(o, (t, n_heads * head_dim))))
     }

@@ -588,6 +588,52 @@ pub fn flash_attn_with(
     scratch: Option<(&Buffer, &Buffer)>,
     merge: SplitMerge,
 ) -> Result<()> {
+    flash_attn_impl(s, dt, q, k, v, sh, (out, dt), scratch, merge)
+}
+
+/// [`flash_attn`] of f32 `q` writing `out` as packed f16 `[t_q, n_heads, d]`: the f16 x
+/// an output projection's tensor-core mat-mat reads ([`crate::quant::MatMatOptions::x_f16`]),
+/// written by the attention's store instead of a `convert_f16` pass. Each element is the f16
+/// rounding of [`flash_attn`]'s f32 output (tested bitwise). Only where the tensor-core
+/// prefill kernel runs ([`tensor_core_prefill`]); no KV split.
+///
+/// # Errors
+/// [`OpsError::Shape`] where [`tensor_core_prefill`] does not hold; as [`flash_attn`].
+pub fn flash_attn_f16_out(
+    s: &mut Stream,
+    q: &Buffer,
+    k: &KvCache,
+    v: &KvCache,
+    sh: AttnShape,
+    out: &Buffer,
+) -> Result<()> {
+    if !tensor_core_prefill(s.device().caps(), k.d, &sh) {
+        return Err(OpsError::Shape {
+            op: "flash_attn_f16_out",
+            reason: format!(
+                "an f16 output is written by the tensor-core prefill kernel only, which this call \
+                 (head dim {}, {} queries, {} splits) and device do not take",
+                k.d, sh.t_q, sh.n_splits
+            ),
+        });
+    }
+    flash_attn_impl(s, Dtype::F32, q, k, v, sh, (out, Dtype::F16), None, SplitMerge::InPlace)
+}
+
+/// [`flash_attn_with`] with the output's dtype `out.1` (`q`'s, or f16 on the tensor-core
+/// kernel: [`flash_attn_f16_out`]).
+#[allow(clippy::too_many_arguments)]
+fn flash_attn_impl(
+    s: &mut Stream,
+    dt: Dtype,
+    q: &Buffer,
+    k: &KvCache,
+    v: &KvCache,
+    sh: AttnShape,
+    (out, out_dt): (&Buffer, Dtype),
+    scratch: Option<(&Buffer, &Buffer)>,
+    merge: SplitMerge,
+) -> Result<()> {
     dt.require_activation(s.device(), "flash_attn")?;
     let bad = |reason: String| Err(OpsError::Shape { op: "flash_attn", reason });
     let d = k.d;
@@ -606,8 +652,8 @@ pub fn flash_attn_with(
         ));
     }
     let n = sh.t_q * sh.n_heads * d;
-    if q.size() < (dt.size() * n) as u64 || out.size() < (dt.size() * n) as u64 {
-        return bad(format!("q and out need {n} {}", dt.name()));
+    if q.size() < (dt.size() * n) as u64 || out.size() < (out_dt.size() * n) as u64 {
+        return bad(format!("q and out need {n} {} and {}", dt.name(), out_dt.name()));
     }
     if sh.t_q == 0 {
         return Ok(());
@@ -624,12 +670,15 @@ pub fn flash_attn_with(
     if tensor_core_prefill(dev.caps(), d, &sh) {
         let opts =
             tuning::coopmat_pipeline_options(dev.caps(), vec![(0, 128)]).expect("checked by tensor_core_prefill");
-        let name = match (dt, d) {
-            (Dtype::F16, 64) => "flash_attn_cm.f16_d64",
-            (Dtype::F16, 96) => "flash_attn_cm.f16_d96",
-            (Dtype::F16, _) => "flash_attn_cm.f16_d128",
-            (_, 64) => "flash_attn_cm.f32_d64",
-            (_, 96) => "flash_attn_cm.f32_d96",
+        let name = match (dt, out_dt, d) {
+            (Dtype::F16, _, 64) => "flash_attn_cm.f16_d64",
+            (Dtype::F16, _, 96) => "flash_attn_cm.f16_d96",
+            (Dtype::F16, _, _) => "flash_attn_cm.f16_d128",
+            (_, Dtype::F16, 64) => "flash_attn_cm.f32_d64_f16_out",
+            (_, Dtype::F16, 96) => "flash_attn_cm.f32_d96_f16_out",
+            (_, Dtype::F16, _) => "flash_attn_cm.f32_d128_f16_out",
+            (_, _, 64) => "flash_attn_cm.f32_d64",
+            (_, _, 96) => "flash_attn_cm.f32_d96",
             _ => "flash_attn_cm.f32_d128",
         }; // d is 64, 96 or 128 (tensor_core_prefill)
         let p = dev.pipeline(&dev.kernel(name)?, &opts)?;

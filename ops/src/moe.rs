@@ -106,6 +106,51 @@ pub fn route(
     Ok(())
 }
 
+/// Records the grouping of a routed batch's slots by expert for the expert-grouped
+/// mat-mats ([`crate::quant::mat_mat_id`]), kernel `moe_group`: from `ids: u32[t, k]` (as
+/// [`route`] writes them: a token's `k` ids differ and lie below `n_expert`), `first:
+/// u32[n_expert + 1]` (where each expert's slots begin, then `t k`) and `slots: u32[t k]`
+/// (slot indices `n k + i`, expert by expert, in increasing order within each).
+///
+/// # Errors
+/// [`OpsError::Shape`] for `n_expert` or `k` out of range and buffers too small; HAL
+/// errors.
+pub fn group(
+    s: &mut Stream,
+    ids: &Buffer,
+    t: usize,
+    k: usize,
+    n_expert: usize,
+    first: &Buffer,
+    slots: &Buffer,
+) -> Result<()> {
+    let bad = |reason: String| Err(OpsError::Shape { op: "moe::group", reason });
+    if n_expert == 0 || n_expert > MAX_EXPERTS || k == 0 || k > MAX_USED.min(n_expert) {
+        return bad(format!(
+            "{n_expert} experts, {k} per token: at most {MAX_EXPERTS} experts and 1 ..= {MAX_USED} per token"
+        ));
+    }
+    let n_slots = (t * k) as u64;
+    if n_slots > u64::from(u32::MAX) {
+        return bad(format!("{t} tokens of {k} slots exceed 32-bit slot indices"));
+    }
+    if ids.size() < 4 * n_slots || slots.size() < 4 * n_slots || first.size() < 4 * (n_expert as u64 + 1) {
+        return bad(format!(
+            "{t} tokens need ids and slots of {} bytes and first of {}, got {}, {} and {}",
+            4 * n_slots,
+            4 * (n_expert + 1),
+            ids.size(),
+            slots.size(),
+            first.size()
+        ));
+    }
+    let dev = s.device().clone();
+    let p = pipeline(&dev, "moe_group", 256)?;
+    let pc = push_words(&[t as u32, n_expert as u32, k as u32]);
+    s.dispatch(&p, &[ids.into(), first.into(), slots.into()], &pc, [1, 1, 1])?;
+    Ok(())
+}
+
 /// The weights of one mixture-of-experts feed-forward block: the router (`ffn_gate_inp`,
 /// `[n_expert, n_embd]`), the experts' gate and up projections ([`ExpertGateUp`]) and
 /// down projections (`[n_expert * n_embd, n_ff]`), experts outermost as the 3-D
@@ -152,9 +197,10 @@ impl ExpertGateUp<'_> {
 /// store ([`crate::quant::mat_vec_id_glu`], each slot reading its token's x; for
 /// [`ExpertGateUp::Split`] two [`crate::quant::mat_vec_id`] and `nn::glu`), the down expert
 /// mat-vec on each slot's product, and the weighted sums (a batched `1 x k` by `k x n_embd`
-/// matmul): 5 dispatches. Each slot
-/// reads its expert's whole matrix: for prompts, tokens grouped by expert would read each
-/// once (issue 31's grouped mat-mat, not built yet).
+/// matmul): 5 dispatches. From `LinearOptions::mat_mat_from` tokens on (prompts) the slots
+/// are grouped by expert ([`group`]) and the expert products are grouped mat-mats
+/// ([`crate::quant::mat_mat_id`]: each expert's matrix read once per tile of its tokens),
+/// the gated products written as the down mat-mat's f16 x where it reads f16.
 ///
 /// # Errors
 /// [`OpsError::Shape`] for matrices that do not fit `r` and each other or buffers too small;
@@ -169,7 +215,27 @@ pub fn ffn(
     t: usize,
     y: &Buffer,
 ) -> Result<()> {
-    use crate::quant::{linear, mat_vec_id, mat_vec_id_glu, LinearEpilogue, LinearOptions};
+    let opts = crate::quant::LinearOptions::new(s.device().caps());
+    ffn_with(s, w, r, act, x, t, y, &opts)
+}
+
+/// [`ffn`] with the token count from which the products are grouped mat-mats given by
+/// `opts.mat_mat_from` (and the router's [`crate::quant::linear`] takes `opts`).
+///
+/// # Errors
+/// As [`ffn`].
+#[allow(clippy::too_many_arguments)]
+pub fn ffn_with(
+    s: &mut Stream,
+    w: MoeWeights<'_>,
+    r: Routing,
+    act: crate::nn::GluActivation,
+    x: &Buffer,
+    t: usize,
+    y: &Buffer,
+    opts: &crate::quant::LinearOptions,
+) -> Result<()> {
+    use crate::quant::{linear, mat_vec_id, mat_vec_id_glu, LinearEpilogue};
     let n_embd = w.router.k();
     let (gu_rows, gu_k) = w.gate_up.dims();
     let n_ff = gu_rows / r.n_expert.max(1);
@@ -207,7 +273,6 @@ pub fn ffn(
     }
     let dev = s.device().clone();
     let k = r.k;
-    let opts = LinearOptions::new(dev.caps());
     let chunk = (u16::MAX as usize / k).max(1);
     let mut t0 = 0;
     while t0 < t {
@@ -223,8 +288,16 @@ pub fn ffn(
         }
         let slots = tc * k;
         let (logits, ids, weights) = (scratch(4 * tc * r.n_expert)?, scratch(4 * slots)?, scratch(4 * slots)?);
-        linear(s, w.router, &xc, tc, None, &logits, LinearEpilogue::Store, &opts)?;
+        linear(s, w.router, &xc, tc, None, &logits, LinearEpilogue::Store, opts)?;
         route(s, &logits, tc, r, None, &ids, &weights)?;
+        if tc >= opts.mat_mat_from {
+            grouped(s, &w, r, act, &xc, tc, &ids, &weights, &yc)?;
+            if !whole {
+                s.copy(&yc, 0, y, t0 as u64 * row_bytes, tc as u64 * row_bytes)?;
+            }
+            t0 += tc;
+            continue;
+        }
         let h = scratch(4 * slots * n_ff)?;
         match w.gate_up {
             ExpertGateUp::Stacked(m) => mat_vec_id_glu(s, m, r.n_expert, &ids, slots, &xc, k, &h, act)?,
@@ -237,14 +310,73 @@ pub fn ffn(
         }
         let d = scratch(4 * slots * n_embd)?;
         mat_vec_id(s, w.down, r.n_expert, &ids, slots, &h, 1, &d)?;
-        // y[n] [1, n_embd] = weights[n] [1, k] x d[n] [k, n_embd] for each token n.
-        let lay = |batch: usize, row: usize| crate::matmul::MatLayout { offset: 0, batch, row, col: 1 };
-        let dims = (tc, 1, n_embd, k);
-        crate::matmul::matmul(s, crate::Dtype::F32, dims, &weights, lay(k, k), &d, lay(k * n_embd, n_embd), &yc)?;
+        weighted_sums(s, &weights, &d, tc, k, n_embd, &yc)?;
         if !whole {
             s.copy(&yc, 0, y, t0 as u64 * row_bytes, tc as u64 * row_bytes)?;
         }
         t0 += tc;
     }
     Ok(())
+}
+
+/// The expert products and weighted sums of [`ffn`] for `t` routed tokens, grouped by
+/// expert: [`group`], the gate|up grouped mat-mat (with the gated product in its store,
+/// f16 where the down mat-mat reads f16 x), the down grouped mat-mat, the weighted sums.
+#[allow(clippy::too_many_arguments)]
+fn grouped(
+    s: &mut Stream,
+    w: &MoeWeights<'_>,
+    r: Routing,
+    act: crate::nn::GluActivation,
+    x: &Buffer,
+    t: usize,
+    ids: &Buffer,
+    weights: &Buffer,
+    y: &Buffer,
+) -> Result<()> {
+    use crate::quant::{mat_mat_id, ExpertGroups, MatMatGlu, MatMatPath};
+    let dev = s.device().clone();
+    let scratch = |bytes: usize| dev.alloc(bytes.max(4) as u64, vkml_hal::MemoryKind::DeviceLocal);
+    let (k, n_embd) = (r.k, w.router.k());
+    let n_ff = w.down.k();
+    let n_slots = t * k;
+    let (first, slots) = (scratch(4 * (r.n_expert + 1))?, scratch(4 * n_slots)?);
+    group(s, ids, t, k, r.n_expert, &first, &slots)?;
+    let g = ExpertGroups { slots: &slots, first: &first, n_slots, max_per_expert: t };
+    // (split gate and up: f32 products, the down mat-mat converting them)
+    let h_f16 = matches!(w.gate_up, ExpertGateUp::Stacked(_))
+        && MatMatPath::best(dev.caps(), w.down).reads_f16_x()
+        && n_ff.is_multiple_of(2);
+    let h = scratch((if h_f16 { 2 } else { 4 }) * n_slots * n_ff)?;
+    match w.gate_up {
+        ExpertGateUp::Stacked(m) => {
+            let glu = Some(MatMatGlu { act, y_f16: h_f16 });
+            mat_mat_id(s, m, r.n_expert, &g, x, (k, false), &h, glu)?;
+        }
+        ExpertGateUp::Split(gate, up) => {
+            let (gp, up_p) = (scratch(4 * n_slots * n_ff)?, scratch(4 * n_slots * n_ff)?);
+            mat_mat_id(s, gate, r.n_expert, &g, x, (k, false), &gp, None)?;
+            mat_mat_id(s, up, r.n_expert, &g, x, (k, false), &up_p, None)?;
+            crate::nn::glu(s, crate::Dtype::F32, act, &gp, &up_p, n_slots * n_ff, &h)?;
+        }
+    }
+    let d = scratch(4 * n_slots * n_embd)?;
+    mat_mat_id(s, w.down, r.n_expert, &g, &h, (1, h_f16), &d, None)?;
+    weighted_sums(s, weights, &d, t, k, n_embd, y)
+}
+
+/// `y[n] [1, n_embd] = weights[n] [1, k] x d[n] [k, n_embd]` for each token `n`: one
+/// batched matmul.
+fn weighted_sums(
+    s: &mut Stream,
+    weights: &Buffer,
+    d: &Buffer,
+    t: usize,
+    k: usize,
+    n_embd: usize,
+    y: &Buffer,
+) -> Result<()> {
+    let lay = |batch: usize, row: usize| crate::matmul::MatLayout { offset: 0, batch, row, col: 1 };
+    let dims = (t, 1, n_embd, k);
+    crate::matmul::matmul(s, crate::Dtype::F32, dims, weights, lay(k, k), d, lay(k * n_embd, n_embd), y)
 }

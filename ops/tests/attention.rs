@@ -218,6 +218,23 @@ proptest! {
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     prop_assert!((g - w).abs() <= tol * w.abs().max(1.0), "{:?} {} tensor {} [{}]: gpu {} cpu {} ({:?})", dt, path, tensor, i, g, w, sh);
                 }
+                // The f16 output of an f32 q (the o-projection's x): the f32 output's bits
+                // rounded to f16, on the tensor-core kernel; refused where that does not run.
+                if dt == Dtype::F32 {
+                    let o16 = alloc(dev, Dtype::F16, t_q * h * d);
+                    let r = attention::flash_attn_f16_out(&mut s, &qb, &kc, &vc, sh, &o16);
+                    if tensor {
+                        r.unwrap();
+                        s.finish_and_wait().unwrap();
+                        let got16 = download(Dtype::F16, &o16);
+                        for (i, (g16, g)) in got16.iter().zip(&got).enumerate() {
+                            prop_assert_eq!(g16.to_bits(), half::f16::from_f32(*g).to_f32().to_bits(), "f16 out [{}] ({:?})", i, sh);
+                        }
+                    } else {
+                        let e = r.unwrap_err().to_string();
+                        prop_assert!(e.contains("tensor-core prefill kernel only"), "{}", e);
+                    }
+                }
                 let errs = dev.instance().take_validation_errors();
                 prop_assert!(errs.is_empty(), "validation errors: {:?}", errs);
             }

@@ -223,7 +223,8 @@ fn expert_indexed_mat_vec_is_each_experts_mat_vec() {
 /// of 1 and of 5 tokens against llama.cpp's `build_moe_ffn`
 /// computed here in f64 on the dequantized weights: Qwen3-MoE's gating (softmax, top k,
 /// normalised) and DeepSeek-like sigmoid gating, experts in Q4_0, Q8_0 and MXFP4; the 5
-/// tokens' rows equal each token's call alone, bit for bit.
+/// tokens' rows equal each token's call alone, bit for bit; and 40 tokens on the prompt
+/// path (grouped by expert, `moe::ffn_with`), stacked and split gate|up.
 #[test]
 fn moe_feed_forward_matches_build_moe_ffn() {
     use vkml_ops::moe::{ffn, ExpertGateUp, MoeWeights};
@@ -265,6 +266,17 @@ fn moe_feed_forward_matches_build_moe_ffn() {
         let y = dev.alloc(4 * (t * n_embd) as u64, MemoryKind::DeviceLocal).unwrap();
         let y_split = dev.alloc(4 * (t * n_embd) as u64, MemoryKind::DeviceLocal).unwrap();
         let mut s = Stream::new(dev).unwrap();
+        // The prompt path: grouped by expert (mat-mats from 4 tokens on) over 40 tokens.
+        let tp = 40;
+        let xp = uniform(tp * n_embd, 6, 1.0);
+        let (xpb, yp, yp_split) = (
+            dev.upload(&xp).unwrap(),
+            dev.alloc(4 * (tp * n_embd) as u64, MemoryKind::DeviceLocal).unwrap(),
+            dev.alloc(4 * (tp * n_embd) as u64, MemoryKind::DeviceLocal).unwrap(),
+        );
+        let grouped = vkml_ops::quant::LinearOptions { mat_mat_from: 4 };
+        vkml_ops::moe::ffn_with(&mut s, w, r, GluActivation::Silu, &xpb, tp, &yp, &grouped).unwrap();
+        vkml_ops::moe::ffn_with(&mut s, w_split, r, GluActivation::Silu, &xpb, tp, &yp_split, &grouped).unwrap();
         let d0 = s.stats().dispatches;
         ffn(&mut s, w, r, GluActivation::Silu, &xb, t, &y).unwrap();
         assert_eq!(s.stats().dispatches - d0, 5, "{ty:?}: router, routing, gate|up, down, weighted sums");
@@ -290,10 +302,20 @@ fn moe_feed_forward_matches_build_moe_ffn() {
             vkml_quant::dequantize_to_vec(ty, &down_b).unwrap(),
         );
         let dot = |w: &[f32], x: &[f64]| w.iter().zip(x).map(|(&a, b)| f64::from(a) * b).sum::<f64>();
-        for n in 0..t {
-            let one = alone[n].1.to_vec::<f32>().unwrap();
+        let (gotp, gotp_split) = (yp.to_vec::<f32>().unwrap(), yp_split.to_vec::<f32>().unwrap());
+        // (tensor-core paths round x and the gated products to f16)
+        let tol = if vkml_ops::quant::MatMatPath::best(dev.caps(), &down).reads_f16_x() { 4e-3 } else { 1e-4 };
+        let cases = (0..t).map(|n| (n, &x, &got, 1e-4, true)).chain((0..tp).map(|n| (n, &xp, &gotp, tol, false)));
+        for (n, x, got, tol, decode) in cases {
             let row = &got[n * n_embd..(n + 1) * n_embd];
-            assert!(row.iter().zip(&one).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty:?} token {n}: alone");
+            if decode {
+                let one = alone[n].1.to_vec::<f32>().unwrap();
+                assert!(row.iter().zip(&one).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty:?} token {n}: alone");
+            } else {
+                let split = &gotp_split[n * n_embd..(n + 1) * n_embd];
+                let close = row.iter().zip(split).all(|(a, b)| (a - b).abs() <= 4e-3 * (a.abs() + 1e-2));
+                assert!(close, "{ty:?} prompt token {n}: stacked against split");
+            }
             let xd: Vec<f64> = x[n * n_embd..(n + 1) * n_embd].iter().map(|&v| f64::from(v)).collect();
             let logits: Vec<f32> =
                 (0..n_expert).map(|e| dot(&router_w[e * n_embd..(e + 1) * n_embd], &xd) as f32).collect();
@@ -319,10 +341,168 @@ fn moe_feed_forward_matches_build_moe_ffn() {
             for o in 0..n_embd {
                 let g = f64::from(row[o]);
                 assert!(
-                    (g - want[o]).abs() <= 1e-4 * mag[o],
-                    "{ty:?} {gating:?} token {n} output {o}: {g} against {}",
+                    (g - want[o]).abs() <= tol * mag[o],
+                    "{ty:?} {gating:?} token {n} (decode: {decode}) output {o}: {g} against {}",
                     want[o]
                 );
+            }
+        }
+    }
+    let errs = dev.instance().take_validation_errors();
+    assert!(errs.is_empty(), "validation errors: {errs:#?}");
+}
+
+/// `moe::group` against the grouping computed here: each expert's slots in slot order,
+/// `first` the running counts; over more tokens than one 256-token chunk and with experts
+/// left without a slot.
+#[test]
+fn grouping_by_expert_is_a_stable_counting_sort() {
+    use vkml_ops::moe::group;
+    let dev = device();
+    for (t, k, n_expert) in [(1usize, 1usize, 1usize), (7, 2, 8), (300, 4, 16), (600, 8, 128), (40, 3, 1000)] {
+        // Distinct ids per token, spread by a hash.
+        let mut ids = Vec::with_capacity(t * k);
+        for n in 0..t {
+            let start = (n * 2654435761usize) % n_expert;
+            ids.extend((0..k).map(|i| ((start + i * 7) % n_expert) as u32));
+        }
+        for n in 0..t {
+            let mut r = ids[n * k..(n + 1) * k].to_vec();
+            r.sort_unstable();
+            r.dedup();
+            assert_eq!(r.len(), k, "the test's ids of token {n} must differ");
+        }
+        let idb = dev.upload(&ids).unwrap();
+        let first = dev.alloc(4 * (n_expert as u64 + 1), MemoryKind::DeviceLocal).unwrap();
+        let slots = dev.alloc(4 * (t * k) as u64, MemoryKind::DeviceLocal).unwrap();
+        let mut s = Stream::new(dev).unwrap();
+        group(&mut s, &idb, t, k, n_expert, &first, &slots).unwrap();
+        s.finish_and_wait().unwrap();
+        let mut want_slots = Vec::new();
+        let mut want_first = Vec::new();
+        for e in 0..n_expert as u32 {
+            want_first.push(want_slots.len() as u32);
+            want_slots.extend((0..(t * k) as u32).filter(|&j| ids[j as usize] == e));
+        }
+        want_first.push((t * k) as u32);
+        assert_eq!(first.to_vec::<u32>().unwrap(), want_first, "first, {t} tokens of {k} of {n_expert}");
+        assert_eq!(slots.to_vec::<u32>().unwrap(), want_slots, "slots, {t} tokens of {k} of {n_expert}");
+    }
+    let b = dev.alloc(64, MemoryKind::DeviceLocal).unwrap();
+    let mut s = Stream::new(dev).unwrap();
+    let e = group(&mut s, &b, 100, 2, 8, &b, &b).unwrap_err().to_string();
+    assert!(e.contains("100 tokens need ids and slots of 800 bytes"), "{e}");
+    let e = group(&mut s, &b, 1, 2, MAX_EXPERTS + 1, &b, &b).unwrap_err().to_string();
+    assert!(e.contains("at most 1024 experts"), "{e}");
+    let errs = dev.instance().take_validation_errors();
+    assert!(errs.is_empty(), "validation errors: {errs:#?}");
+}
+
+/// The expert-grouped mat-mat (`quant::mat_mat_id`) against each expert's own mat-mat
+/// (`mat_mat_with` on the path it picks, without split-K) over the rows its slots read,
+/// bit for bit: plain products (x rows per slot and per token), the gated product in
+/// f32 and (where the down path reads it) f16; and against an f64 reference.
+#[test]
+fn expert_grouped_mat_mat_is_each_experts_mat_mat() {
+    use vkml_ops::moe::group;
+    use vkml_ops::nn::GluActivation;
+    use vkml_ops::quant::{self, ExpertGroups, MatMatGlu, MatMatOptions, MatMatPath, QMatrix};
+    use vkml_quant::GgmlType;
+    let dev = device();
+    let (t, k, n_expert) = (70usize, 3usize, 6usize);
+    let mut ids = Vec::new();
+    for n in 0..t {
+        // Expert 0 takes every token, expert 5 none.
+        ids.extend([0u32, 1 + (n % 4) as u32, 1 + ((n + 1) % 4) as u32]);
+    }
+    let idb = dev.upload(&ids).unwrap();
+    let first = dev.alloc(4 * (n_expert as u64 + 1), MemoryKind::DeviceLocal).unwrap();
+    let slots = dev.alloc(4 * (t * k) as u64, MemoryKind::DeviceLocal).unwrap();
+    let mut s = Stream::new(dev).unwrap();
+    group(&mut s, &idb, t, k, n_expert, &first, &slots).unwrap();
+    let g = ExpertGroups { slots: &slots, first: &first, n_slots: t * k, max_per_expert: t };
+    for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16] {
+        let (rows, kk) = (96usize, 256usize);
+        let wv = uniform(n_expert * rows * kk, 11 + ty as u64, 0.5);
+        let bytes = vkml_quant::quantize(ty, &wv).unwrap();
+        let wd = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
+        let m = QMatrix::upload(dev, ty, n_expert * rows, kk, &bytes).unwrap();
+        let eb = bytes.len() / n_expert;
+        let path = MatMatPath::best(dev.caps(), &m);
+        let mut cases =
+            vec![(1usize, None), (k, None), (k, Some(MatMatGlu { act: GluActivation::Silu, y_f16: false }))];
+        if path.reads_f16_x() {
+            cases.push((k, Some(MatMatGlu { act: GluActivation::Silu, y_f16: true })));
+        }
+        for (x_slots, glu) in cases {
+            let x_rows = (t * k).div_ceil(x_slots);
+            let x = uniform(x_rows * kk, 21, 1.0);
+            let xb = dev.upload(&x).unwrap();
+            let out = if glu.is_some() { rows / 2 } else { rows };
+            let ybytes = if glu.is_some_and(|g| g.y_f16) { 2 } else { 4 };
+            let y = dev.alloc((ybytes * t * k * out) as u64, MemoryKind::DeviceLocal).unwrap();
+            quant::mat_mat_id(&mut s, &m, n_expert, &g, &xb, (x_slots, false), &y, glu).unwrap();
+            // Each expert's mat-mat over its slots' x rows.
+            let mut dense = Vec::new();
+            for e in 0..n_expert {
+                let js: Vec<usize> = (0..t * k).filter(|&j| ids[j] as usize == e).collect();
+                if js.is_empty() {
+                    continue;
+                }
+                let xe: Vec<f32> =
+                    js.iter().flat_map(|&j| x[(j / x_slots) * kk..(j / x_slots + 1) * kk].to_vec()).collect();
+                let me = QMatrix::upload(dev, ty, rows, kk, &bytes[e * eb..(e + 1) * eb]).unwrap();
+                let (xeb, ye) = (
+                    dev.upload(&xe).unwrap(),
+                    dev.alloc((ybytes * js.len() * out) as u64, MemoryKind::DeviceLocal).unwrap(),
+                );
+                let o = MatMatOptions { split_k: Some(1), glu, ..MatMatOptions::new(path) };
+                quant::mat_mat_with(&mut s, &me, &xeb, js.len(), &ye, o).unwrap();
+                dense.push((js, me, xeb, ye));
+            }
+            s.finish_and_wait().unwrap();
+            let what = format!("{ty:?} on {path:?}, x per {x_slots} slots, {glu:?}");
+            let words = |b: &vkml_hal::Buffer| -> Vec<u16> {
+                if ybytes == 2 {
+                    b.to_vec::<u16>().unwrap()
+                } else {
+                    b.to_vec::<f32>()
+                        .unwrap()
+                        .iter()
+                        .flat_map(|v| {
+                            let u = v.to_bits();
+                            [u as u16, (u >> 16) as u16]
+                        })
+                        .collect()
+                }
+            };
+            let got = words(&y);
+            let per = out * ybytes / 2; // u16 words per slot row
+            for (js, _, _, ye) in &dense {
+                let want = words(ye);
+                for (i, &j) in js.iter().enumerate() {
+                    assert_eq!(&got[j * per..(j + 1) * per], &want[i * per..(i + 1) * per], "{what}: slot {j}");
+                }
+            }
+            // f64: the plain products.
+            if glu.is_none() {
+                let gf = y.to_vec::<f32>().unwrap();
+                for j in 0..t * k {
+                    let e = ids[j] as usize;
+                    let xj = &x[(j / x_slots) * kk..(j / x_slots + 1) * kk];
+                    for r in 0..rows {
+                        let row = &wd[(e * rows + r) * kk..(e * rows + r + 1) * kk];
+                        let (d, mag) = row.iter().zip(xj).fold((0f64, 0f64), |(d, m), (&a, &b)| {
+                            let p = f64::from(a) * f64::from(b);
+                            (d + p, m + p.abs())
+                        });
+                        let tol = if path.reads_f16_x() { 2e-3 } else { 1e-5 };
+                        assert!(
+                            (f64::from(gf[j * rows + r]) - d).abs() <= tol * mag + 1e-30,
+                            "{what}: slot {j} row {r}"
+                        );
+                    }
+                }
             }
         }
     }

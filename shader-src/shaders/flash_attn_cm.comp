@@ -4,6 +4,9 @@
 //! variant f16_d64 F16=1 HD=64
 //! variant f16_d96 F16=1 HD=96
 //! variant f16_d128 F16=1 HD=128
+//! variant f32_d64_f16_out OUT_F16=1 HD=64
+//! variant f32_d96_f16_out OUT_F16=1 HD=96
+//! variant f32_d128_f16_out OUT_F16=1 HD=128
 //! target vulkan1.3
 // Flash attention for prefill on tensor cores (VK_KHR_cooperative_matrix, 16x16x16 f16 x
 // f16 + f32 subgroup matrices), over the f16 KV cache, with grouped-query heads and
@@ -17,7 +20,9 @@
 // softmax over blocks of 32 keys, the output rescaled by exp(m_old - m_new) per block and
 // divided by the row sum at the end.
 // Layouts as flash_attn.comp: q, out [t_q, n_heads, HD] of type ACT (f32, or f16 with F16),
-// K, V f16 [n_kv_heads, ctx, HD]. HD (the head dimension) is 64, 96 (Phi-3) or 128.
+// K, V f16 [n_kv_heads, ctx, HD]. With OUT_F16 (q f32), out is f16: the packed f16 x the
+// output projection's tensor-core mat-mat reads, each element the f16 rounding of the f32
+// output (the bits of the f32 kernel, then convert_f16). HD (the head dimension) is 64, 96 (Phi-3) or 128.
 // Rounding: q is rounded to f16 (the tensor cores' operand), S = q K^T is accumulated in
 // f32 and scaled, the softmax runs in f32, and its weights P are rounded to f16 for the
 // product P V (accumulated in f32); the row sums use the f32 weights.
@@ -41,7 +46,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
-#ifdef F16
+#if defined(F16) || defined(OUT_F16)
 #extension GL_EXT_shader_16bit_storage : require
 #endif
 layout(local_size_x_id = 0, local_size_x = 128) in;
@@ -207,7 +212,7 @@ void main() {
         subgroupBarrier();
         [[unroll]] for (uint e = lane; e < 256u; e += 32u) {
             uint rr = e >> 4, cc = e & 15u, tt = t0 + 16u * sg + rr;
-            if (tt < p.t_q) o[(tt * p.n_heads + h) * HD + 16u * i + cc] = ACT(uintBitsToFloat(sm[ss + (e >> 2)][e & 3u]));
+            if (tt < p.t_q) o[(tt * p.n_heads + h) * HD + 16u * i + cc] = ATTN_OUT(uintBitsToFloat(sm[ss + (e >> 2)][e & 3u]));
         }
         subgroupMemoryBarrierShared();
         subgroupBarrier();

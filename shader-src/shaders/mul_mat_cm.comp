@@ -43,7 +43,9 @@
 // Bindings: 0 = W, 1 = X (uvec4: 8 halves), 2 = C. Push constants: w_offset, row_bytes, k,
 // rows, n_tok, accumulate (1: add to C, folding a residual add into the product), k_chunk,
 // ldc (C's row stride: rows, or the whole matrix's where the op runs one part of a matrix
-// split over several bindings).
+// split over several bindings), pos0 (below), x_slots (below).
+// Specialization constant 13, bindings 7 and 8, push constant x_slots
+// (include/mul_mat_ids.glsl): grouped by expert, workgroup z an expert's tokens.
 // w_offset must be a multiple of 4 and row_bytes even (every block size here is).
 // Grid: x = ceil(rows / 128), y = ceil(n_tok / 128), z = ceil(k / k_chunk).
 // Specialization constants 4 and 5 (include/mul_mat_glu.glsl): the gated-product
@@ -80,7 +82,7 @@ layout(constant_id = 3) const bool X_BY_MULTIPLIERS = false;
 layout(std430, set = 0, binding = 1) readonly buffer X { uvec4 x8[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
 layout(std430, set = 0, binding = 2) buffer C16 { uint c16[]; }; // MM_GLU_F16's view of C
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; uint pos0; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; uint pos0; uint x_slots; } p;
 
 #define BM 128u
 #define BN 128u
@@ -128,6 +130,7 @@ shared uvec4 sm[SCR + 32u * RWP];
 vec4 nib_lo(uint u) { uint v = u & 0x0F0F0F0Fu; return vec4(v & 0xFFu, (v >> 8) & 0xFFu, (v >> 16) & 0xFFu, v >> 24); }
 
 #define MM_WRN 2u // row groups of subgroups (mm_staged)
+#include "mul_mat_ids.glsl"
 #include "mul_mat_cm.glsl"
 #include "mul_mat_glu.glsl"
 #include "mul_mat_rope.glsl"
@@ -136,7 +139,7 @@ uint nwords;
 
 // Word w of row r's bytes for the step at column k0.
 uint raw_word(uint r, uint w, uint k0) {
-    uint row = p.w_offset + r * p.row_bytes;
+    uint row = mm_w_offset + r * p.row_bytes;
 #if QTYPE == 2 || QTYPE == 8 || QTYPE == 3 || QTYPE == 6 || QTYPE == 7
     uint a = ((row + (k0 >> 5) * QBYTES) >> 2) + w;
 #elif QTYPE == 12
@@ -315,7 +318,7 @@ void decode_row(uint o, uint q[RW > 0u ? RW : 1u], uint blk, uint k0) {
 #if RWN == 0 && QTYPE != 1
 // Any other type: element by element through the shared decoder.
 void decode_generic(uint o, uint r, uint k0) {
-    uint row = p.w_offset + r * p.row_bytes;
+    uint row = mm_w_offset + r * p.row_bytes;
     [[unroll]] for (uint c2 = 0; c2 < 4u; c2++) {
         vec4 v[2];
         [[unroll]] for (uint e = 0; e < 8u; e++) {
@@ -335,6 +338,7 @@ void main() {
         r0 = (lin / gl_NumWorkGroups.y) * BM;
         n0 = (lin % gl_NumWorkGroups.y) * BN;
     }
+    if (!mm_ids_begin(n0)) return;
     uint lane = gl_SubgroupInvocationID;
     // produce: load and decode steps into shared memory; multiply: the 64 x 64 products.
     bool produce = !WARP_SPECIALIZED || gl_SubgroupID >= 4u;
@@ -343,11 +347,11 @@ void main() {
     uint t = 32u * sg + lane;
     uint wr = sg & 1u, wn = sg >> 1;
     uint r = mm_tile_row(r0, t); // this invocation's row (t = 32 sg + lane)
-    uint rowb = p.w_offset + r * p.row_bytes;
+    uint rowb = mm_w_offset + r * p.row_bytes;
     // x: invocation t reads 16-byte chunk t % 4 of tokens t / 4 + 32 i.
     uint xc = t & 3u, xt = t >> 2;
     uint xrow[4];
-    [[unroll]] for (uint i = 0; i < 4u; i++) xrow[i] = min(n0 + xt + 32u * i, p.n_tok - 1u) * (p.k >> 3) + xc;
+    [[unroll]] for (uint i = 0; i < 4u; i++) xrow[i] = mm_x_row(min(n0 + xt + 32u * i, mm_n_tok - 1u)) * (p.k >> 3) + xc;
 #if RWN > 0
     // Coalesced raw loads: slot s of lane L holds word (32 s + L) % RW of row
     // r0 + 32 sg + (32 s + L) / RW.
@@ -379,7 +383,7 @@ void main() {
     MAT_C acc[4][4];
     [[unroll]] for (uint i = 0; i < 4u; i++) [[unroll]] for (uint j = 0; j < 4u; j++) acc[i][j] = MAT_C(0.0);
 
-    uint kb = gl_WorkGroupID.z * p.k_chunk, ke = min(p.k, kb + p.k_chunk);
+    uint kb = mm_split_z * p.k_chunk, ke = min(p.k, kb + p.k_chunk);
     uint nsteps = (ke - kb) / BK;
     uint klast = ke - BK;
 
@@ -417,7 +421,7 @@ void main() {
     // lane % 16 of rows 32 sg + lane / 16 + 2 i.
     uint wl = lane & 15u;
     uint wrow[16];
-    [[unroll]] for (uint i = 0; i < 16u; i++) wrow[i] = ((p.w_offset + mm_tile_row(r0, 32u * sg + (lane >> 4) + 2u * i) * p.row_bytes) >> 2) + wl;
+    [[unroll]] for (uint i = 0; i < 16u; i++) wrow[i] = ((mm_w_offset + mm_tile_row(r0, 32u * sg + (lane >> 4) + 2u * i) * p.row_bytes) >> 2) + wl;
     uint wf[16];
 #define LOAD_W(k0_) [[unroll]] for (uint i = 0; i < 16u; i++) wf[i] = qw[wrow[i] + ((k0_) >> 1)];
 #define STORE_W(b_, k0_) [[unroll]] for (uint i = 0; i < 16u; i++) \
@@ -491,11 +495,11 @@ void main() {
         return;
     }
     // The A buffers become the staging area (64 uvec4 = 256 floats per subgroup).
-    uint cbase = gl_WorkGroupID.z * p.n_tok * p.ldc;
+    uint cbase = mm_split_z * p.n_tok * p.ldc;
     if (multiply) [[unroll]] for (uint i = 0; i < 4u; i++) {
         [[unroll]] for (uint j = 0; j < 4u; j++) {
             uint tr = r0 + wr * 64u + 16u * i, tn = n0 + wn * 64u + 16u * j;
-            if (tr >= p.rows || tn >= p.n_tok) continue;
+            if (tr >= p.rows || tn >= mm_n_tok) continue;
             STORE_TILE(acc[i][j], tr, tn)
         }
     }

@@ -31,6 +31,8 @@
 // (each tile's rows 0-127 gate, 128-255 up; GLU_STORE of include/mul_mat_cm.glsl).
 // Specialization constants 6-11, bindings 3-6 and push constant pos0: the rotary
 // embedding and KV-cache append of include/mul_mat_rope.glsl (ROPE_STORE).
+// Specialization constant 13, bindings 7 and 8 and push constant x_slots: grouped by
+// expert (include/mul_mat_ids.glsl).
 // Grid: x = ceil(rows / 256), y = ceil(n_tok / 128), z = ceil(k / k_chunk) (k_chunk a
 // multiple of 32). Requires subgroup size 32 and k % 32 == 0. Block layout: ggml-common.h
 // (block_q8_0). On the H100 a Q4_0 variant ran no faster than mul_mat_cm.comp's
@@ -48,7 +50,7 @@ layout(constant_id = 0) const bool ROW_RASTER = false;
 layout(std430, set = 0, binding = 1) readonly buffer X { uvec4 x8[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
 layout(std430, set = 0, binding = 2) buffer C16 { uint c16[]; }; // MM_GLU_F16's view of C
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; uint pos0; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; uint pos0; uint x_slots; } p;
 
 #define BM 256u
 #define BN 128u
@@ -66,6 +68,7 @@ layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint ro
 shared uvec4 sm[SCR + 64u * RWP]; // SCR uvec4 + 8 subgroups x 32 rows x RWP words
 
 #define MM_WRN 4u // row groups of subgroups (mm_staged)
+#include "mul_mat_ids.glsl"
 #include "mul_mat_cm.glsl"
 #include "mul_mat_glu.glsl"
 #include "mul_mat_rope.glsl"
@@ -73,7 +76,7 @@ shared uvec4 sm[SCR + 64u * RWP]; // SCR uvec4 + 8 subgroups x 32 rows x RWP wor
 uint nwords;
 
 uint raw_word(uint r, uint w, uint k0) {
-    uint a = ((p.w_offset + r * p.row_bytes + (k0 >> 5) * QBYTES) >> 2) + w;
+    uint a = ((mm_w_offset + r * p.row_bytes + (k0 >> 5) * QBYTES) >> 2) + w;
     return qw[min(a, nwords)];
 }
 
@@ -101,14 +104,15 @@ void main() {
         r0 = (lin / gl_NumWorkGroups.y) * BM;
         n0 = (lin % gl_NumWorkGroups.y) * BN;
     }
+    if (!mm_ids_begin(n0)) return;
     uint t = gl_LocalInvocationID.x;
     uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
     uint wr = sg & 3u, wn = sg >> 2;
     uint r = mm_tile_row(r0, t);
-    uint rowb = p.w_offset + r * p.row_bytes;
+    uint rowb = mm_w_offset + r * p.row_bytes;
     // x: invocation t copies 16-byte chunk t % 2 of token t / 2 each step.
     uint xc = t & 1u, xt = t >> 1;
-    uint xrow = min(n0 + xt, p.n_tok - 1u) * (p.k >> 3) + xc;
+    uint xrow = mm_x_row(min(n0 + xt, mm_n_tok - 1u)) * (p.k >> 3) + xc;
     uint srow[RW], sw[RW];
     [[unroll]] for (uint s = 0; s < RW; s++) {
         uint f = 32u * s + lane;
@@ -120,7 +124,7 @@ void main() {
     MAT_C acc[4][4];
     [[unroll]] for (uint i = 0; i < 4u; i++) [[unroll]] for (uint j = 0; j < 4u; j++) acc[i][j] = MAT_C(0.0);
 
-    uint kb = gl_WorkGroupID.z * p.k_chunk, ke = min(p.k, kb + p.k_chunk);
+    uint kb = mm_split_z * p.k_chunk, ke = min(p.k, kb + p.k_chunk);
     uint nblocks = (ke - kb) >> 5;
     uint blast = ke - 32u;   // the last block's first column
     uint klast = ke - 16u;   // the last step's first column
@@ -189,11 +193,11 @@ void main() {
         ROPE_STORE(8u, true, sg)
         return;
     }
-    uint cbase = gl_WorkGroupID.z * p.n_tok * p.ldc;
+    uint cbase = mm_split_z * p.n_tok * p.ldc;
     [[unroll]] for (uint i = 0; i < 4u; i++) {
         [[unroll]] for (uint j = 0; j < 4u; j++) {
             uint tr = r0 + wr * 64u + 16u * i, tn = n0 + wn * 64u + 16u * j;
-            if (tr >= p.rows || tn >= p.n_tok) continue;
+            if (tr >= p.rows || tn >= mm_n_tok) continue;
             STORE_TILE(acc[i][j], tr, tn)
         }
     }

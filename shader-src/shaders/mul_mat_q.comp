@@ -16,6 +16,8 @@
 // staged through shared memory; accumulate and ldc unused. Specialization constants 6-11,
 // bindings 3-6 and push constant pos0 (include/mul_mat_rope.glsl): the rotary embedding
 // and KV-cache append of a Q|K|V product in the store (head dim a divisor of 64).
+// Specialization constant 13, bindings 7 and 8 and push constant x_slots
+// (include/mul_mat_ids.glsl): grouped by expert, workgroup z an expert's tokens.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 256) in;
@@ -23,11 +25,12 @@ layout(local_size_x = 256) in;
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 2) buffer C { float c[]; };
 layout(std430, set = 0, binding = 2) buffer C16 { uint c16[]; }; // MM_GLU_F16's view of C
-layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; uint pos0; } p;
+layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint n_tok; uint accumulate; uint k_chunk; uint ldc; uint pos0; uint x_slots; } p;
 
 #define BM 64u
 #define BN 64u
 #define BK 32u
+#include "mul_mat_ids.glsl"
 #include "mul_mat_glu.glsl"
 #include "mul_mat_rope.glsl"
 shared float ws[BK][BM + 1];
@@ -38,6 +41,7 @@ float mm_staged(uint lr, uint tl) { return ws[lr >> 1][(lr & 1u) * 32u + tl]; }
 
 void main() {
     uint r0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
+    if (!mm_ids_begin(n0)) return;
     uint tid = gl_LocalInvocationID.x;
     uint tr = tid % 16u, tn = tid / 16u;
     float acc[4][4];
@@ -46,12 +50,12 @@ void main() {
         for (uint i = tid; i < BM * BK; i += 256u) {
             uint rr = i / BK, kk = i % BK, r = mm_tile_row(r0, rr), col = k0 + kk;
             float v = 0.0;
-            if (col < p.k) v = dq(p.w_offset + r * p.row_bytes + (col / QK) * QBYTES, col % QK);
+            if (col < p.k) v = dq(mm_w_offset + r * p.row_bytes + (col / QK) * QBYTES, col % QK);
             ws[kk][rr] = v;
         }
         for (uint i = tid; i < BN * BK; i += 256u) {
             uint nn = i / BK, kk = i % BK, n = n0 + nn, col = k0 + kk;
-            xs[kk][nn] = (n < p.n_tok && col < p.k) ? x[n * p.k + col] : 0.0;
+            xs[kk][nn] = (n < mm_n_tok && col < p.k) ? x[mm_x_row(n) * p.k + col] : 0.0;
         }
         barrier();
         for (uint kk = 0; kk < BK; kk++) {
@@ -73,7 +77,7 @@ void main() {
             for (uint e = tid; e < 32u * BN / 2u; e += 256u) {
                 uint rp = e % 16u, tok = e / 16u;
                 uint row = h0 + 2u * rp, n = n0 + tok;
-                if (row < h && n < p.n_tok) c16[(n * h + row) >> 1] = packHalf2x16(vec2(ws[2u * rp][tok], ws[2u * rp + 1u][tok]));
+                if (row < h && n < mm_n_tok) c16[(mm_out_row(n) * h + row) >> 1] = packHalf2x16(vec2(ws[2u * rp][tok], ws[2u * rp + 1u][tok]));
             }
             return;
         }
@@ -82,7 +86,7 @@ void main() {
             if (row >= h) continue;
             for (uint j = 0; j < 4u; j++) {
                 uint n = n0 + tn + 16u * j;
-                if (n < p.n_tok) c[n * h + row] = mm_glu(acc[i][j], acc[i + 2u][j]);
+                if (n < mm_n_tok) c[mm_out_row(n) * h + row] = mm_glu(acc[i][j], acc[i + 2u][j]);
             }
         }
         return;
@@ -109,8 +113,8 @@ void main() {
         if (r >= p.rows) continue;
         for (uint j = 0; j < 4u; j++) {
             uint n = n0 + tn + 16u * j;
-            if (n < p.n_tok) {
-                uint at = n * p.ldc + r;
+            if (n < mm_n_tok) {
+                uint at = mm_out_row(n) * p.ldc + r;
                 c[at] = p.accumulate != 0u ? c[at] + acc[i][j] : acc[i][j];
             }
         }

@@ -138,8 +138,9 @@ where
     }
 
     /// The attention of `norm(x)` (`x: f32[t, n_embd]` at positions `pos..pos + t`), its
-    /// keys and values appended to the cache: `f32[t, n_head · head_dim]`, before the
-    /// output projection ([`Attention::wo`]).
+    /// keys and values appended to the cache: `[t, n_head · head_dim]`, before the
+    /// output projection ([`Attention::wo`]); f32, or f16 where the storage writes the f16 x
+    /// that projection's mat-mat reads (see `ModelTensor::rms_norm_qkv_attention`).
     ///
     /// # Errors
     /// Positions past the cache or the rope tables; device errors.
@@ -150,8 +151,9 @@ where
         if let (Stacked::One(w), None, None) = (&self.wqkv, &self.bias, &self.qk_norm) {
             let caches = (&mut self.k_cache, &mut self.v_cache);
             let tables = rope.tables();
+            let wo = Some(&self.wo);
             if let Some(y) =
-                x.rms_norm_qkv_attention(&norm.weight, norm.eps, w, tables, caches, pos, s.params, nh, d)?
+                x.rms_norm_qkv_attention(&norm.weight, norm.eps, w, tables, caches, pos, s.params, (nh, d), wo)?
             {
                 return Ok(y);
             }

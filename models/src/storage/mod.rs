@@ -463,7 +463,9 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// [`ModelStorage::attention`] of those heads with `rope` (`n_kv_heads` and `d` the
     /// caches'). `Ok(None)` where the backend does not take it here (the default; Vulkan:
     /// below its mat-mat's row count, or in a step recorded for replay): the caller
-    /// makes the calls. The result is theirs.
+    /// makes the calls. The result is theirs, in f32, or in f16 where `wo`, the output
+    /// projection the caller applies next ([`ModelStorage::qmatmul_add`] or
+    /// [`ModelStorage::qmatmul_norm_add`], which then take f16 x), reads f16 x anyway.
     ///
     /// # Errors
     /// As the calls; a `wqkv` that is not the heads' Q|K|V.
@@ -479,6 +481,7 @@ pub trait ModelStorage: BackendStorage + 'static {
         _pos0: usize,
         _p: AttnParams,
         _n_heads: usize,
+        _wo: Option<&Self::QWeight>,
     ) -> CResult<Option<Self>> {
         Ok(None)
     }

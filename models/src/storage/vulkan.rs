@@ -61,6 +61,8 @@ fn norm_linear(
     Ok(dev.storage(y, DType::F32, t * out))
 }
 
+/// `vkml_ops::quant::linear`, or `linear_f16` for f16 `x` without a norm (the f16 attention
+/// output `rms_norm_qkv_attention` writes where the projection's mat-mat reads f16 x).
 fn linear(
     x: &VulkanStorage,
     l: &Layout,
@@ -69,12 +71,26 @@ fn linear(
     y: &Buffer,
     ep: LinearEpilogue<'_>,
 ) -> CResult<()> {
-    f32_only(x, "qmatmul")?;
+    if x.dtype() != DType::F16 || norm.is_some() {
+        f32_only(x, "qmatmul")?;
+    }
+    let x16 = x.dtype() == DType::F16;
     let x = x.packed(l)?;
     let t = l.dims()[0];
     let dev = x.device();
-    let opts = vkml_ops::quant::LinearOptions { mat_mat_from: dev.mat_mat_min_tokens() };
-    dev.with_stream(|s| vkml_ops::quant::linear(s, w, x.buffer(), t, norm, y, ep, &opts).map_err(cerr))
+    let opts = linear_options(dev);
+    dev.with_stream(|s| {
+        if x16 {
+            vkml_ops::quant::linear_f16(s, w, x.buffer(), t, y, ep, &opts).map_err(cerr)
+        } else {
+            vkml_ops::quant::linear(s, w, x.buffer(), t, norm, y, ep, &opts).map_err(cerr)
+        }
+    })
+}
+
+/// `linear`'s options on `dev`.
+fn linear_options(dev: &VulkanDevice) -> vkml_ops::quant::LinearOptions {
+    vkml_ops::quant::LinearOptions { mat_mat_from: dev.mat_mat_min_tokens() }
 }
 
 /// That an in-place accumulator (`acc_l`) is a packed `[t, rows]` from element 0.
@@ -315,7 +331,7 @@ impl ModelStorage for VulkanStorage {
         let t = l.dims()[0];
         let dev = self.device().clone();
         let nw = nw.packed(nwl)?;
-        let opts = vkml_ops::quant::LinearOptions { mat_mat_from: dev.mat_mat_min_tokens() };
+        let opts = linear_options(&dev);
         let x = self.buffer();
         dev.with_stream(|s| {
             let norm = Some(PreNorm { weight: nw.buffer(), eps });
@@ -340,8 +356,10 @@ impl ModelStorage for VulkanStorage {
         norm_linear(self, l, nw, nwl, eps, w, LinearEpilogue::Softcap(cap), w.rows())
     }
 
-    /// `vkml_ops::moe::ffn`: the router product, the routing on the device, one
-    /// expert-indexed mat-vec per projection over every token's slots.
+    /// `vkml_ops::moe::ffn_with`: the router product, the routing on the device, then
+    /// below [`VulkanDevice::mat_mat_min_tokens`] tokens one expert-indexed mat-vec per
+    /// projection over every token's slots, from there the slots grouped by expert and one
+    /// grouped mat-mat per projection.
     fn moe_ffn(&self, l: &Layout, w: &MoeFfn<'_, Self>) -> CResult<Self> {
         f32_only(self, "moe_ffn")?;
         let x = self.packed(l)?;
@@ -354,7 +372,8 @@ impl ModelStorage for VulkanStorage {
             ExpertGateUp::Split(g, u) => vkml_ops::moe::ExpertGateUp::Split(g, u),
         };
         let mw = vkml_ops::moe::MoeWeights { router: w.router, gate_up, down: w.down };
-        dev.with_stream(|s| vkml_ops::moe::ffn(s, mw, w.routing, w.act, x.buffer(), t, &y).map_err(cerr))?;
+        let opts = linear_options(dev);
+        dev.with_stream(|s| vkml_ops::moe::ffn_with(s, mw, w.routing, w.act, x.buffer(), t, &y, &opts).map_err(cerr))?;
         Ok(dev.storage(y, DType::F32, t * n_embd))
     }
 
@@ -466,7 +485,10 @@ impl ModelStorage for VulkanStorage {
 
     /// From the mat-mat's row count on, outside a replayed step: the norm, then the QKV
     /// mat-mat rotating and appending in its store (`quant::linear` with
-    /// `LinearEpilogue::RopeKv`), then `flash_attn` over the caches.
+    /// `LinearEpilogue::RopeKv`), then `flash_attn` over the caches; where `wo`'s mat-mat
+    /// reads f16 x (`quant::linear_reads_f16`) and the tensor-core kernel runs the attention,
+    /// `flash_attn_f16_out` writes the result as that f16 x (no conversion pass before
+    /// the projection).
     fn rms_norm_qkv_attention(
         &self,
         l: &Layout,
@@ -478,6 +500,7 @@ impl ModelStorage for VulkanStorage {
         pos0: usize,
         p: AttnParams,
         n_heads: usize,
+        wo: Option<&Self::QWeight>,
     ) -> CResult<Option<Self>> {
         use vkml_ops::attention::{self, RopeKv};
         let dev = self.device();
@@ -494,6 +517,16 @@ impl ModelStorage for VulkanStorage {
         let q_rot = norm_linear(self, l, nw, nwl, eps, wqkv, LinearEpilogue::RopeKv(r), n_heads * d)?;
         let mut sh = attn_shape(t, n_heads, pos0, p);
         sh.n_splits = vkml_ops::tuning::attn_splits(t, sh.visible_len());
+        let caps = dev.hal().caps();
+        if wo.is_some_and(|wo| vkml_ops::quant::linear_reads_f16(caps, wo, t, &linear_options(dev)))
+            && attention::tensor_core_prefill(caps, d, &sh)
+        {
+            let y = dev.alloc(t * n_heads * d, DType::F16)?;
+            dev.with_stream(|s| {
+                attention::flash_attn_f16_out(s, q_rot.buffer(), k_cache, v_cache, sh, &y).map_err(cerr)
+            })?;
+            return Ok(Some(dev.storage(y, DType::F16, t * n_heads * d)));
+        }
         let scratch = split_scratch(dev, &sh, d)?;
         let y = dev.alloc(t * n_heads * d, DType::F32)?;
         dev.with_stream(|s| {

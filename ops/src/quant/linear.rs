@@ -177,6 +177,64 @@ pub fn linear(
     }
     let path = MatMatPath::best(&caps, w);
     let (x, x_f16) = mat_mat_input(s, w, x, t, norm, path)?;
+    linear_mat_mat(s, w, &x, x_f16, t, y, epilogue, path)
+}
+
+/// Whether [`linear`] of `t` rows of `w` (under `opts`) runs a mat-mat that reads f16 x
+/// ([`MatMatPath::reads_f16_x`]), so that a producer may write x as packed f16 for
+/// [`linear_f16`] (as [`crate::attention::flash_attn_f16_out`] does for an output
+/// projection).
+pub fn linear_reads_f16(caps: &vkml_hal::Capabilities, w: &QMatrix, t: usize, opts: &LinearOptions) -> bool {
+    t >= opts.mat_mat_from.max(1) && w.k.is_multiple_of(2) && MatMatPath::best(caps, w).reads_f16_x()
+}
+
+/// [`linear`] without a norm of `x` given as packed f16 `[t, k]` (the mat-mat's own
+/// conversion skipped): the bits of [`linear`] of x's f32 values.
+///
+/// # Errors
+/// [`OpsError::Shape`] where [`linear_reads_f16`] does not hold or `x` is too small; as
+/// [`linear`].
+pub fn linear_f16(
+    s: &mut Stream,
+    w: &QMatrix,
+    x: &Buffer,
+    t: usize,
+    y: &Buffer,
+    epilogue: LinearEpilogue<'_>,
+    opts: &LinearOptions,
+) -> Result<()> {
+    let caps = s.device().caps().clone();
+    if !linear_reads_f16(&caps, w, t, opts) {
+        return Err(OpsError::Shape {
+            op: "linear_f16",
+            reason: format!(
+                "{t} rows of a [{}, {}] {:?} matrix do not run a mat-mat that reads f16 x",
+                w.rows, w.k, w.ty
+            ),
+        });
+    }
+    if x.size() < 2 * (t * w.k) as u64 {
+        return Err(OpsError::Shape { op: "linear_f16", reason: format!("x holds less than {t} x {} f16", w.k) });
+    }
+    if let LinearEpilogue::RopeKv(r) = epilogue {
+        r.check("linear_f16", t, y)?;
+    }
+    linear_mat_mat(s, w, x, true, t, y, epilogue, MatMatPath::best(&caps, w))
+}
+
+/// The mat-mat of [`linear`] on `path` with its epilogue, x f32 or f16 (`x_f16`).
+#[allow(clippy::too_many_arguments)]
+fn linear_mat_mat(
+    s: &mut Stream,
+    w: &QMatrix,
+    x: &Buffer,
+    x_f16: bool,
+    t: usize,
+    y: &Buffer,
+    epilogue: LinearEpilogue<'_>,
+    path: MatMatPath,
+) -> Result<()> {
+    let x = x.clone();
     let mat_mat = |s: &mut Stream, out: &Buffer, accumulate: bool| {
         mat_mat_with(s, w, &x, t, out, MatMatOptions { accumulate, x_f16, ..MatMatOptions::new(path) })
     };

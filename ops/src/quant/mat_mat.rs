@@ -154,9 +154,9 @@ fn folds_glu(path: MatMatPath, m: &QMatrix) -> bool {
     matches!(path, MatMatPath::Scalar | MatMatPath::CoopMat) && m.parts.len() == 1
 }
 
-/// Whether the mat-mat `kernel` has the rotation's push constant and bindings
-/// (include/mul_mat_rope.glsl).
-fn takes_rope(kernel: &str) -> bool {
+/// Whether the mat-mat `kernel` has the rotation's and the expert grouping's push constants
+/// and bindings (include/mul_mat_rope.glsl, include/mul_mat_ids.glsl).
+pub(super) fn takes_rope(kernel: &str) -> bool {
     matches!(kernel, "mul_mat_q" | "mul_mat_cm" | "mul_mat_cm256")
 }
 
@@ -181,7 +181,7 @@ fn rope_spec_constants(r: &RopeKv<'_>) -> [(u32, u32); 6] {
 
 /// [`MatMatGlu`]'s specialization constants (include/mul_mat_glu.glsl): 4 = the
 /// activation (1 silu, 2 gelu, 3 gelu_erf), 5 = f16 output.
-fn glu_spec_constants(glu: MatMatGlu) -> [(u32, u32); 2] {
+pub(super) fn glu_spec_constants(glu: MatMatGlu) -> [(u32, u32); 2] {
     let act = match glu.act {
         GluActivation::Silu => 1,
         GluActivation::Gelu => 2,
@@ -489,8 +489,9 @@ fn mat_mat_store(
         let mut bindings: Vec<BufferArg<'_>> = vec![(&part.buffer).into(), x_arg.into(), c_arg];
         if takes_rope(name) {
             // The rotation's push constant and bindings (include/mul_mat_rope.glsl): the
-            // tables and caches, or without it the weight and C bound in their place.
-            words.push(rope.map_or(0, |r| r.pos0 as u32));
+            // tables and caches, or without it the weight and C bound in their place; then
+            // the expert grouping's (include/mul_mat_ids.glsl), unused here.
+            words.extend([rope.map_or(0, |r| r.pos0 as u32), 1]);
             match rope {
                 Some(r) => bindings.extend::<[BufferArg<'_>; 4]>([
                     r.rope.cos.into(),
@@ -502,6 +503,7 @@ fn mat_mat_store(
                     bindings.extend::<[BufferArg<'_>; 4]>([(&part.buffer).into(), (&part.buffer).into(), c_arg, c_arg])
                 }
             }
+            bindings.extend::<[BufferArg<'_>; 2]>([(&part.buffer).into(), (&part.buffer).into()]);
         }
         let groups = [part.rows.div_ceil(tile_rows) as u32, gy as u32, splits as u32];
         s.dispatch(&p, &bindings, &push_words(&words), groups)?;

@@ -15,11 +15,13 @@
 //! By concept: the types and their kernels here; [`QMatrix`], dequantize and get_rows in
 //! `matrix.rs`; the mat-vecs (with their fused epilogues and norm) in `mat_vec.rs`, the
 //! expert-indexed one of a mixture-of-experts step ([`mat_vec_id`]) in `mat_vec_id.rs`; the
-//! Q8_1 activation quantizer in `q8_1.rs`; the mat-mats in `mat_mat.rs`; [`linear`], the
+//! Q8_1 activation quantizer in `q8_1.rs`; the mat-mats in `mat_mat.rs`, the expert-grouped
+//! one of a mixture-of-experts prompt ([`mat_mat_id`]) in `mat_mat_id.rs`; [`linear`], the
 //! one entry that picks among them, in `linear.rs`.
 
 mod linear;
 mod mat_mat;
+mod mat_mat_id;
 mod mat_vec;
 mod mat_vec_id;
 mod matrix;
@@ -28,6 +30,7 @@ mod quantize;
 
 pub use linear::*;
 pub use mat_mat::*;
+pub use mat_mat_id::*;
 pub use mat_vec::*;
 pub use mat_vec_id::*;
 pub use matrix::*;

@@ -4,7 +4,13 @@
 // 3 (ACT out [t_q, n_heads, d]); unless ATTN_NO_SPLITS, also the split outputs (binding 4,
 // po: f32 [n_splits, t_q, n_heads, d]; binding 5, ml: f32 [n_splits, t_q, n_heads, 2])
 // and attn_store, which writes one output element as flash_attn_combine.comp reads it.
-layout(std430, set = 0, binding = 3) writeonly buffer O { ACT o[]; };
+// With OUT_F16 the output is f16 whatever ACT is (ATTN_OUT: an output element's type).
+#ifdef OUT_F16
+#define ATTN_OUT float16_t
+#else
+#define ATTN_OUT ACT
+#endif
+layout(std430, set = 0, binding = 3) writeonly buffer O { ATTN_OUT o[]; };
 layout(push_constant) uniform P {
     uint t_q; uint n_heads; uint n_kv_heads; uint d; uint kv_len; uint q_pos0; uint ctx;
     uint causal; uint n_splits; uint split_len; float scale; uint window; float softcap;

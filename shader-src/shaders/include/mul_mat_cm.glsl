@@ -1,6 +1,19 @@
 // Shared by mul_mat_cm.comp and mul_mat_cm256.comp (include after the shader's bindings,
-// push constants `p` and shared array `sm` of uvec4): the subgroup matrix types, the
-// packed f16 decode of bytes and the store of one 16 x 16 accumulator tile.
+// push constants `p`, shared array `sm` of uvec4 and, where the kernel runs grouped by
+// expert, include/mul_mat_ids.glsl): the subgroup matrix types, the packed f16 decode of
+// bytes and the store of one 16 x 16 accumulator tile.
+
+// The run's tokens and C rows: include/mul_mat_ids.glsl's where the kernel includes it
+// (grouped by expert), else p.n_tok and token n's own row.
+#ifdef VKML_MUL_MAT_IDS_GLSL
+#define MM_GROUPED MM_IDS
+#define MM_RUN_TOKENS mm_n_tok
+#define MM_C_ROW(n_) mm_out_row(n_)
+#else
+#define MM_GROUPED false
+#define MM_RUN_TOKENS p.n_tok
+#define MM_C_ROW(n_) (n_)
+#endif
 
 #define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
@@ -29,7 +42,7 @@ uvec4 pack8(f16vec4 a, f16vec4 b) {
 // directly, an edge tile or an add goes through this subgroup's 64 uvec4 of sm at
 // sg * 64 (free once the main loop's last barrier has passed). Uses cbase, sg, lane.
 #define STORE_TILE(t_, tr_, tn_) { \
-    if (p.accumulate == 0u && (tr_) + 16u <= p.rows && (tn_) + 16u <= p.n_tok) { \
+    if (!MM_GROUPED && p.accumulate == 0u && (tr_) + 16u <= p.rows && (tn_) + 16u <= MM_RUN_TOKENS) { \
         coopMatStore(t_, c, cbase + (tn_) * p.ldc + (tr_), p.ldc, gl_CooperativeMatrixLayoutColumnMajor); \
     } else { \
         coopMatStore(t_, sm, sg * 64u, 4u, gl_CooperativeMatrixLayoutColumnMajor); \
@@ -37,9 +50,9 @@ uvec4 pack8(f16vec4 a, f16vec4 b) {
         subgroupBarrier(); \
         for (uint e = lane; e < 256u; e += gl_SubgroupSize) { \
             uint er = (tr_) + (e & 15u), en = (tn_) + (e >> 4); \
-            if (er < p.rows && en < p.n_tok) { \
+            if (er < p.rows && en < MM_RUN_TOKENS) { \
                 float v = uintBitsToFloat(sm[sg * 64u + (e >> 2)][e & 3u]); \
-                uint at = cbase + en * p.ldc + er; \
+                uint at = cbase + MM_C_ROW(en) * p.ldc + er; \
                 c[at] = p.accumulate != 0u ? c[at] + v : v; \
             } \
         } \
@@ -79,7 +92,7 @@ layout(constant_id = 12) const uint MM_EPI_TILES = 1u;
             uint rr = MM_GLU_F16 ? 2u * (f % (srows / 2u)) : f % srows; \
             uint tt = MM_GLU_F16 ? f / (srows / 2u) : f / srows; \
             uint row = h0 + (sg_g % (wrn_)) * 64u + ip * srows + rr, n = n0 + (sg_g / (wrn_)) * 64u + tt; \
-            if (row >= h || n >= p.n_tok) continue; \
+            if (row >= h || n >= MM_RUN_TOKENS) continue; \
             uint fg = ((sg_g * MM_EPI_TILES + (rr >> 4)) * 256u + (tt >> 4) * 64u) * 4u + (tt & 15u) * 16u + (rr & 15u); \
             uint fu = fg + (wrn_) / 2u * MM_EPI_TILES * 1024u; \
             float v0 = mm_glu(uintBitsToFloat(sm[fg >> 2][fg & 3u]), uintBitsToFloat(sm[fu >> 2][fu & 3u])); \
@@ -87,9 +100,9 @@ layout(constant_id = 12) const uint MM_EPI_TILES = 1u;
                 fg++; \
                 fu++; \
                 float v1 = mm_glu(uintBitsToFloat(sm[fg >> 2][fg & 3u]), uintBitsToFloat(sm[fu >> 2][fu & 3u])); \
-                c16[(n * h + row) >> 1] = packHalf2x16(vec2(v0, v1)); \
+                c16[(MM_C_ROW(n) * h + row) >> 1] = packHalf2x16(vec2(v0, v1)); \
             } else { \
-                c[n * h + row] = v0; \
+                c[MM_C_ROW(n) * h + row] = v0; \
             } \
         } \
     } }
