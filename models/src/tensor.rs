@@ -127,6 +127,10 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     /// [`ModelStorage::moe_ffn`] of `self: [t, n_embd]`: `[t, n_embd]`.
     fn moe_ffn(&self, w: &MoeFfn<'_, S>) -> CResult<Self>;
 
+    /// `self += x.moe_ffn(w)` in place ([`ModelStorage::moe_ffn_add`]), `self`, `x: [t,
+    /// n_embd]`.
+    fn moe_ffn_add_(&mut self, x: &Self, w: &MoeFfn<'_, S>) -> CResult<()>;
+
     /// [`ModelStorage::rms_norm_qkv_attention`] of `self: [t, k]` with norm weight `nw: [k]`,
     /// `wqkv` of `heads = (n_heads, head_dim)` query heads over the caches' KV heads, and the rotation
     /// `(cos, sin, style)`: `Some([t, n_heads · d])` where the storage folds it, else `None`;
@@ -360,6 +364,16 @@ where
             candle_core::bail!("moe_ffn: activations have {k} columns, the router {n_embd}")
         }
         Ok(Self::from_storage(self.storage().moe_ffn(self.layout(), w)?, (t, n_embd)))
+    }
+
+    fn moe_ffn_add_(&mut self, x: &Self, w: &MoeFfn<'_, S>) -> CResult<()> {
+        let (_, n_embd) = w.router_dims();
+        if x.dims().len() != 2 || x.dims()[1] != n_embd || self.dims() != x.dims() {
+            candle_core::bail!("moe_ffn_add: acc {:?} += moe_ffn(x {:?}) of {n_embd} columns", self.dims(), x.dims())
+        }
+        let (acc, layout) = self.storage_mut()?;
+        let layout = layout.clone();
+        x.storage().moe_ffn_add(x.layout(), w, acc, &layout)
     }
 
     fn rms_norm_qkv_attention(

@@ -196,8 +196,8 @@ impl ExpertGateUp<'_> {
 /// gate and up expert mat-vecs of the chunk's `t k` slots with the gated product in the
 /// store ([`crate::quant::mat_vec_id_glu`], each slot reading its token's x; for
 /// [`ExpertGateUp::Split`] two [`crate::quant::mat_vec_id`] and `nn::glu`), the down expert
-/// mat-vec on each slot's product, and the weighted sums (a batched `1 x k` by `k x n_embd`
-/// matmul): 5 dispatches. From `LinearOptions::mat_mat_from` tokens on (prompts) the slots
+/// mat-vec on each slot's product, and the weighted sums (`moe_weighted_sum`): 5
+/// dispatches. From `LinearOptions::mat_mat_from` tokens on (prompts) the slots
 /// are grouped by expert ([`group`]) and the expert products are grouped mat-mats
 /// ([`crate::quant::mat_mat_id`]: each expert's matrix read once per tile of its tokens),
 /// the gated products written as the down mat-mat's f16 x where it reads f16.
@@ -216,10 +216,11 @@ pub fn ffn(
     y: &Buffer,
 ) -> Result<()> {
     let opts = crate::quant::LinearOptions::new(s.device().caps());
-    ffn_with(s, w, r, act, x, t, y, &opts)
+    ffn_with(s, w, r, act, x, t, (y, false), &opts)
 }
 
-/// [`ffn`] with the token count from which the products are grouped mat-mats given by
+/// [`ffn`] adding to `y` where `accumulate` (the block's residual add in the weighted
+/// sums' pass), with the token count from which the products are grouped mat-mats given by
 /// `opts.mat_mat_from` (and the router's [`crate::quant::linear`] takes `opts`).
 ///
 /// # Errors
@@ -232,7 +233,7 @@ pub fn ffn_with(
     act: crate::nn::GluActivation,
     x: &Buffer,
     t: usize,
-    y: &Buffer,
+    (y, accumulate): (&Buffer, bool),
     opts: &crate::quant::LinearOptions,
 ) -> Result<()> {
     use crate::quant::{linear, mat_vec_id, mat_vec_id_glu, LinearEpilogue};
@@ -265,6 +266,9 @@ pub fn ffn_with(
             reason: format!("{t} tokens need x and y of {bytes} bytes each, got {} and {}", x.size(), y.size()),
         });
     }
+    if x.handle() == y.handle() {
+        return Err(OpsError::Shape { op: "moe::ffn", reason: "the output is the input".into() });
+    }
     if r.k == 0 || r.k > MAX_USED.min(r.n_expert) {
         return Err(OpsError::Shape {
             op: "moe::ffn",
@@ -285,13 +289,16 @@ pub fn ffn_with(
             if whole { (x.clone(), y.clone()) } else { (scratch(4 * tc * n_embd)?, scratch(4 * tc * n_embd)?) };
         if !whole {
             s.copy(x, t0 as u64 * row_bytes, &xc, 0, tc as u64 * row_bytes)?;
+            if accumulate {
+                s.copy(y, t0 as u64 * row_bytes, &yc, 0, tc as u64 * row_bytes)?;
+            }
         }
         let slots = tc * k;
         let (logits, ids, weights) = (scratch(4 * tc * r.n_expert)?, scratch(4 * slots)?, scratch(4 * slots)?);
         linear(s, w.router, &xc, tc, None, &logits, LinearEpilogue::Store, opts)?;
         route(s, &logits, tc, r, None, &ids, &weights)?;
         if tc >= opts.mat_mat_from {
-            grouped(s, &w, r, act, &xc, tc, &ids, &weights, &yc)?;
+            grouped(s, &w, r, act, &xc, tc, &ids, &weights, &yc, accumulate)?;
             if !whole {
                 s.copy(&yc, 0, y, t0 as u64 * row_bytes, tc as u64 * row_bytes)?;
             }
@@ -310,7 +317,7 @@ pub fn ffn_with(
         }
         let d = scratch(4 * slots * n_embd)?;
         mat_vec_id(s, w.down, r.n_expert, &ids, slots, &h, 1, &d)?;
-        weighted_sums(s, &weights, &d, tc, k, n_embd, &yc)?;
+        weighted_sums(s, &weights, &d, tc, k, n_embd, &yc, accumulate)?;
         if !whole {
             s.copy(&yc, 0, y, t0 as u64 * row_bytes, tc as u64 * row_bytes)?;
         }
@@ -333,6 +340,7 @@ fn grouped(
     ids: &Buffer,
     weights: &Buffer,
     y: &Buffer,
+    accumulate: bool,
 ) -> Result<()> {
     use crate::quant::{mat_mat_id, ExpertGroups, MatMatGlu, MatMatPath};
     let dev = s.device().clone();
@@ -362,11 +370,12 @@ fn grouped(
     }
     let d = scratch(4 * n_slots * n_embd)?;
     mat_mat_id(s, w.down, r.n_expert, &g, &h, (1, h_f16), &d, None)?;
-    weighted_sums(s, weights, &d, t, k, n_embd, y)
+    weighted_sums(s, weights, &d, t, k, n_embd, y, accumulate)
 }
 
-/// `y[n] [1, n_embd] = weights[n] [1, k] x d[n] [k, n_embd]` for each token `n`: one
-/// batched matmul.
+/// `y[n] (+)= Σ_j weights[n, j] d[n k + j]` over `[n_embd]` rows for each token `n` (added to
+/// `y` where `accumulate`): `moe_weighted_sum`, one pass.
+#[allow(clippy::too_many_arguments)]
 fn weighted_sums(
     s: &mut Stream,
     weights: &Buffer,
@@ -375,8 +384,12 @@ fn weighted_sums(
     k: usize,
     n_embd: usize,
     y: &Buffer,
+    accumulate: bool,
 ) -> Result<()> {
-    let lay = |batch: usize, row: usize| crate::matmul::MatLayout { offset: 0, batch, row, col: 1 };
-    let dims = (t, 1, n_embd, k);
-    crate::matmul::matmul(s, crate::Dtype::F32, dims, weights, lay(k, k), d, lay(k * n_embd, n_embd), y)
+    let dev = s.device().clone();
+    let p = pipeline(&dev, "moe_weighted_sum", 256)?;
+    let pc = push_words(&[k as u32, n_embd as u32, u32::from(accumulate)]);
+    let groups = [n_embd.div_ceil(256) as u32, t as u32, 1];
+    s.dispatch(&p, &[weights.into(), d.into(), y.into()], &pc, groups)?;
+    Ok(())
 }

@@ -269,14 +269,17 @@ fn moe_feed_forward_matches_build_moe_ffn() {
         // The prompt path: grouped by expert (mat-mats from 4 tokens on) over 40 tokens.
         let tp = 40;
         let xp = uniform(tp * n_embd, 6, 1.0);
+        // (the split run adds to a residual of ones: the residual add in the weighted sums)
+        let ones = vec![1f32; tp * n_embd];
         let (xpb, yp, yp_split) = (
             dev.upload(&xp).unwrap(),
             dev.alloc(4 * (tp * n_embd) as u64, MemoryKind::DeviceLocal).unwrap(),
-            dev.alloc(4 * (tp * n_embd) as u64, MemoryKind::DeviceLocal).unwrap(),
+            dev.upload(&ones).unwrap(),
         );
         let grouped = vkml_ops::quant::LinearOptions { mat_mat_from: 4 };
-        vkml_ops::moe::ffn_with(&mut s, w, r, GluActivation::Silu, &xpb, tp, &yp, &grouped).unwrap();
-        vkml_ops::moe::ffn_with(&mut s, w_split, r, GluActivation::Silu, &xpb, tp, &yp_split, &grouped).unwrap();
+        vkml_ops::moe::ffn_with(&mut s, w, r, GluActivation::Silu, &xpb, tp, (&yp, false), &grouped).unwrap();
+        vkml_ops::moe::ffn_with(&mut s, w_split, r, GluActivation::Silu, &xpb, tp, (&yp_split, true), &grouped)
+            .unwrap();
         let d0 = s.stats().dispatches;
         ffn(&mut s, w, r, GluActivation::Silu, &xb, t, &y).unwrap();
         assert_eq!(s.stats().dispatches - d0, 5, "{ty:?}: router, routing, gate|up, down, weighted sums");
@@ -302,7 +305,8 @@ fn moe_feed_forward_matches_build_moe_ffn() {
             vkml_quant::dequantize_to_vec(ty, &down_b).unwrap(),
         );
         let dot = |w: &[f32], x: &[f64]| w.iter().zip(x).map(|(&a, b)| f64::from(a) * b).sum::<f64>();
-        let (gotp, gotp_split) = (yp.to_vec::<f32>().unwrap(), yp_split.to_vec::<f32>().unwrap());
+        let gotp = yp.to_vec::<f32>().unwrap();
+        let gotp_split: Vec<f32> = yp_split.to_vec::<f32>().unwrap().iter().map(|v| v - 1.0).collect();
         // (tensor-core paths round x and the gated products to f16)
         let tol = if vkml_ops::quant::MatMatPath::best(dev.caps(), &down).reads_f16_x() { 4e-3 } else { 1e-4 };
         let cases = (0..t).map(|n| (n, &x, &got, 1e-4, true)).chain((0..tp).map(|n| (n, &xp, &gotp, tol, false)));
@@ -335,7 +339,9 @@ fn moe_feed_forward_matches_build_moe_ffn() {
                     let row = (e * n_embd + o) * n_ff;
                     let d = dot(&dd[row..row + n_ff], &h);
                     want[o] += we * d;
-                    mag[o] += (we * d).abs() + 1e-3;
+                    // (the terms' magnitude: what roundings of x and h scale with)
+                    let terms: f64 = dd[row..row + n_ff].iter().zip(&h).map(|(&a, b)| (f64::from(a) * b).abs()).sum();
+                    mag[o] += we * terms + 1e-3;
                 }
             }
             for o in 0..n_embd {

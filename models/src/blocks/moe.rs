@@ -80,8 +80,8 @@ where
             GateUpExperts::Split(g, u) => ExpertGateUp::Split(g, u),
         };
         let w = MoeFfn { router: &self.router, gate_up, down: &self.down, routing: self.routing, act: self.act };
-        let y = norm.forward(x)?.moe_ffn(&w)?;
-        *x = x.add(&y)?;
+        let xn = norm.forward(x)?;
+        x.moe_ffn_add_(&xn, &w)?;
         Ok(())
     }
 }

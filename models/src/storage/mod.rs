@@ -421,6 +421,19 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// Weights that do not make the routing's experts; device errors.
     fn moe_ffn(&self, l: &Layout, w: &MoeFfn<'_, Self>) -> CResult<Self>;
 
+    /// [`ModelStorage::moe_ffn`] of `self` (`l`) added to `acc` (`acc_l`: a packed `f32[t,
+    /// n_embd]` from element 0), the residual stream. Default: `moe_ffn`, then the add;
+    /// Vulkan adds in the weighted sums' pass.
+    ///
+    /// # Errors
+    /// As [`ModelStorage::moe_ffn`]; an accumulator of another shape.
+    fn moe_ffn_add(&self, l: &Layout, w: &MoeFfn<'_, Self>, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
+        let y = self.moe_ffn(l, w)?;
+        let yl = Layout::contiguous(acc_l.shape());
+        *acc = acc.binary_impl::<candle_core::op::Add>(&y, acc_l, &yl)?;
+        Ok(())
+    }
+
     /// An empty (zeroed) cache of `ctx` slots: position `p` in slot `p % ctx`, so a cache
     /// of a model's whole context, or for a sliding-window layer a ring of fewer slots (at
     /// least the window plus a call's tokens less one; [`ModelStorage::attention`] refuses

@@ -93,6 +93,28 @@ fn linear_options(dev: &VulkanDevice) -> vkml_ops::quant::LinearOptions {
     vkml_ops::quant::LinearOptions { mat_mat_from: dev.mat_mat_min_tokens() }
 }
 
+/// `vkml_ops::moe::ffn_with` of `x` (`l`) into `y` (added where `accumulate`).
+fn moe_ffn_into(
+    x: &VulkanStorage,
+    l: &Layout,
+    w: &MoeFfn<'_, VulkanStorage>,
+    y: &Buffer,
+    accumulate: bool,
+) -> CResult<()> {
+    f32_only(x, "moe_ffn")?;
+    let x = x.packed(l)?;
+    let t = l.dims()[0];
+    let dev = x.device();
+    let gate_up = match w.gate_up {
+        ExpertGateUp::Stacked(m) => vkml_ops::moe::ExpertGateUp::Stacked(m),
+        ExpertGateUp::Split(g, u) => vkml_ops::moe::ExpertGateUp::Split(g, u),
+    };
+    let mw = vkml_ops::moe::MoeWeights { router: w.router, gate_up, down: w.down };
+    let opts = linear_options(dev);
+    let out = (y, accumulate);
+    dev.with_stream(|s| vkml_ops::moe::ffn_with(s, mw, w.routing, w.act, x.buffer(), t, out, &opts).map_err(cerr))
+}
+
 /// That an in-place accumulator (`acc_l`) is a packed `[t, rows]` from element 0.
 fn check_accumulator(op: &str, acc_l: &Layout, t: usize, rows: usize) -> CResult<()> {
     if !acc_l.is_contiguous() || acc_l.start_offset() != 0 || acc_l.shape().elem_count() != t * rows {
@@ -361,20 +383,18 @@ impl ModelStorage for VulkanStorage {
     /// projection over every token's slots, from there the slots grouped by expert and one
     /// grouped mat-mat per projection.
     fn moe_ffn(&self, l: &Layout, w: &MoeFfn<'_, Self>) -> CResult<Self> {
-        f32_only(self, "moe_ffn")?;
-        let x = self.packed(l)?;
         let t = l.dims()[0];
-        let n_embd = w.router.k();
-        let dev = x.device();
-        let y = dev.alloc(t * n_embd, DType::F32)?;
-        let gate_up = match w.gate_up {
-            ExpertGateUp::Stacked(m) => vkml_ops::moe::ExpertGateUp::Stacked(m),
-            ExpertGateUp::Split(g, u) => vkml_ops::moe::ExpertGateUp::Split(g, u),
-        };
-        let mw = vkml_ops::moe::MoeWeights { router: w.router, gate_up, down: w.down };
-        let opts = linear_options(dev);
-        dev.with_stream(|s| vkml_ops::moe::ffn_with(s, mw, w.routing, w.act, x.buffer(), t, &y, &opts).map_err(cerr))?;
-        Ok(dev.storage(y, DType::F32, t * n_embd))
+        let dev = self.device();
+        let y = dev.alloc(t * w.router.k(), DType::F32)?;
+        moe_ffn_into(self, l, w, &y, false)?;
+        Ok(dev.storage(y, DType::F32, t * w.router.k()))
+    }
+
+    /// `moe_ffn_into` accumulating: the residual add in the weighted sums' pass.
+    fn moe_ffn_add(&self, l: &Layout, w: &MoeFfn<'_, Self>, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
+        f32_only(acc, "moe_ffn_add")?;
+        check_accumulator("moe_ffn_add", acc_l, l.dims()[0], w.router.k())?;
+        moe_ffn_into(self, l, w, acc.buffer(), true)
     }
 
     fn kv_cache(dev: &VulkanDevice, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<Self::KvCache> {

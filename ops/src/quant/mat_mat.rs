@@ -110,7 +110,8 @@ pub struct MatMatOptions {
     /// Split-K for [`MatMatPath::CoopMat`]: how many workgroups share each output tile's
     /// `k` range (their partial products are added by a second kernel). `None` splits
     /// only grids of fewer than 128 tiles, up to about 128 workgroups with chunks of at
-    /// least 1024 `k` (on the H100 a split of a 128-tile grid is slower, benches/RESULTS.md).
+    /// least 1024 `k` (256 for grids of fewer than 16 tiles; on the H100 a split of a
+    /// 128-tile grid is slower, benches/RESULTS.md).
     /// A matrix held in several [`QPart`]s runs without a split (its outputs are written
     /// in place per part).
     pub split_k: Option<u32>,
@@ -407,8 +408,10 @@ fn mat_mat_store(
         |row0: usize, rows: usize| BufferArg::range(y, 4 * row0 as u64, (4 * ((n_tok - 1) * m.rows + rows)) as u64);
     // Split-K: each output tile's k range is shared by `splits` workgroups (chunks a
     // multiple of 256, so no block straddles two), so that a grid of few tiles still
-    // keeps every multiprocessor's memory pipeline busy.
-    let max_splits = (m.k / 1024).max(1) as u64;
+    // keeps every multiprocessor's memory pipeline busy: chunks of at least 1024, or of 256
+    // for a grid of fewer than 16 tiles (a mixture-of-experts router: 128 rows, 4 tiles).
+    let min_chunk = if gx * gy < 16 { 256 } else { 1024 };
+    let max_splits = (m.k / min_chunk).max(1) as u64;
     // (The scalar kernel has none; a matrix in several parts is large and runs without
     // one, each part's outputs written in place; the gated product and the rotation need
     // whole sums.)

@@ -1,0 +1,23 @@
+// The mixture-of-experts output of each token: the weighted sum of its k slots' expert
+// outputs (llama.cpp's build_moe_ffn: ggml_mul by the weights, then the sum over the
+// experts),
+//   y[n, c] (+)= sum_{j < k} w[n, j] * d[n k + j, c],
+// accumulated in f32 in order j = 0, 1, ...; with accumulate the sum is added to y (the
+// residual stream: the block's residual add in the same pass).
+// Bindings: 0 = w f32 [t, k], 1 = d f32 [t k, n], 2 = y f32 [t, n]. Push constants: k, n,
+// accumulate. Grid: x = ceil(n / 256), y = t.
+#version 450
+layout(local_size_x_id = 0, local_size_x = 256) in; // always 256
+layout(std430, set = 0, binding = 0) readonly buffer W { float w[]; };
+layout(std430, set = 0, binding = 1) readonly buffer D { float d[]; };
+layout(std430, set = 0, binding = 2) buffer Y { float y[]; };
+layout(push_constant) uniform P { uint k; uint n; uint accumulate; } p;
+
+void main() {
+    uint c = gl_GlobalInvocationID.x, tok = gl_WorkGroupID.y;
+    if (c >= p.n) return;
+    float s = 0.0;
+    for (uint j = 0; j < p.k; j++) s += w[tok * p.k + j] * d[(tok * p.k + j) * p.n + c];
+    uint at = tok * p.n + c;
+    y[at] = p.accumulate != 0u ? y[at] + s : s;
+}
