@@ -87,12 +87,15 @@ pub fn route(
     if t == 0 {
         return Ok(());
     }
-    let name = match r.gating {
-        ExpertGating::Softmax => "moe_route.softmax",
-        ExpertGating::Sigmoid => "moe_route.sigmoid",
-        ExpertGating::SoftmaxWeight => "moe_route.softmax_weight",
-    };
     let dev = s.device().clone();
+    let name = match (r.gating, crate::tuning::subgroup_reduce(dev.caps())) {
+        (ExpertGating::Softmax, false) => "moe_route.softmax",
+        (ExpertGating::Sigmoid, false) => "moe_route.sigmoid",
+        (ExpertGating::SoftmaxWeight, false) => "moe_route.softmax_weight",
+        (ExpertGating::Softmax, true) => "moe_route.softmax_sg",
+        (ExpertGating::Sigmoid, true) => "moe_route.sigmoid_sg",
+        (ExpertGating::SoftmaxWeight, true) => "moe_route.softmax_weight_sg",
+    };
     let p = pipeline(&dev, name, 256)?;
     let pc = push_words(&[
         r.n_expert as u32,

@@ -74,9 +74,16 @@ fn reference(l: &[f32], r: Routing, bias: Option<&[f32]>) -> (Vec<u32>, Vec<f64>
     (ids, w)
 }
 
+/// Both kernels: subgroup reductions (`moe_route.*_sg`) and the portable tree.
 #[test]
 fn routing_matches_llama_cpps_definition() {
-    let dev = device();
+    for (path, dev) in common::reduce_devices() {
+        eprintln!("{path}");
+        routing_on(dev);
+    }
+}
+
+fn routing_on(dev: &'static vkml_hal::Device) {
     // (experts, per token, gating, norm, scale, bias): Qwen3-MoE (128, 8, softmax, norm),
     // gpt-oss (32, 4, softmax over the chosen), DeepSeek-like (256, 8, sigmoid, bias,
     // norm, scale 2.5), Mixtral (8, 2, softmax, norm), odd sizes past one pass of 256.
