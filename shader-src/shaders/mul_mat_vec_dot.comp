@@ -23,6 +23,11 @@
 // w = binding 3 (f32 [k]; bound but unread without the norm), eps = p.eps. Needs
 // subgroup shuffles and a subgroup of at least 8 invocations. Also epilogue 5
 // (include/mat_vec_post_norm.glsl: bindings 4-6).
+// *_x_f32, expert-indexed (MV_IDS, specialization constant 17; MoE decode, as the block
+// kernels' include/mul_mat_vec_block.glsl): W holds experts of `rows` rows (2 rows with the
+// gated products, gate then up), workgroup z = slot j multiplies expert ids[j] (binding
+// 8, u32; y stands in otherwise) with x row j / MV_IDS_X (constant 18; 0: row 0), which each
+// workgroup quantizes, into y row j; NB 1, no norm, no Q8_1 output, no post-norm.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -57,6 +62,10 @@ shared uint xs[MAX_XBLOCKS * 9u];
 
 #define Q8_1_NO_X
 #include "q8_1.glsl"
+
+layout(constant_id = 17) const bool MV_IDS = false;
+layout(constant_id = 18) const uint MV_IDS_X = 0u;
+layout(std430, set = 0, binding = 8) readonly buffer IDS { uint expert_ids[]; };
 
 // Max and sum over the 8 lanes 8c .. 8c + 7 of a subgroup (all active), by xor shuffles:
 // exact, so every lane gets the same value in any order.
@@ -118,13 +127,14 @@ void store_q8_1_out(uint wg_row0) {
 // x (normalised where MV_NORM) quantized into xs: 8 consecutive lanes make one block,
 // one vec4 each, its amax and quant sum reduced over those 8 lanes. Every invocation
 // calls it from uniform control flow (it holds barriers).
-void quantize_x() {
+void quantize_x(uint xrow) {
     uint k4 = p.k / 4u;
+    uint x0 = xrow * k4;
     float scale = 1.0;
     if (MV_NORM) {
         float s = 0.0;
         for (uint i = gl_LocalInvocationID.x; i < k4; i += gl_WorkGroupSize.x) {
-            vec4 v = x4[i];
+            vec4 v = x4[x0 + i];
             s += dot(v, v);
         }
         scale = 1.0 / sqrt(wg_sum(s) / float(p.k) + p.eps);
@@ -134,7 +144,7 @@ void quantize_x() {
     for (uint i0 = gl_SubgroupID * sgs; i0 < k4; i0 += gl_NumSubgroups * sgs) {
         uint i = i0 + lane;
         if (i < k4) {
-            vec4 v = x4[i];
+            vec4 v = x4[x0 + i];
             if (MV_NORM) v = v * scale * nw4[i];
             uvec2 w = q8_1_part(v);
             uint blk = i / 8u;
@@ -171,7 +181,8 @@ int block_dot(uint blk, uint xv[8], int xsum) {
 
 
 // The NR rows from r0 (< p.rows) of the subgroup: dot products, subgroup sums, stores.
-void mv_rows(uint r0) {
+// w_base: byte of the matrix's row 0; slot: the expert slot (0 without MV_IDS), its y row.
+void mv_rows(uint r0, uint w_base, uint slot) {
     uint lane = gl_SubgroupInvocationID;
     uint nblocks = p.k / 32u;
     float acc[NR * NB], acc2[NR * NB]; // acc2: the up rows of the gated products
@@ -188,7 +199,7 @@ void mv_rows(uint r0) {
 #endif
             [[unroll]] for (uint rr = 0; rr < NR; rr++) {
                 uint r = min(r0 + rr, p.rows - 1u); // rows past the end recompute the last row, unstored
-                uint blk = p.w_offset + r * p.row_bytes + ib * QBYTES;
+                uint blk = w_base + r * p.row_bytes + ib * QBYTES;
                 acc[rr * NB + b] += float(block_dot(blk, xv, xsum)) * q_f16(blk) * dx;
                 if (MV_GLU) {
                     uint ublk = blk + p.rows * p.row_bytes;
@@ -209,9 +220,9 @@ void mv_rows(uint r0) {
                 }
 #endif
                 if (MV_GLU) {
-                    mv_store_glu(b, r0 + rr, t, u);
+                    mv_store_glu(b + slot, r0 + rr, t, u);
                 } else {
-                    mv_store(b, r0 + rr, t);
+                    mv_store(b + slot, r0 + rr, t);
                 }
             }
         }
@@ -220,14 +231,20 @@ void mv_rows(uint r0) {
 
 void main() {
     uint wg0 = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups;
+    uint slot = 0u, w_base = p.w_offset;
 #ifdef X_F32
     // The whole workgroup, before quantize_x's barriers (with the post-norm epilogue every
     // workgroup goes on: all of them count).
     if (!MV_POST && wg0 * NR >= p.rows) return;
-    quantize_x();
+    if (MV_IDS) {
+        // (An expert of the gated products holds its gate rows, then its up rows.)
+        slot = gl_WorkGroupID.z;
+        w_base += expert_ids[slot] * (MV_GLU ? 2u : 1u) * p.rows * p.row_bytes;
+    }
+    quantize_x(MV_IDS_X > 0u ? slot / MV_IDS_X : 0u);
 #endif
     uint r0 = (wg0 + gl_SubgroupID) * NR;
-    if (r0 < p.rows) mv_rows(r0); // uniform across the subgroup
+    if (r0 < p.rows) mv_rows(r0, w_base, slot); // uniform across the subgroup
 #ifdef X_F32
     if (MV_GLU && MV_Q8_1_OUT) store_q8_1_out(wg0 * NR);
     if (MV_POST) mv_post_norm_add();

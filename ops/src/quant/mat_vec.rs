@@ -183,8 +183,8 @@ pub fn dot_quantizes_x(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize,
 }
 
 /// Storage buffers the x-quantizing integer-dot kernels bind (`mul_mat_vec_dot.*_x_f32`:
-/// the block kernels' 7 and the Q8_1 gated products).
-pub const DOT_X_BINDINGS: u32 = 8;
+/// the block kernels' 7, the Q8_1 gated products and the expert ids).
+pub const DOT_X_BINDINGS: u32 = 9;
 
 /// Most rows a workgroup of the x-quantizing integer-dot kernels holds for its Q8_1 gated
 /// products (`mul_mat_vec_dot.comp`'s `MAX_WG_ROWS`).
@@ -617,6 +617,10 @@ fn mat_vec_core(
                 // ids of the block kernels (mat_vec_id); y stands in, unused, here.
                 args.push(y_arg);
             }
+            if dot_x {
+                // Binding 8: the integer-dot kernels' expert ids (mat_vec_id), unused here.
+                args.push(y_arg);
+            }
             s.dispatch(&p, &args, &pc, groups(rows)?)?;
         }
     }
@@ -625,7 +629,7 @@ fn mat_vec_core(
 
 /// The integer-dot mat-vec kernel for `ty`: on Q8_1 `x` quantized before it, or
 /// (`x_f32`) quantizing f32 `x` itself ([`dot_quantizes_x`]).
-fn dot_kernel(ty: GgmlType, x_f32: bool) -> Result<&'static str> {
+pub(super) fn dot_kernel(ty: GgmlType, x_f32: bool) -> Result<&'static str> {
     Ok(match (ty, x_f32) {
         (GgmlType::Q4_0, false) => "mul_mat_vec_dot.q4_0",
         (GgmlType::Q4_0, true) => "mul_mat_vec_dot.q4_0_x_f32",

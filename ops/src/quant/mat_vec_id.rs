@@ -118,10 +118,21 @@ fn mat_vec_id_with(
     if n_slots == 0 || rows == 0 {
         return Ok(());
     }
-    let workgroup = cfg.workgroup.max(sg);
+    // The integer-dot kernel where the dense mat-vec would quantize x itself
+    // (`dot_quantizes_x`): each workgroup quantizes its slot's x row to Q8_1.
+    let dot = super::dot_quantizes_x(caps, m, 1, &cfg);
+    let (kernel, workgroup) = if dot {
+        (super::dot_kernel(m.ty, true)?, cfg.dot_x_workgroup.max(sg))
+    } else {
+        (kernel, cfg.workgroup.max(sg))
+    };
     // Rows per subgroup for the whole dispatch (every slot's rows), not one expert's: the
     // slots already spread the grid over the GPU.
-    let nr = tuning::block_rows_per_subgroup(caps, &cfg, rows * n_slots, m.k, workgroup / sg);
+    let nr = if dot {
+        tuning::dot_x_rows_per_subgroup(&cfg, rows * n_slots, m.k)
+    } else {
+        tuning::block_rows_per_subgroup(caps, &cfg, rows * n_slots, m.k, workgroup / sg)
+    };
     // The gated products read two matrix rows per output row: half the rows per subgroup
     // (H100, qwen3moe-30b-a3b Q4_0 tg128: 4 rows 187.2 t/s, 2 rows 198.8, 1 row 188.7;
     // benches/RESULTS.md).
@@ -143,8 +154,14 @@ fn mat_vec_id_with(
     let [gx, gy, _] = grid(&dev, "mat_vec_id", (rows as u64).div_ceil(u64::from(workgroup / sg * nr)))?;
     let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, 1, rows as u32, 0]);
     let (xa, ya) = (BufferArg::from(x), BufferArg::from(y));
-    // Bindings 3-6 (norm weight, post-norm residual, weight, count) unused: stand-ins.
-    let args = [(&m.parts[0].buffer).into(), xa, ya, xa, ya, xa, ya, ids.into()];
+    // Bindings 3-6 (norm weight, post-norm residual, weight, count) unused: stand-ins; the
+    // ids at 7 (block kernels) or 8 (integer-dot kernels, whose 7 is their unused Q8_1
+    // output).
+    let mut args = vec![(&m.parts[0].buffer).into(), xa, ya, xa, ya, xa, ya];
+    if dot {
+        args.push(ya);
+    }
+    args.push(ids.into());
     s.dispatch(&p, &args, &pc, [gx, gy, n_slots as u32])?;
     Ok(())
 }

@@ -39,6 +39,14 @@ pub fn portable_device() -> &'static Device {
     DEV.get_or_init(|| device_with(|c| c.subgroup.operations.retain(|&op| op != "arithmetic")))
 }
 
+/// The same adapter with its integer dot products counted as accelerated: the decode
+/// mat-vecs take Q8_1 activations (`tuning::q8_1_activations`), as on the H100.
+#[allow(dead_code)] // (not every test binary uses it)
+pub fn integer_dot_device() -> &'static Device {
+    static DEV: OnceLock<Device> = OnceLock::new();
+    DEV.get_or_init(|| device_with(|c| c.integer_dot.packed_4x8_signed_accelerated = true))
+}
+
 /// Both devices, labelled: every reducing op runs on each.
 pub fn reduce_devices() -> [(&'static str, &'static Device); 2] {
     [("subgroup", device()), ("portable", portable_device())]
