@@ -243,14 +243,21 @@ fn expert_mat_vec_on(dev: &'static vkml_hal::Device) {
 /// computed here in f64 on the dequantized weights: Qwen3-MoE's gating (softmax, top k,
 /// normalised) and DeepSeek-like sigmoid gating, experts in Q4_0, Q8_0 and MXFP4; the 5
 /// tokens' rows equal each token's call alone, bit for bit; and 40 tokens on the prompt
-/// path (grouped by expert, `moe::ffn_with`), stacked and split gate|up.
+/// path (grouped by expert, `moe::ffn_with`), stacked and split gate|up. Also where integer
+/// dot products count as accelerated (decode on Q8_1 x).
 #[test]
 fn moe_feed_forward_matches_build_moe_ffn() {
+    ffn_on(device());
+    if device().caps().integer_dot.supported {
+        ffn_on(common::integer_dot_device());
+    }
+}
+
+fn ffn_on(dev: &'static vkml_hal::Device) {
     use vkml_ops::moe::{ffn, ExpertGateUp, MoeWeights};
     use vkml_ops::nn::GluActivation;
     use vkml_ops::quant::QMatrix;
     use vkml_quant::GgmlType;
-    let dev = device();
     if vkml_ops::tuning::row_subgroup_size(dev.caps()).is_none() {
         eprintln!("skipped: no block-wise mat-vec kernels on this device");
         return;
@@ -328,7 +335,10 @@ fn moe_feed_forward_matches_build_moe_ffn() {
         let gotp_split: Vec<f32> = yp_split.to_vec::<f32>().unwrap().iter().map(|v| v - 1.0).collect();
         // (tensor-core paths round x and the gated products to f16)
         let tol = if vkml_ops::quant::MatMatPath::best(dev.caps(), &down).reads_f16_x() { 4e-3 } else { 1e-4 };
-        let cases = (0..t).map(|n| (n, &x, &got, 1e-4, true)).chain((0..tp).map(|n| (n, &xp, &gotp, tol, false)));
+        // (decode on the integer-dot kernels rounds x and the gated products to Q8_1)
+        let cfg = vkml_ops::tuning::mat_vec_config(dev.caps());
+        let dec_tol = if vkml_ops::quant::dot_quantizes_x(dev.caps(), &down, 1, &cfg) { 1e-2 } else { 1e-4 };
+        let cases = (0..t).map(|n| (n, &x, &got, dec_tol, true)).chain((0..tp).map(|n| (n, &xp, &gotp, tol, false)));
         for (n, x, got, tol, decode) in cases {
             let row = &got[n * n_embd..(n + 1) * n_embd];
             if decode {
