@@ -131,6 +131,10 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     /// n_embd]`.
     fn moe_ffn_add_(&mut self, x: &Self, w: &MoeFfn<'_, S>) -> CResult<()>;
 
+    /// `self += rms_norm(self, nw, eps).moe_ffn(w)` in place
+    /// ([`ModelStorage::rms_norm_moe_ffn_add`]), `self: [t, n_embd]`, `nw: [n_embd]`.
+    fn rms_norm_moe_ffn_add_(&mut self, nw: &Self, eps: f32, w: &MoeFfn<'_, S>) -> CResult<()>;
+
     /// [`ModelStorage::rms_norm_qkv_attention`] of `self: [t, k]` with norm weight `nw: [k]`,
     /// `wqkv` of `heads = (n_heads, head_dim)` query heads over the caches' KV heads, and the rotation
     /// `(cos, sin, style)`: `Some([t, n_heads · d])` where the storage folds it, else `None`;
@@ -364,6 +368,22 @@ where
             candle_core::bail!("moe_ffn: activations have {k} columns, the router {n_embd}")
         }
         Ok(Self::from_storage(self.storage().moe_ffn(self.layout(), w)?, (t, n_embd)))
+    }
+
+    fn rms_norm_moe_ffn_add_(&mut self, nw: &Self, eps: f32, w: &MoeFfn<'_, S>) -> CResult<()> {
+        let (_, n_embd) = w.router_dims();
+        if self.dims().len() != 2 || self.dims()[1] != n_embd || nw.dims() != [n_embd] {
+            candle_core::bail!(
+                "rms_norm_moe_ffn_add: x {:?}, norm weight {:?}, {n_embd} columns",
+                self.dims(),
+                nw.dims()
+            )
+        }
+        let nws = nw.storage();
+        let nwl = nw.layout().clone();
+        let (acc, layout) = self.storage_mut()?;
+        let layout = layout.clone();
+        acc.rms_norm_moe_ffn_add(&layout, (nws, &nwl), eps, w)
     }
 
     fn moe_ffn_add_(&mut self, x: &Self, w: &MoeFfn<'_, S>) -> CResult<()> {

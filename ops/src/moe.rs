@@ -219,27 +219,31 @@ pub fn ffn(
     y: &Buffer,
 ) -> Result<()> {
     let opts = crate::quant::LinearOptions::new(s.device().caps());
-    ffn_with(s, w, r, act, x, t, (y, false), &opts)
+    ffn_with(s, w, r, act, (x, None), t, (y, false), &opts)
 }
 
-/// [`ffn`] adding to `y` where `accumulate` (the block's residual add in the weighted
-/// sums' pass), with the token count from which the products are grouped mat-mats given by
-/// `opts.mat_mat_from` (and the router's [`crate::quant::linear`] takes `opts`).
+/// [`ffn`] of `norm(x)` where a [`crate::quant::PreNorm`] is given (the block's RMS norm:
+/// for one token folded into the router's and the gate|up mat-vecs, each workgroup
+/// normalising x itself, [`crate::quant::mat_vec_id_rms_norm`]; for more, a `norm.rms`
+/// pass first), adding to `y` where `accumulate` (the block's residual add in the weighted
+/// sums' pass; `y` may then be `x`, the residual stream), with the token count from which
+/// the products are grouped mat-mats given by `opts.mat_mat_from` (and the router's
+/// [`crate::quant::linear`] takes `opts`).
 ///
 /// # Errors
-/// As [`ffn`].
+/// As [`ffn`]; a norm weight shorter than `n_embd`.
 #[allow(clippy::too_many_arguments)]
 pub fn ffn_with(
     s: &mut Stream,
     w: MoeWeights<'_>,
     r: Routing,
     act: crate::nn::GluActivation,
-    x: &Buffer,
+    (x, norm): (&Buffer, Option<crate::quant::PreNorm<'_>>),
     t: usize,
     (y, accumulate): (&Buffer, bool),
     opts: &crate::quant::LinearOptions,
 ) -> Result<()> {
-    use crate::quant::{linear, mat_vec_id, mat_vec_id_glu, LinearEpilogue};
+    use crate::quant::{linear, mat_vec_id, mat_vec_id_glu, mat_vec_id_rms_norm, LinearEpilogue};
     let n_embd = w.router.k();
     let (gu_rows, gu_k) = w.gate_up.dims();
     let n_ff = gu_rows / r.n_expert.max(1);
@@ -269,7 +273,13 @@ pub fn ffn_with(
             reason: format!("{t} tokens need x and y of {bytes} bytes each, got {} and {}", x.size(), y.size()),
         });
     }
-    if x.handle() == y.handle() {
+    if norm.is_some_and(|n| n.weight.size() < 4 * n_embd as u64) {
+        return Err(OpsError::Shape {
+            op: "moe::ffn",
+            reason: format!("the norm weight holds less than {n_embd} f32"),
+        });
+    }
+    if x.handle() == y.handle() && !accumulate {
         return Err(OpsError::Shape { op: "moe::ffn", reason: "the output is the input".into() });
     }
     if r.k == 0 || r.k > MAX_USED.min(r.n_expert) {
@@ -297,8 +307,17 @@ pub fn ffn_with(
             }
         }
         let slots = tc * k;
+        // One token: the norm in the router's and the gate|up kernels; more: a pass.
+        let (xc, fold) = match norm {
+            Some(n) if tc > 1 => {
+                let xn = scratch(4 * tc * n_embd)?;
+                crate::nn::rms_norm(s, crate::Dtype::F32, &xc, Some(n.weight), tc, n_embd, n.eps, &xn)?;
+                (xn, None)
+            }
+            _ => (xc, norm),
+        };
         let (logits, ids, weights) = (scratch(4 * tc * r.n_expert)?, scratch(4 * slots)?, scratch(4 * slots)?);
-        linear(s, w.router, &xc, tc, None, &logits, LinearEpilogue::Store, opts)?;
+        linear(s, w.router, &xc, tc, fold, &logits, LinearEpilogue::Store, opts)?;
         route(s, &logits, tc, r, None, &ids, &weights)?;
         if tc >= opts.mat_mat_from {
             grouped(s, &w, r, act, &xc, tc, &ids, &weights, &yc, accumulate)?;
@@ -309,12 +328,24 @@ pub fn ffn_with(
             continue;
         }
         let h = scratch(4 * slots * n_ff)?;
-        match w.gate_up {
-            ExpertGateUp::Stacked(m) => mat_vec_id_glu(s, m, r.n_expert, &ids, slots, &xc, k, &h, act)?,
-            ExpertGateUp::Split(gate, up) => {
+        let nf = fold.map(|n| (n.weight, n.eps));
+        match (w.gate_up, nf) {
+            (ExpertGateUp::Stacked(m), None) => mat_vec_id_glu(s, m, r.n_expert, &ids, slots, &xc, k, &h, act)?,
+            (ExpertGateUp::Stacked(m), Some(n)) => {
+                mat_vec_id_rms_norm(s, m, r.n_expert, &ids, slots, &xc, n, &h, Some(act))?
+            }
+            (ExpertGateUp::Split(gate, up), _) => {
                 let (g, u) = (scratch(4 * slots * n_ff)?, scratch(4 * slots * n_ff)?);
-                mat_vec_id(s, gate, r.n_expert, &ids, slots, &xc, k, &g)?;
-                mat_vec_id(s, up, r.n_expert, &ids, slots, &xc, k, &u)?;
+                match nf {
+                    Some(n) => {
+                        mat_vec_id_rms_norm(s, gate, r.n_expert, &ids, slots, &xc, n, &g, None)?;
+                        mat_vec_id_rms_norm(s, up, r.n_expert, &ids, slots, &xc, n, &u, None)?;
+                    }
+                    None => {
+                        mat_vec_id(s, gate, r.n_expert, &ids, slots, &xc, k, &g)?;
+                        mat_vec_id(s, up, r.n_expert, &ids, slots, &xc, k, &u)?;
+                    }
+                }
                 crate::nn::glu(s, crate::Dtype::F32, act, &g, &u, slots * n_ff, &h)?;
             }
         }

@@ -303,8 +303,8 @@ fn ffn_on(dev: &'static vkml_hal::Device) {
             dev.upload(&ones).unwrap(),
         );
         let grouped = vkml_ops::quant::LinearOptions { mat_mat_from: 4 };
-        vkml_ops::moe::ffn_with(&mut s, w, r, GluActivation::Silu, &xpb, tp, (&yp, false), &grouped).unwrap();
-        vkml_ops::moe::ffn_with(&mut s, w_split, r, GluActivation::Silu, &xpb, tp, (&yp_split, true), &grouped)
+        vkml_ops::moe::ffn_with(&mut s, w, r, GluActivation::Silu, (&xpb, None), tp, (&yp, false), &grouped).unwrap();
+        vkml_ops::moe::ffn_with(&mut s, w_split, r, GluActivation::Silu, (&xpb, None), tp, (&yp_split, true), &grouped)
             .unwrap();
         let d0 = s.stats().dispatches;
         ffn(&mut s, w, r, GluActivation::Silu, &xb, t, &y).unwrap();
@@ -320,7 +320,51 @@ fn ffn_on(dev: &'static vkml_hal::Device) {
             ffn(&mut s, w, r, GluActivation::Silu, &xn, 1, &yn).unwrap();
             alone.push((xn, yn));
         }
+        // The block's norm folded in (one token: into the router's and the gate|up
+        // kernels), adding to the residual in place, against ffn of the normalised x
+        // computed here as norm.rms does in f32.
+        let (nwv, eps) = (uniform(n_embd, 8, 1.0).iter().map(|v| 1.0 + 0.5 * v).collect::<Vec<f32>>(), 1e-6f32);
+        let nwb = dev.upload(&nwv).unwrap();
+        let mut folded = Vec::new();
+        for n in 0..t {
+            let raw: Vec<f32> = x[n * n_embd..(n + 1) * n_embd].iter().map(|v| 3.0 * v + 0.25).collect();
+            let ms = raw.iter().map(|v| v * v).sum::<f32>() / n_embd as f32;
+            let sc = 1.0 / (ms + eps).sqrt();
+            let xn: Vec<f32> = raw.iter().zip(&nwv).map(|(v, w)| v * sc * w).collect();
+            let (rawb, xnb, yn) = (
+                dev.upload(&raw).unwrap(),
+                dev.upload(&xn).unwrap(),
+                dev.alloc(4 * n_embd as u64, MemoryKind::DeviceLocal).unwrap(),
+            );
+            ffn(&mut s, w, r, GluActivation::Silu, &xnb, 1, &yn).unwrap();
+            let norm = vkml_ops::quant::PreNorm { weight: &nwb, eps };
+            let d1 = s.stats().dispatches;
+            vkml_ops::moe::ffn_with(&mut s, w, r, GluActivation::Silu, (&rawb, Some(norm)), 1, (&rawb, true), &grouped)
+                .unwrap();
+            let cfg = vkml_ops::tuning::mat_vec_config(dev.caps());
+            if vkml_ops::quant::vec4_fuses_norm(dev.caps(), &router, 1, &cfg) {
+                assert_eq!(s.stats().dispatches - d1, 5, "{ty:?}: the norm folded, one token");
+            }
+            folded.push((raw, rawb, yn));
+        }
         s.finish_and_wait().unwrap();
+        {
+            let cfg = vkml_ops::tuning::mat_vec_config(dev.caps());
+            let q8 = vkml_ops::quant::dot_quantizes_x(dev.caps(), &down, 1, &cfg);
+            for (n, (raw, rawb, yn)) in folded.iter().enumerate() {
+                let (got, want) = (rawb.to_vec::<f32>().unwrap(), yn.to_vec::<f32>().unwrap());
+                let scale = want.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+                let tol = if q8 { 2e-2 } else { 1e-4 };
+                for o in 0..n_embd {
+                    let g = got[o] - raw[o];
+                    assert!(
+                        (g - want[o]).abs() <= tol * scale,
+                        "{ty:?} token {n} output {o}, norm folded: {g} against {}",
+                        want[o]
+                    );
+                }
+            }
+        }
         let got = y.to_vec::<f32>().unwrap();
         let split = y_split.to_vec::<f32>().unwrap();
         assert!(got.iter().zip(&split).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty:?}: stacked against split");

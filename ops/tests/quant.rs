@@ -1226,7 +1226,8 @@ fn matrix_past_one_binding_runs_in_parts() {
 }
 
 /// The norm folded into the mat-vec (`quant::rms_norm_mat_vec`): one dispatch where
-/// `mat_vec_fuses_norm` holds (the block kernels normalising x as they load it), else the
+/// `mat_vec_fuses_norm` holds (the block kernels normalising x as they load it) or
+/// `vec4_fuses_norm` (one row of a matrix of few rows on the vec4 kernel), else the
 /// norm's kernel first (on the integer-dot kernel, writing Q8_1); against the f64 product
 /// of the dequantized weights with x normalised on the host (candle-nn's `rms_norm`),
 /// through Store, Add and Glu.
@@ -1284,7 +1285,10 @@ fn rms_norm_mat_vec_matches_cpu() {
         quant::rms_norm_mat_vec(&mut s, &xb, &nwb, eps, &m, batch, &yb, cfg, ep, Some(&scratch)).unwrap();
         let in_block = quant::mat_vec_fuses_norm(dev.caps(), &m, &cfg);
         let in_dot = quant::dot_quantizes_x(dev.caps(), &m, batch, &cfg);
-        let fused = in_block || in_dot;
+        // (one row of few rows on the vec4 subgroup kernel: a router)
+        let in_vec4 = quant::vec4_fuses_norm(dev.caps(), &m, batch, &cfg);
+        assert!(!in_vec4 || (batch == 1 && rows <= quant::VEC4_NORM_MAX_ROWS), "{ty:?}: the vec4 prologue's reach");
+        let fused = in_block || in_dot || in_vec4;
         let dispatches = s.stats().dispatches - d0;
         s.finish_and_wait().unwrap();
         assert!(!fused || dispatches == 1, "{ty:?} {cfg:?}: fused in {dispatches} dispatches");

@@ -22,10 +22,15 @@
 //           include/mat_vec_out.glsl. Push constants: w_offset, row_bytes, k, rows, batch,
 //           y_stride.
 // One workgroup per row; workgroup size = specialization constant 0 (power of two ≤ 128).
+// The SUBGROUP variants have the RMS-norm prologue of include/mat_vec_norm.glsl for one
+// batch row (specialization constant 11; binding 3 = the norm weight, p.eps): each
+// workgroup normalises x itself, so ops runs it only for matrices of few rows (a
+// mixture-of-experts router).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #ifdef SUBGROUP
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
 #endif
 layout(local_size_x_id = 0, local_size_x = 128) in;
 #include "quant.glsl"
@@ -33,6 +38,14 @@ layout(local_size_x_id = 0, local_size_x = 128) in;
 layout(std430, set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
 layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint rows; uint batch; uint y_stride; float eps; } p;
 #include "mat_vec_out.glsl"
+#ifdef SUBGROUP
+#define NB 1u
+#define MV_X4(i) x4[i]
+#include "mat_vec_norm.glsl"
+#define X4(b_, c4_) (MV_NORM ? mv_x4(0u, c4_) : x4[(b_) * k4 + (c4_)])
+#else
+#define X4(b_, c4_) x4[(b_) * k4 + (c4_)]
+#endif
 
 #define MAX_BATCH 8
 shared float partial[MAX_BATCH * 128];
@@ -48,7 +61,7 @@ void row_dot(uint wr, out float res[MAX_BATCH]) {
     for (uint c4 = tid; c4 < k4; c4 += gl_WorkGroupSize.x) {
         uint c = c4 * 4u;
         vec4 w = dq4(row + (c / QK) * QBYTES, c % QK);
-        for (uint b = 0; b < nb; b++) acc[b] += dot(w, x4[b * k4 + c4]);
+        for (uint b = 0; b < nb; b++) acc[b] += dot(w, X4(b, c4));
     }
 #ifdef SUBGROUP
     for (uint b = 0; b < nb; b++) acc[b] = subgroupAdd(acc[b]);
@@ -82,6 +95,9 @@ void row_dot(uint wr, out float res[MAX_BATCH]) {
 void main() {
     uint r = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     if (r >= p.rows) return; // uniform across the workgroup
+#ifdef SUBGROUP
+    if (MV_NORM) mv_norm_scales(); // (batch 1)
+#endif
     uint nb = min(p.batch, MAX_BATCH);
     float g[MAX_BATCH];
     row_dot(r, g);

@@ -80,8 +80,7 @@ where
             GateUpExperts::Split(g, u) => ExpertGateUp::Split(g, u),
         };
         let w = MoeFfn { router: &self.router, gate_up, down: &self.down, routing: self.routing, act: self.act };
-        let xn = norm.forward(x)?;
-        x.moe_ffn_add_(&xn, &w)?;
+        x.rms_norm_moe_ffn_add_(&norm.weight, norm.eps, &w)?;
         Ok(())
     }
 }

@@ -434,6 +434,26 @@ pub trait ModelStorage: BackendStorage + 'static {
         Ok(())
     }
 
+    /// The mixture-of-experts block with its norm and residual add, in place: `self +=
+    /// moe_ffn(rms_norm(self))` for the residual stream `self: f32[t, n_embd]` (`l`: packed
+    /// from element 0) and the norm weight `nw: f32[n_embd]` (`nwl`). Default: the norm,
+    /// then [`ModelStorage::moe_ffn_add`]; Vulkan folds the norm of one token into the
+    /// router's and the gate|up kernels.
+    ///
+    /// # Errors
+    /// As [`ModelStorage::moe_ffn`].
+    fn rms_norm_moe_ffn_add(
+        &mut self,
+        l: &Layout,
+        (nw, nwl): (&Self, &Layout),
+        eps: f32,
+        w: &MoeFfn<'_, Self>,
+    ) -> CResult<()> {
+        let xn = self.rms_norm(l, nw, nwl, eps)?;
+        let xl = Layout::contiguous(l.shape());
+        xn.moe_ffn_add(&xl, w, self, l)
+    }
+
     /// An empty (zeroed) cache of `ctx` slots: position `p` in slot `p % ctx`, so a cache
     /// of a model's whole context, or for a sliding-window layer a ring of fewer slots (at
     /// least the window plus a call's tokens less one; [`ModelStorage::attention`] refuses

@@ -93,10 +93,12 @@ fn linear_options(dev: &VulkanDevice) -> vkml_ops::quant::LinearOptions {
     vkml_ops::quant::LinearOptions { mat_mat_from: dev.mat_mat_min_tokens() }
 }
 
-/// `vkml_ops::moe::ffn_with` of `x` (`l`) into `y` (added where `accumulate`).
+/// `vkml_ops::moe::ffn_with` of `norm(x)` (`l`; `x` itself without a norm) into `y` (added
+/// where `accumulate`; `y` may then be `x`'s buffer).
 fn moe_ffn_into(
     x: &VulkanStorage,
     l: &Layout,
+    norm: Option<PreNorm<'_>>,
     w: &MoeFfn<'_, VulkanStorage>,
     y: &Buffer,
     accumulate: bool,
@@ -112,7 +114,9 @@ fn moe_ffn_into(
     let mw = vkml_ops::moe::MoeWeights { router: w.router, gate_up, down: w.down };
     let opts = linear_options(dev);
     let out = (y, accumulate);
-    dev.with_stream(|s| vkml_ops::moe::ffn_with(s, mw, w.routing, w.act, x.buffer(), t, out, &opts).map_err(cerr))
+    dev.with_stream(|s| {
+        vkml_ops::moe::ffn_with(s, mw, w.routing, w.act, (x.buffer(), norm), t, out, &opts).map_err(cerr)
+    })
 }
 
 /// That an in-place accumulator (`acc_l`) is a packed `[t, rows]` from element 0.
@@ -386,7 +390,7 @@ impl ModelStorage for VulkanStorage {
         let t = l.dims()[0];
         let dev = self.device();
         let y = dev.alloc(t * w.router.k(), DType::F32)?;
-        moe_ffn_into(self, l, w, &y, false)?;
+        moe_ffn_into(self, l, None, w, &y, false)?;
         Ok(dev.storage(y, DType::F32, t * w.router.k()))
     }
 
@@ -394,7 +398,24 @@ impl ModelStorage for VulkanStorage {
     fn moe_ffn_add(&self, l: &Layout, w: &MoeFfn<'_, Self>, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
         f32_only(acc, "moe_ffn_add")?;
         check_accumulator("moe_ffn_add", acc_l, l.dims()[0], w.router.k())?;
-        moe_ffn_into(self, l, w, acc.buffer(), true)
+        moe_ffn_into(self, l, None, w, acc.buffer(), true)
+    }
+
+    /// `vkml_ops::moe::ffn_with` of the residual stream with the norm (for one token folded
+    /// into the router's and the gate|up kernels) adding in place.
+    fn rms_norm_moe_ffn_add(
+        &mut self,
+        l: &Layout,
+        (nw, nwl): (&Self, &Layout),
+        eps: f32,
+        w: &MoeFfn<'_, Self>,
+    ) -> CResult<()> {
+        f32_only(self, "rms_norm_moe_ffn_add")?;
+        f32_only(nw, "rms_norm_moe_ffn_add")?;
+        check_accumulator("rms_norm_moe_ffn_add", l, l.dims()[0], w.router.k())?;
+        let nw = nw.packed(nwl)?;
+        let y = self.buffer().clone();
+        moe_ffn_into(self, l, Some(PreNorm { weight: nw.buffer(), eps }), w, &y, true)
     }
 
     fn kv_cache(dev: &VulkanDevice, n_kv_heads: usize, ctx: usize, d: usize) -> CResult<Self::KvCache> {

@@ -217,11 +217,32 @@ pub fn mat_vec_fuses_norm(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatV
     runs_subgroup_rows(caps, m, cfg) && !mat_vec_uses_q8_1(caps, m, cfg) && cfg.workgroup <= 128
 }
 
+/// Most rows of a matrix whose one-row-per-workgroup vec4 mat-vec normalises x itself
+/// ([`vec4_fuses_norm`]): each workgroup re-reads x for its one row.
+pub const VEC4_NORM_MAX_ROWS: usize = 1024;
+
+/// Whether [`rms_norm_mat_vec`] of one row of x runs the norm inside the vec4 mat-vec
+/// (`mul_mat_vec_vec4.*_sg` with `include/mat_vec_norm.glsl`): a matrix without a block
+/// kernel (F32, F16, BF16) of at most [`VEC4_NORM_MAX_ROWS`] rows (a mixture-of-experts
+/// router), `k % 4 == 0`, subgroup arithmetic.
+pub fn vec4_fuses_norm(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &MatVecConfig) -> bool {
+    batch == 1
+        && !runs_subgroup_rows(caps, m, cfg)
+        && cfg.vec4
+        && cfg.subgroup_reduce
+        && cfg.workgroup <= 128
+        && m.k.is_multiple_of(4)
+        && m.rows <= VEC4_NORM_MAX_ROWS
+        && VEC4_TYPES.contains(&m.ty)
+}
+
 /// Where [`rms_norm_mat_vec`] normalises x for `m`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum NormPath {
     /// Inside the block mat-vec ([`mat_vec_fuses_norm`]).
     InKernel,
+    /// Inside the vec4 mat-vec ([`vec4_fuses_norm`]).
+    InVec4Kernel,
     /// Inside the integer-dot mat-vec that quantizes x itself ([`dot_quantizes_x`]).
     InDotKernel,
     /// `norm.rms_q8_1_f32` into Q8_1 scratch, then the integer-dot mat-vec.
@@ -235,6 +256,8 @@ fn norm_path(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &Mat
         NormPath::InKernel
     } else if dot_quantizes_x(caps, m, batch, cfg) {
         NormPath::InDotKernel
+    } else if vec4_fuses_norm(caps, m, batch, cfg) {
+        NormPath::InVec4Kernel
     } else if mat_vec_uses_q8_1(caps, m, cfg) && m.k.is_multiple_of(32) {
         NormPath::Q8_1
     } else {
@@ -248,7 +271,7 @@ fn norm_path(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &Mat
 /// these from it.
 pub fn rms_norm_mat_vec_scratch(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize, cfg: &MatVecConfig) -> u64 {
     match norm_path(caps, m, batch, cfg) {
-        NormPath::InKernel | NormPath::InDotKernel => 0,
+        NormPath::InKernel | NormPath::InDotKernel | NormPath::InVec4Kernel => 0,
         NormPath::Q8_1 => 36 * (batch * m.k / 32) as u64,
         NormPath::F32 => 4 * (batch * m.k) as u64,
     }
@@ -284,7 +307,7 @@ pub fn rms_norm_mat_vec(
         return bad(format!("the norm weight holds {} bytes, less than {} f32", nw.size(), m.k));
     }
     let path = norm_path(dev.caps(), m, batch, &cfg);
-    if matches!(path, NormPath::InKernel | NormPath::InDotKernel) {
+    if matches!(path, NormPath::InKernel | NormPath::InDotKernel | NormPath::InVec4Kernel) {
         return mat_vec_core(s, m, x, false, Some((nw, eps)), batch, y, cfg, epilogue, None);
     }
     let need = rms_norm_mat_vec_scratch(dev.caps(), m, batch, &cfg);
@@ -477,7 +500,8 @@ fn mat_vec_core(
     }
     // The integer-dot kernel quantizing f32 x itself (no quantize dispatch).
     let dot_x = use_dot && !pre_quantized && dot_quantizes_x(caps, m, batch, &cfg);
-    if norm.is_some() && (pre_quantized || (use_dot && !dot_x) || row_sg.is_none()) {
+    let vec4_norm = norm.is_some() && row_sg.is_none() && vec4_fuses_norm(caps, m, batch, &cfg);
+    if norm.is_some() && (pre_quantized || (use_dot && !dot_x) || (row_sg.is_none() && !vec4_norm)) {
         return Err(OpsError::Shape {
             op: "mat_vec",
             reason: "the norm prologue needs a block kernel with subgroup rows (see mat_vec_fuses_norm) or an integer-dot kernel quantizing x (see dot_quantizes_x)".into(),
@@ -509,6 +533,8 @@ fn mat_vec_core(
         Some((sg, _)) => grid(&dev, "mat_vec", (rows as u64).div_ceil(u64::from(workgroup.max(sg) / sg * nr))),
         None => grid(&dev, "mat_vec", rows as u64),
     };
+    // (the row-per-workgroup kernels: vec4 where the type and k allow)
+    let vec4 = row_sg.is_none() && cfg.vec4 && m.k.is_multiple_of(4) && VEC4_TYPES.contains(&m.ty);
     let pipeline_for = |nb: usize| -> Result<std::sync::Arc<vkml_hal::Pipeline>> {
         let (name, options) = match row_sg {
             Some((sg, require)) => (
@@ -532,20 +558,18 @@ fn mat_vec_core(
             ),
             None => {
                 let k = type_kernels("mat_vec", m.ty)?;
-                let vec4 = cfg.vec4 && m.k.is_multiple_of(4) && VEC4_TYPES.contains(&m.ty);
                 let kernel = match (vec4, cfg.subgroup_reduce) {
                     (true, true) => k.mul_mat_vec_vec4_sg,
                     (true, false) => k.mul_mat_vec_vec4,
                     (false, true) => k.mul_mat_vec_sg,
                     (false, false) => k.mul_mat_vec,
                 };
-                (
-                    kernel,
-                    PipelineOptions {
-                        spec_constants: [vec![(0, cfg.workgroup)], epilogue.spec_constants()].concat(),
-                        ..Default::default()
-                    },
-                )
+                let mut spec = [vec![(0, cfg.workgroup)], epilogue.spec_constants()].concat();
+                if vec4 && cfg.subgroup_reduce {
+                    // (the norm prologue of the vec4 subgroup kernels)
+                    spec.push((11, u32::from(vec4_norm)));
+                }
+                (kernel, PipelineOptions { spec_constants: spec, ..Default::default() })
             }
         };
         Ok(dev.pipeline(&dev.kernel(name)?, &options)?)
@@ -620,6 +644,13 @@ fn mat_vec_core(
             if dot_x {
                 // Binding 8: the integer-dot kernels' expert ids (mat_vec_id), unused here.
                 args.push(y_arg);
+            }
+            if vec4 && cfg.subgroup_reduce {
+                // Binding 3 of the vec4 subgroup kernels: the norm weight (x stands in).
+                args.push(match norm {
+                    Some((nw, _)) => BufferArg::range(nw, 0, 4 * m.k as u64),
+                    None => x_arg,
+                });
             }
             s.dispatch(&p, &args, &pc, groups(rows)?)?;
         }

@@ -38,7 +38,7 @@ pub fn mat_vec_id(
     x_slots: usize,
     y: &Buffer,
 ) -> Result<()> {
-    mat_vec_id_with(s, m, n_expert, ids, n_slots, x, x_slots, y, None)
+    mat_vec_id_with(s, m, n_expert, ids, n_slots, x, x_slots, y, None, None)
 }
 
 /// [`mat_vec_id`] with the gated product in the store: each expert of `m` holds `2 n`
@@ -60,7 +60,37 @@ pub fn mat_vec_id_glu(
     y: &Buffer,
     act: GluActivation,
 ) -> Result<()> {
-    mat_vec_id_with(s, m, n_expert, ids, n_slots, x, x_slots, y, Some(act))
+    mat_vec_id_with(s, m, n_expert, ids, n_slots, x, x_slots, y, Some(act), None)
+}
+
+/// [`mat_vec_id`] (or with `glu`, [`mat_vec_id_glu`]) of one token's slots on its x
+/// normalised in the kernel: every slot reads `rms_norm(x)` (candle-nn's `rms_norm` with
+/// weight `nw: f32[k]` and `eps`) of the one row `x: f32[k]`, each workgroup computing the
+/// norm itself (`include/mat_vec_norm.glsl`, or the integer-dot kernels' quantize step),
+/// so the norm needs no dispatch of its own. The results agree with `norm.rms` then
+/// [`mat_vec_id`] to float rounding (the sum of squares is reduced in another order).
+///
+/// # Errors
+/// As [`mat_vec_id`]; a norm weight shorter than `k`.
+#[allow(clippy::too_many_arguments)]
+pub fn mat_vec_id_rms_norm(
+    s: &mut Stream,
+    m: &QMatrix,
+    n_expert: usize,
+    ids: &Buffer,
+    n_slots: usize,
+    x: &Buffer,
+    (nw, eps): (&Buffer, f32),
+    y: &Buffer,
+    glu: Option<GluActivation>,
+) -> Result<()> {
+    if nw.size() < 4 * m.k as u64 {
+        return Err(OpsError::Shape {
+            op: "mat_vec_id_rms_norm",
+            reason: format!("the norm weight holds {} bytes, less than {} f32", nw.size(), m.k),
+        });
+    }
+    mat_vec_id_with(s, m, n_expert, ids, n_slots, x, 0, y, glu, Some((nw, eps)))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -74,6 +104,7 @@ fn mat_vec_id_with(
     x_slots: usize,
     y: &Buffer,
     glu: Option<GluActivation>,
+    norm: Option<(&Buffer, f32)>,
 ) -> Result<()> {
     let bad = |reason: String| Err(OpsError::Shape { op: "mat_vec_id", reason });
     if n_expert == 0 || !m.rows.is_multiple_of(n_expert) {
@@ -143,7 +174,7 @@ fn mat_vec_id_with(
             (1, 1),
             (2, nr),
             (10, glu.map_or(0, |a| MatVecEpilogue::Glu(a).spec())),
-            (11, 0),
+            (11, u32::from(norm.is_some())),
             (17, 1),
             (18, x_slots as u32),
         ],
@@ -152,12 +183,15 @@ fn mat_vec_id_with(
     };
     let p = dev.pipeline(&dev.kernel(kernel)?, &options)?;
     let [gx, gy, _] = grid(&dev, "mat_vec_id", (rows as u64).div_ceil(u64::from(workgroup / sg * nr)))?;
-    let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, 1, rows as u32, 0]);
+    let eps = norm.map_or(0, |n| n.1.to_bits());
+    let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, 1, rows as u32, eps]);
     let (xa, ya) = (BufferArg::from(x), BufferArg::from(y));
-    // Bindings 3-6 (norm weight, post-norm residual, weight, count) unused: stand-ins; the
+    // Binding 3 the norm weight (x stands in without one); 4-6 (post-norm residual, weight,
+    // count) unused: stand-ins; the
     // ids at 7 (block kernels) or 8 (integer-dot kernels, whose 7 is their unused Q8_1
     // output).
-    let mut args = vec![(&m.parts[0].buffer).into(), xa, ya, xa, ya, xa, ya];
+    let nwa = norm.map_or(xa, |(nw, _)| BufferArg::range(nw, 0, 4 * m.k as u64));
+    let mut args = vec![(&m.parts[0].buffer).into(), xa, ya, nwa, ya, xa, ya];
     if dot {
         args.push(ya);
     }
