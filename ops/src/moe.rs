@@ -307,6 +307,21 @@ pub fn ffn_with(
             }
         }
         let slots = tc * k;
+        let (logits, ids, weights) = (scratch(4 * tc * r.n_expert)?, scratch(4 * slots)?, scratch(4 * slots)?);
+        // A prompt whose router and gate|up mat-mats read f16 x: the norm writes that x
+        // once (no conversion pass before each).
+        if let Some(n) = norm.filter(|_| tc >= opts.mat_mat_from && reads_f16(dev.caps(), &w, tc, opts)) {
+            let xn16 = scratch(2 * tc * n_embd)?;
+            crate::nn::rms_norm_f16_out(s, &xc, Some(n.weight), tc, n_embd, n.eps, &xn16)?;
+            crate::quant::linear_f16(s, w.router, &xn16, tc, &logits, LinearEpilogue::Store, opts)?;
+            route(s, &logits, tc, r, None, &ids, &weights)?;
+            grouped(s, &w, r, act, (&xn16, true), tc, &ids, &weights, &yc, accumulate)?;
+            if !whole {
+                s.copy(&yc, 0, y, t0 as u64 * row_bytes, tc as u64 * row_bytes)?;
+            }
+            t0 += tc;
+            continue;
+        }
         // One token: the norm in the router's and the gate|up kernels; more: a pass.
         let (xc, fold) = match norm {
             Some(n) if tc > 1 => {
@@ -316,11 +331,10 @@ pub fn ffn_with(
             }
             _ => (xc, norm),
         };
-        let (logits, ids, weights) = (scratch(4 * tc * r.n_expert)?, scratch(4 * slots)?, scratch(4 * slots)?);
         linear(s, w.router, &xc, tc, fold, &logits, LinearEpilogue::Store, opts)?;
         route(s, &logits, tc, r, None, &ids, &weights)?;
         if tc >= opts.mat_mat_from {
-            grouped(s, &w, r, act, &xc, tc, &ids, &weights, &yc, accumulate)?;
+            grouped(s, &w, r, act, (&xc, false), tc, &ids, &weights, &yc, accumulate)?;
             if !whole {
                 s.copy(&yc, 0, y, t0 as u64 * row_bytes, tc as u64 * row_bytes)?;
             }
@@ -360,16 +374,29 @@ pub fn ffn_with(
     Ok(())
 }
 
+/// Whether the router's and the experts' gate and up mat-mats of `t` tokens all read f16 x
+/// (so a prompt's norm may write it: [`crate::quant::linear_reads_f16`], and the grouped
+/// mat-mats' path).
+fn reads_f16(caps: &vkml_hal::Capabilities, w: &MoeWeights<'_>, t: usize, opts: &crate::quant::LinearOptions) -> bool {
+    use crate::quant::MatMatPath;
+    let experts = match w.gate_up {
+        ExpertGateUp::Stacked(m) => MatMatPath::best(caps, m).reads_f16_x(),
+        ExpertGateUp::Split(g, u) => MatMatPath::best(caps, g).reads_f16_x() && MatMatPath::best(caps, u).reads_f16_x(),
+    };
+    experts && w.router.k().is_multiple_of(2) && crate::quant::linear_reads_f16(caps, w.router, t, opts)
+}
+
 /// The expert products and weighted sums of [`ffn`] for `t` routed tokens, grouped by
-/// expert: [`group`], the gate|up grouped mat-mat (with the gated product in its store,
-/// f16 where the down mat-mat reads f16 x), the down grouped mat-mat, the weighted sums.
+/// expert: [`group`], the gate|up grouped mat-mat on `x` (f32, or packed f16 where
+/// `x_f16`; with the gated product in its store, f16 where the down mat-mat reads f16 x),
+/// the down grouped mat-mat, the weighted sums.
 #[allow(clippy::too_many_arguments)]
 fn grouped(
     s: &mut Stream,
     w: &MoeWeights<'_>,
     r: Routing,
     act: crate::nn::GluActivation,
-    x: &Buffer,
+    (x, x_f16): (&Buffer, bool),
     t: usize,
     ids: &Buffer,
     weights: &Buffer,
@@ -393,12 +420,12 @@ fn grouped(
     match w.gate_up {
         ExpertGateUp::Stacked(m) => {
             let glu = Some(MatMatGlu { act, y_f16: h_f16 });
-            mat_mat_id(s, m, r.n_expert, &g, x, (k, false), &h, glu)?;
+            mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), &h, glu)?;
         }
         ExpertGateUp::Split(gate, up) => {
             let (gp, up_p) = (scratch(4 * n_slots * n_ff)?, scratch(4 * n_slots * n_ff)?);
-            mat_mat_id(s, gate, r.n_expert, &g, x, (k, false), &gp, None)?;
-            mat_mat_id(s, up, r.n_expert, &g, x, (k, false), &up_p, None)?;
+            mat_mat_id(s, gate, r.n_expert, &g, x, (k, x_f16), &gp, None)?;
+            mat_mat_id(s, up, r.n_expert, &g, x, (k, x_f16), &up_p, None)?;
             crate::nn::glu(s, crate::Dtype::F32, act, &gp, &up_p, n_slots * n_ff, &h)?;
         }
     }

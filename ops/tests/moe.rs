@@ -347,7 +347,32 @@ fn ffn_on(dev: &'static vkml_hal::Device) {
             }
             folded.push((raw, rawb, yn));
         }
+        // The prompt path with the norm (a pass, writing f16 x where the router's and the
+        // experts' mat-mats read it) against the grouped path on x normalised here.
+        let rawp: Vec<f32> = xp.iter().map(|v| 3.0 * v + 0.25).collect();
+        let xnp: Vec<f32> = rawp
+            .chunks(n_embd)
+            .flat_map(|row| {
+                let sc = 1.0 / (row.iter().map(|v| v * v).sum::<f32>() / n_embd as f32 + eps).sqrt();
+                row.iter().zip(&nwv).map(move |(v, w)| v * sc * w).collect::<Vec<f32>>()
+            })
+            .collect();
+        let (rawpb, xnpb) = (dev.upload(&rawp).unwrap(), dev.upload(&xnp).unwrap());
+        let (ypn, ypr) = (
+            dev.alloc(4 * (tp * n_embd) as u64, MemoryKind::DeviceLocal).unwrap(),
+            dev.alloc(4 * (tp * n_embd) as u64, MemoryKind::DeviceLocal).unwrap(),
+        );
+        let norm = vkml_ops::quant::PreNorm { weight: &nwb, eps };
+        vkml_ops::moe::ffn_with(&mut s, w, r, GluActivation::Silu, (&rawpb, Some(norm)), tp, (&ypn, false), &grouped)
+            .unwrap();
+        vkml_ops::moe::ffn_with(&mut s, w, r, GluActivation::Silu, (&xnpb, None), tp, (&ypr, false), &grouped).unwrap();
         s.finish_and_wait().unwrap();
+        {
+            let (got, want) = (ypn.to_vec::<f32>().unwrap(), ypr.to_vec::<f32>().unwrap());
+            let scale = want.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+            let close = got.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 4e-3 * scale);
+            assert!(close, "{ty:?}: the prompt path with its norm against x normalised on the host");
+        }
         {
             let cfg = vkml_ops::tuning::mat_vec_config(dev.caps());
             let q8 = vkml_ops::quant::dot_quantizes_x(dev.caps(), &down, 1, &cfg);

@@ -149,6 +149,18 @@ impl MatMatOptions {
     }
 }
 
+/// `n` f32 values of `x` (a multiple of 4) as packed f16 in a new buffer (`convert_f16`):
+/// the x of the tensor-core mat-mats.
+pub(super) fn convert_x_f16(s: &mut Stream, x: &vkml_hal::Buffer, n: usize) -> Result<vkml_hal::Buffer> {
+    let dev = s.device().clone();
+    let n4 = (n / 4) as u64;
+    let x16 = dev.alloc((8 * n4).max(4), MemoryKind::DeviceLocal)?;
+    let cvt = pipeline(&dev, "convert_f16", ELEMENTWISE_WORKGROUP)?;
+    let groups = grid(&dev, "mat_mat", n4.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
+    s.dispatch(&cvt, &[x.into(), (&x16).into()], &push_words(&[n4 as u32]), groups)?;
+    Ok(x16)
+}
+
 /// Whether `path`'s kernel folds the gated product into its store for `m`
 /// ([`MatMatGlu`]): `mul_mat_q`, `mul_mat_cm` and `mul_mat_cm256`, on a matrix in one part.
 fn folds_glu(path: MatMatPath, m: &QMatrix) -> bool {
@@ -440,12 +452,7 @@ fn mat_mat_store(
         s.dispatch(&qp, &[x.into(), (&xq).into()], &push_words(&[n_tok as u32, m.k as u32, n_pad as u32]), groups)?;
         Some(xq)
     } else {
-        let n4 = (n_tok * m.k / 4) as u64;
-        let x16 = dev.alloc(8 * n4, MemoryKind::DeviceLocal)?;
-        let cvt = pipeline(&dev, "convert_f16", ELEMENTWISE_WORKGROUP)?;
-        let groups = grid(&dev, "mat_mat", n4.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
-        s.dispatch(&cvt, &[x.into(), (&x16).into()], &push_words(&[n4 as u32]), groups)?;
-        Some(x16)
+        Some(convert_x_f16(s, x, n_tok * m.k)?)
     };
     let x_arg = x16.as_ref().unwrap_or(x);
     let out_len = (n_tok * m.rows) as u64;

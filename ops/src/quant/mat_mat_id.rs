@@ -3,12 +3,12 @@
 //! groups made on the device by `crate::moe::group`. Kernels: `mul_mat_q` and `mul_mat_cm`
 //! (or `mul_mat_cm256`) with `MM_IDS` (include/mul_mat_ids.glsl).
 
-use vkml_hal::{Buffer, BufferArg, MemoryKind, PipelineOptions, Stream};
+use vkml_hal::{Buffer, BufferArg, PipelineOptions, Stream};
 
-use super::{glu_spec_constants, mat_mat_kernel, type_kernels, MatMatGlu, MatMatPath, QMatrix};
+use super::{convert_x_f16, glu_spec_constants, mat_mat_kernel, type_kernels, MatMatGlu, MatMatPath, QMatrix};
 use crate::error::{OpsError, Result};
-use crate::launch::{grid, pipeline, push_words};
-use crate::tuning::{self, ELEMENTWISE_WORKGROUP};
+use crate::launch::push_words;
+use crate::tuning;
 
 /// A routed batch's slots grouped by expert, as `crate::moe::group` writes them: expert
 /// `e`'s slots are `slots[first[e] .. first[e + 1]]` in increasing order.
@@ -115,16 +115,7 @@ pub fn mat_mat_id(
         return bad(format!("{gx} x {gy} tiles of {n_expert} experts exceed the device's grid"));
     }
     // The tensor-core kernels read x as f16: converted once here.
-    let x16 = if path.reads_f16_x() && !x_f16 {
-        let n4 = (x_rows * m.k / 4) as u64;
-        let x16 = dev.alloc(8 * n4, MemoryKind::DeviceLocal)?;
-        let cvt = pipeline(&dev, "convert_f16", ELEMENTWISE_WORKGROUP)?;
-        let g = grid(&dev, "mat_mat_id", n4.div_ceil(u64::from(ELEMENTWISE_WORKGROUP)))?;
-        s.dispatch(&cvt, &[x.into(), (&x16).into()], &push_words(&[n4 as u32]), g)?;
-        Some(x16)
-    } else {
-        None
-    };
+    let x16 = if path.reads_f16_x() && !x_f16 { Some(convert_x_f16(s, x, x_rows * m.k)?) } else { None };
     let x_arg = x16.as_ref().unwrap_or(x);
     let p = dev.pipeline(&dev.kernel(kernel)?, &options)?;
     // Push constants of include/mul_mat_ids.glsl's kernels: rows of one expert, the
