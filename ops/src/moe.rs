@@ -1,7 +1,10 @@
-//! Mixture-of-experts routing on the GPU (issue 31's first kernel): from a router's logits,
-//! each token's top-k experts and their weights, as llama.cpp's `build_moe_ffn` computes
-//! them (src/llama-graph.cpp), kernel `moe_route.<gating>`. The ids stay on the device for
-//! the expert-indexed products that read them ([`ffn`]).
+//! Mixture-of-experts feed-forward on the GPU, as llama.cpp's `build_moe_ffn` computes it
+//! (src/llama-graph.cpp): [`route`] (kernel `moe_route.<gating>`: each token's top-k
+//! experts and their weights from the router's logits), [`group`] (`moe_group`: a batch's
+//! slots sorted by expert) and [`ffn`] / [`ffn_with`], the whole block: the router, the
+//! routing, the chosen experts' products (expert-indexed mat-vecs for decode,
+//! `quant::mat_vec_id*`; grouped mat-mats for prompts, `quant::mat_mat_id`) and the
+//! weighted sums (`moe_weighted_sum`). The ids stay on the device throughout.
 
 use vkml_hal::{Buffer, Stream};
 
@@ -224,8 +227,9 @@ pub fn ffn(
 
 /// [`ffn`] of `norm(x)` where a [`crate::quant::PreNorm`] is given (the block's RMS norm:
 /// for one token folded into the router's and the gate|up mat-vecs, each workgroup
-/// normalising x itself, [`crate::quant::mat_vec_id_rms_norm`]; for more, a `norm.rms`
-/// pass first), adding to `y` where `accumulate` (the block's residual add in the weighted
+/// normalising x itself, [`crate::quant::mat_vec_id_rms_norm`]; for more, a pass first:
+/// `norm.rms_f16_out` writing the f16 x of the router's and the experts' mat-mats where
+/// they all read f16, else `norm.rms`), adding to `y` where `accumulate` (the block's residual add in the weighted
 /// sums' pass; `y` may then be `x`, the residual stream), with the token count from which
 /// the products are grouped mat-mats given by `opts.mat_mat_from` (and the router's
 /// [`crate::quant::linear`] takes `opts`).
