@@ -247,7 +247,6 @@ pub fn ffn_with(
     (y, accumulate): (&Buffer, bool),
     opts: &crate::quant::LinearOptions,
 ) -> Result<()> {
-    use crate::quant::{linear, mat_vec_id, mat_vec_id_glu, mat_vec_id_rms_norm, LinearEpilogue};
     let n_embd = w.router.k();
     let (gu_rows, gu_k) = w.gate_up.dims();
     let n_ff = gu_rows / r.n_expert.max(1);
@@ -294,10 +293,10 @@ pub fn ffn_with(
     }
     let dev = s.device().clone();
     let k = r.k;
-    let chunk = (u16::MAX as usize / k).max(1);
+    let most = (u16::MAX as usize / k).max(1);
     let mut t0 = 0;
     while t0 < t {
-        let tc = chunk.min(t - t0);
+        let tc = most.min(t - t0);
         let scratch = |bytes: usize| dev.alloc(bytes.max(4) as u64, vkml_hal::MemoryKind::DeviceLocal);
         // A chunk's rows in buffers of their own where there are several chunks.
         let whole = tc == t;
@@ -310,72 +309,82 @@ pub fn ffn_with(
                 s.copy(y, t0 as u64 * row_bytes, &yc, 0, tc as u64 * row_bytes)?;
             }
         }
-        let slots = tc * k;
-        let (logits, ids, weights) = (scratch(4 * tc * r.n_expert)?, scratch(4 * slots)?, scratch(4 * slots)?);
-        // A prompt whose router and gate|up mat-mats read f16 x: the norm writes that x
-        // once (no conversion pass before each).
-        if let Some(n) = norm.filter(|_| tc >= opts.mat_mat_from && reads_f16(dev.caps(), &w, tc, opts)) {
-            let xn16 = scratch(2 * tc * n_embd)?;
-            crate::nn::rms_norm_f16_out(s, &xc, Some(n.weight), tc, n_embd, n.eps, &xn16)?;
-            crate::quant::linear_f16(s, w.router, &xn16, tc, &logits, LinearEpilogue::Store, opts)?;
-            route(s, &logits, tc, r, None, &ids, &weights)?;
-            grouped(s, &w, r, act, (&xn16, true), tc, &ids, &weights, &yc, accumulate)?;
-            if !whole {
-                s.copy(&yc, 0, y, t0 as u64 * row_bytes, tc as u64 * row_bytes)?;
-            }
-            t0 += tc;
-            continue;
-        }
-        // One token: the norm in the router's and the gate|up kernels; more: a pass.
-        let (xc, fold) = match norm {
-            Some(n) if tc > 1 => {
-                let xn = scratch(4 * tc * n_embd)?;
-                crate::nn::rms_norm(s, crate::Dtype::F32, &xc, Some(n.weight), tc, n_embd, n.eps, &xn)?;
-                (xn, None)
-            }
-            _ => (xc, norm),
-        };
-        linear(s, w.router, &xc, tc, fold, &logits, LinearEpilogue::Store, opts)?;
-        route(s, &logits, tc, r, None, &ids, &weights)?;
-        if tc >= opts.mat_mat_from {
-            grouped(s, &w, r, act, (&xc, false), tc, &ids, &weights, &yc, accumulate)?;
-            if !whole {
-                s.copy(&yc, 0, y, t0 as u64 * row_bytes, tc as u64 * row_bytes)?;
-            }
-            t0 += tc;
-            continue;
-        }
-        let h = scratch(4 * slots * n_ff)?;
-        let nf = fold.map(|n| (n.weight, n.eps));
-        match (w.gate_up, nf) {
-            (ExpertGateUp::Stacked(m), None) => mat_vec_id_glu(s, m, r.n_expert, &ids, slots, &xc, k, &h, act)?,
-            (ExpertGateUp::Stacked(m), Some(n)) => {
-                mat_vec_id_rms_norm(s, m, r.n_expert, &ids, slots, &xc, n, &h, Some(act))?
-            }
-            (ExpertGateUp::Split(gate, up), _) => {
-                let (g, u) = (scratch(4 * slots * n_ff)?, scratch(4 * slots * n_ff)?);
-                match nf {
-                    Some(n) => {
-                        mat_vec_id_rms_norm(s, gate, r.n_expert, &ids, slots, &xc, n, &g, None)?;
-                        mat_vec_id_rms_norm(s, up, r.n_expert, &ids, slots, &xc, n, &u, None)?;
-                    }
-                    None => {
-                        mat_vec_id(s, gate, r.n_expert, &ids, slots, &xc, k, &g)?;
-                        mat_vec_id(s, up, r.n_expert, &ids, slots, &xc, k, &u)?;
-                    }
-                }
-                crate::nn::glu(s, crate::Dtype::F32, act, &g, &u, slots * n_ff, &h)?;
-            }
-        }
-        let d = scratch(4 * slots * n_embd)?;
-        mat_vec_id(s, w.down, r.n_expert, &ids, slots, &h, 1, &d)?;
-        weighted_sums(s, &weights, &d, tc, k, n_embd, &yc, accumulate)?;
+        ffn_chunk(s, &w, r, act, (&xc, norm), tc, (&yc, accumulate), opts)?;
         if !whole {
             s.copy(&yc, 0, y, t0 as u64 * row_bytes, tc as u64 * row_bytes)?;
         }
         t0 += tc;
     }
     Ok(())
+}
+
+/// One chunk of [`ffn_with`]: `tc` tokens of `xc` (normalised by `norm`) through the router,
+/// the routing, the experts and the weighted sums into `yc` (added where `accumulate`).
+#[allow(clippy::too_many_arguments)]
+fn ffn_chunk(
+    s: &mut Stream,
+    w: &MoeWeights<'_>,
+    r: Routing,
+    act: crate::nn::GluActivation,
+    (xc, norm): (&Buffer, Option<crate::quant::PreNorm<'_>>),
+    tc: usize,
+    (yc, accumulate): (&Buffer, bool),
+    opts: &crate::quant::LinearOptions,
+) -> Result<()> {
+    use crate::quant::{linear, mat_vec_id, mat_vec_id_glu, mat_vec_id_rms_norm, LinearEpilogue};
+    let dev = s.device().clone();
+    let scratch = |bytes: usize| dev.alloc(bytes.max(4) as u64, vkml_hal::MemoryKind::DeviceLocal);
+    let (k, n_embd, n_ff) = (r.k, w.router.k(), w.down.k());
+    let slots = tc * k;
+    let (logits, ids, weights) = (scratch(4 * tc * r.n_expert)?, scratch(4 * slots)?, scratch(4 * slots)?);
+    // A prompt whose router and gate|up mat-mats read f16 x: the norm writes that x
+    // once (no conversion pass before each).
+    if let Some(n) = norm.filter(|_| tc >= opts.mat_mat_from && reads_f16(dev.caps(), w, tc, opts)) {
+        let xn16 = scratch(2 * tc * n_embd)?;
+        crate::nn::rms_norm_f16_out(s, xc, Some(n.weight), tc, n_embd, n.eps, &xn16)?;
+        crate::quant::linear_f16(s, w.router, &xn16, tc, &logits, LinearEpilogue::Store, opts)?;
+        route(s, &logits, tc, r, None, &ids, &weights)?;
+        return grouped(s, w, r, act, (&xn16, true), tc, &ids, &weights, yc, accumulate);
+    }
+    // One token: the norm in the router's and the gate|up kernels; more: a pass.
+    let (xc, fold) = match norm {
+        Some(n) if tc > 1 => {
+            let xn = scratch(4 * tc * n_embd)?;
+            crate::nn::rms_norm(s, crate::Dtype::F32, xc, Some(n.weight), tc, n_embd, n.eps, &xn)?;
+            (xn, None)
+        }
+        _ => (xc.clone(), norm),
+    };
+    linear(s, w.router, &xc, tc, fold, &logits, LinearEpilogue::Store, opts)?;
+    route(s, &logits, tc, r, None, &ids, &weights)?;
+    if tc >= opts.mat_mat_from {
+        return grouped(s, w, r, act, (&xc, false), tc, &ids, &weights, yc, accumulate);
+    }
+    let h = scratch(4 * slots * n_ff)?;
+    let nf = fold.map(|n| (n.weight, n.eps));
+    match (w.gate_up, nf) {
+        (ExpertGateUp::Stacked(m), None) => mat_vec_id_glu(s, m, r.n_expert, &ids, slots, &xc, k, &h, act)?,
+        (ExpertGateUp::Stacked(m), Some(n)) => {
+            mat_vec_id_rms_norm(s, m, r.n_expert, &ids, slots, &xc, n, &h, Some(act))?
+        }
+        (ExpertGateUp::Split(gate, up), _) => {
+            let (g, u) = (scratch(4 * slots * n_ff)?, scratch(4 * slots * n_ff)?);
+            match nf {
+                Some(n) => {
+                    mat_vec_id_rms_norm(s, gate, r.n_expert, &ids, slots, &xc, n, &g, None)?;
+                    mat_vec_id_rms_norm(s, up, r.n_expert, &ids, slots, &xc, n, &u, None)?;
+                }
+                None => {
+                    mat_vec_id(s, gate, r.n_expert, &ids, slots, &xc, k, &g)?;
+                    mat_vec_id(s, up, r.n_expert, &ids, slots, &xc, k, &u)?;
+                }
+            }
+            crate::nn::glu(s, crate::Dtype::F32, act, &g, &u, slots * n_ff, &h)?;
+        }
+    }
+    let d = scratch(4 * slots * n_embd)?;
+    mat_vec_id(s, w.down, r.n_expert, &ids, slots, &h, 1, &d)?;
+    weighted_sums(s, &weights, &d, tc, k, n_embd, yc, accumulate)
 }
 
 /// Whether the router's and the experts' gate and up mat-mats of `t` tokens all read f16 x

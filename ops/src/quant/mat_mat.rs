@@ -192,9 +192,31 @@ fn rope_spec_constants(r: &RopeKv<'_>) -> [(u32, u32); 6] {
     ]
 }
 
+/// The specialization constants of mat-mat `kernel` on `path` for `ty`: the tuning's
+/// ([`tuning::mat_mat_spec_constants`], none for the scalar kernel), the gated product's
+/// and the rotation's epilogues where given, and `mul_mat_cm`'s strips per epilogue pass
+/// (12) with either.
+pub(super) fn kernel_spec_constants(
+    caps: &vkml_hal::Capabilities,
+    path: MatMatPath,
+    kernel: &str,
+    ty: GgmlType,
+    glu: Option<MatMatGlu>,
+    rope: Option<&RopeKv<'_>>,
+) -> Vec<(u32, u32)> {
+    let mut spec =
+        if path == MatMatPath::Scalar { Vec::new() } else { tuning::mat_mat_spec_constants(caps, kernel, ty) };
+    spec.extend(glu.map(glu_spec_constants).into_iter().flatten());
+    spec.extend(rope.map(rope_spec_constants).into_iter().flatten());
+    if kernel == "mul_mat_cm" && (glu.is_some() || rope.is_some()) {
+        spec.push((12, tuning::mat_mat_epilogue_tiles(caps)));
+    }
+    spec
+}
+
 /// [`MatMatGlu`]'s specialization constants (include/mul_mat_glu.glsl): 4 = the
 /// activation (1 silu, 2 gelu, 3 gelu_erf), 5 = f16 output.
-pub(super) fn glu_spec_constants(glu: MatMatGlu) -> [(u32, u32); 2] {
+fn glu_spec_constants(glu: MatMatGlu) -> [(u32, u32); 2] {
     let act = match glu.act {
         GluActivation::Silu => 1,
         GluActivation::Gelu => 2,
@@ -461,16 +483,7 @@ fn mat_mat_store(
     for part in &m.parts {
         // Each part its own kernel choice and grid (one kernel but for a short last part).
         let (name, tile_rows, _) = mat_mat_kernel(dev.caps(), opts.path, m.ty, part.rows, n_tok);
-        let mut spec_constants = if opts.path == MatMatPath::Scalar {
-            Vec::new()
-        } else {
-            tuning::mat_mat_spec_constants(dev.caps(), name, m.ty)
-        };
-        spec_constants.extend(opts.glu.map(glu_spec_constants).into_iter().flatten());
-        spec_constants.extend(rope.map(rope_spec_constants).into_iter().flatten());
-        if name == "mul_mat_cm" && (opts.glu.is_some() || rope.is_some()) {
-            spec_constants.push((12, tuning::mat_mat_epilogue_tiles(dev.caps())));
-        }
+        let spec_constants = kernel_spec_constants(dev.caps(), opts.path, name, m.ty, opts.glu, rope);
         let options = PipelineOptions { spec_constants, ..options.clone() };
         let k = type_kernels("mat_mat", m.ty)?;
         let kernel = match opts.path {

@@ -5,7 +5,7 @@
 
 use vkml_hal::{Buffer, BufferArg, PipelineOptions, Stream};
 
-use super::{convert_x_f16, glu_spec_constants, mat_mat_kernel, type_kernels, MatMatGlu, MatMatPath, QMatrix};
+use super::{convert_x_f16, kernel_spec_constants, mat_mat_kernel, type_kernels, MatMatGlu, MatMatPath, QMatrix};
 use crate::error::{OpsError, Result};
 use crate::launch::push_words;
 use crate::tuning;
@@ -94,13 +94,8 @@ pub fn mat_mat_id(
         "mul_mat_cm256" => k.mul_mat_cm256,
         _ => k.mul_mat_cm,
     };
-    let mut spec_constants =
-        if path == MatMatPath::Scalar { Vec::new() } else { tuning::mat_mat_spec_constants(dev.caps(), name, m.ty) };
-    spec_constants.extend(glu.map(glu_spec_constants).into_iter().flatten());
-    if name == "mul_mat_cm" && glu.is_some() {
-        spec_constants.push((12, tuning::mat_mat_epilogue_tiles(dev.caps())));
-    }
-    spec_constants.push((13, 1));
+    let mut spec_constants = kernel_spec_constants(dev.caps(), path, name, m.ty, glu, None);
+    spec_constants.push((13, 1)); // MM_IDS
     let options = match path {
         MatMatPath::Scalar => PipelineOptions { spec_constants, ..PipelineOptions::default() },
         _ => tuning::coopmat_pipeline_options(dev.caps(), spec_constants).ok_or_else(|| OpsError::Shape {
