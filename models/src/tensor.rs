@@ -127,10 +127,6 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     /// [`ModelStorage::moe_ffn`] of `self: [t, n_embd]`: `[t, n_embd]`.
     fn moe_ffn(&self, w: &MoeFfn<'_, S>) -> CResult<Self>;
 
-    /// `self += x.moe_ffn(w)` in place ([`ModelStorage::moe_ffn_add`]), `self`, `x: [t,
-    /// n_embd]`.
-    fn moe_ffn_add_(&mut self, x: &Self, w: &MoeFfn<'_, S>) -> CResult<()>;
-
     /// `self += rms_norm(self, nw, eps).moe_ffn(w)` in place
     /// ([`ModelStorage::rms_norm_moe_ffn_add`]), `self: [t, n_embd]`, `nw: [n_embd]`.
     fn rms_norm_moe_ffn_add_(&mut self, nw: &Self, eps: f32, w: &MoeFfn<'_, S>) -> CResult<()>;
@@ -384,16 +380,6 @@ where
         let (acc, layout) = self.storage_mut()?;
         let layout = layout.clone();
         acc.rms_norm_moe_ffn_add(&layout, (nws, &nwl), eps, w)
-    }
-
-    fn moe_ffn_add_(&mut self, x: &Self, w: &MoeFfn<'_, S>) -> CResult<()> {
-        let (_, n_embd) = w.router_dims();
-        if x.dims().len() != 2 || x.dims()[1] != n_embd || self.dims() != x.dims() {
-            candle_core::bail!("moe_ffn_add: acc {:?} += moe_ffn(x {:?}) of {n_embd} columns", self.dims(), x.dims())
-        }
-        let (acc, layout) = self.storage_mut()?;
-        let layout = layout.clone();
-        x.storage().moe_ffn_add(x.layout(), w, acc, &layout)
     }
 
     fn rms_norm_qkv_attention(

@@ -421,24 +421,11 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// Weights that do not make the routing's experts; device errors.
     fn moe_ffn(&self, l: &Layout, w: &MoeFfn<'_, Self>) -> CResult<Self>;
 
-    /// [`ModelStorage::moe_ffn`] of `self` (`l`) added to `acc` (`acc_l`: a packed `f32[t,
-    /// n_embd]` from element 0), the residual stream. Default: `moe_ffn`, then the add;
-    /// Vulkan adds in the weighted sums' pass.
-    ///
-    /// # Errors
-    /// As [`ModelStorage::moe_ffn`]; an accumulator of another shape.
-    fn moe_ffn_add(&self, l: &Layout, w: &MoeFfn<'_, Self>, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
-        let y = self.moe_ffn(l, w)?;
-        let yl = Layout::contiguous(acc_l.shape());
-        *acc = acc.binary_impl::<candle_core::op::Add>(&y, acc_l, &yl)?;
-        Ok(())
-    }
-
     /// The mixture-of-experts block with its norm and residual add, in place: `self +=
     /// moe_ffn(rms_norm(self))` for the residual stream `self: f32[t, n_embd]` (`l`: packed
     /// from element 0) and the norm weight `nw: f32[n_embd]` (`nwl`). Default: the norm,
-    /// then [`ModelStorage::moe_ffn_add`]; Vulkan folds the norm of one token into the
-    /// router's and the gate|up kernels.
+    /// [`ModelStorage::moe_ffn`], then the add; Vulkan adds in the weighted sums' pass and
+    /// folds the norm of one token into the router's and the gate|up kernels.
     ///
     /// # Errors
     /// As [`ModelStorage::moe_ffn`].
@@ -451,7 +438,9 @@ pub trait ModelStorage: BackendStorage + 'static {
     ) -> CResult<()> {
         let xn = self.rms_norm(l, nw, nwl, eps)?;
         let xl = Layout::contiguous(l.shape());
-        xn.moe_ffn_add(&xl, w, self, l)
+        let y = xn.moe_ffn(&xl, w)?;
+        *self = self.binary_impl::<candle_core::op::Add>(&y, l, &xl)?;
+        Ok(())
     }
 
     /// An empty (zeroed) cache of `ctx` slots: position `p` in slot `p % ctx`, so a cache

@@ -394,13 +394,6 @@ impl ModelStorage for VulkanStorage {
         Ok(dev.storage(y, DType::F32, t * w.router.k()))
     }
 
-    /// `moe_ffn_into` accumulating: the residual add in the weighted sums' pass.
-    fn moe_ffn_add(&self, l: &Layout, w: &MoeFfn<'_, Self>, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
-        f32_only(acc, "moe_ffn_add")?;
-        check_accumulator("moe_ffn_add", acc_l, l.dims()[0], w.router.k())?;
-        moe_ffn_into(self, l, None, w, acc.buffer(), true)
-    }
-
     /// `vkml_ops::moe::ffn_with` of the residual stream with the norm (for one token folded
     /// into the router's and the gate|up kernels) adding in place.
     fn rms_norm_moe_ffn_add(
