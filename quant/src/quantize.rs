@@ -1112,6 +1112,9 @@ pub fn quantize_q8_k(x: &[f32]) -> Result<Vec<BlockQ8K>, QuantError> {
 /// worst cases on random data are a few percent below them. One exception: under Q2_K an
 /// exact zero is unbounded within its 16-element sub-block's range, because ggml's Q2_K fit
 /// (ggml-quants.c `quantize_row_q2_K_ref`, reproduced here) weights each element by `|x|`.
+/// The floors cover scales that f16 stores as subnormals (below 2^-14, so groups with `A`
+/// below about 2^-14 times the largest code): such a scale is rounded to a multiple of
+/// 2^-24, an absolute error of up to 2^-25 that the codes multiply.
 /// `None` for types without a quantizer. Checked by the proptests in
 /// `quant/tests/roundtrip.rs`.
 pub fn error_bound(ty: GgmlType) -> Option<(usize, f32, f32)> {
@@ -1122,23 +1125,34 @@ pub fn error_bound(ty: GgmlType) -> Option<(usize, f32, f32)> {
         T::F64 => (1, 0.0, 0.0),
         T::F16 => (1, 1.0 / 2048.0, 1e-7),
         T::BF16 => (1, 1.0 / 256.0, 1e-30),
-        T::Q4_0 => (b, 0.13, 1e-6),
-        T::Q4_1 => (b, 0.07, 1e-6),
-        T::Q5_0 => (b, 0.065, 1e-6),
-        T::Q5_1 => (b, 0.035, 1e-6),
-        T::Q8_0 | T::Q8_1 => (b, 0.0085, 1e-6),
+        // Floors: the largest code times scale (and min) product, times the f16 rounding
+        // of a subnormal scale (`f16_scale_floor`).
+        T::Q4_0 => (b, 0.13, f16_scale_floor(8)),
+        T::Q4_1 => (b, 0.07, f16_scale_floor(15 + 1)),
+        T::Q5_0 => (b, 0.065, f16_scale_floor(16)),
+        T::Q5_1 => (b, 0.035, f16_scale_floor(31 + 1)),
+        T::Q8_0 | T::Q8_1 => (b, 0.0085, f16_scale_floor(128)),
         T::Q8_K => (b, 0.0045, 0.0),
-        T::Q2_K => (b, 0.45, 1e-6),
-        T::Q3_K => (b, 0.30, 1e-6),
-        T::Q4_K => (b, 0.13, 1e-6),
-        T::Q5_K => (b, 0.11, 1e-6),
-        T::Q6_K => (b, 0.08, 1e-6),
-        T::IQ4_NL => (b, 0.15, 1e-6),
-        T::IQ4_XS => (b, 0.23, 1e-6),
-        T::TQ1_0 | T::TQ2_0 | T::Q2_0 => (b, 0.51, 1e-6),
+        T::Q2_K => (b, 0.45, f16_scale_floor(15 * 3 + 15)),
+        T::Q3_K => (b, 0.30, f16_scale_floor(32 * 4)),
+        T::Q4_K => (b, 0.13, f16_scale_floor(63 * 15 + 63)),
+        T::Q5_K => (b, 0.11, f16_scale_floor(63 * 31 + 63)),
+        T::Q6_K => (b, 0.08, f16_scale_floor(128 * 32)),
+        T::IQ4_NL => (b, 0.15, f16_scale_floor(127)),
+        T::IQ4_XS => (b, 0.23, f16_scale_floor(32 * 127)),
+        T::TQ1_0 | T::TQ2_0 => (b, 0.51, f16_scale_floor(1)),
+        T::Q2_0 => (b, 0.51, f16_scale_floor(2)),
+        // E8M0 scales are powers of two: no rounding, only the FP4 grid's.
         T::MXFP4 => (b, 0.26, 1e-6),
         T::NVFP4 => (16, 0.26, 6.0 / 1024.0),
-        T::Q1_0 => (b, 1.001, 1e-6),
+        T::Q1_0 => (b, 1.001, f16_scale_floor(1)),
         _ => return None,
     })
+}
+
+/// Absolute error an f16 scale multiplied by codes of magnitude up to `levels` carries where
+/// the scale is subnormal: half the subnormal spacing, 2^-25, per level, plus 1e-7 for the
+/// f32 arithmetic of the decode.
+fn f16_scale_floor(levels: u32) -> f32 {
+    levels as f32 * 2f32.powi(-25) + 1e-7
 }

@@ -5,11 +5,12 @@ use proptest::prelude::*;
 use vkml_quant::quantize::error_bound;
 use vkml_quant::{dequantize_to_vec, quantize, quantize_q8_1, quantize_q8_k, vec_dot_q8_1, vec_dot_q8_k, GgmlType};
 
-/// Rows of 512 values: magnitudes from 1e-2 to 1e3, optional outliers and zero runs.
-fn row() -> impl Strategy<Value = Vec<f32>> {
+/// Rows of 512 values: magnitudes from 10^`min_log` to 1e3, optional outliers and zero runs.
+/// f16 block scales go subnormal for groups below about 1e-2.
+fn row(min_log: f32) -> impl Strategy<Value = Vec<f32>> {
     (
         prop::collection::vec(-1.0f32..1.0, 512),
-        -2.0f32..3.0,
+        min_log..3.0,
         prop::option::of((0usize..512, -30.0f32..30.0)),
         prop::option::of(0usize..480),
     )
@@ -57,7 +58,7 @@ macro_rules! bound_tests {
     ($($name:ident => $ty:ident),* $(,)?) => {
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(48))]
-            $( #[test] fn $name(x in row()) { check_bound(GgmlType::$ty, &x)?; } )*
+            $( #[test] fn $name(x in row(-7.0)) { check_bound(GgmlType::$ty, &x)?; } )*
         }
     };
 }
@@ -89,8 +90,10 @@ proptest! {
 
     /// The integer dot products equal the float dot product of the dequantized operands
     /// (up to f32 accumulation rounding). Independent reference: dequantize both sides.
+    /// Magnitudes from 1e-2: below, Q8_1's `d` may underflow f16 where its `s = d * sum(q)`
+    /// does not, and the min term no longer matches the dequantized operand.
     #[test]
-    fn dot_products_match_dequantized(x in row(), a in row()) {
+    fn dot_products_match_dequantized(x in row(-2.0), a in row(-2.0)) {
         let y1 = quantize_q8_1(&a).unwrap();
         let yk = quantize_q8_k(&a).unwrap();
         let y1_bytes: Vec<u8> = y1.iter().flat_map(|b| bytemuck::bytes_of(b).to_vec()).collect();
@@ -139,5 +142,20 @@ fn dot_products_cover_every_block_type() {
         let bytes = quantize(ty, &x).unwrap_or_else(|_| vec![0x11; ty.row_size(512).unwrap() as usize]);
         let ok = vec_dot_q8_1(ty, &bytes, &y1).is_ok() || vec_dot_q8_k(ty, &bytes, &yk).is_ok();
         assert!(ok, "{ty} has no dot product");
+    }
+}
+
+/// CI's failing case of 2026-11-26, deterministic: a Q8_1 group whose largest value is
+/// 5.9e-5 has the scale 4.6e-7, which f16 stores as a subnormal (a multiple of 2^-24); the
+/// code 127 multiplies its rounding. Every type with a bound holds on rows of such groups.
+#[test]
+fn subnormal_scales_stay_within_the_bound() {
+    for log in [-4.0f32, -5.0, -6.0, -7.0] {
+        let x: Vec<f32> = (0..512).map(|i| ((i * 37 % 101) as f32 / 50.0 - 1.0) * 10f32.powf(log)).collect();
+        for &ty in GgmlType::ALL {
+            if error_bound(ty).is_some() {
+                check_bound(ty, &x).unwrap_or_else(|e| panic!("{ty} at 1e{log}: {e}"));
+            }
+        }
     }
 }
