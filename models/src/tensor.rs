@@ -133,8 +133,9 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
 
     /// [`ModelStorage::rms_norm_qkv_attention`] of `self: [t, k]` with norm weight `nw: [k]`,
     /// `wqkv` of `heads = (n_heads, head_dim)` query heads over the caches' KV heads, and the rotation
-    /// `(cos, sin, style)`: `Some([t, n_heads · d])` where the storage folds it, else `None`;
-    /// f16 where the output projection `wo` applied next reads f16 x (see the storage's).
+    /// `(cos, sin, style)`, the new heads first through `prologue` (as [`ModelTensor::attention`]'s):
+    /// `Some([t, n_heads · d])` where the storage folds it, else `None`; f16 where the
+    /// output projection `wo` applied next reads f16 x (see the storage's).
     #[allow(clippy::too_many_arguments)]
     fn rms_norm_qkv_attention(
         &self,
@@ -147,6 +148,7 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
         p: AttnParams,
         heads: (usize, usize),
         wo: Option<&S::QWeight>,
+        prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Option<Self>>;
 }
 
@@ -288,11 +290,7 @@ where
             candle_core::bail!("attention: q {:?}, k {:?}, v {:?} do not fit", q.dims(), k.dims(), v.dims())
         }
         let hk = k.dims()[1];
-        if prologue.bias.is_some_and(|b| b.dims() != [(h + 2 * hk) * d])
-            || [prologue.q_norm, prologue.k_norm].iter().flatten().any(|(w, _)| w.dims() != [d])
-        {
-            candle_core::bail!("attention: the QKV bias must be [{}] and the q/k norm weights [{d}]", (h + 2 * hk) * d)
-        }
+        check_prologue(&prologue, h, hk, d)?;
         let fused = !prologue.is_none() && rope.is_some() && S::attention_fuses_prologue(q.device(), t, h, hk, d);
         // The prologue by the tensor ops where the storage does not take it.
         let (mut q, mut k, mut v) = (q.clone(), k.clone(), v.clone());
@@ -309,26 +307,8 @@ where
                 k = k.rms_norm(w, eps)?;
             }
         }
-        let packed = |x: Option<&Self>| -> CResult<Option<Self>> {
-            x.filter(|_| fused)
-                .map(|x| x.contiguous())
-                .transpose()?
-                .map(|c| {
-                    if c.layout().start_offset() != 0 {
-                        candle_core::bail!("attention: prologue tensors at an offset into their storage")
-                    }
-                    Ok(c)
-                })
-                .transpose()
-        };
-        let bias = packed(prologue.bias)?;
-        let qn = packed(prologue.q_norm.map(|n| n.0))?;
-        let kn = packed(prologue.k_norm.map(|n| n.0))?;
-        let pro = QkvPrologue {
-            bias: bias.as_ref().map(|b| b.storage()),
-            q_norm: qn.as_ref().zip(prologue.q_norm).map(|(w, n)| (w.storage(), n.1)),
-            k_norm: kn.as_ref().zip(prologue.k_norm).map(|(w, n)| (w.storage(), n.1)),
-        };
+        let packed = PackedPrologue::new(if fused { prologue } else { QkvPrologue::none() })?;
+        let pro = packed.storages();
         let (q, k, v) = (&q, &k, &v);
         let tables = match rope {
             Some((cos, sin, style)) => Some((rope_tables(q.dims(), cos, sin, pos0)?, style)),
@@ -393,8 +373,12 @@ where
         p: AttnParams,
         (n_heads, head_dim): (usize, usize),
         wo: Option<&S::QWeight>,
+        prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Option<Self>> {
         let (t, _) = norm_linear_dims(self, nw, wqkv, None, "rms_norm_qkv_attention")?;
+        let n_kv_heads = (S::qweight_dims(wqkv).0 / head_dim.max(1)).saturating_sub(n_heads) / 2;
+        check_prologue(&prologue, n_heads, n_kv_heads, head_dim)?;
+        let packed = PackedPrologue::new(prologue)?;
         let (c, s, positions, rot) = rope_tables(&[t, n_heads, head_dim], cos, sin, pos0)?;
         let rope = AttnRope { cos: c.storage(), sin: s.storage(), positions, rot, style };
         let out = self.storage().rms_norm_qkv_attention(
@@ -408,8 +392,59 @@ where
             p,
             n_heads,
             wo,
+            packed.storages(),
         )?;
         Ok(out.map(|o| Self::from_storage(o, (t, n_heads * head_dim))))
+    }
+}
+
+/// Checks a prologue of tensors for `h` query and `hk` KV heads of `d`: the bias
+/// `[(h + 2 hk) d]`, the norm weights `[d]`.
+fn check_prologue<S: ModelStorage>(pro: &QkvPrologue<'_, Tensor<S>>, h: usize, hk: usize, d: usize) -> CResult<()>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    if pro.bias.is_some_and(|b| b.dims() != [(h + 2 * hk) * d])
+        || [pro.q_norm, pro.k_norm].iter().flatten().any(|(w, _)| w.dims() != [d])
+    {
+        candle_core::bail!("attention: the QKV bias must be [{}] and the q/k norm weights [{d}]", (h + 2 * hk) * d)
+    }
+    Ok(())
+}
+
+/// A prologue's tensors contiguous from element 0 of their storages, as the storages read
+/// them.
+struct PackedPrologue<S: ModelStorage> {
+    bias: Option<Tensor<S>>,
+    q_norm: Option<(Tensor<S>, f32)>,
+    k_norm: Option<(Tensor<S>, f32)>,
+}
+
+impl<S: ModelStorage> PackedPrologue<S>
+where
+    S::Device: BackendDevice<Storage = S>,
+{
+    fn new(pro: QkvPrologue<'_, Tensor<S>>) -> CResult<Self> {
+        let packed = |x: &Tensor<S>| -> CResult<Tensor<S>> {
+            let c = x.contiguous()?;
+            if c.layout().start_offset() != 0 {
+                candle_core::bail!("attention: prologue tensors at an offset into their storage")
+            }
+            Ok(c)
+        };
+        Ok(Self {
+            bias: pro.bias.map(packed).transpose()?,
+            q_norm: pro.q_norm.map(|(w, eps)| packed(w).map(|w| (w, eps))).transpose()?,
+            k_norm: pro.k_norm.map(|(w, eps)| packed(w).map(|w| (w, eps))).transpose()?,
+        })
+    }
+
+    fn storages(&self) -> QkvPrologue<'_, S> {
+        QkvPrologue {
+            bias: self.bias.as_ref().map(|b| b.storage()),
+            q_norm: self.q_norm.as_ref().map(|(w, eps)| (w.storage(), *eps)),
+            k_norm: self.k_norm.as_ref().map(|(w, eps)| (w.storage(), *eps)),
+        }
     }
 }
 

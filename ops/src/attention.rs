@@ -213,6 +213,8 @@ pub struct RopeKv<'a> {
     pub pos0: usize,
     /// The key and value caches (one shape).
     pub caches: (&'a KvCache, &'a KvCache),
+    /// The bias and head norms before the rotation.
+    pub prologue: QkvPrologue<'a>,
 }
 
 impl RopeKv<'_> {
@@ -230,7 +232,8 @@ impl RopeKv<'_> {
         let (d, rows) = (self.caches.0.d, self.qkv_rows());
         let (qr, kr) = (self.n_heads * d, self.caches.0.n_kv_heads * d);
         let at = |off| HeadRows { buffer: p, off, stride: rows };
-        rope_kv_append(s, self.rope, (at(0), at(qr), at(qr + kr)), self.n_heads, t, self.pos0, self.caches, q_out)
+        let heads = (at(0), at(qr), at(qr + kr));
+        rope_kv_append(s, self.rope, heads, self.n_heads, t, self.pos0, self.caches, q_out, self.prologue)
     }
 
     /// Checks `t` tokens of it with `q_out` (named `op` in the error): caches of one shape,
@@ -242,6 +245,7 @@ impl RopeKv<'_> {
     pub(crate) fn check(&self, op: &'static str, t: usize, q_out: &Buffer) -> Result<()> {
         let (k_cache, v_cache) = self.caches;
         check_cache_pair(op, k_cache, v_cache)?;
+        self.prologue.check(op, self.n_heads + 2 * k_cache.n_kv_heads, k_cache.d)?;
         let sh = crate::nn::RopeShape {
             bh: self.n_heads,
             t,
@@ -273,15 +277,19 @@ impl RopeKv<'_> {
     }
 }
 
-/// The decode step's attention prologue in one dispatch (`rope_kv.comp`): for `t_new`
-/// tokens at positions `pos0..`, the query heads `q` (`n_heads` per token) rotated into
-/// `q_out: f32[t_new, n_heads, d]`, the key heads `k` rotated into `k_cache` and the value
-/// heads `v` copied into `v_cache` (f16) — [`crate::nn::rope`] of Q and K, then
-/// [`kv_append_pair_from`], with the same results.
+/// The attention prologue in one dispatch (`rope_kv.comp`): for `t_new` tokens at
+/// positions `pos0..`, the query heads `q` (`n_heads` per token) rotated into `q_out:
+/// f32[t_new, n_heads, d]`, the key heads `k` rotated into `k_cache` and the value heads `v`
+/// copied into `v_cache` (f16) — [`crate::nn::rope`] of Q and K, then
+/// [`kv_append_pair_from`], with the same results. `prologue` first adds the QKV bias and
+/// normalises the query and key heads ([`QkvPrologue`]; each head's sum of squares reduced
+/// by its workgroup, `rope_kv.*_sg` with subgroup arithmetic, in another order than
+/// `nn::rms_norm`'s).
 ///
 /// # Errors
 /// [`OpsError::Shape`] for caches of different shapes, positions past the tables or the
-/// cache, sources or `q_out` too small; HAL errors.
+/// cache, sources or `q_out` too small, a prologue [`QkvPrologue::check`] refuses; HAL
+/// errors.
 #[allow(clippy::too_many_arguments)]
 pub fn rope_kv_append(
     s: &mut Stream,
@@ -292,10 +300,12 @@ pub fn rope_kv_append(
     pos0: usize,
     (k_cache, v_cache): (&KvCache, &KvCache),
     q_out: &Buffer,
+    prologue: QkvPrologue<'_>,
 ) -> Result<()> {
     let bad = |reason: String| Err(OpsError::Shape { op: "rope_kv_append", reason });
     check_cache_pair("rope_kv_append", k_cache, v_cache)?;
     let d = k_cache.d;
+    prologue.check("rope_kv_append", n_heads + 2 * k_cache.n_kv_heads, d)?;
     let sh = crate::nn::RopeShape {
         bh: n_heads,
         t: t_new,
@@ -317,11 +327,14 @@ pub fn rope_kv_append(
         return Ok(());
     }
     let dev = s.device().clone();
-    let name = match rope.style {
-        crate::nn::RopeStyle::Neox => "rope_kv.neox_f32",
-        crate::nn::RopeStyle::Interleaved => "rope_kv.interleaved_f32",
+    let name = match (rope.style, tuning::subgroup_reduce(dev.caps())) {
+        (crate::nn::RopeStyle::Neox, false) => "rope_kv.neox_f32",
+        (crate::nn::RopeStyle::Neox, true) => "rope_kv.neox_f32_sg",
+        (crate::nn::RopeStyle::Interleaved, false) => "rope_kv.interleaved_f32",
+        (crate::nn::RopeStyle::Interleaved, true) => "rope_kv.interleaved_f32_sg",
     };
     let p = pipeline(&dev, name, 64)?;
+    let [has_bias, q_eps, k_eps] = prologue.words();
     let pc = push_words(&[
         t_new as u32,
         n_heads as u32,
@@ -336,8 +349,12 @@ pub fn rope_kv_append(
         k.stride as u32,
         v.off as u32,
         v.stride as u32,
+        has_bias,
+        q_eps,
+        k_eps,
     ]);
     let grid = rows_grid(&dev, (d / 2).div_ceil(64) as u32, t_new * (n_heads + 2 * k_cache.n_kv_heads));
+    let [bias, q_norm, k_norm] = prologue.bindings(q.buffer);
     let bindings = [
         q.buffer.into(),
         k.buffer.into(),
@@ -347,6 +364,9 @@ pub fn rope_kv_append(
         q_out.into(),
         k_cache.buffer().into(),
         v_cache.buffer().into(),
+        bias,
+        q_norm,
+        k_norm,
     ];
     s.dispatch(&p, &bindings, &pc, grid)?;
     Ok(())
@@ -809,17 +829,73 @@ pub fn decode_fuses_rope(caps: &Capabilities, sh: &AttnShape, d: usize, n_kv_hea
         && gqa_kernel(caps, d, sh.n_heads / n_kv_heads).is_some()
 }
 
-/// What [`flash_attn_rope_decode`] does to the query, key and value heads before the
+/// What the rotating kernels ([`flash_attn_rope_decode`], [`rope_kv_append`] and the Q|K|V
+/// mat-mat's store through [`RopeKv`]) do to the query, key and value heads before the
 /// rotation, in llama.cpp's order: the QKV bias added (Qwen2), then RMS norms of each query
 /// and key head (Qwen3, Gemma 3: `x / sqrt(mean(x²) + eps) * w` over the head dim).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct DecodePrologue<'a> {
+pub struct QkvPrologue<'a> {
     /// The stacked Q|K|V bias, f32 `[(n_heads + 2 n_kv_heads) d]` from element 0.
     pub bias: Option<&'a Buffer>,
     /// The query heads' norm: weight f32 `[d]` and eps.
     pub q_norm: Option<(&'a Buffer, f32)>,
     /// The key heads' norm: weight f32 `[d]` and eps.
     pub k_norm: Option<(&'a Buffer, f32)>,
+}
+
+impl<'a> QkvPrologue<'a> {
+    /// Whether it does nothing.
+    pub fn is_none(&self) -> bool {
+        self.bias.is_none() && self.q_norm.is_none() && self.k_norm.is_none()
+    }
+
+    /// Checks it for `heads` stacked heads (`n_heads + 2 n_kv_heads`) of `d` (named `op`).
+    ///
+    /// # Errors
+    /// [`OpsError::Shape`] for a bias of fewer than `heads * d` f32, a norm weight of fewer
+    /// than `d` f32, or an eps that is negative or NaN.
+    pub(crate) fn check(&self, op: &'static str, heads: usize, d: usize) -> Result<()> {
+        let bias_len = heads * d;
+        if self.bias.is_some_and(|b| b.size() < 4 * bias_len as u64) {
+            return Err(OpsError::Shape { op, reason: format!("the QKV bias holds fewer than {bias_len} f32") });
+        }
+        for (what, n) in [("q", self.q_norm), ("k", self.k_norm)] {
+            if let Some((w, eps)) = n {
+                if w.size() < 4 * d as u64 || eps.is_nan() || eps < 0.0 {
+                    return Err(OpsError::Shape {
+                        op,
+                        reason: format!(
+                            "the {what} norm needs a weight of {d} f32 and eps >= 0, got {} bytes and {eps}",
+                            w.size()
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Its push-constant words as the kernels read them: has_bias, q_eps, k_eps (f32 bits;
+    /// -1 for no norm).
+    pub(crate) fn words(&self) -> [u32; 3] {
+        [
+            u32::from(self.bias.is_some()),
+            self.q_norm.map_or(-1.0f32, |n| n.1).to_bits(),
+            self.k_norm.map_or(-1.0f32, |n| n.1).to_bits(),
+        ]
+    }
+
+    /// Its bindings (bias, query norm, key norm), `stand_in` for those absent.
+    pub(crate) fn bindings<'b>(&self, stand_in: &'b Buffer) -> [BufferArg<'b>; 3]
+    where
+        'a: 'b,
+    {
+        [
+            self.bias.unwrap_or(stand_in).into(),
+            self.q_norm.map_or(stand_in, |n| n.0).into(),
+            self.k_norm.map_or(stand_in, |n| n.0).into(),
+        ]
+    }
 }
 
 /// The decode step's attention with its prologue in one dispatch
@@ -829,7 +905,7 @@ pub struct DecodePrologue<'a> {
 /// at that position, then [`flash_attn`] over the caches, its splits merged in place: the
 /// bits of [`rope_kv_append`] then [`flash_attn`] (`out`: f32 `[1, n_heads, d]`), one
 /// dispatch instead of two. With `sh.n_splits > 1`, `scratch` as for [`flash_attn`].
-/// `prologue` adds the QKV bias and normalises the heads first ([`DecodePrologue`]: one
+/// `prologue` adds the QKV bias and normalises the heads first ([`QkvPrologue`]: one
 /// dispatch instead of up to five; the norm's sum of squares is reduced over one
 /// subgroup, in another order than `nn::rms_norm`'s).
 ///
@@ -856,7 +932,7 @@ pub fn flash_attn_rope_decode(
     sh: AttnShape,
     out: &Buffer,
     scratch: Option<(&Buffer, &Buffer)>,
-    prologue: DecodePrologue<'_>,
+    prologue: QkvPrologue<'_>,
     step: Option<&Buffer>,
 ) -> Result<()> {
     let bad = |reason: String| Err(OpsError::Shape { op: "flash_attn_rope_decode", reason });
@@ -894,20 +970,7 @@ pub fn flash_attn_rope_decode(
     }
     // Without splits the split-output bindings are unused: `out` stands in.
     let (po, ml) = if splits == 1 { (out, out) } else { split_scratch("flash_attn_rope_decode", &sh, d, scratch)? };
-    let bias_len = (sh.n_heads + 2 * k_cache.n_kv_heads) * d;
-    if prologue.bias.is_some_and(|b| b.size() < 4 * bias_len as u64) {
-        return bad(format!("the QKV bias holds fewer than {bias_len} f32"));
-    }
-    for (what, n) in [("q", prologue.q_norm), ("k", prologue.k_norm)] {
-        if let Some((w, eps)) = n {
-            if w.size() < 4 * d as u64 || eps.is_nan() || eps < 0.0 {
-                return bad(format!(
-                    "the {what} norm needs a weight of {d} f32 and eps >= 0, got {} bytes and {eps}",
-                    w.size()
-                ));
-            }
-        }
-    }
+    prologue.check("flash_attn_rope_decode", sh.n_heads + 2 * k_cache.n_kv_heads, d)?;
     let g = sh.n_heads / k_cache.n_kv_heads;
     let (narrow_wg, npl) = gqa_kernel(dev.caps(), d, g).expect("checked by decode_fuses_rope");
     let wide = decode_wide_group(dev.caps(), d, g);
@@ -925,19 +988,12 @@ pub fn flash_attn_rope_decode(
     let p = pipeline_spec(&dev, name, wg, &[(1, g as u32), (2, npl)])?;
     let split_len = sh.visible_len().div_ceil(splits).max(1);
     let mut words = attn_words(&sh, k_cache, splits, split_len).to_vec();
-    words.extend([
-        rope.rot as u32,
-        q.off as u32,
-        k.off as u32,
-        v.off as u32,
-        u32::from(prologue.bias.is_some()),
-        prologue.q_norm.map_or(-1.0f32, |n| n.1).to_bits(),
-        prologue.k_norm.map_or(-1.0f32, |n| n.1).to_bits(),
-        u32::from(step.is_some()),
-        cfg.split_positions as u32,
-    ]);
+    words.extend([rope.rot as u32, q.off as u32, k.off as u32, v.off as u32]);
+    words.extend(prologue.words());
+    words.extend([u32::from(step.is_some()), cfg.split_positions as u32]);
     let pc = push_words(&words);
     // Unused prologue and step bindings: the query source stands in.
+    let [bias, q_norm, k_norm] = prologue.bindings(q.buffer);
     let bindings: [BufferArg<'_>; 15] = [
         q.buffer.into(),
         k_cache.buffer().into(),
@@ -950,9 +1006,9 @@ pub fn flash_attn_rope_decode(
         rope.sin.into(),
         k.buffer.into(),
         v.buffer.into(),
-        prologue.bias.unwrap_or(q.buffer).into(),
-        prologue.q_norm.map_or(q.buffer, |n| n.0).into(),
-        prologue.k_norm.map_or(q.buffer, |n| n.0).into(),
+        bias,
+        q_norm,
+        k_norm,
         step.unwrap_or(q.buffer).into(),
     ];
     s.dispatch(&p, &bindings, &pc, [k_cache.n_kv_heads as u32, 1, splits as u32])?;

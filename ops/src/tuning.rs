@@ -265,9 +265,11 @@ pub fn attn_splits(t_q: usize, kv_len: usize) -> usize {
 /// needs: a 16x16x16 f16 x f16 + f32 → f32 subgroup-scope shape (`VK_KHR_cooperative_matrix`)
 /// and subgroups of exactly 32 (the kernel tiles 4 subgroups of 32 over 128 invocations),
 /// plus f16 arithmetic (`shaderFloat16`) and 48 KiB of shared memory: the requirements of
-/// the F16 float matmul's cooperative-matrix kernels ([`float_coopmat_subgroup`]).
+/// the F16 float matmul's cooperative-matrix kernels ([`float_coopmat_subgroup`]); and
+/// subgroup arithmetic ([`subgroup_reduce`]: the head norms of the rotary epilogue's
+/// prologue, include/mul_mat_rope.glsl, which every device with these matrices offers).
 pub fn coopmat_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
-    float_coopmat_subgroup(caps, Dtype::F16)
+    float_coopmat_subgroup(caps, Dtype::F16).filter(|_| subgroup_reduce(caps))
 }
 
 /// Pipeline options for the kernels that tile subgroups of 32 over f16 cooperative

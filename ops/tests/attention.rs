@@ -399,7 +399,8 @@ fn rope_kv_append_equals_rope_then_append() {
             let (kc, vc) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
             let q_out = alloc(dev, Dtype::F32, t * hq * d);
             let d0 = s.stats().dispatches;
-            attention::rope_kv_append(&mut s, tables, srcs, hq, t, pos0, (&kc, &vc), &q_out).unwrap();
+            attention::rope_kv_append(&mut s, tables, srcs, hq, t, pos0, (&kc, &vc), &q_out, Default::default())
+                .unwrap();
             assert_eq!(s.stats().dispatches, d0 + 1);
             s.finish_and_wait().unwrap();
             let case = format!("{style:?} d {d} rot {rot} t {t} at {pos0}, {what}");
@@ -412,7 +413,9 @@ fn rope_kv_append_equals_rope_then_append() {
         let (kc, vc) = (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
         let q_out = alloc(dev, Dtype::F32, t * hq * d);
         let srcs = (stacked(0), stacked(hq * d), stacked((hq + hkv) * d));
-        let e = attention::rope_kv_append(&mut s, tables, srcs, hq, t, positions, (&kc, &vc), &q_out).unwrap_err();
+        let e =
+            attention::rope_kv_append(&mut s, tables, srcs, hq, t, positions, (&kc, &vc), &q_out, Default::default())
+                .unwrap_err();
         assert!(e.to_string().contains("cos/sin tables"), "{e}");
     }
 }
@@ -484,7 +487,8 @@ fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
             let q_rot = alloc(dev, Dtype::F32, hq * d);
             let want_out = alloc(dev, Dtype::F32, hq * d);
             let d0 = s.stats().dispatches;
-            attention::rope_kv_append(&mut s, tables, srcs, hq, 1, pos, (&kc0, &vc0), &q_rot).unwrap();
+            attention::rope_kv_append(&mut s, tables, srcs, hq, 1, pos, (&kc0, &vc0), &q_rot, Default::default())
+                .unwrap();
             attention::flash_attn(&mut s, Dtype::F32, &q_rot, &kc0, &vc0, sh, &want_out, sc).unwrap();
             let composed = s.stats().dispatches - d0;
             // The fused form.
@@ -703,13 +707,13 @@ fn shape(n_heads: usize, pos: usize, window: usize, softcap: f32, n_splits: usiz
     AttnShape { t_q: 1, n_heads, kv_len: pos + 1, q_pos0: pos, causal: true, window, softcap, scale: 0.3, n_splits }
 }
 
-/// The decode attention's prologue (`DecodePrologue`): the QKV bias (Qwen2) gives the bits
+/// The decode attention's prologue (`QkvPrologue`): the QKV bias (Qwen2) gives the bits
 /// of adding it first and then `rope_kv_append` + `flash_attn`; the q/k RMS norms (Qwen3,
 /// Gemma 3) agree with normalising first within the rounding of the norm's sum of squares
 /// (output 1e-5 relative to its largest value; cached keys within one f16 step).
 #[test]
 fn flash_attn_rope_decode_prologue_equals_bias_and_norms_first() {
-    use vkml_ops::attention::{DecodePrologue, HeadRows, RopeTables};
+    use vkml_ops::attention::{HeadRows, QkvPrologue, RopeTables};
     use vkml_ops::nn::RopeStyle;
     let (d, hq, hkv, pos, ctx, eps) = (64usize, 8usize, 2usize, 21usize, 32usize, 1e-6f32);
     for (form, dev) in [("as tuned", common::device()), ("narrow", common::narrow_attention_device())] {
@@ -763,11 +767,22 @@ fn flash_attn_rope_decode_prologue_equals_bias_and_norms_first() {
             let caches = || (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
             let (kc0, vc0) = caches();
             let (q_rot, want_out) = (alloc(dev, Dtype::F32, hq * d), alloc(dev, Dtype::F32, hq * d));
-            attention::rope_kv_append(&mut s, tables, srcs(&prepped), hq, 1, pos, (&kc0, &vc0), &q_rot).unwrap();
+            attention::rope_kv_append(
+                &mut s,
+                tables,
+                srcs(&prepped),
+                hq,
+                1,
+                pos,
+                (&kc0, &vc0),
+                &q_rot,
+                Default::default(),
+            )
+            .unwrap();
             attention::flash_attn(&mut s, Dtype::F32, &q_rot, &kc0, &vc0, sh, &want_out, sc).unwrap();
             let (kc, vc) = caches();
             let out = alloc(dev, Dtype::F32, hq * d);
-            let prologue = DecodePrologue {
+            let prologue = QkvPrologue {
                 bias: bias.then_some(&bb),
                 q_norm: norms.then_some((&qwb, eps)),
                 k_norm: norms.then_some((&kwb, eps)),
@@ -797,4 +812,109 @@ fn flash_attn_rope_decode_prologue_equals_bias_and_norms_first() {
             }
         }
     }
+}
+
+/// `rope_kv_append`'s prologue (`QkvPrologue`, prompts and the mat-vec rows): the QKV bias
+/// gives the bits of adding it first; the q/k RMS norms agree with normalising first
+/// within the rounding of the norm's sum of squares (queries 1e-5 relative to the largest,
+/// cached keys within one f16 step), with subgroup arithmetic and without, for heads of
+/// one workgroup (64) and of two (256: each workgroup reduces the whole head).
+#[test]
+fn rope_kv_prologue_equals_bias_and_norms_first() {
+    use vkml_ops::attention::{HeadRows, QkvPrologue, RopeTables};
+    use vkml_ops::nn::RopeStyle;
+    let (hq, hkv, t, pos0, ctx, eps) = (4usize, 2usize, 5usize, 3usize, 16usize, 1e-6f32);
+    for (form, dev) in reduce_devices() {
+        let mut seed = 0x5EED_0004u64;
+        for (d, style, bias, norms) in [
+            (64usize, RopeStyle::Neox, true, false),
+            (64, RopeStyle::Interleaved, false, true),
+            (256, RopeStyle::Neox, true, true),
+        ] {
+            let positions = pos0 + t;
+            let cos = rand_vec(positions * d / 2, &mut seed);
+            let sin = rand_vec(positions * d / 2, &mut seed);
+            let (cb, sb) = (upload(dev, Dtype::F32, &cos), upload(dev, Dtype::F32, &sin));
+            let n = (hq + 2 * hkv) * d;
+            let rows: Vec<f32> = rand_vec(t * n, &mut seed).iter().map(|v| 3.0 * v).collect();
+            let b: Vec<f32> = rand_vec(n, &mut seed);
+            let (qw, kw): (Vec<f32>, Vec<f32>) = (rand_vec(d, &mut seed), rand_vec(d, &mut seed));
+            // The prologue on the host: bias, then each q / k head normalised as norm.comp does.
+            let mut pre = rows.clone();
+            for tok in pre.chunks_mut(n) {
+                if bias {
+                    tok.iter_mut().zip(&b).for_each(|(x, bi)| *x += bi);
+                }
+                if norms {
+                    for h in 0..hq + hkv {
+                        let w = if h < hq { &qw } else { &kw };
+                        let head = &mut tok[h * d..(h + 1) * d];
+                        let scale = 1.0 / (head.iter().map(|x| x * x).sum::<f32>() / d as f32 + eps).sqrt();
+                        head.iter_mut().zip(w).for_each(|(x, wi)| *x = *x * scale * wi);
+                    }
+                }
+            }
+            let (raw, prepped) = (upload(dev, Dtype::F32, &rows), upload(dev, Dtype::F32, &pre));
+            let (bb, qwb, kwb) =
+                (upload(dev, Dtype::F32, &b), upload(dev, Dtype::F32, &qw), upload(dev, Dtype::F32, &kw));
+            let tables = RopeTables { cos: &cb, sin: &sb, positions, rot: d, style };
+            let srcs = |x| {
+                (
+                    HeadRows { buffer: x, off: 0, stride: n },
+                    HeadRows { buffer: x, off: hq * d, stride: n },
+                    HeadRows { buffer: x, off: (hq + hkv) * d, stride: n },
+                )
+            };
+            let caches = || (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
+            let ((kc0, vc0), (kc, vc)) = (caches(), caches());
+            let (want_q, got_q) = (alloc(dev, Dtype::F32, t * hq * d), alloc(dev, Dtype::F32, t * hq * d));
+            let prologue = QkvPrologue {
+                bias: bias.then_some(&bb),
+                q_norm: norms.then_some((&qwb, eps)),
+                k_norm: norms.then_some((&kwb, eps)),
+            };
+            let mut s = Stream::new(dev).unwrap();
+            let none = QkvPrologue::default();
+            attention::rope_kv_append(&mut s, tables, srcs(&prepped), hq, t, pos0, (&kc0, &vc0), &want_q, none)
+                .unwrap();
+            attention::rope_kv_append(&mut s, tables, srcs(&raw), hq, t, pos0, (&kc, &vc), &got_q, prologue).unwrap();
+            s.finish_and_wait().unwrap();
+            let case = format!("{form}: d {d} {style:?} bias {bias} norms {norms}");
+            let (want, got) = (download(Dtype::F32, &want_q), download(Dtype::F32, &got_q));
+            let (kw0, kw1) = (kc0.buffer().to_vec::<u32>().unwrap(), kc.buffer().to_vec::<u32>().unwrap());
+            assert_eq!(vc.buffer().to_vec::<u32>().unwrap(), vc0.buffer().to_vec::<u32>().unwrap(), "{case}: values");
+            if !norms {
+                assert_eq!(got, want, "{case}: queries");
+                assert_eq!(kw1, kw0, "{case}: keys");
+                continue;
+            }
+            let top = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!((a - b).abs() <= 1e-5 * top, "{case}: query {i}: {a} vs {b}");
+            }
+            let halves = |w: &[u32]| -> Vec<f32> {
+                w.iter().flat_map(|&x| [x as u16, (x >> 16) as u16]).map(|h| half::f16::from_bits(h).to_f32()).collect()
+            };
+            let ks = halves(&kw0);
+            assert!(ks.iter().any(|&v| v != 0.0), "{case}: keys written");
+            for (a, b) in halves(&kw1).iter().zip(ks) {
+                assert!((a - b).abs() <= b.abs() * 1e-3 + 1e-6, "{case}: key {a} vs {b}");
+            }
+        }
+    }
+    // A norm weight shorter than the head is refused, naming it.
+    let dev = common::device();
+    let (d, n) = (64usize, 4 * 64);
+    let x = upload(dev, Dtype::F32, &vec![0.5; n]);
+    let short = upload(dev, Dtype::F32, &[1.0; 8]);
+    let tables = RopeTables { cos: &x, sin: &x, positions: 1, rot: d, style: RopeStyle::Neox };
+    let at = |off| HeadRows { buffer: &x, off, stride: n };
+    let (kc, vc) = (KvCache::new(dev, 1, 4, d).unwrap(), KvCache::new(dev, 1, 4, d).unwrap());
+    let q_out = alloc(dev, Dtype::F32, 2 * d);
+    let pro = QkvPrologue { bias: None, q_norm: Some((&short, 1e-6)), k_norm: None };
+    let mut s = Stream::new(dev).unwrap();
+    let e = attention::rope_kv_append(&mut s, tables, (at(0), at(2 * d), at(3 * d)), 2, 1, 0, (&kc, &vc), &q_out, pro)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the q norm needs a weight of 64 f32"), "{e}");
 }

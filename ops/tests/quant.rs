@@ -1113,7 +1113,10 @@ fn split_matrices_match_cpu() {
             let opts = MatMatOptions { accumulate: true, ..MatMatOptions::new(path) };
             let mut s = Stream::new(&dev).unwrap();
             quant::mat_mat_with(&mut s, &m, &xb, n_tok, &ys, opts).unwrap();
-            quant::mat_mat_with(&mut s, &whole, &xb, n_tok, &yw, opts).unwrap();
+            // (Unsplit, as parts run: a grid this small would otherwise split k on the
+            // tensor-core path and sum in another order.)
+            let unsplit = MatMatOptions { split_k: Some(1), ..opts };
+            quant::mat_mat_with(&mut s, &whole, &xb, n_tok, &yw, unsplit).unwrap();
             s.finish_and_wait().unwrap();
             let (y, yw) = (ys.to_vec::<f32>().unwrap(), yw.to_vec::<f32>().unwrap());
             assert_eq!(y, yw, "{path:?} {ty:?}: parts against one part");
@@ -1937,6 +1940,93 @@ fn mat_mat_glu_epilogue_equals_product_then_glu() {
     assert_clean(&dev);
 }
 
+/// The Q|K|V mat-mat's store with the prologue (`RopeKv::prologue`: Qwen2's QKV bias,
+/// Qwen3's q/k norms) against the product then `rope_kv_append` with the same prologue: the
+/// bias alone to the bit, the head norms within the rounding of their sums of squares
+/// (queries 1e-5 relative to the largest, cached keys within one f16 step; values to the
+/// bit), on every mat-mat path, for heads that fill a tile, share one, and (scalar kernel,
+/// 128 dims) pass it (the product, then `rope_kv.comp`).
+#[test]
+fn mat_mat_rope_kv_prologue_equals_product_then_rope_kv_prologue() {
+    use vkml_ops::attention::{self, HeadRows, KvCache, QkvPrologue, RopeKv, RopeTables};
+    use vkml_ops::nn::RopeStyle;
+    let dev = device();
+    let upload = |v: &[f32]| dev.upload(v).unwrap();
+    let wave = |n: usize, seed: f32| -> Vec<f32> { (0..n).map(|i| ((i as f32 + seed) * 0.37).sin()).collect() };
+    // (type, heads, KV heads, d, tokens, pos0, cache slots)
+    let mut cases = vec![
+        (GgmlType::Q8_0, 4usize, 2usize, 32usize, 40usize, 3usize, 64usize),
+        (GgmlType::Q4_0, 2, 1, 64, 70, 0, 80),
+        (GgmlType::Q4_K, 2, 1, 128, 20, 5, 32),
+    ];
+    if MatMatPath::best(dev.caps(), &QMatrix::upload(&dev, GgmlType::Q8_0, 2, 32, &[0; 68]).unwrap())
+        == MatMatPath::CoopMat
+    {
+        // 24 x 8 tiles of 256 rows: mul_mat_cm256 where the device takes it.
+        cases.push((GgmlType::Q8_0, 32, 8, 128, 300, 2, 400));
+    }
+    for (ty, nh, nkv, d, t, pos0, ctx) in cases {
+        let rows = (nh + 2 * nkv) * d;
+        let k = ty.block_size().max(64);
+        let m = QMatrix::upload(&dev, ty, rows, k, &encode(ty, &weights(rows, k, 7 + d as u64))).unwrap();
+        let xb = upload(&wave(t * k, 1.0));
+        let cos = upload(&wave((pos0 + t) * d / 2, 2.0));
+        let sin = upload(&wave((pos0 + t) * d / 2, 3.0));
+        let (bias, qw, kw) = (upload(&wave(rows, 4.0)), upload(&wave(d, 5.0)), upload(&wave(d, 6.0)));
+        for path in mat_mat_paths(&dev) {
+            for (style, with_bias, norms) in
+                [(RopeStyle::Neox, true, false), (RopeStyle::Interleaved, false, true), (RopeStyle::Neox, true, true)]
+            {
+                let rope = RopeTables { cos: &cos, sin: &sin, positions: pos0 + t, rot: d, style };
+                let prologue = QkvPrologue {
+                    bias: with_bias.then_some(&bias),
+                    q_norm: norms.then_some((&qw, 1e-6)),
+                    k_norm: norms.then_some((&kw, 1e-5)),
+                };
+                let caches: Vec<KvCache> = (0..4).map(|_| KvCache::new(&dev, nkv, ctx, d).unwrap()).collect();
+                let q = |_| dev.alloc(4 * (t * nh * d) as u64, MemoryKind::DeviceLocal).unwrap();
+                let (qf, qc) = (q(0), q(1));
+                let p = dev.alloc(4 * (t * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+                let fused = RopeKv { rope, n_heads: nh, pos0, caches: (&caches[0], &caches[1]), prologue };
+                let mut s = Stream::new(&dev).unwrap();
+                quant::mat_mat_rope_kv(&mut s, &m, &xb, t, &qf, MatMatOptions::new(path), &fused).unwrap();
+                quant::mat_mat_with(&mut s, &m, &xb, t, &p, MatMatOptions::new(path)).unwrap();
+                let at = |off| HeadRows { buffer: &p, off, stride: rows };
+                let srcs = (at(0), at(nh * d), at((nh + nkv) * d));
+                attention::rope_kv_append(&mut s, rope, srcs, nh, t, pos0, (&caches[2], &caches[3]), &qc, prologue)
+                    .unwrap();
+                s.finish_and_wait().unwrap();
+                let what =
+                    format!("{ty:?} {style:?} heads {nh}/{nkv} d {d} t {t} bias {with_bias} norms {norms} on {path:?}");
+                let (got, want): (Vec<f32>, Vec<f32>) = (qf.to_vec().unwrap(), qc.to_vec().unwrap());
+                let v = |i: usize| caches[i].buffer().to_vec::<u32>().unwrap();
+                assert_eq!(v(1), v(3), "{what}: v cache");
+                if !norms {
+                    assert_eq!(got, want, "{what}: q");
+                    assert_eq!(v(0), v(2), "{what}: k cache");
+                    continue;
+                }
+                let top = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!((a - b).abs() <= 1e-5 * top, "{what}: q {i}: {a} vs {b}");
+                }
+                let halves = |w: Vec<u32>| -> Vec<f32> {
+                    w.iter()
+                        .flat_map(|&x| [x as u16, (x >> 16) as u16])
+                        .map(|h| half::f16::from_bits(h).to_f32())
+                        .collect()
+                };
+                let ks = halves(v(2));
+                assert!(ks.iter().any(|&x| x != 0.0), "{what}: k cache written");
+                for (a, b) in halves(v(0)).iter().zip(ks) {
+                    assert!((a - b).abs() <= b.abs() * 1e-3 + 1e-6, "{what}: key {a} vs {b}");
+                }
+            }
+        }
+    }
+    assert_clean(&dev);
+}
+
 /// The Q|K|V mat-mat rotating and appending in its store (`quant::mat_mat_rope_kv`:
 /// `mul_mat_q`, or `mul_mat_cm` / `mul_mat_cm256` on the tensor-core path; a head dim past
 /// the tile falls back to the product then `rope_kv.comp`) gives the bits of the product
@@ -1990,7 +2080,8 @@ fn mat_mat_rope_kv_equals_product_then_rope_kv() {
                 dev.alloc(4 * (t * nh * d) as u64, MemoryKind::DeviceLocal).unwrap(),
             );
             let p = dev.alloc(4 * (t * rows) as u64, MemoryKind::DeviceLocal).unwrap();
-            let fused = RopeKv { rope, n_heads: nh, pos0, caches: (&caches[0], &caches[1]) };
+            let fused =
+                RopeKv { rope, n_heads: nh, pos0, caches: (&caches[0], &caches[1]), prologue: Default::default() };
             let mut s = Stream::new(&dev).unwrap();
             quant::mat_mat_rope_kv(&mut s, &m, &xb, t, &qf, MatMatOptions::new(path), &fused).unwrap();
             // In the store: one dispatch (the tensor-core path converts x first); a head
@@ -2001,7 +2092,18 @@ fn mat_mat_rope_kv_equals_product_then_rope_kv() {
             quant::mat_mat_with(&mut s, &m, &xb, t, &p, MatMatOptions::new(path)).unwrap();
             let at = |off| HeadRows { buffer: &p, off, stride: rows };
             let srcs = (at(0), at(nh * d), at((nh + nkv) * d));
-            attention::rope_kv_append(&mut s, rope, srcs, nh, t, pos0, (&caches[2], &caches[3]), &qc).unwrap();
+            attention::rope_kv_append(
+                &mut s,
+                rope,
+                srcs,
+                nh,
+                t,
+                pos0,
+                (&caches[2], &caches[3]),
+                &qc,
+                Default::default(),
+            )
+            .unwrap();
             s.finish_and_wait().unwrap();
             let what = format!("{ty:?} {style:?} heads {nh}/{nkv} d {d} rot {rot} t {t} on {path:?}");
             assert_eq!(qf.to_vec::<u32>().unwrap(), qc.to_vec::<u32>().unwrap(), "{what}: q");
@@ -2054,12 +2156,19 @@ fn mat_mat_rope_kv_equals_product_then_rope_kv() {
                 );
                 let pl = dev.alloc(4 * (tl * rows) as u64, MemoryKind::DeviceLocal).unwrap();
                 let mut s = Stream::new(&dev).unwrap();
-                let ep = quant::LinearEpilogue::RopeKv(RopeKv { rope, n_heads: nh, pos0, caches: (&cs[0], &cs[1]) });
+                let ep = quant::LinearEpilogue::RopeKv(RopeKv {
+                    rope,
+                    n_heads: nh,
+                    pos0,
+                    caches: (&cs[0], &cs[1]),
+                    prologue: Default::default(),
+                });
                 quant::linear(&mut s, &m, &xb, tl, None, &qa, ep, &opts).unwrap();
                 quant::linear(&mut s, &m, &xb, tl, None, &pl, quant::LinearEpilogue::Store, &opts).unwrap();
                 let at = |off| HeadRows { buffer: &pl, off, stride: rows };
                 let srcs = (at(0), at(nh * d), at((nh + nkv) * d));
-                attention::rope_kv_append(&mut s, rope, srcs, nh, tl, pos0, (&cs[2], &cs[3]), &qb).unwrap();
+                attention::rope_kv_append(&mut s, rope, srcs, nh, tl, pos0, (&cs[2], &cs[3]), &qb, Default::default())
+                    .unwrap();
                 s.finish_and_wait().unwrap();
                 assert_eq!(qa.to_vec::<u32>().unwrap(), qb.to_vec::<u32>().unwrap(), "{what} linear t {tl}: q");
                 assert_eq!(
@@ -2080,7 +2189,7 @@ fn mat_mat_rope_kv_equals_product_then_rope_kv() {
     let kc = KvCache::new(&dev, 1, 8, 32).unwrap();
     let (cos, sin) = tables(8, 32);
     let rope = RopeTables { cos: &cos, sin: &sin, positions: 8, rot: 32, style: RopeStyle::Neox };
-    let r = RopeKv { rope, n_heads: 2, pos0: 0, caches: (&kc, &kc) };
+    let r = RopeKv { rope, n_heads: 2, pos0: 0, caches: (&kc, &kc), prologue: Default::default() };
     let (xb, q) = (dev.upload(&vec![0f32; 4 * 64]).unwrap(), dev.alloc(4 * 4 * 64, MemoryKind::DeviceLocal).unwrap());
     let mut s = Stream::new(&dev).unwrap();
     let e = quant::mat_mat_rope_kv(&mut s, &m, &xb, 4, &q, MatMatOptions::new(MatMatPath::Scalar), &r)

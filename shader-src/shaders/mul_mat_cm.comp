@@ -54,7 +54,7 @@
 // no split-K. Specialization constants 6-11, bindings 3-6 and push constant pos0
 // (include/mul_mat_rope.glsl): the rotary embedding and KV-cache append of a Q|K|V
 // product in the store (ROPE_STORE of include/mul_mat_cm.glsl; head dim a divisor of 128),
-// the same conditions.
+// the same conditions; spec constants 14-16 and bindings 9-11 its bias and head norms.
 // Requires subgroup size 32. Specialization constant 0, ROW_RASTER: when true, workgroup
 // (x, y) takes the tile of linear index x + y * gx in row-tile-major order (the token tiles
 // of one row tile are consecutive), so those workgroups run together and read that weight
@@ -74,6 +74,7 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x_id = 1, local_size_x = 128) in;
 layout(constant_id = 0) const bool ROW_RASTER = false;
 layout(constant_id = 2) const bool WARP_SPECIALIZED = false;

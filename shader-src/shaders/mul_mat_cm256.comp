@@ -30,7 +30,8 @@
 // Specialization constants 4 and 5: the gated-product epilogue of include/mul_mat_glu.glsl
 // (each tile's rows 0-127 gate, 128-255 up; GLU_STORE of include/mul_mat_cm.glsl).
 // Specialization constants 6-11, bindings 3-6 and push constant pos0: the rotary
-// embedding and KV-cache append of include/mul_mat_rope.glsl (ROPE_STORE).
+// embedding and KV-cache append of include/mul_mat_rope.glsl (ROPE_STORE); spec constants
+// 14-16 and bindings 9-11 its bias and head norms.
 // Specialization constant 13, bindings 7 and 8 and push constant x_slots: grouped by
 // expert (include/mul_mat_ids.glsl).
 // Grid: x = ceil(rows / 256), y = ceil(n_tok / 128), z = ceil(k / k_chunk) (k_chunk a
@@ -44,6 +45,7 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool ROW_RASTER = false;
 #include "quant.glsl"

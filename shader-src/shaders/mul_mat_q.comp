@@ -15,7 +15,8 @@
 // last 32 the matching up rows), f32 [n_tok, rows / 2] (stride rows / 2), or packed f16
 // staged through shared memory; accumulate and ldc unused. Specialization constants 6-11,
 // bindings 3-6 and push constant pos0 (include/mul_mat_rope.glsl): the rotary embedding
-// and KV-cache append of a Q|K|V product in the store (head dim a divisor of 64).
+// and KV-cache append of a Q|K|V product in the store (head dim a divisor of 64), with
+// spec constants 14-16 and bindings 9-11 its bias and head norms.
 // Specialization constant 13, bindings 7 and 8 and push constant x_slots
 // (include/mul_mat_ids.glsl): grouped by expert, workgroup z an expert's tokens.
 #version 450
@@ -36,8 +37,11 @@ layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint ro
 shared float ws[BK][BM + 1];
 shared float xs[BK][BN + 1];
 
-// The rotary-embedding epilogue's staging: 32 tokens of the tile's 64 rows in ws.
+// The rotary-embedding epilogue's staging: 32 tokens of the tile's 64 rows in ws; its
+// head-norm scales in xs (free after the main loop).
 float mm_staged(uint lr, uint tl) { return ws[lr >> 1][(lr & 1u) * 32u + tl]; }
+void mm_norm_put(uint u, float v) { xs[u >> 6][u & 63u] = v; }
+float mm_norm_get(uint u) { return xs[u >> 6][u & 63u]; }
 
 void main() {
     uint r0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
@@ -100,6 +104,10 @@ void main() {
                 ws[lr >> 1][(lr & 1u) * 32u + tl] = acc[i][j];
             }
             barrier();
+            if (ROPE_NORMS) {
+                mm_rope_head_norms(r0, 32u);
+                barrier();
+            }
             for (uint e = tid; e < 32u * 32u; e += 256u) {
                 uint lr = 2u * (e % 32u), tl = e / 32u;
                 uint n = n0 + 32u * jp + tl;

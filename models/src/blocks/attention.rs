@@ -147,14 +147,28 @@ where
     pub fn forward(&mut self, x: &Tensor<S>, norm: &RmsNorm<S>, rope: &Rope<S>, pos: usize) -> Result<Tensor<S>> {
         let s = self.spec;
         let (t, nh, nkv, d) = (x.dims()[0], s.n_head, s.n_kv_head, s.head_dim);
+        let prologue = QkvPrologue {
+            bias: self.bias.as_ref(),
+            q_norm: self.qk_norm.as_ref().map(|(qn, _)| (&qn.weight, qn.eps)),
+            k_norm: self.qk_norm.as_ref().map(|(_, kn)| (&kn.weight, kn.eps)),
+        };
         // A prompt on a storage that rotates and appends in the QKV product's store.
-        if let (Stacked::One(w), None, None) = (&self.wqkv, &self.bias, &self.qk_norm) {
+        if let Stacked::One(w) = &self.wqkv {
             let caches = (&mut self.k_cache, &mut self.v_cache);
             let tables = rope.tables();
             let wo = Some(&self.wo);
-            if let Some(y) =
-                x.rms_norm_qkv_attention(&norm.weight, norm.eps, w, tables, caches, pos, s.params, (nh, d), wo)?
-            {
+            if let Some(y) = x.rms_norm_qkv_attention(
+                &norm.weight,
+                norm.eps,
+                w,
+                tables,
+                caches,
+                pos,
+                s.params,
+                (nh, d),
+                wo,
+                prologue,
+            )? {
                 return Ok(y);
             }
         }
@@ -174,11 +188,6 @@ where
                 }
                 (out[0].clone(), out[1].clone(), out[2].clone())
             }
-        };
-        let prologue = QkvPrologue {
-            bias: self.bias.as_ref(),
-            q_norm: self.qk_norm.as_ref().map(|(qn, _)| (&qn.weight, qn.eps)),
-            k_norm: self.qk_norm.as_ref().map(|(_, kn)| (&kn.weight, kn.eps)),
         };
         // The rotation of q and k goes with the cache append (one dispatch on Vulkan).
         let caches = (&mut self.k_cache, &mut self.v_cache);

@@ -124,7 +124,7 @@ impl<S: ModelStorage> MoeFfn<'_, S> {
 /// head over the head dim (Qwen3, Gemma 3: `x / sqrt(mean(x²) + eps) * w`). Passed to
 /// [`ModelStorage::attention`] only where [`ModelStorage::attention_fuses_prologue`] holds;
 /// elsewhere the caller applies it with its own ops first ([`crate::tensor::ModelTensor::attention`]).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct QkvPrologue<'a, S> {
     /// The stacked Q|K|V bias, f32 `[(n_heads + 2 n_kv_heads) d]`, contiguous from element 0.
     pub bias: Option<&'a S>,
@@ -134,7 +134,20 @@ pub struct QkvPrologue<'a, S> {
     pub k_norm: Option<(&'a S, f32)>,
 }
 
+// (By hand: the derives would ask `S: Clone`.)
+impl<S> Clone for QkvPrologue<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<S> Copy for QkvPrologue<'_, S> {}
+
 impl<S> QkvPrologue<'_, S> {
+    /// The prologue that does nothing.
+    pub fn none() -> Self {
+        QkvPrologue { bias: None, q_norm: None, k_norm: None }
+    }
+
     /// Whether it does nothing.
     pub fn is_none(&self) -> bool {
         self.bias.is_none() && self.q_norm.is_none() && self.k_norm.is_none()
@@ -481,9 +494,10 @@ pub trait ModelStorage: BackendStorage + 'static {
     /// A prompt's attention from the residual stream in one call where the backend folds
     /// the rotation and the cache append into the QKV product's store: `self: f32[t, k]`
     /// (`l`) normalised by `nw` (`f32[k]`, `eps`) times the stacked Q|K|V weight `wqkv`
-    /// (`[(n_heads + 2 n_kv_heads) d, k]`, no bias, no q/k norms), then
-    /// [`ModelStorage::attention`] of those heads with `rope` (`n_kv_heads` and `d` the
-    /// caches'). `Ok(None)` where the backend does not take it here (the default; Vulkan:
+    /// (`[(n_heads + 2 n_kv_heads) d, k]`), the heads through `prologue` (QKV bias, q/k
+    /// norms; its tensors contiguous from element 0), then [`ModelStorage::attention`] of
+    /// those heads with `rope` (`n_kv_heads` and `d` the caches'). `Ok(None)` where the
+    /// backend does not take it here (the default; Vulkan:
     /// below its mat-mat's row count, or in a step recorded for replay): the caller
     /// makes the calls. The result is theirs, in f32, or in f16 where `wo`, the output
     /// projection the caller applies next ([`ModelStorage::qmatmul_add`] or
@@ -504,14 +518,15 @@ pub trait ModelStorage: BackendStorage + 'static {
         _p: AttnParams,
         _n_heads: usize,
         _wo: Option<&Self::QWeight>,
+        _prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Option<Self>> {
         Ok(None)
     }
 
     /// Whether [`ModelStorage::attention`] of `t` query tokens with `n_heads` query and
     /// `n_kv_heads` KV heads of dimension `d`, with a rotation, takes a [`QkvPrologue`]
-    /// in the same work (Vulkan: a decode step on the grouped-query kernel,
-    /// `vkml_ops::attention::decode_fuses_rope`). Default: never.
+    /// in the same work (Vulkan: always, in the decode attention's or `rope_kv.comp`'s
+    /// prologue). Default: never.
     fn attention_fuses_prologue(
         _dev: &Self::Device,
         _t: usize,

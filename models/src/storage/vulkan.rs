@@ -187,6 +187,15 @@ fn head_rows((x, off, stride): &(VulkanStorage, usize, usize)) -> vkml_ops::atte
     vkml_ops::attention::HeadRows { buffer: x.buffer(), off: *off, stride: *stride }
 }
 
+/// An attention call's prologue as the vkml-ops kernels take it.
+fn ops_prologue<'a>(p: &QkvPrologue<'a, VulkanStorage>) -> vkml_ops::attention::QkvPrologue<'a> {
+    vkml_ops::attention::QkvPrologue {
+        bias: p.bias.map(|b| b.buffer()),
+        q_norm: p.q_norm.map(|(w, eps)| (w.buffer(), eps)),
+        k_norm: p.k_norm.map(|(w, eps)| (w.buffer(), eps)),
+    }
+}
+
 /// An attention call's rotation as the vkml-ops kernels take it.
 fn rope_tables<'a>(r: &AttnRope<'a, VulkanStorage>) -> vkml_ops::attention::RopeTables<'a> {
     vkml_ops::attention::RopeTables {
@@ -426,7 +435,7 @@ impl ModelStorage for VulkanStorage {
         p: AttnParams,
         prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Self> {
-        use vkml_ops::attention::{self, DecodePrologue};
+        use vkml_ops::attention;
         for (x, _) in [q, k, v] {
             f32_only(x, "attention")?;
         }
@@ -465,11 +474,7 @@ impl ModelStorage for VulkanStorage {
             let tables = rope_tables(r);
             let srcs = (head_rows(&qr), head_rows(&kr), head_rows(&vr));
             let sc = scratch.as_ref().map(|(a, b)| (a, b));
-            let pro = DecodePrologue {
-                bias: prologue.bias.map(|b| b.buffer()),
-                q_norm: prologue.q_norm.map(|(w, eps)| (w.buffer(), eps)),
-                k_norm: prologue.k_norm.map(|(w, eps)| (w.buffer(), eps)),
-            };
+            let pro = ops_prologue(&prologue);
             dev.with_stream(|s| {
                 attention::flash_attn_rope_decode(s, tables, srcs, (k_cache, v_cache), sh, &y, sc, pro, step.as_ref())
                     .map_err(cerr)
@@ -483,11 +488,11 @@ impl ModelStorage for VulkanStorage {
                  (vkml_ops::attention::decode_fuses_rope) on {dev:?}"
             )
         }
-        if !prologue.is_none() {
-            candle_core::bail!("attention: a QKV prologue outside a decode step on the grouped-query kernel (see attention_fuses_prologue)")
+        if !prologue.is_none() && rope.is_none() {
+            candle_core::bail!("attention: a QKV prologue without a rotation (see attention_fuses_prologue)")
         }
-        // Otherwise with a rotation: rope of Q and K, and the cache append, in one dispatch
-        // (`rope_kv_append`) into a rotated copy of q; else the append alone.
+        // Otherwise with a rotation: the prologue, rope of Q and K, and the cache append, in
+        // one dispatch (`rope_kv_append`) into a rotated copy of q; else the append alone.
         let (qr, rotate) = match rope {
             Some(r) => (kv_rows(q.0, q.1)?, Some((r, dev.alloc(t * h * d, DType::F32)?))),
             None => ((q.0.packed(q.1)?, 0, h * d), None),
@@ -497,7 +502,8 @@ impl ModelStorage for VulkanStorage {
                 Some((r, q_rot)) => {
                     let tables = rope_tables(r);
                     let srcs = (head_rows(&qr), head_rows(&kr), head_rows(&vr));
-                    attention::rope_kv_append(s, tables, srcs, h, t, pos0, (k_cache, v_cache), q_rot)?;
+                    let pro = ops_prologue(&prologue);
+                    attention::rope_kv_append(s, tables, srcs, h, t, pos0, (k_cache, v_cache), q_rot, pro)?;
                     q_rot
                 }
                 None => {
@@ -535,6 +541,7 @@ impl ModelStorage for VulkanStorage {
         p: AttnParams,
         n_heads: usize,
         wo: Option<&Self::QWeight>,
+        prologue: QkvPrologue<'_, Self>,
     ) -> CResult<Option<Self>> {
         use vkml_ops::attention::{self, RopeKv};
         let dev = self.device();
@@ -547,7 +554,8 @@ impl ModelStorage for VulkanStorage {
             return Ok(None);
         }
         let d = k_cache.d;
-        let r = RopeKv { rope: rope_tables(&rope), n_heads, pos0, caches: (k_cache, v_cache) };
+        let pro = ops_prologue(&prologue);
+        let r = RopeKv { rope: rope_tables(&rope), n_heads, pos0, caches: (k_cache, v_cache), prologue: pro };
         let q_rot = norm_linear(self, l, nw, nwl, eps, wqkv, LinearEpilogue::RopeKv(r), n_heads * d)?;
         let mut sh = attn_shape(t, n_heads, pos0, p);
         sh.n_splits = vkml_ops::tuning::attn_splits(t, sh.visible_len());
@@ -571,20 +579,10 @@ impl ModelStorage for VulkanStorage {
         Ok(Some(dev.storage(y, DType::F32, t * n_heads * d)))
     }
 
-    /// A decode step on the grouped-query kernel (`vkml_ops::attention::decode_fuses_rope`).
-    fn attention_fuses_prologue(dev: &VulkanDevice, t: usize, n_heads: usize, n_kv_heads: usize, d: usize) -> bool {
-        let sh = vkml_ops::attention::AttnShape {
-            t_q: t,
-            n_heads,
-            kv_len: 1,
-            q_pos0: 0,
-            causal: true,
-            window: 0,
-            softcap: 0.0,
-            scale: 1.0,
-            n_splits: 1,
-        };
-        vkml_ops::attention::decode_fuses_rope(dev.hal().caps(), &sh, d, n_kv_heads)
+    /// Always: the decode attention (`flash_attn_rope_decode`), `rope_kv_append` and the
+    /// Q|K|V mat-mat's store each take it.
+    fn attention_fuses_prologue(_: &VulkanDevice, _t: usize, _n_heads: usize, _n_kv_heads: usize, _d: usize) -> bool {
+        true
     }
 
     /// [`VulkanStorage::to_device`]: recorded on both devices, the host copy between

@@ -2,7 +2,7 @@
 //! cooperative matrices ([`MatMatPath`]).
 
 use super::*;
-use crate::attention::RopeKv;
+use crate::attention::{QkvPrologue, RopeKv};
 
 /// Rows and tokens per tile of the scalar quantized mat-mat (`mul_mat_q.comp`).
 pub const MAT_MAT_TILE: usize = 64;
@@ -168,15 +168,16 @@ fn folds_glu(path: MatMatPath, m: &QMatrix) -> bool {
 }
 
 /// Whether the mat-mat `kernel` has the rotation's and the expert grouping's push constants
-/// and bindings (include/mul_mat_rope.glsl, include/mul_mat_ids.glsl).
+/// and bindings (include/mul_mat_rope.glsl: 3-6, 9-11; include/mul_mat_ids.glsl: 7, 8).
 pub(super) fn takes_rope(kernel: &str) -> bool {
     matches!(kernel, "mul_mat_q" | "mul_mat_cm" | "mul_mat_cm256")
 }
 
 /// [`RopeKv`]'s specialization constants (include/mul_mat_rope.glsl): 6 = the style
 /// (1 neox, 2 interleaved), 7 = query heads, 8 = KV heads, 9 = head dim, 10 = rotated
-/// dims, 11 = cache slots.
-fn rope_spec_constants(r: &RopeKv<'_>) -> [(u32, u32); 6] {
+/// dims, 11 = cache slots; its prologue's 14 = bits (1 bias, 2 query norm, 4 key norm),
+/// 15, 16 = the query and key norms' eps (f32 bits).
+fn rope_spec_constants(r: &RopeKv<'_>) -> [(u32, u32); 9] {
     let style = match r.rope.style {
         crate::nn::RopeStyle::Neox => 1,
         crate::nn::RopeStyle::Interleaved => 2,
@@ -189,6 +190,14 @@ fn rope_spec_constants(r: &RopeKv<'_>) -> [(u32, u32); 6] {
         (9, c.d as u32),
         (10, r.rope.rot as u32),
         (11, c.ctx as u32),
+        (
+            14,
+            u32::from(r.prologue.bias.is_some())
+                | u32::from(r.prologue.q_norm.is_some()) << 1
+                | u32::from(r.prologue.k_norm.is_some()) << 2,
+        ),
+        (15, r.prologue.q_norm.map_or(0.0f32, |n| n.1).to_bits()),
+        (16, r.prologue.k_norm.map_or(0.0f32, |n| n.1).to_bits()),
     ]
 }
 
@@ -282,11 +291,16 @@ pub fn mat_mat_rope_kv(
 }
 
 /// Whether `path`'s `kernel` (tile of `tile_rows`) rotates and appends in its store for `m`
-/// and `rope` ([`mat_mat_rope_kv`]).
+/// and `rope` ([`mat_mat_rope_kv`]): whole heads in a tile, and with head norms heads of
+/// at least 16 dims (so that the scales of a pass, `tile_rows / d` per staged token, fit
+/// the shared memory the staging leaves: 2 048 floats, include/mul_mat_cm.glsl).
 fn folds_rope(path: MatMatPath, m: &QMatrix, tile_rows: usize, rope: &RopeKv<'_>) -> bool {
+    let d = rope.caches.0.d;
+    let norms = rope.prologue.q_norm.is_some() || rope.prologue.k_norm.is_some();
     matches!(path, MatMatPath::Scalar | MatMatPath::CoopMat)
         && m.parts.len() == 1
-        && tile_rows.is_multiple_of(rope.caches.0.d)
+        && tile_rows.is_multiple_of(d)
+        && (!norms || d >= 16)
 }
 
 /// [`mat_mat_with`] and [`mat_mat_rope_kv`]: the product stored as `opts` and `rope` say.
@@ -513,7 +527,8 @@ fn mat_mat_store(
         if takes_rope(name) {
             // The rotation's push constant and bindings (include/mul_mat_rope.glsl): the
             // tables and caches, or without it the weight and C bound in their place; then
-            // the expert grouping's (include/mul_mat_ids.glsl), unused here.
+            // the expert grouping's (include/mul_mat_ids.glsl), unused here; then the
+            // rotation's prologue (absent ones: the weight).
             words.extend([rope.map_or(0, |r| r.pos0 as u32), 1]);
             match rope {
                 Some(r) => bindings.extend::<[BufferArg<'_>; 4]>([
@@ -527,6 +542,7 @@ fn mat_mat_store(
                 }
             }
             bindings.extend::<[BufferArg<'_>; 2]>([(&part.buffer).into(), (&part.buffer).into()]);
+            bindings.extend(rope.map_or_else(QkvPrologue::default, |r| r.prologue).bindings(&part.buffer));
         }
         let groups = [part.rows.div_ceil(tile_rows) as u32, gy as u32, splits as u32];
         s.dispatch(&p, &bindings, &push_words(&words), groups)?;

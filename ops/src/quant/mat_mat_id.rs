@@ -118,7 +118,8 @@ pub fn mat_mat_id(
     let words =
         [0, m.row_bytes as u32, m.k as u32, rows as u32, n_slots as u32, 0, m.k as u32, rows as u32, 0, x_slots as u32];
     let w = &m.parts[0].buffer;
-    let bindings: [BufferArg<'_>; 9] = [
+    // (3-6 and 9-11: the rotation's, unused here.)
+    let bindings: [BufferArg<'_>; 12] = [
         w.into(),
         x_arg.into(),
         y.into(),
@@ -128,6 +129,9 @@ pub fn mat_mat_id(
         y.into(),
         groups.slots.into(),
         groups.first.into(),
+        w.into(),
+        w.into(),
+        w.into(),
     ];
     s.dispatch(&p, &bindings, &push_words(&words), [gx as u32, gy as u32, n_expert as u32])?;
     Ok(())

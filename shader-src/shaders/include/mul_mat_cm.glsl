@@ -121,13 +121,26 @@ float mm_staged(uint lr, uint tl) {
     uint f = ((slot * MM_EPI_TILES + (tt >> 4)) * 256u + ((lr & 63u) >> 4) * 64u) * 4u + (tt & 15u) * 16u + (lr & 15u);
     return uintBitsToFloat(sm[f >> 2][f & 3u]);
 }
+
+// The head-norm scales of the rotary epilogue's prologue (mm_rope_head_norms): float u
+// from the end of sm, which the staging (its first nsg * 256 * MM_EPI_TILES uvec4) leaves
+// free for the (BM / ROPE_D) * toks units the op allows (ops' rope_norm_units).
+#define MM_ROPE_NORM_SG
+void mm_norm_put(uint u, float v) {
+    uint f = uint(sm.length()) * 4u - 1u - u;
+    sm[f >> 2][f & 3u] = floatBitsToUint(v);
+}
+float mm_norm_get(uint u) {
+    uint f = uint(sm.length()) * 4u - 1u - u;
+    return uintBitsToFloat(sm[f >> 2][f & 3u]);
+}
 #endif
 
 // ROPE_STORE(nsg, mult, msg): the rotary-embedding epilogue (MM_ROPE) of a tile multiplied
 // by nsg subgroups (as GLU_STORE): in 4 / MM_EPI_TILES passes, each multiplying subgroup
 // stores its next MM_EPI_TILES 16-token strips, then the workgroup writes every output
-// pair of those tokens (mm_rope_store). Uses r0, n0, p, sm, acc; needs
-// nsg * 256 * MM_EPI_TILES uvec4 of sm.
+// pair of those tokens (mm_rope_store), after the head norms where the prologue has them.
+// Uses r0, n0, p, sm, acc; needs nsg * 256 * MM_EPI_TILES uvec4 of sm.
 #define ROPE_STORE(nsg_, mult_, msg_) { \
     uint tw = 16u * MM_EPI_TILES; \
     uint toks = (nsg_) / MM_WRN * tw; \
@@ -137,6 +150,10 @@ float mm_staged(uint lr, uint tl) {
             coopMatStore(acc[i][jp * MM_EPI_TILES + jt], sm, ((msg_) * MM_EPI_TILES + jt) * 256u + i * 64u, 4u, \
                 gl_CooperativeMatrixLayoutColumnMajor); \
         barrier(); \
+        if (ROPE_NORMS) { \
+            mm_rope_head_norms(r0, toks); \
+            barrier(); \
+        } \
         for (uint e = gl_LocalInvocationID.x; e < BM / 2u * toks; e += gl_WorkGroupSize.x) { \
             uint lr = 2u * (e % (BM / 2u)), tl = e / (BM / 2u); \
             uint n = n0 + (tl / tw) * 64u + jp * tw + tl % tw; \

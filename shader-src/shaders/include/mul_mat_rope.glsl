@@ -15,6 +15,16 @@
 // heads, KV heads, head dim (even), rotated dims (even, <= the head dim), cache slots.
 // Bindings 3, 4 = cos, sin; 5, 6 = the key and value caches (bound but unused without the
 // epilogue). Include after the push constants `p` (with pos0) and C's `c`.
+// The prologue before the rotation, in llama.cpp's order (Qwen2's QKV bias, Qwen3's q/k
+// norms), spec constant 14 ROPE_PROLOGUE (bits: 1 = the stacked Q|K|V bias at binding 9
+// added to every row; 2 = each query head RMS-normalised with weight binding 10 and eps
+// spec 15; 4 = each key head with binding 11 and eps spec 16): 1 / sqrt(mean(x²) + eps) of
+// the biased head as flash_attn_gqa.comp's decode prologue computes it, then (x * scale) *
+// w. With a norm the kernel stages, barriers, runs mm_rope_head_norms (each staged head's
+// scale into mm_norm_put, BM / ROPE_D heads a token, unit = head + (BM / ROPE_D) * tl;
+// over one subgroup per unit where the kernel defines MM_ROPE_NORM_SG, else one
+// invocation), barriers, then stores; the kernel defines mm_norm_put / mm_norm_get on
+// shared memory the staging leaves free.
 #ifndef VKML_MUL_MAT_ROPE_GLSL
 #define VKML_MUL_MAT_ROPE_GLSL
 #include "rope_pair.glsl"
@@ -30,9 +40,76 @@ layout(std430, set = 0, binding = 3) restrict readonly buffer RopeCos { float ro
 layout(std430, set = 0, binding = 4) restrict readonly buffer RopeSin { float rope_sin[]; };
 layout(std430, set = 0, binding = 5) restrict writeonly buffer KCache { uint k_cache[]; };
 layout(std430, set = 0, binding = 6) restrict writeonly buffer VCache { uint v_cache[]; };
+layout(constant_id = 14) const uint ROPE_PROLOGUE = 0u;
+layout(constant_id = 15) const float ROPE_Q_EPS = 0.0;
+layout(constant_id = 16) const float ROPE_K_EPS = 0.0;
+layout(std430, set = 0, binding = 9) restrict readonly buffer RopeBias { float rope_bias[]; };
+layout(std430, set = 0, binding = 10) restrict readonly buffer RopeQNorm { float rope_q_norm[]; };
+layout(std430, set = 0, binding = 11) restrict readonly buffer RopeKNorm { float rope_k_norm[]; };
+const bool ROPE_NORMS = (ROPE_PROLOGUE & 6u) != 0u;
 
 // Row lr of the tile for staged token tl (the kernel's staging).
 float mm_staged(uint lr, uint tl);
+// The head-norm scale of unit u (the kernel's shared memory).
+void mm_norm_put(uint u, float v);
+float mm_norm_get(uint u);
+
+// Which norm head row gr is in: 1 = a query head's, 2 = a key head's, 0 = none.
+uint mm_head_norm(uint gr) {
+    uint qrows = ROPE_HEADS * ROPE_D, krows = ROPE_KV_HEADS * ROPE_D;
+    if (gr < qrows) return (ROPE_PROLOGUE & 2u) != 0u ? 1u : 0u;
+    if (gr < qrows + krows) return (ROPE_PROLOGUE & 4u) != 0u ? 2u : 0u;
+    return 0u;
+}
+
+// Row lr of staged token tl with the bias added (tile at row r0).
+float mm_biased(uint r0, uint lr, uint tl) {
+    float v = mm_staged(lr, tl);
+    if ((ROPE_PROLOGUE & 1u) != 0u) v += rope_bias[r0 + lr];
+    return v;
+}
+
+// The norm scales of the toks staged tokens' heads in the tile at row r0.
+void mm_rope_head_norms(uint r0, uint toks) {
+    const uint heads = BM / ROPE_D;
+#ifdef MM_ROPE_NORM_SG
+    for (uint u = gl_SubgroupID; u < heads * toks; u += gl_NumSubgroups) {
+        uint lr0 = (u % heads) * ROPE_D, tl = u / heads;
+        uint which = mm_head_norm(r0 + lr0);
+        if (which == 0u) continue; // uniform across the subgroup
+        float ss = 0.0;
+        for (uint e = gl_SubgroupInvocationID; e < ROPE_D; e += gl_SubgroupSize) {
+            float a = mm_biased(r0, lr0 + e, tl);
+            ss += a * a;
+        }
+        ss = subgroupAdd(ss);
+        if (subgroupElect()) mm_norm_put(u, 1.0 / sqrt(ss / float(ROPE_D) + (which == 1u ? ROPE_Q_EPS : ROPE_K_EPS)));
+    }
+#else
+    for (uint u = gl_LocalInvocationIndex; u < heads * toks; u += gl_WorkGroupSize.x) {
+        uint lr0 = (u % heads) * ROPE_D, tl = u / heads;
+        uint which = mm_head_norm(r0 + lr0);
+        if (which == 0u) continue;
+        float ss = 0.0;
+        for (uint e = 0u; e < ROPE_D; e++) {
+            float a = mm_biased(r0, lr0 + e, tl);
+            ss += a * a;
+        }
+        mm_norm_put(u, 1.0 / sqrt(ss / float(ROPE_D) + (which == 1u ? ROPE_Q_EPS : ROPE_K_EPS)));
+    }
+#endif
+}
+
+// Row lr of staged token tl after the prologue: biased, then normalised where its head is.
+float mm_pre_rope(uint r0, uint lr, uint tl) {
+    float v = mm_biased(r0, lr, tl);
+    uint gr = r0 + lr, which = ROPE_NORMS ? mm_head_norm(gr) : 0u;
+    if (which != 0u) {
+        float scale = mm_norm_get(lr / ROPE_D + (BM / ROPE_D) * tl);
+        v = v * scale * (which == 1u ? rope_q_norm[gr % ROPE_D] : rope_k_norm[gr % ROPE_D]);
+    }
+    return v;
+}
 
 // Output pair (tile rows lr, lr + 1; lr even) of staged token tl, token n of the call,
 // for the tile at row r0.
@@ -51,8 +128,8 @@ void mm_rope_store(uint r0, uint lr, uint tl, uint n) {
         uint row = pos * (ROPE_ROT / 2u) + (rot[x] ? j : 0u);
         cs[x] = rope_cos[row];
         sn[x] = rope_sin[row];
-        o[x] = mm_staged(lr + x, tl);
-        b[x] = rot[x] ? mm_staged(lr - e + partner, tl) : 0.0;
+        o[x] = mm_pre_rope(r0, lr + x, tl);
+        b[x] = rot[x] ? mm_pre_rope(r0, lr - e + partner, tl) : 0.0;
     }
     for (uint x = 0; x < 2u; x++) {
         if (rot[x]) o[x] = rope_apply(o[x], b[x], first[x], cs[x], sn[x]);
