@@ -288,8 +288,8 @@ impl RopeKv<'_> {
 ///
 /// # Errors
 /// [`OpsError::Shape`] for caches of different shapes, positions past the tables or the
-/// cache, sources or `q_out` too small, a prologue [`QkvPrologue::check`] refuses; HAL
-/// errors.
+/// cache, sources or `q_out` too small, a prologue whose bias or norm weights are short or
+/// whose eps is negative; HAL errors.
 #[allow(clippy::too_many_arguments)]
 pub fn rope_kv_append(
     s: &mut Stream,
