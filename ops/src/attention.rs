@@ -404,7 +404,7 @@ fn check_cache_pair(op: &'static str, k: &KvCache, v: &KvCache) -> Result<()> {
 /// `scratch`, checked to hold [`split_scratch_len`] f32 (named `op` in the error).
 fn split_scratch<'a>(
     op: &'static str,
-    sh: &AttnShape,
+    sh: &AttnShape<'_>,
     d: usize,
     scratch: Option<(&'a Buffer, &'a Buffer)>,
 ) -> Result<(&'a Buffer, &'a Buffer)> {
@@ -449,7 +449,7 @@ fn check_append(
 /// One attention call: `t_q` queries at positions `q_pos0..q_pos0 + t_q` against the
 /// first `kv_len` cache positions.
 #[derive(Debug, Clone, Copy)]
-pub struct AttnShape {
+pub struct AttnShape<'a> {
     /// Query tokens.
     pub t_q: usize,
     /// Query heads (a multiple of the cache's KV heads).
@@ -470,9 +470,13 @@ pub struct AttnShape {
     pub scale: f32,
     /// Split the KV length over this many workgroups per (token, head) (decode); 1 for none.
     pub n_splits: usize,
+    /// Attention sinks (gpt-oss; llama.cpp's `ggml_flash_attn_ext_add_sinks`): one logit per
+    /// query head, f32 `[n_heads]`, that joins each row's softmax denominator and has no
+    /// value (include/attn_sink.glsl); `None` for none.
+    pub sinks: Option<&'a Buffer>,
 }
 
-impl AttnShape {
+impl AttnShape<'_> {
     /// The first key position the first query sees: `q_pos0 + 1 - window` with a window
     /// that starts past position 0, else 0. The KV splits cover keys from here on.
     pub fn first_key(&self) -> usize {
@@ -491,7 +495,7 @@ impl AttnShape {
 
 /// Scratch space [`flash_attn`] needs for `n_splits > 1`: `(partial outputs, max/sum)` in
 /// f32 elements.
-pub fn split_scratch_len(sh: &AttnShape, d: usize) -> (usize, usize) {
+pub fn split_scratch_len(sh: &AttnShape<'_>, d: usize) -> (usize, usize) {
     if sh.n_splits <= 1 {
         (0, 0)
     } else {
@@ -506,7 +510,7 @@ pub fn split_scratch_len(sh: &AttnShape, d: usize) -> (usize, usize) {
 /// [`TENSOR_CORE_MIN_TOKENS`] queries. That kernel
 /// rounds q and the softmax weights to f16 for the tensor cores (accumulating in f32), so
 /// its results differ from the per-token kernel's by about 2^-11 relative.
-pub fn tensor_core_prefill(caps: &Capabilities, d: usize, sh: &AttnShape) -> bool {
+pub fn tensor_core_prefill(caps: &Capabilities, d: usize, sh: &AttnShape<'_>) -> bool {
     tuning::coopmat_subgroup_size(caps).is_some()
         && caps.subgroup.operations.contains(&"shuffle")
         && matches!(d, 64 | 96 | 128)
@@ -516,7 +520,7 @@ pub fn tensor_core_prefill(caps: &Capabilities, d: usize, sh: &AttnShape) -> boo
 
 /// The push constants the attention kernels share (`include/flash_attn_io.glsl`), for `sh`
 /// over caches like `k`, `n_splits` splits of `split_len` keys.
-fn attn_words(sh: &AttnShape, k: &KvCache, n_splits: usize, split_len: usize) -> [u32; 13] {
+fn attn_words(sh: &AttnShape<'_>, k: &KvCache, n_splits: usize, split_len: usize) -> [u32; 14] {
     [
         sh.t_q as u32,
         sh.n_heads as u32,
@@ -531,7 +535,19 @@ fn attn_words(sh: &AttnShape, k: &KvCache, n_splits: usize, split_len: usize) ->
         sh.scale.to_bits(),
         sh.window as u32,
         sh.softcap.to_bits(),
+        u32::from(sh.sinks.is_some()),
     ]
+}
+
+/// Checks `sh`'s sinks (named `op`): at least one f32 per query head.
+fn check_sinks(op: &'static str, sh: &AttnShape<'_>) -> Result<()> {
+    match sh.sinks {
+        Some(b) if b.size() < 4 * sh.n_heads as u64 => Err(OpsError::Shape {
+            op,
+            reason: format!("the sinks hold {} bytes, fewer than {} f32 (one per query head)", b.size(), sh.n_heads),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// `flash_attn_gqa.comp`'s MAX_GD (query values of a group, `g * d`) and MAX_SG
@@ -584,7 +600,7 @@ pub fn flash_attn(
     q: &Buffer,
     k: &KvCache,
     v: &KvCache,
-    sh: AttnShape,
+    sh: AttnShape<'_>,
     out: &Buffer,
     scratch: Option<(&Buffer, &Buffer)>,
 ) -> Result<()> {
@@ -603,7 +619,7 @@ pub fn flash_attn_with(
     q: &Buffer,
     k: &KvCache,
     v: &KvCache,
-    sh: AttnShape,
+    sh: AttnShape<'_>,
     out: &Buffer,
     scratch: Option<(&Buffer, &Buffer)>,
     merge: SplitMerge,
@@ -624,7 +640,7 @@ pub fn flash_attn_f16_out(
     q: &Buffer,
     k: &KvCache,
     v: &KvCache,
-    sh: AttnShape,
+    sh: AttnShape<'_>,
     out: &Buffer,
 ) -> Result<()> {
     if !tensor_core_prefill(s.device().caps(), k.d, &sh) {
@@ -649,7 +665,7 @@ fn flash_attn_impl(
     q: &Buffer,
     k: &KvCache,
     v: &KvCache,
-    sh: AttnShape,
+    sh: AttnShape<'_>,
     (out, out_dt): (&Buffer, Dtype),
     scratch: Option<(&Buffer, &Buffer)>,
     merge: SplitMerge,
@@ -675,12 +691,15 @@ fn flash_attn_impl(
     if q.size() < (dt.size() * n) as u64 || out.size() < (out_dt.size() * n) as u64 {
         return bad(format!("q and out need {n} {} and {}", dt.name(), out_dt.name()));
     }
+    check_sinks("flash_attn", &sh)?;
     if sh.t_q == 0 {
         return Ok(());
     }
     let dev = s.device().clone();
     let lim = dev.caps().limits.max_workgroup_count;
     let splits = sh.n_splits.max(1);
+    // The sinks' binding, after each kernel's last (`q` stands in where there are none).
+    let sinks: BufferArg<'_> = sh.sinks.unwrap_or(q).into();
     if sh.n_heads as u64 > u64::from(lim[0]) || sh.t_q as u64 > u64::from(lim[1]) || splits as u64 > u64::from(lim[2]) {
         return bad("heads, tokens or splits exceed the device's grid".into());
     }
@@ -708,7 +727,7 @@ fn flash_attn_impl(
         }
         s.dispatch(
             &p,
-            &[q.into(), k.buffer().into(), v.buffer().into(), out.into()],
+            &[q.into(), k.buffer().into(), v.buffer().into(), out.into(), sinks],
             &pc_words(1),
             [sh.n_heads as u32, blocks as u32, 1],
         )?;
@@ -752,7 +771,7 @@ fn flash_attn_impl(
         // The partial-output and max/sum bindings are unused: bind `out`.
         s.dispatch(
             &p,
-            &[q.into(), k.buffer().into(), v.buffer().into(), out.into(), out.into(), out.into()],
+            &[q.into(), k.buffer().into(), v.buffer().into(), out.into(), out.into(), out.into(), sinks],
             &pc_words(1),
             groups,
         )?;
@@ -764,19 +783,21 @@ fn flash_attn_impl(
         [q.into(), k.buffer().into(), v.buffer().into(), out.into(), po.into(), ml.into()];
     if in_place {
         let mut bindings = bindings.to_vec();
-        bindings.push((&k.split_counts).into());
+        bindings.extend([(&k.split_counts).into(), sinks]);
         s.dispatch(&p, &bindings, &pc_words(splits), groups)?;
         return Ok(());
     }
-    s.dispatch(&p, &bindings, &pc_words(splits), groups)?;
+    let mut split_bindings = bindings.to_vec();
+    split_bindings.push(sinks);
+    s.dispatch(&p, &split_bindings, &pc_words(splits), groups)?;
     let combine = if dt == Dtype::F16 { "flash_attn_combine.f16" } else { "flash_attn_combine.f32" };
     let c = pipeline(&dev, combine, 64)?;
     let rows = (sh.t_q * sh.n_heads) as u32;
     if rows > lim[1] {
         return bad("tokens x heads exceed the device's grid".into());
     }
-    let pc = push_words(&[sh.t_q as u32, sh.n_heads as u32, d as u32, splits as u32]);
-    s.dispatch(&c, &[po.into(), ml.into(), out.into()], &pc, [(d as u32).div_ceil(64), rows, 1])?;
+    let pc = push_words(&[sh.t_q as u32, sh.n_heads as u32, d as u32, splits as u32, u32::from(sh.sinks.is_some())]);
+    s.dispatch(&c, &[po.into(), ml.into(), out.into(), sinks], &pc, [(d as u32).div_ceil(64), rows, 1])?;
     Ok(())
 }
 
@@ -818,7 +839,7 @@ pub fn decode_attn_config(caps: &Capabilities, d: usize, g: usize) -> tuning::De
 /// dimension `d` and `n_kv_heads` KV heads: one causal query at the last position
 /// (`q_pos0 + 1 == kv_len`, a decode step), the grouped-query kernel on the device, and
 /// fifteen storage buffers per dispatch.
-pub fn decode_fuses_rope(caps: &Capabilities, sh: &AttnShape, d: usize, n_kv_heads: usize) -> bool {
+pub fn decode_fuses_rope(caps: &Capabilities, sh: &AttnShape<'_>, d: usize, n_kv_heads: usize) -> bool {
     n_kv_heads > 0
         && sh.n_heads.is_multiple_of(n_kv_heads)
         && sh.t_q == 1
@@ -929,7 +950,7 @@ pub fn flash_attn_rope_decode(
     rope: RopeTables<'_>,
     (q, k, v): (HeadRows<'_>, HeadRows<'_>, HeadRows<'_>),
     (k_cache, v_cache): (&KvCache, &KvCache),
-    sh: AttnShape,
+    sh: AttnShape<'_>,
     out: &Buffer,
     scratch: Option<(&Buffer, &Buffer)>,
     prologue: QkvPrologue<'_>,
@@ -971,6 +992,7 @@ pub fn flash_attn_rope_decode(
     // Without splits the split-output bindings are unused: `out` stands in.
     let (po, ml) = if splits == 1 { (out, out) } else { split_scratch("flash_attn_rope_decode", &sh, d, scratch)? };
     prologue.check("flash_attn_rope_decode", sh.n_heads + 2 * k_cache.n_kv_heads, d)?;
+    check_sinks("flash_attn_rope_decode", &sh)?;
     let g = sh.n_heads / k_cache.n_kv_heads;
     let (narrow_wg, npl) = gqa_kernel(dev.caps(), d, g).expect("checked by decode_fuses_rope");
     let wide = decode_wide_group(dev.caps(), d, g);
@@ -994,7 +1016,7 @@ pub fn flash_attn_rope_decode(
     let pc = push_words(&words);
     // Unused prologue and step bindings: the query source stands in.
     let [bias, q_norm, k_norm] = prologue.bindings(q.buffer);
-    let bindings: [BufferArg<'_>; 15] = [
+    let bindings: [BufferArg<'_>; 16] = [
         q.buffer.into(),
         k_cache.buffer().into(),
         v_cache.buffer().into(),
@@ -1010,6 +1032,7 @@ pub fn flash_attn_rope_decode(
         q_norm,
         k_norm,
         step.unwrap_or(q.buffer).into(),
+        sh.sinks.unwrap_or(q.buffer).into(),
     ];
     s.dispatch(&p, &bindings, &pc, [k_cache.n_kv_heads as u32, 1, splits as u32])?;
     Ok(())

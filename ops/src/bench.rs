@@ -625,6 +625,7 @@ pub fn attention(t_q: usize, kv_len: usize, n_heads: usize, n_kv_heads: usize, d
             softcap: 0.0,
             scale: 1.0 / (d as f32).sqrt(),
             n_splits: tuning::attn_splits(t_q, kv_len),
+            sinks: None,
         };
         let (po, pm) = attention::split_scratch_len(&sh, d);
         let scratch = (alloc(dev, 4 * po)?, alloc(dev, 4 * pm)?);

@@ -36,7 +36,9 @@ fn f16_round(v: &[f32]) -> Vec<f32> {
 /// candle reference: q [t, h, d]; k, v [kv_len, n_kv, d] (token-major as appended); query
 /// i (at position q_pos0 + i) sees key j where `j <= q_pos0 + i` if causal and
 /// `q_pos0 + i - j < window` if window > 0 (llama.cpp's standard sliding window); scores
-/// soft-capped to `softcap · tanh(s / softcap)` if softcap > 0.
+/// soft-capped to `softcap · tanh(s / softcap)` if softcap > 0; with `sinks` (one logit per
+/// head, gpt-oss) a column of each head's sink joins the softmax and is dropped before the
+/// values (llama.cpp's `ggml_soft_max_add_sinks`).
 #[allow(clippy::too_many_arguments)]
 fn reference(
     q: &[f32],
@@ -52,6 +54,7 @@ fn reference(
     window: usize,
     softcap: f32,
     scale: f32,
+    sinks: Option<&[f32]>,
 ) -> Vec<f32> {
     let g = h / n_kv;
     let qt = Tensor::from_vec(q.to_vec(), (t, h, d), &CPU).unwrap().transpose(0, 1).unwrap().contiguous().unwrap();
@@ -89,7 +92,14 @@ fn reference(
         })
         .collect();
     let scores = scores.broadcast_add(&Tensor::from_vec(mask, (t, kv_len), &CPU).unwrap()).unwrap();
-    let probs = candle_nn::ops::softmax_last_dim(&scores).unwrap();
+    let probs = match sinks {
+        Some(sk) => {
+            let col = Tensor::from_vec(sk.to_vec(), (h, 1, 1), &CPU).unwrap().broadcast_as((h, t, 1)).unwrap();
+            let all = Tensor::cat(&[&scores, &col.contiguous().unwrap()], 2).unwrap();
+            candle_nn::ops::softmax_last_dim(&all).unwrap().narrow(2, 0, kv_len).unwrap().contiguous().unwrap()
+        }
+        None => candle_nn::ops::softmax_last_dim(&scores).unwrap(),
+    };
     probs.matmul(&vt).unwrap().transpose(0, 1).unwrap().contiguous().unwrap().flatten_all().unwrap().to_vec1().unwrap()
 }
 
@@ -101,7 +111,7 @@ proptest! {
         n_kv in 1usize..3, group in 1usize..4, half_d in 1usize..65, kv_len in 1usize..90,
         t_q in 1usize..6, causal in any::<bool>(), n_splits in 1usize..5, split_at in 0usize..90, seed in any::<u64>(),
         window in prop_oneof![Just(0usize), 1usize..40], softcap in prop_oneof![Just(0f32), 0.5f32..3.0],
-        ring in any::<bool>(), ring_spare in 0usize..3,
+        ring in any::<bool>(), ring_spare in 0usize..3, with_sinks in any::<bool>(),
     ) {
         let (h, d) = (n_kv * group, 2 * half_d);
         let t_q = t_q.min(kv_len);
@@ -116,13 +126,16 @@ proptest! {
         let q = rand_vec(t_q * h * d, &mut seed);
         let k = rand_vec(kv_len * n_kv * d, &mut seed);
         let v = rand_vec(kv_len * n_kv * d, &mut seed);
-        let sh = AttnShape { t_q, n_heads: h, kv_len, q_pos0, causal, window, softcap, scale: 1.0 / (d as f32).sqrt(), n_splits };
-        let (po_len, ml_len) = attention::split_scratch_len(&sh, d);
+        let sinks = with_sinks.then(|| rand_vec(h, &mut seed).iter().map(|x| 4.0 * x).collect::<Vec<f32>>());
+        let sh0 = AttnShape { t_q, n_heads: h, kv_len, q_pos0, causal, window, softcap, scale: 1.0 / (d as f32).sqrt(), n_splits, sinks: None };
+        let (po_len, ml_len) = attention::split_scratch_len(&sh0, d);
         for dt in DTYPES {
             // K and V reach the cache as f16 either way.
-            let want = reference(&round(dt, &q), &k, &v, t_q, h, n_kv, d, kv_len, q_pos0, causal, window, softcap, sh.scale);
+            let want = reference(&round(dt, &q), &k, &v, t_q, h, n_kv, d, kv_len, q_pos0, causal, window, softcap, sh0.scale, sinks.as_deref());
             let tol = if dt == Dtype::F16 { 1e-3 } else { 2e-5 };
             for (path, dev) in reduce_devices() {
+                let sink_buf = sinks.as_ref().map(|sk| upload(dev, Dtype::F32, sk));
+                let sh = AttnShape { sinks: sink_buf.as_ref(), ..sh0 };
                 let kc = KvCache::new(dev, n_kv, ctx, d).unwrap();
                 let vc = KvCache::new(dev, n_kv, ctx, d).unwrap();
                 // Fill the caches in two appends (a prompt, then later tokens); a ring in
@@ -183,6 +196,7 @@ proptest! {
         d in prop_oneof![Just(64usize), Just(96), Just(128)], n_kv in 1usize..3, group in 1usize..4, t_q in 16usize..150,
         q_pos0 in 0usize..40, causal in any::<bool>(), seed in any::<u64>(),
         window in prop_oneof![Just(0usize), 1usize..100], softcap in prop_oneof![Just(0f32), 0.5f32..3.0],
+        with_sinks in any::<bool>(),
     ) {
         let h = n_kv * group;
         let kv_len = q_pos0 + t_q;
@@ -192,12 +206,15 @@ proptest! {
         let k = rand_vec(kv_len * n_kv * d, &mut seed);
         let v = rand_vec(kv_len * n_kv * d, &mut seed);
         let window = if causal { window } else { 0 };
-        let sh = AttnShape { t_q, n_heads: h, kv_len, q_pos0, causal, window, softcap, scale: 1.0 / (d as f32).sqrt(), n_splits: 1 };
+        let sinks = with_sinks.then(|| rand_vec(h, &mut seed).iter().map(|x| 4.0 * x).collect::<Vec<f32>>());
+        let sh0 = AttnShape { t_q, n_heads: h, kv_len, q_pos0, causal, window, softcap, scale: 1.0 / (d as f32).sqrt(), n_splits: 1, sinks: None };
         for dt in DTYPES {
             for (path, dev) in reduce_devices() {
+                let sink_buf = sinks.as_ref().map(|sk| upload(dev, Dtype::F32, sk));
+                let sh = AttnShape { sinks: sink_buf.as_ref(), ..sh0 };
                 let tensor = attention::tensor_core_prefill(dev.caps(), d, &sh);
                 let qr = if tensor { round(Dtype::F16, &q) } else { round(dt, &q) };
-                let want = reference(&qr, &k, &v, t_q, h, n_kv, d, kv_len, q_pos0, causal, window, softcap, sh.scale);
+                let want = reference(&qr, &k, &v, t_q, h, n_kv, d, kv_len, q_pos0, causal, window, softcap, sh.scale, sinks.as_deref());
                 let tol = match (tensor, dt) {
                     (true, Dtype::F16) => 2e-3,
                     (true, _) => 1.5e-3,
@@ -260,6 +277,7 @@ fn cache_overflow_and_bad_heads_are_errors() {
         softcap: 0.0,
         scale: 0.5,
         n_splits: 1,
+        sinks: None,
     };
     let e = attention::flash_attn(&mut s, Dtype::F32, &x, &kc, &kc, sh, &x, None).unwrap_err();
     assert!(e.to_string().contains("not a multiple of 2 KV heads"), "{e}");
@@ -291,6 +309,7 @@ fn f16_attention_without_16bit_storage_is_a_clear_error() {
         softcap: 0.0,
         scale: 0.5,
         n_splits: 1,
+        sinks: None,
     };
     let e = attention::flash_attn(&mut s, Dtype::F16, &x, &kc, &kc, sh, &x, None).unwrap_err();
     assert!(matches!(e, OpsError::MissingFeature { feature: "storageBuffer16BitAccess", .. }), "{e}");
@@ -446,7 +465,9 @@ fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
                 eprintln!("skipped: the grouped-query kernel does not run here");
                 return;
             }
-            let sh = shape(hq, pos, window, softcap, splits);
+            // Sinks (gpt-oss) where the position is odd: both forms take them.
+            let sinks = (pos % 2 == 1).then(|| upload(dev, Dtype::F32, &rand_vec(hq, &mut seed)));
+            let sh = AttnShape { sinks: sinks.as_ref(), ..shape(hq, pos, window, softcap, splits) };
             let positions = pos + 3;
             let cos = rand_vec(positions * rot / 2, &mut seed);
             let sin = rand_vec(positions * rot / 2, &mut seed);
@@ -503,7 +524,8 @@ fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
             let wide = attention::decode_attn_config(dev.caps(), d, hq / hkv) == vkml_ops::tuning::DECODE_ATTN_WIDE;
             wide_cases += usize::from(wide);
             let case = format!(
-            "{form} (wide {wide}): {style:?} d {d} rot {rot} heads {hq}/{hkv} at {pos}, ctx {ctx}, window {window}, {splits} splits"
+            "{form} (wide {wide}): {style:?} d {d} rot {rot} heads {hq}/{hkv} at {pos}, ctx {ctx}, window {window}, {splits} splits, sinks {}",
+            sinks.is_some()
         );
             let (want, got) = (download(Dtype::F32, &want_out), download(Dtype::F32, &out));
             assert!(want.iter().any(|&v| v != 0.0), "{case}: zero output");
@@ -703,8 +725,19 @@ fn assert_attention_output(got: &[f32], want: &[f32], exact: bool, case: &str) {
 }
 
 /// A decode step's attention shape: one query at position `pos` over `pos + 1` keys.
-fn shape(n_heads: usize, pos: usize, window: usize, softcap: f32, n_splits: usize) -> AttnShape {
-    AttnShape { t_q: 1, n_heads, kv_len: pos + 1, q_pos0: pos, causal: true, window, softcap, scale: 0.3, n_splits }
+fn shape(n_heads: usize, pos: usize, window: usize, softcap: f32, n_splits: usize) -> AttnShape<'static> {
+    AttnShape {
+        t_q: 1,
+        n_heads,
+        kv_len: pos + 1,
+        q_pos0: pos,
+        causal: true,
+        window,
+        softcap,
+        scale: 0.3,
+        n_splits,
+        sinks: None,
+    }
 }
 
 /// The decode attention's prologue (`QkvPrologue`): the QKV bias (Qwen2) gives the bits

@@ -16,7 +16,8 @@
 // [s * split_len, (s + 1) * split_len); with n_splits > 1 it writes its unnormalised
 // output to po (f32) at [s, t, h, :] and its running max and sum to ml[s, t, h, 0..2], and
 // flash_attn_combine.comp merges the splits into out.
-// Bindings: 0 = q, 1 = K, 2 = V, 3 = out (n_splits == 1), 4 = po and 5 = ml (n_splits > 1).
+// Bindings: 0 = q, 1 = K, 2 = V, 3 = out (n_splits == 1), 4 = po and 5 = ml (n_splits > 1),
+// 6 = sinks (include/flash_attn_io.glsl).
 // Grid: x = heads, y = query tokens, z = splits. Workgroup: specialization constant 0 (64).
 // Reductions: reduce.glsl, subgroup path with SUBGROUP_REDUCE.
 #version 450
@@ -34,6 +35,7 @@ layout(local_size_x_id = 0, local_size_x = 64) in;
 layout(std430, set = 0, binding = 0) readonly buffer Q { ACT q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K { uint kw[]; };
 layout(std430, set = 0, binding = 2) readonly buffer V { uint vw[]; };
+#define ATTN_SINKS_BINDING 6
 #include "flash_attn_io.glsl"
 
 #define MAX_D 256

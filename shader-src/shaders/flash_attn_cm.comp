@@ -36,8 +36,8 @@
 // accumulator loaded from shared memory with stride 0: every column repeats the 16 row
 // factors) and gains P V. Finally O is divided by the row sums the same way and stored
 // through shared memory to the rows t < t_q.
-// Bindings: 0 = q, 1 = K, 2 = V, 3 = out. Push constants as flash_attn.comp (n_splits must
-// be 1; split_len unused). Grid: x = heads, y = ceil(t_q / 64). Requires subgroups of 32.
+// Bindings: 0 = q, 1 = K, 2 = V, 3 = out, 4 = sinks (include/flash_attn_io.glsl). Push
+// constants as flash_attn.comp (n_splits must be 1; split_len unused). Grid: x = heads, y = ceil(t_q / 64). Requires subgroups of 32.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_cooperative_matrix : require
@@ -59,6 +59,7 @@ layout(std430, set = 0, binding = 0) readonly buffer Q { vec4 q4[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K { uvec4 kc[]; }; // 8 halves
 layout(std430, set = 0, binding = 2) readonly buffer V { uvec4 vc[]; };
 #define ATTN_NO_SPLITS
+#define ATTN_SINKS_BINDING 4
 #include "flash_attn_io.glsl"
 
 #define BR 64u
@@ -197,10 +198,11 @@ void main() {
         barrier();
     }
 
-    // out = O / l (zeros for a row without visible keys), through the score area.
+    // out = O / l (zeros for a row without visible keys; with sinks, attn_out_scale's
+    // factor), through the score area.
     subgroupMemoryBarrierShared();
     subgroupBarrier();
-    if (half_ == 0u) sm[cs + (row >> 2)][row & 3u] = floatBitsToUint(l_run > 0.0 ? 1.0 / l_run : 0.0);
+    if (half_ == 0u) sm[cs + (row >> 2)][row & 3u] = floatBitsToUint(attn_out_scale(h, m_run, l_run));
     subgroupMemoryBarrierShared();
     subgroupBarrier();
     MAT_C inv;

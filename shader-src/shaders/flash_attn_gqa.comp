@@ -47,6 +47,7 @@
 // The *_wide{256,512} variants are the rope_* ones with up to 16 subgroups per workgroup
 // (MAX_SG) for groups of at most 256 or 512 query values (MAX_GD): more keys of a split
 // in flight at once, fewer splits to merge (ops' tuning::DECODE_ATTN_WIDE).
+// Sinks (p.has_sinks, include/flash_attn_io.glsl) at binding 6, 7 (combine_*) or 15 (rope_*).
 // Specialization constants: 0 = workgroup size (at most MAX_SG subgroups), 1 = GQ (G, at
 // most 8), 2 = NPL (pairs per lane per head: at least ceil(d / 2 / subgroup size)).
 // G * d <= MAX_GD. Needs subgroup arithmetic.
@@ -70,6 +71,14 @@ layout(std430, set = 0, binding = 2) buffer V { uint vw[]; };
 #else
 layout(std430, set = 0, binding = 1) readonly buffer K { uint kw[]; };
 layout(std430, set = 0, binding = 2) readonly buffer V { uint vw[]; };
+#endif
+// The sinks' binding (include/flash_attn_io.glsl): after each variant's last.
+#if defined(ROPE_IN)
+#define ATTN_SINKS_BINDING 15
+#elif defined(ATTN_COMBINE_IN_PLACE)
+#define ATTN_SINKS_BINDING 7
+#else
+#define ATTN_SINKS_BINDING 6
 #endif
 #include "flash_attn_io.glsl"
 #ifdef ROPE_IN
@@ -310,7 +319,8 @@ void main() {
             }
             mrg[wbase + tid * ns + s] = w;
         }
-        mls[tid] = lsum;
+        // (With sinks, the row's output factor: include/attn_sink.glsl.)
+        mls[tid] = p.has_sinks != 0u ? attn_sink_scale(attn_sinks[h0 + tid], mx, lsum) : lsum;
     }
     barrier();
     for (uint i = tid; i < GQ * p.d; i += wg) {
@@ -326,7 +336,7 @@ void main() {
             }
         }
         float lsum = mls[g];
-        o[row * p.d + dd] = ACT(lsum > 0.0 ? acc_s / lsum : 0.0);
+        o[row * p.d + dd] = ACT(p.has_sinks != 0u ? acc_s * lsum : (lsum > 0.0 ? acc_s / lsum : 0.0));
     }
     if (tid == 0u) cnt[t * p.n_kv_heads + kvh] = 0u;
 #endif

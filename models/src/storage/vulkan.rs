@@ -145,7 +145,7 @@ fn kv_rows(x: &VulkanStorage, l: &Layout) -> CResult<(VulkanStorage, usize, usiz
 
 /// The causal attention shape of `t` queries of `h` heads at positions `pos0..` with `p`
 /// (one KV split): a window that covers every position masks nothing.
-fn attn_shape(t: usize, h: usize, pos0: usize, p: AttnParams) -> vkml_ops::attention::AttnShape {
+fn attn_shape(t: usize, h: usize, pos0: usize, p: AttnParams) -> vkml_ops::attention::AttnShape<'static> {
     let kv_len = pos0 + t;
     vkml_ops::attention::AttnShape {
         t_q: t,
@@ -157,6 +157,7 @@ fn attn_shape(t: usize, h: usize, pos0: usize, p: AttnParams) -> vkml_ops::atten
         softcap: p.softcap.unwrap_or(0.0),
         scale: p.scale,
         n_splits: 1,
+        sinks: None,
     }
 }
 
@@ -164,7 +165,7 @@ fn attn_shape(t: usize, h: usize, pos0: usize, p: AttnParams) -> vkml_ops::atten
 /// one split.
 fn split_scratch(
     dev: &VulkanDevice,
-    sh: &vkml_ops::attention::AttnShape,
+    sh: &vkml_ops::attention::AttnShape<'_>,
     d: usize,
 ) -> CResult<Option<(Buffer, Buffer)>> {
     if sh.n_splits <= 1 {

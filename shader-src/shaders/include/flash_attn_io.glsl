@@ -5,15 +5,23 @@
 // po: f32 [n_splits, t_q, n_heads, d]; binding 5, ml: f32 [n_splits, t_q, n_heads, 2])
 // and attn_store, which writes one output element as flash_attn_combine.comp reads it.
 // With OUT_F16 the output is f16 whatever ACT is (ATTN_OUT: an output element's type).
+// Attention sinks (gpt-oss; p.has_sinks): one logit per query head, f32 [n_heads] at
+// binding ATTN_SINKS_BINDING (which the kernel defines: its last binding), in the softmax's
+// denominator and without a value (include/attn_sink.glsl), applied where a row's output
+// is normalised.
 #ifdef OUT_F16
 #define ATTN_OUT float16_t
 #else
 #define ATTN_OUT ACT
 #endif
 layout(std430, set = 0, binding = 3) writeonly buffer O { ATTN_OUT o[]; };
+layout(std430, set = 0, binding = ATTN_SINKS_BINDING) readonly buffer Sinks { float attn_sinks[]; };
+#include "attn_sink.glsl"
+
 layout(push_constant) uniform P {
     uint t_q; uint n_heads; uint n_kv_heads; uint d; uint kv_len; uint q_pos0; uint ctx;
     uint causal; uint n_splits; uint split_len; float scale; uint window; float softcap;
+    uint has_sinks;
 #ifdef ROPE_IN
     // flash_attn_gqa.comp's rope_* variants: rotated dims, element offsets of q, k, v;
     // the prologue: a QKV bias, the q and k norms' eps (negative: no norm).
@@ -23,6 +31,12 @@ layout(push_constant) uniform P {
     uint from_step; uint split_positions;
 #endif
 } p;
+
+// The output factor of head h's row with running max m and sum l: attn_sink_scale of its
+// sink where the call has them, else 1 / l (0 without a visible key).
+float attn_out_scale(uint h, float m, float l) {
+    return p.has_sinks != 0u ? attn_sink_scale(attn_sinks[h], m, l) : (l > 0.0 ? 1.0 / l : 0.0);
+}
 
 // The call's query position, keys and splits as the kernel runs them: the push constants'
 // (attn_begin), or those a replayed decode step derives from its step buffer
@@ -77,8 +91,7 @@ layout(std430, set = 0, binding = 5) writeonly buffer ML { float ml[]; };
 // split, else acc into po and, where write_ml, (m, l) into ml.
 void attn_store(uint split, uint t, uint h, uint dd, float acc, float m, float l, bool write_ml) {
     if (run.n_splits == 1u) {
-        float inv = l > 0.0 ? 1.0 / l : 0.0;
-        o[(t * p.n_heads + h) * p.d + dd] = ACT(acc * inv);
+        o[(t * p.n_heads + h) * p.d + dd] = ACT(acc * attn_out_scale(h, m, l));
     } else {
         uint pbase = (split * p.t_q + t) * p.n_heads + h;
         po[pbase * p.d + dd] = acc;

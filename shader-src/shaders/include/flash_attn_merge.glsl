@@ -1,9 +1,10 @@
 // The merge of split-KV attention's partial results (FlashDecoding), shared by
 // flash_attn_combine.comp and flash_attn_gqa.comp's combine_* variants so both give the
 // same bits: M = max_s m_s; L = sum_s l_s exp(m_s - M); out = sum_s o_s exp(m_s - M) / L
-// (0 where no split saw a key). Include after the bindings po f32 [n_splits, t_q,
-// n_heads, d] and ml f32 [n_splits, t_q, n_heads, 2] and push constants with t_q,
-// n_heads, d and n_splits.
+// (0 where no split saw a key); with sinks (p.has_sinks, attn_sinks: include/attn_sink.glsl)
+// the sink of the row's head joins L. Include after the bindings po f32 [n_splits, t_q,
+// n_heads, d], ml f32 [n_splits, t_q, n_heads, 2] and attn_sinks, and push constants with
+// t_q, n_heads, d, n_splits and has_sinks.
 #ifndef VKML_FLASH_ATTN_MERGE_GLSL
 #define VKML_FLASH_ATTN_MERGE_GLSL
 
@@ -22,6 +23,7 @@ float attn_merge(uint row, uint dd) {
             a += po[(s * stride + row) * p.d + dd] * w;
         }
     }
+    if (p.has_sinks != 0u) return a * attn_sink_scale(attn_sinks[row % p.n_heads], m, l);
     return l > 0.0 ? a / l : 0.0;
 }
 #endif
