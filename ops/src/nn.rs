@@ -419,6 +419,10 @@ pub enum GluActivation {
     Gelu,
     /// GELU with erf (candle's `gelu_erf`); erf to 1.2e-7.
     GeluErf,
+    /// gpt-oss's clamped SwiGLU of gate and up together (ggml's `swiglu_oai`, with
+    /// llama.cpp's α = 1.702 and limit 7): `x = min(g, 7)`, `y = clamp(u, -7, 7)`,
+    /// `x / (1 + exp(-α x)) · (y + 1)`.
+    SwigluOai,
 }
 
 /// Records the gated product of the two halves of each row of `both` (`f32[t, 2n]`,
@@ -465,6 +469,7 @@ pub fn glu_halves_f16(s: &mut Stream, act: GluActivation, both: &Buffer, t: usiz
         GluActivation::Silu => "glu.silu_f32_to_f16",
         GluActivation::Gelu => "glu.gelu_f32_to_f16",
         GluActivation::GeluErf => "glu.gelu_erf_f32_to_f16",
+        GluActivation::SwigluOai => "glu.swiglu_oai_f32_to_f16",
     };
     let dev = s.device().clone();
     let p = pipeline(&dev, name, 256)?;
@@ -522,6 +527,8 @@ fn glu_with(
         (GluActivation::Gelu, true) => "glu.gelu_f16",
         (GluActivation::GeluErf, false) => "glu.gelu_erf_f32",
         (GluActivation::GeluErf, true) => "glu.gelu_erf_f16",
+        (GluActivation::SwigluOai, false) => "glu.swiglu_oai_f32",
+        (GluActivation::SwigluOai, true) => "glu.swiglu_oai_f16",
     };
     let p = pipeline(&dev, name, 256)?;
     let groups = grid(&dev, "glu", (n as u64).div_ceil(256))?;

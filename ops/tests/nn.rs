@@ -196,21 +196,39 @@ proptest! {
     }
 
     #[test]
-    fn gated_activations_match_candle((g, u) in (1usize..3000).prop_flat_map(|n| (prop::collection::vec(-12.0f32..12.0, n), values(n))), which in 0usize..3) {
+    fn gated_activations_match_candle((g, u) in (1usize..3000).prop_flat_map(|n| (prop::collection::vec(-12.0f32..12.0, n), values(n))), which in 0usize..4) {
         let dev = common::device();
         let n = g.len();
-        let act = [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf][which];
+        let act = [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf, GluActivation::SwigluOai][which];
         for dt in DTYPES {
             let (gb, ub, yb) = (upload(dev, dt, &g), upload(dev, dt, &u), alloc(dev, dt, n));
             run(dev, |s| nn::glu(s, dt, act, &gb, &ub, n, &yb).unwrap());
             let gt = Tensor::from_vec(round(dt, &g), n, &CPU).unwrap();
             let ut = Tensor::from_vec(round(dt, &u), n, &CPU).unwrap();
-            let a = match act { GluActivation::Silu => candle_nn::ops::silu(&gt), GluActivation::Gelu => gt.gelu(), GluActivation::GeluErf => gt.gelu_erf() }.unwrap();
-            let want: Vec<f32> = (a * ut).unwrap().to_vec1().unwrap();
-            let f32_tol = if act == GluActivation::Silu { 2e-6 } else { 2e-5 };
+            let want: Vec<f32> = candle_glu(act, &gt, &ut).to_vec1().unwrap();
+            let f32_tol = if matches!(act, GluActivation::Silu | GluActivation::SwigluOai) { 2e-6 } else { 2e-5 };
             check(&format!("glu {act:?} {dt:?}"), &download(dt, &yb), &want, tol(dt, f32_tol))?;
         }
     }
+}
+
+/// The gated product by candle's ops: `act(g) * u` with candle's silu / gelu / gelu_erf, or
+/// ggml's `swiglu_oai` (α 1.702, limit 7) composed: `min(g, 7)`, its sigmoid at 1.702 x,
+/// `clamp(u, -7, 7) + 1`.
+fn candle_glu(act: GluActivation, g: &Tensor, u: &Tensor) -> Tensor {
+    let a = match act {
+        GluActivation::Silu => candle_nn::ops::silu(g),
+        GluActivation::Gelu => g.gelu(),
+        GluActivation::GeluErf => g.gelu_erf(),
+        GluActivation::SwigluOai => {
+            let x = g.minimum(7f32).unwrap();
+            let y = (u.clamp(-7f32, 7f32).unwrap() + 1.0).unwrap();
+            let sig = candle_nn::ops::sigmoid(&(&x * 1.702).unwrap()).unwrap();
+            return ((x * sig).unwrap() * y).unwrap();
+        }
+    }
+    .unwrap();
+    (a * u).unwrap()
 }
 
 #[test]
@@ -286,19 +304,13 @@ fn glu_halves_matches_candle_and_glu() {
     let (g, u) = (cpu.narrow(1, 0, n).unwrap(), cpu.narrow(1, n, n).unwrap());
     let (gv, uv) = (flat(&g.contiguous().unwrap()), flat(&u.contiguous().unwrap()));
     let (gb, ub) = (dev.upload(&gv).unwrap(), dev.upload(&uv).unwrap());
-    for act in [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf] {
+    for act in [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf, GluActivation::SwigluOai] {
         let (y, y2) = (alloc(dev, Dtype::F32, t * n), alloc(dev, Dtype::F32, t * n));
         run(dev, |s| nn::glu_halves(s, act, &bb, t, n, &y).unwrap());
         run(dev, |s| nn::glu(s, Dtype::F32, act, &gb, &ub, t * n, &y2).unwrap());
         let got = download(Dtype::F32, &y);
         assert_eq!(got, download(Dtype::F32, &y2), "{act:?}");
-        let a = match act {
-            GluActivation::Silu => candle_nn::ops::silu(&g),
-            GluActivation::Gelu => g.gelu(),
-            GluActivation::GeluErf => g.gelu_erf(),
-        }
-        .unwrap();
-        let want = flat(&(a * &u).unwrap());
+        let want = flat(&candle_glu(act, &g, &u));
         check(&format!("glu_halves {act:?}"), &got, &want, 2e-5).unwrap();
     }
 }

@@ -7,10 +7,14 @@
 //! variant silu_f32_to_f16 SILU=1 OUT_F16=1
 //! variant gelu_f32_to_f16 GELU=1 OUT_F16=1
 //! variant gelu_erf_f32_to_f16 GELU_ERF=1 OUT_F16=1
+//! variant swiglu_oai_f32 SWIGLU_OAI=1
+//! variant swiglu_oai_f16 SWIGLU_OAI=1 F16=1
+//! variant swiglu_oai_f32_to_f16 SWIGLU_OAI=1 OUT_F16=1
 // Gated activations, element-wise over n (gate, up, y of type ACT: f32, or f16 with F16;
 // arithmetic in f32): y = act(gate) * up with
 //   silu: g / (1 + exp(-g));  gelu: tanh approximation 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)));
 //   gelu_erf: 0.5 g (1 + erf(g / sqrt(2))). (candle's silu / gelu / gelu_erf.)
+// swiglu_oai: gpt-oss's clamped form of gate and up together (include/activation.glsl).
 // *_f32_to_f16 (OUT_F16): f32 gate and up, y f16 packed two to a word by packHalf2x16 (as
 // convert_f16.comp writes it: the bits of the f32 y then convert_f16), each invocation two
 // consecutive outputs (n and half_row even): the f16 x of a tensor-core mat-mat in one pass.
@@ -45,6 +49,9 @@ float gated(uint i) {
         ui = gi + p.half_row;
     }
     float x = float(g[gi]);
+#if defined(SWIGLU_OAI)
+    return glu_swiglu_oai(x, float(u[ui]));
+#else
 #if defined(SILU)
     float a = act_silu(x);
 #elif defined(GELU)
@@ -53,6 +60,7 @@ float gated(uint i) {
     float a = act_gelu_erf(x);
 #endif
     return a * float(u[ui]);
+#endif
 }
 
 void main() {

@@ -99,6 +99,11 @@ where
                     GluActivation::Silu => g.silu()?,
                     GluActivation::Gelu => g.gelu()?,
                     GluActivation::GeluErf => g.gelu_erf()?,
+                    GluActivation::SwigluOai => {
+                        return Err(crate::error::model_err(
+                            "the clamped SwiGLU (gpt-oss) runs on stacked gate and up weights only",
+                        ))
+                    }
                 };
                 g.mul(&u)?
             }

@@ -203,7 +203,7 @@ impl ModelStorage for CpuStorage {
         let t = l.dims()[0];
         let x = f32s(self, l)?;
         let logits = w.router.matmul(self, l)?;
-        let act = cpu_loops::activation(w.act);
+        let act = cpu_loops::gated(w.act);
         let mut y = vec![0f32; t * n_embd];
         for n in 0..t {
             let xr = &x[n * n_embd..(n + 1) * n_embd];
@@ -212,7 +212,7 @@ impl ModelStorage for CpuStorage {
             for (&e, &we) in ids.iter().zip(&weights) {
                 let [(gw, g0), (uw, u0)] = w.gate_up.rows_of(e, n_ff);
                 let (g, u) = (gw.rows_times(g0, n_ff, xr)?, uw.rows_times(u0, n_ff, xr)?);
-                let h: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| act(g) * u).collect();
+                let h: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| act(g, u)).collect();
                 let d = w.down.rows_times(e * n_embd, n_embd, &h)?;
                 acc.iter_mut().zip(&d).for_each(|(a, &d)| *a += we * f64::from(d));
             }

@@ -98,7 +98,7 @@ pub(super) fn rope(
 }
 
 /// `act(gate) * up` for `y: f32[t, 2n]` holding `[gate | up]` per row: `f32[t, n]`, with
-/// candle's activations (`silu`, `gelu` (tanh), `gelu_erf`).
+/// candle's activations (`silu`, `gelu` (tanh), `gelu_erf`) or gpt-oss's clamped SwiGLU.
 ///
 /// # Errors
 /// An odd row width.
@@ -108,18 +108,24 @@ pub(super) fn glu(y: &[f32], t: usize, act: GluActivation) -> CResult<Vec<f32>> 
         candle_core::bail!("gated product: {} values are not {t} rows of [gate | up]", y.len())
     }
     let n = width / 2;
-    let f = activation(act);
-    Ok(y.chunks_exact(width).flat_map(|r| r[..n].iter().zip(&r[n..]).map(|(g, u)| f(*g) * u)).collect())
+    let f = gated(act);
+    Ok(y.chunks_exact(width).flat_map(|r| r[..n].iter().zip(&r[n..]).map(|(g, u)| f(*g, *u))).collect())
 }
 
-/// candle's `silu`, `gelu` (tanh) or `gelu_erf` of one f32.
-pub(super) fn activation(act: GluActivation) -> fn(f32) -> f32 {
+/// The gated product of one gate and up value in f32: candle's `silu`, `gelu` (tanh) or
+/// `gelu_erf` of the gate times up, or ggml's `swiglu_oai` (α 1.702, limit 7, as llama.cpp
+/// calls it for gpt-oss).
+pub(super) fn gated(act: GluActivation) -> fn(f32, f32) -> f32 {
     match act {
-        GluActivation::Silu => |v| v / (1.0 + (-v).exp()),
-        GluActivation::Gelu => |v| 0.5 * v * (1.0 + f32::tanh(SQRT_TWO_OVER_PI * v * (1.0 + 0.044715 * v * v))),
+        GluActivation::Silu => |g, u| g / (1.0 + (-g).exp()) * u,
+        GluActivation::Gelu => |g, u| 0.5 * g * (1.0 + f32::tanh(SQRT_TWO_OVER_PI * g * (1.0 + 0.044715 * g * g))) * u,
         GluActivation::GeluErf => {
-            |v| (candle_core::cpu::erf::erf_f32(v * std::f32::consts::FRAC_1_SQRT_2) + 1.) * 0.5 * v
+            |g, u| (candle_core::cpu::erf::erf_f32(g * std::f32::consts::FRAC_1_SQRT_2) + 1.) * 0.5 * g * u
         }
+        GluActivation::SwigluOai => |g, u| {
+            let (x, y) = (g.min(7.0), u.clamp(-7.0, 7.0));
+            x / (1.0 + (1.702 * -x).exp()) * (y + 1.0)
+        },
     }
 }
 

@@ -224,12 +224,13 @@ pub(super) fn kernel_spec_constants(
 }
 
 /// [`MatMatGlu`]'s specialization constants (include/mul_mat_glu.glsl): 4 = the
-/// activation (1 silu, 2 gelu, 3 gelu_erf), 5 = f16 output.
+/// activation (1 silu, 2 gelu, 3 gelu_erf, 4 swiglu_oai), 5 = f16 output.
 fn glu_spec_constants(glu: MatMatGlu) -> [(u32, u32); 2] {
     let act = match glu.act {
         GluActivation::Silu => 1,
         GluActivation::Gelu => 2,
         GluActivation::GeluErf => 3,
+        GluActivation::SwigluOai => 4,
     };
     [(4, act), (5, u32::from(glu.y_f16))]
 }

@@ -61,6 +61,7 @@ impl MatVecEpilogue {
             MatVecEpilogue::Glu(GluActivation::Silu) => 2,
             MatVecEpilogue::Glu(GluActivation::Gelu) => 3,
             MatVecEpilogue::Glu(GluActivation::GeluErf) => 4,
+            MatVecEpilogue::Glu(GluActivation::SwigluOai) => 7,
             MatVecEpilogue::Softcap(_) => 6,
             MatVecEpilogue::GluQ8_1(a) => MatVecEpilogue::Glu(a).spec(),
         }

@@ -1,6 +1,7 @@
 // Activations of the gated products (candle's silu / gelu / gelu_erf), in f32:
 //   silu: g / (1 + exp(-g));  gelu: tanh approximation 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)));
-//   gelu_erf: 0.5 g (1 + erf(g / sqrt(2))).
+//   gelu_erf: 0.5 g (1 + erf(g / sqrt(2)));
+// and gpt-oss's clamped SwiGLU of gate and up together (glu_swiglu_oai).
 #ifndef VKML_ACTIVATION_GLSL
 #define VKML_ACTIVATION_GLSL
 // erf with |error| < 1.2e-7 (W. J. Cody's rational Chebyshev form as tabulated in
@@ -22,6 +23,13 @@ float act_gelu(float x) {
 }
 
 float act_gelu_erf(float x) { return 0.5 * x * (1.0 + erf_approx(x * 0.7071067811865476)); }
+
+// gpt-oss's gated product (ggml's swiglu_oai with llama.cpp's alpha 1.702 and limit 7):
+// x = min(g, 7), y = clamp(u, -7, 7), x / (1 + exp(-1.702 x)) * (y + 1).
+float glu_swiglu_oai(float g, float u) {
+    float x = min(g, 7.0), y = clamp(u, -7.0, 7.0);
+    return x / (1.0 + exp(1.702 * (-x))) * (y + 1.0);
+}
 
 // Soft-capping (Gemma 2's logits): cap * tanh(v * inv), inv = 1 / cap rounded to f32 on the
 // host, as an affine, a tanh and an affine round it (candle's composition). tanh saturates

@@ -9,6 +9,7 @@
 //      (include/mat_vec_post_norm.glsl; kernels that define MV_POST_NORM)
 //   6  y[b, r] = cap * tanh(t * inv)    soft-capped logits (Gemma 2's head), inv and cap
 //      the f32 bits of specialization constants 14 and 15 (activation.glsl's softcap)
+//   7  y[b, r] = swiglu_oai(gate, up)     gpt-oss's clamped gated product (activation.glsl)
 // `rows` is the output row count (push constant p.rows) and y_stride the distance between
 // the batch columns' rows in y (p.y_stride: rows, or the whole matrix's output rows where
 // the op runs one part of a matrix split over several bindings); include after the push
@@ -17,7 +18,7 @@
 #define VKML_MAT_VEC_OUT_GLSL
 #include "activation.glsl"
 layout(constant_id = 10) const uint EPILOGUE = 0;
-const bool MV_GLU = EPILOGUE >= 2u && EPILOGUE <= 4u;
+const bool MV_GLU = (EPILOGUE >= 2u && EPILOGUE <= 4u) || EPILOGUE == 7u;
 // Epilogue 5 (kernels defining MV_POST_NORM: include/mat_vec_post_norm.glsl): y[b, r] = t,
 // then the last workgroup adds the normalised y to a residual.
 const bool MV_POST = EPILOGUE == 5u;
@@ -34,8 +35,9 @@ void mv_store(uint b, uint r, float t) {
     y[at] = EPILOGUE == 1u ? y[at] + t : (EPILOGUE == 6u ? softcap(t, MV_CAP_INV, MV_CAP) : t);
 }
 
-// The gated product act(g) * u of epilogues 2-4.
+// The gated product act(g) * u of epilogues 2-4, gpt-oss's of 7.
 float mv_glu(float g, float u) {
+    if (EPILOGUE == 7u) return glu_swiglu_oai(g, u);
     float a = EPILOGUE == 2u ? act_silu(g) : (EPILOGUE == 3u ? act_gelu(g) : act_gelu_erf(g));
     return a * u;
 }

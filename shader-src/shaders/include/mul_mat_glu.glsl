@@ -19,6 +19,7 @@ layout(constant_id = 5) const bool MM_GLU_F16 = false;
 
 // The gated product of one output.
 float mm_glu(float g, float u) {
+    if (MM_GLU == 4u) return glu_swiglu_oai(g, u);
     float a = MM_GLU == 1u ? act_silu(g) : (MM_GLU == 2u ? act_gelu(g) : act_gelu_erf(g));
     return a * u;
 }
