@@ -770,11 +770,18 @@ fn tuning_table_per_architecture() {
 }
 
 /// The gated activations in f64 (erf from candle's CPU backend, an independent port).
-fn act(a: GluActivation, g: f64) -> f64 {
+/// The two factors of a gated product in f64, `(act(g), u)` (ggml's `swiglu_oai`: the
+/// clamped gate's `x σ(1.702 x)` and `clamp(u, -7, 7) + 1`); the product is theirs and
+/// each factor's slope is at most 1.13.
+fn glu_parts(a: GluActivation, g: f64, u: f64) -> (f64, f64) {
     match a {
-        GluActivation::Silu => g / (1.0 + (-g).exp()),
-        GluActivation::Gelu => 0.5 * g * (1.0 + (0.797_884_560_802_865_4 * (g + 0.044715 * g * g * g)).tanh()),
-        GluActivation::GeluErf => 0.5 * g * (1.0 + candle_core::cpu::erf::erf_f64(g / std::f64::consts::SQRT_2)),
+        GluActivation::Silu => (g / (1.0 + (-g).exp()), u),
+        GluActivation::Gelu => (0.5 * g * (1.0 + (0.797_884_560_802_865_4 * (g + 0.044715 * g * g * g)).tanh()), u),
+        GluActivation::GeluErf => (0.5 * g * (1.0 + candle_core::cpu::erf::erf_f64(g / std::f64::consts::SQRT_2)), u),
+        GluActivation::SwigluOai => {
+            let x = g.min(7.0);
+            (x / (1.0 + (-1.702 * x).exp()), u.clamp(-7.0, 7.0) + 1.0)
+        }
     }
 }
 
@@ -837,11 +844,10 @@ fn integer_dot_fused_epilogues_match_cpu_dot() {
                     "add {ty:?} b {b} r {r}: gpu {got} cpu {want}"
                 );
                 let (u, mu) = dot(&up_bytes, r, xblocks);
-                let want = act(GluActivation::Silu, g) * u;
-                let tol = 1.13 * (1e-5 * mg + 1e-6) * u.abs()
-                    + act(GluActivation::Silu, g).abs() * (1e-5 * mu + 1e-6)
-                    + 1e-6 * want.abs()
-                    + 1e-6;
+                let (ag, uf) = glu_parts(GluActivation::Silu, g, u);
+                let want = ag * uf;
+                let tol =
+                    1.13 * (1e-5 * mg + 1e-6) * u.abs() + ag.abs() * (1e-5 * mu + 1e-6) + 1e-6 * want.abs() + 1e-6;
                 let got = f64::from(gated[b * n + r]);
                 assert!((got - want).abs() <= tol, "silu {ty:?} b {b} r {r}: gpu {got} cpu {want}");
             }
@@ -917,7 +923,7 @@ fn fused_mat_vec_epilogues_match_cpu() {
                     }
                 }
                 // Gated products.
-                for a in [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf] {
+                for a in [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf, GluActivation::SwigluOai] {
                     let yb = dev.alloc(4 * (batch * n) as u64, MemoryKind::DeviceLocal).unwrap();
                     let mut s = Stream::new(&dev).unwrap();
                     quant::mat_vec_fused(&mut s, &gu, &xb, batch, &yb, *cfg, MatVecEpilogue::Glu(a)).unwrap();
@@ -927,9 +933,9 @@ fn fused_mat_vec_epilogues_match_cpu() {
                         for r in 0..n {
                             let (g, mg) = dot_ref(&gd, &x, k, r, b);
                             let (u, mu) = dot_ref(&ud, &x, k, r, b);
-                            let want = act(a, g) * u;
-                            let tol =
-                                1.13 * 1e-5 * mg * u.abs() + act(a, g).abs() * 1e-5 * mu + 1e-6 * want.abs() + 1e-30;
+                            let (ag, uf) = glu_parts(a, g, u);
+                            let want = ag * uf;
+                            let tol = 1.13 * 1e-5 * mg * uf.abs() + ag.abs() * 1e-5 * mu + 1e-6 * want.abs() + 1e-30;
                             let got = f64::from(y[b * n + r]);
                             assert!(
                                 (got - want).abs() <= tol,
@@ -1090,9 +1096,9 @@ fn split_matrices_match_cpu() {
         for b in 0..batch {
             for r in 0..rows {
                 let ((g, mg), (u, mu)) = (dot_ref(&w, &x, k, r, b), dot_ref(&ud, &x, k, r, b));
-                let want = act(GluActivation::Silu, g) * u;
-                let tol =
-                    1.13 * 1e-5 * mg * u.abs() + act(GluActivation::Silu, g).abs() * 1e-5 * mu + 1e-6 * want.abs();
+                let (ag, uf) = glu_parts(GluActivation::Silu, g, u);
+                let want = ag * uf;
+                let tol = 1.13 * 1e-5 * mg * uf.abs() + ag.abs() * 1e-5 * mu + 1e-6 * want.abs();
                 let got = f64::from(y[b * rows + r]);
                 assert!((got - want).abs() <= tol + 1e-30, "glu {ty:?} b {b} r {r}: gpu {got} cpu {want}");
             }
@@ -1340,7 +1346,8 @@ fn rms_norm_mat_vec_matches_cpu() {
                     MatVecEpilogue::Add => (f64::from(y0[b * n + r]) + g, tg + 1e-6 * g.abs()),
                     MatVecEpilogue::Glu(a) => {
                         let (u, tu) = dotp(n + r);
-                        (act(a, g) * u, 1.13 * tg * u.abs() + act(a, g).abs() * tu + 1.13 * tg * tu)
+                        let (ag, uf) = glu_parts(a, g, u);
+                        (ag * uf, 1.13 * tg * uf.abs() + ag.abs() * tu + 1.13 * tg * tu)
                     }
                     // tanh's slope is at most 1: the product's error, plus tanh's own.
                     MatVecEpilogue::Softcap(c) => ((g / f64::from(c)).tanh() * f64::from(c), tg + 1e-6 * f64::from(c)),
@@ -1805,7 +1812,7 @@ fn glu_halves_f16_is_glu_halves_rounded() {
     let dev = device();
     let (t, n) = (5usize, 70usize);
     let both = dev.upload(&weights(t, 2 * n, 61).iter().map(|v| 3.0 * v).collect::<Vec<f32>>()).unwrap();
-    for act in [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf] {
+    for act in [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf, GluActivation::SwigluOai] {
         let (y32, y16) = (
             dev.alloc(4 * (t * n) as u64, MemoryKind::DeviceLocal).unwrap(),
             dev.alloc(2 * (t * n) as u64, MemoryKind::DeviceLocal).unwrap(),
@@ -1835,10 +1842,12 @@ fn mat_mat_glu_epilogue_equals_product_then_glu() {
     use vkml_ops::nn;
     use vkml_ops::quant::MatMatGlu;
     let dev = device();
-    let acts = [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf];
-    let act_f64 = |a: GluActivation, v: f64| match a {
-        GluActivation::Silu => v / (1.0 + (-v).exp()),
-        GluActivation::Gelu => 0.5 * v * (1.0 + (0.797_884_560_802_865_4 * (v + 0.044715 * v * v * v)).tanh()),
+    let acts = [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf, GluActivation::SwigluOai];
+    let glu_f64 = |a: GluActivation, v: f64, u: f64| match a {
+        GluActivation::Silu | GluActivation::Gelu | GluActivation::SwigluOai => {
+            let (av, uf) = glu_parts(a, v, u);
+            av * uf
+        }
         GluActivation::GeluErf => {
             // erf(z) = 2 / sqrt(pi) * integral of exp(-s^2) over [0, z], by Simpson's rule
             // on 2 000 intervals of [0, min(|z|, 7)] (erf(7) is 1 to 1e-22).
@@ -1856,7 +1865,7 @@ fn mat_mat_glu_epilogue_equals_product_then_glu() {
                     }
             };
             let erf = z.signum() * 2.0 / std::f64::consts::PI.sqrt() * hs / 3.0 * (0..=steps).map(f).sum::<f64>();
-            0.5 * v * (1.0 + erf)
+            0.5 * v * (1.0 + erf) * u
         }
     };
     let mut cases = vec![
@@ -1927,7 +1936,7 @@ fn mat_mat_glu_epilogue_equals_product_then_glu() {
                     };
                     for j in 0..h {
                         let (g, u) = (dot(j), dot(h + j));
-                        let want = act_f64(act, g) * u;
+                        let want = glu_f64(act, g, u);
                         let tol =
                             1e-4 * (1.0 + g.abs()) * (1.0 + u.abs()) + if y_f16 { want.abs() / 1024.0 } else { 0.0 };
                         let v = got[n * h + j];
