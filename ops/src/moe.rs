@@ -4,7 +4,8 @@
 //! slots sorted by expert) and [`ffn`] / [`ffn_with`], the whole block: the router, the
 //! routing, the chosen experts' products (expert-indexed mat-vecs for decode,
 //! `quant::mat_vec_id*`; grouped mat-mats for prompts, `quant::mat_mat_id`) and the
-//! weighted sums (`moe_weighted_sum`). The ids stay on the device throughout.
+//! weighted sums (`moe_weighted_sum`), with gpt-oss's biases ([`ExpertBiases`]: the router's
+//! added to the logits, the experts' by [`add_id`]). The ids stay on the device throughout.
 
 use vkml_hal::{Buffer, Stream};
 
@@ -169,6 +170,22 @@ pub struct MoeWeights<'a> {
     pub gate_up: ExpertGateUp<'a>,
     /// The experts' down projections.
     pub down: &'a crate::quant::QMatrix,
+    /// Biases of the router and the experts (gpt-oss), if any.
+    pub biases: Option<ExpertBiases<'a>>,
+}
+
+/// The biases of a mixture-of-experts block (gpt-oss's `ffn_gate_inp.bias`,
+/// `ffn_{gate,up,down}_exps.bias`), all f32: the router's added to its logits before the
+/// routing, each chosen expert's gate and up biases to its products before the activation,
+/// its down bias to its output before the weighting (llama.cpp's `build_moe_ffn`).
+#[derive(Debug, Clone, Copy)]
+pub struct ExpertBiases<'a> {
+    /// `[n_expert]`.
+    pub router: &'a Buffer,
+    /// `[n_expert, 2 n_ff]`: each expert's gate bias, then its up bias.
+    pub gate_up: &'a Buffer,
+    /// `[n_expert, n_embd]`.
+    pub down: &'a Buffer,
 }
 
 /// How the experts' gate and up projections are held.
@@ -192,6 +209,43 @@ impl ExpertGateUp<'_> {
             ExpertGateUp::Split(..) => (usize::MAX, 0),
         }
     }
+}
+
+/// Records `y[s, r] += b[ids[s] * b_stride + b_off + r]` for the `n_slots` rows of `rows`
+/// of `y` (f32, packed): each slot's expert bias (ggml's `add_id`, kernel `add_id`). Ids of
+/// `n_expert` or more leave their row as it is.
+///
+/// # Errors
+/// [`OpsError::Shape`] for buffers too small (`b` must hold `n_expert` rows of `b_stride`,
+/// with `b_off + rows <= b_stride`); HAL errors.
+#[allow(clippy::too_many_arguments)]
+pub fn add_id(
+    s: &mut Stream,
+    y: &Buffer,
+    (n_slots, rows): (usize, usize),
+    b: &Buffer,
+    (n_expert, b_stride, b_off): (usize, usize, usize),
+    ids: &Buffer,
+) -> Result<()> {
+    let bad = |reason: String| Err(OpsError::Shape { op: "moe::add_id", reason });
+    if b_off + rows > b_stride || b.size() < 4 * (n_expert * b_stride) as u64 {
+        return bad(format!(
+            "a bias of {n_expert} rows of {b_stride} f32 ({} bytes) does not hold {rows} values from {b_off}",
+            b.size()
+        ));
+    }
+    if y.size() < 4 * (n_slots * rows) as u64 || ids.size() < 4 * n_slots as u64 {
+        return bad(format!("y and ids must hold {n_slots} rows of {rows} f32 and {n_slots} ids"));
+    }
+    if n_slots == 0 || rows == 0 {
+        return Ok(());
+    }
+    let dev = s.device().clone();
+    let p = pipeline(&dev, "add_id", 256)?;
+    let pc = push_words(&[n_slots as u32, rows as u32, b_stride as u32, b_off as u32, n_expert as u32]);
+    let groups = crate::launch::rows_grid(&dev, rows.div_ceil(256) as u32, n_slots);
+    s.dispatch(&p, &[y.into(), b.into(), ids.into()], &pc, groups)?;
+    Ok(())
 }
 
 /// Records the mixture-of-experts feed-forward of `t` tokens, `y_n = Σ_j w_nj
@@ -343,6 +397,7 @@ fn ffn_chunk(
         let xn16 = scratch(2 * tc * n_embd)?;
         crate::nn::rms_norm_f16_out(s, xc, Some(n.weight), tc, n_embd, n.eps, &xn16)?;
         crate::quant::linear_f16(s, w.router, &xn16, tc, &logits, LinearEpilogue::Store, opts)?;
+        router_bias(s, w, &logits, tc, r.n_expert)?;
         route(s, &logits, tc, r, None, &ids, &weights)?;
         return grouped(s, w, r, act, (&xn16, true), tc, &ids, &weights, yc, accumulate);
     }
@@ -356,35 +411,56 @@ fn ffn_chunk(
         _ => (xc.clone(), norm),
     };
     linear(s, w.router, &xc, tc, fold, &logits, LinearEpilogue::Store, opts)?;
+    router_bias(s, w, &logits, tc, r.n_expert)?;
     route(s, &logits, tc, r, None, &ids, &weights)?;
     if tc >= opts.mat_mat_from {
         return grouped(s, w, r, act, (&xc, false), tc, &ids, &weights, yc, accumulate);
     }
     let h = scratch(4 * slots * n_ff)?;
     let nf = fold.map(|n| (n.weight, n.eps));
-    match (w.gate_up, nf) {
-        (ExpertGateUp::Stacked(m), None) => mat_vec_id_glu(s, m, r.n_expert, &ids, slots, &xc, k, &h, act)?,
-        (ExpertGateUp::Stacked(m), Some(n)) => {
-            mat_vec_id_rms_norm(s, m, r.n_expert, &ids, slots, &xc, n, &h, Some(act))?
+    // One expert mat-vec over gate or up rows (or both, stacked) of every slot.
+    let product = |s: &mut Stream, m: &crate::quant::QMatrix, out: &Buffer, act| match nf {
+        Some(n) => mat_vec_id_rms_norm(s, m, r.n_expert, &ids, slots, &xc, n, out, act),
+        None if act.is_some() => mat_vec_id_glu(s, m, r.n_expert, &ids, slots, &xc, k, out, act.unwrap()),
+        None => mat_vec_id(s, m, r.n_expert, &ids, slots, &xc, k, out),
+    };
+    let eb = |s: &mut Stream, y: &Buffer, rows: usize, b: &Buffer, stride: usize, off: usize| {
+        add_id(s, y, (slots, rows), b, (r.n_expert, stride, off), &ids)
+    };
+    match (w.gate_up, w.biases) {
+        (ExpertGateUp::Stacked(m), None) => product(s, m, &h, Some(act))?,
+        (ExpertGateUp::Stacked(m), Some(b)) => {
+            // The biases go before the activation: the products, their biases, then it.
+            let both = scratch(8 * slots * n_ff)?;
+            product(s, m, &both, None)?;
+            eb(s, &both, 2 * n_ff, b.gate_up, 2 * n_ff, 0)?;
+            crate::nn::glu_halves(s, act, &both, slots, n_ff, &h)?;
         }
-        (ExpertGateUp::Split(gate, up), _) => {
+        (ExpertGateUp::Split(gate, up), biases) => {
             let (g, u) = (scratch(4 * slots * n_ff)?, scratch(4 * slots * n_ff)?);
-            match nf {
-                Some(n) => {
-                    mat_vec_id_rms_norm(s, gate, r.n_expert, &ids, slots, &xc, n, &g, None)?;
-                    mat_vec_id_rms_norm(s, up, r.n_expert, &ids, slots, &xc, n, &u, None)?;
-                }
-                None => {
-                    mat_vec_id(s, gate, r.n_expert, &ids, slots, &xc, k, &g)?;
-                    mat_vec_id(s, up, r.n_expert, &ids, slots, &xc, k, &u)?;
-                }
+            product(s, gate, &g, None)?;
+            product(s, up, &u, None)?;
+            if let Some(b) = biases {
+                eb(s, &g, n_ff, b.gate_up, 2 * n_ff, 0)?;
+                eb(s, &u, n_ff, b.gate_up, 2 * n_ff, n_ff)?;
             }
             crate::nn::glu(s, crate::Dtype::F32, act, &g, &u, slots * n_ff, &h)?;
         }
     }
     let d = scratch(4 * slots * n_embd)?;
     mat_vec_id(s, w.down, r.n_expert, &ids, slots, &h, 1, &d)?;
+    if let Some(b) = w.biases {
+        eb(s, &d, n_embd, b.down, n_embd, 0)?;
+    }
     weighted_sums(s, &weights, &d, tc, k, n_embd, yc, accumulate)
+}
+
+/// Adds the router's bias (where `w` has biases) to the logits of `t` tokens.
+fn router_bias(s: &mut Stream, w: &MoeWeights<'_>, logits: &Buffer, t: usize, n_expert: usize) -> Result<()> {
+    match w.biases {
+        Some(b) => crate::nn::add_bias(s, crate::Dtype::F32, logits, b.router, t, n_expert),
+        None => Ok(()),
+    }
 }
 
 /// Whether the router's and the experts' gate and up mat-mats of `t` tokens all read f16 x
@@ -425,25 +501,42 @@ fn grouped(
     let (first, slots) = (scratch(4 * (r.n_expert + 1))?, scratch(4 * n_slots)?);
     group(s, ids, t, k, r.n_expert, &first, &slots)?;
     let g = ExpertGroups { slots: &slots, first: &first, n_slots, max_per_expert: t };
-    // (split gate and up: f32 products, the down mat-mat converting them)
+    // (split gate and up, or biases: f32 products, the down mat-mat converting them)
     let h_f16 = matches!(w.gate_up, ExpertGateUp::Stacked(_))
+        && w.biases.is_none()
         && MatMatPath::best(dev.caps(), w.down).reads_f16_x()
         && n_ff.is_multiple_of(2);
     let h = scratch((if h_f16 { 2 } else { 4 }) * n_slots * n_ff)?;
-    match w.gate_up {
-        ExpertGateUp::Stacked(m) => {
+    let eb = |s: &mut Stream, y: &Buffer, rows: usize, b: &Buffer, stride: usize, off: usize| {
+        add_id(s, y, (n_slots, rows), b, (r.n_expert, stride, off), ids)
+    };
+    match (w.gate_up, w.biases) {
+        (ExpertGateUp::Stacked(m), None) => {
             let glu = Some(MatMatGlu { act, y_f16: h_f16 });
             mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), &h, glu)?;
         }
-        ExpertGateUp::Split(gate, up) => {
+        (ExpertGateUp::Stacked(m), Some(b)) => {
+            let both = scratch(8 * n_slots * n_ff)?;
+            mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), &both, None)?;
+            eb(s, &both, 2 * n_ff, b.gate_up, 2 * n_ff, 0)?;
+            crate::nn::glu_halves(s, act, &both, n_slots, n_ff, &h)?;
+        }
+        (ExpertGateUp::Split(gate, up), biases) => {
             let (gp, up_p) = (scratch(4 * n_slots * n_ff)?, scratch(4 * n_slots * n_ff)?);
             mat_mat_id(s, gate, r.n_expert, &g, x, (k, x_f16), &gp, None)?;
             mat_mat_id(s, up, r.n_expert, &g, x, (k, x_f16), &up_p, None)?;
+            if let Some(b) = biases {
+                eb(s, &gp, n_ff, b.gate_up, 2 * n_ff, 0)?;
+                eb(s, &up_p, n_ff, b.gate_up, 2 * n_ff, n_ff)?;
+            }
             crate::nn::glu(s, crate::Dtype::F32, act, &gp, &up_p, n_slots * n_ff, &h)?;
         }
     }
     let d = scratch(4 * n_slots * n_embd)?;
     mat_mat_id(s, w.down, r.n_expert, &g, &h, (1, h_f16), &d, None)?;
+    if let Some(b) = w.biases {
+        eb(s, &d, n_embd, b.down, n_embd, 0)?;
+    }
     weighted_sums(s, weights, &d, t, k, n_embd, y, accumulate)
 }
 

@@ -285,7 +285,7 @@ fn ffn_on(dev: &'static vkml_hal::Device) {
         let stacked_b: Vec<u8> =
             (0..n_expert).flat_map(|e| [&gate_b[e * eb..(e + 1) * eb], &up_b[e * eb..(e + 1) * eb]].concat()).collect();
         let stacked = QMatrix::upload(dev, ty, n_expert * 2 * n_ff, n_embd, &stacked_b).unwrap();
-        let w = MoeWeights { router: &router, gate_up: ExpertGateUp::Stacked(&stacked), down: &down };
+        let w = MoeWeights { router: &router, gate_up: ExpertGateUp::Stacked(&stacked), down: &down, biases: None };
         let w_split = MoeWeights { gate_up: ExpertGateUp::Split(&gate, &up), ..w };
         let x = uniform(t * n_embd, 5, 1.0);
         let xb = dev.upload(&x).unwrap();
@@ -449,6 +449,116 @@ fn ffn_on(dev: &'static vkml_hal::Device) {
                     "{ty:?} {gating:?} token {n} (decode: {decode}) output {o}: {g} against {}",
                     want[o]
                 );
+            }
+        }
+    }
+    let errs = dev.instance().take_validation_errors();
+    assert!(errs.is_empty(), "validation errors: {errs:#?}");
+}
+
+/// gpt-oss's block (`moe::ffn_with` with [`vkml_ops::moe::ExpertBiases`] and the clamped
+/// SwiGLU): the router's bias on the logits, the top k by logit with their softmax as
+/// weights (`ExpertGating::SoftmaxWeight`), each expert's gate and up biases before the
+/// activation and its down bias before the weighting, against llama.cpp's `build_moe_ffn`
+/// in f64 on the dequantized weights; for 3 tokens (expert mat-vecs) and 40 (grouped
+/// mat-mats), gate and up stacked and split, MXFP4 (gpt-oss's) and Q8_0 experts.
+#[test]
+fn gpt_oss_moe_block_matches_build_moe_ffn() {
+    use vkml_ops::moe::{ffn_with, ExpertBiases, ExpertGateUp, MoeWeights};
+    use vkml_ops::nn::GluActivation;
+    use vkml_ops::quant::{LinearOptions, MatMatPath, QMatrix};
+    use vkml_quant::GgmlType;
+    let dev = device();
+    if vkml_ops::tuning::row_subgroup_size(dev.caps()).is_none() {
+        eprintln!("skipped: no block-wise mat-vec kernels on this device");
+        return;
+    }
+    let (n_expert, n_embd, n_ff, k) = (8usize, 64usize, 64usize, 3usize);
+    let r = Routing { n_expert, k, gating: ExpertGating::SoftmaxWeight, norm_w: false, w_scale: 0.0 };
+    for ty in [GgmlType::MXFP4, GgmlType::Q8_0] {
+        let router_w = uniform(n_expert * n_embd, 11, 0.5);
+        let router_bytes: Vec<u8> = router_w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let router = QMatrix::upload(dev, GgmlType::F32, n_expert, n_embd, &router_bytes).unwrap();
+        let (gate_q, up_q, down_q) = (
+            vkml_quant::quantize(ty, &uniform(n_expert * n_ff * n_embd, 12, 0.4)).unwrap(),
+            vkml_quant::quantize(ty, &uniform(n_expert * n_ff * n_embd, 13, 0.4)).unwrap(),
+            vkml_quant::quantize(ty, &uniform(n_expert * n_embd * n_ff, 14, 0.4)).unwrap(),
+        );
+        let gate = QMatrix::upload(dev, ty, n_expert * n_ff, n_embd, &gate_q).unwrap();
+        let up = QMatrix::upload(dev, ty, n_expert * n_ff, n_embd, &up_q).unwrap();
+        let down = QMatrix::upload(dev, ty, n_expert * n_embd, n_ff, &down_q).unwrap();
+        let eb = gate_q.len() / n_expert;
+        let stacked_q: Vec<u8> =
+            (0..n_expert).flat_map(|e| [&gate_q[e * eb..(e + 1) * eb], &up_q[e * eb..(e + 1) * eb]].concat()).collect();
+        let stacked = QMatrix::upload(dev, ty, n_expert * 2 * n_ff, n_embd, &stacked_q).unwrap();
+        let (rb, gub, db) =
+            (uniform(n_expert, 15, 2.0), uniform(n_expert * 2 * n_ff, 16, 3.0), uniform(n_expert * n_embd, 17, 0.5));
+        let (rbb, gubb, dbb) = (dev.upload(&rb).unwrap(), dev.upload(&gub).unwrap(), dev.upload(&db).unwrap());
+        let biases = Some(ExpertBiases { router: &rbb, gate_up: &gubb, down: &dbb });
+        let w = MoeWeights { router: &router, gate_up: ExpertGateUp::Stacked(&stacked), down: &down, biases };
+        let w_split = MoeWeights { gate_up: ExpertGateUp::Split(&gate, &up), ..w };
+        let (gd, ud, dd) = (
+            vkml_quant::dequantize_to_vec(ty, &gate_q).unwrap(),
+            vkml_quant::dequantize_to_vec(ty, &up_q).unwrap(),
+            vkml_quant::dequantize_to_vec(ty, &down_q).unwrap(),
+        );
+        let dot = |w: &[f32], x: &[f64]| w.iter().zip(x).map(|(&a, b)| f64::from(a) * b).sum::<f64>();
+        let opts = LinearOptions { mat_mat_from: 4 };
+        for t in [3usize, 40] {
+            let x: Vec<f32> = uniform(t * n_embd, 18 + t as u64, 2.0);
+            let xb = dev.upload(&x).unwrap();
+            let outs: Vec<_> =
+                (0..2).map(|_| dev.alloc(4 * (t * n_embd) as u64, MemoryKind::DeviceLocal).unwrap()).collect();
+            let mut s = Stream::new(dev).unwrap();
+            ffn_with(&mut s, w, r, GluActivation::SwigluOai, (&xb, None), t, (&outs[0], false), &opts).unwrap();
+            ffn_with(&mut s, w_split, r, GluActivation::SwigluOai, (&xb, None), t, (&outs[1], false), &opts).unwrap();
+            s.finish_and_wait().unwrap();
+            // (tensor-core mat-mats round x to f16; the integer-dot mat-vecs to Q8_1)
+            let cfg = vkml_ops::tuning::mat_vec_config(dev.caps());
+            let tol = if t >= 4 && MatMatPath::best(dev.caps(), &down).reads_f16_x() {
+                4e-3
+            } else if t < 4 && vkml_ops::quant::dot_quantizes_x(dev.caps(), &down, 1, &cfg) {
+                2e-2
+            } else {
+                1e-4
+            };
+            for (form, out) in ["stacked", "split"].iter().zip(&outs) {
+                let got = out.to_vec::<f32>().unwrap();
+                for n in 0..t {
+                    let xd: Vec<f64> = x[n * n_embd..(n + 1) * n_embd].iter().map(|&v| f64::from(v)).collect();
+                    let logits: Vec<f32> = (0..n_expert)
+                        .map(|e| (dot(&router_w[e * n_embd..(e + 1) * n_embd], &xd) + f64::from(rb[e])) as f32)
+                        .collect();
+                    let (ids, weights) = reference(&logits, r, None);
+                    let (mut want, mut mag) = (vec![0f64; n_embd], vec![0f64; n_embd]);
+                    for (&e, &we) in ids.iter().zip(&weights) {
+                        let e = e as usize;
+                        let h: Vec<f64> = (0..n_ff)
+                            .map(|i| {
+                                let row = (e * n_ff + i) * n_embd;
+                                let g = dot(&gd[row..row + n_embd], &xd) + f64::from(gub[e * 2 * n_ff + i]);
+                                let u = dot(&ud[row..row + n_embd], &xd) + f64::from(gub[e * 2 * n_ff + n_ff + i]);
+                                let xg = g.min(7.0);
+                                xg / (1.0 + (-1.702 * xg).exp()) * (u.clamp(-7.0, 7.0) + 1.0)
+                            })
+                            .collect();
+                        for o in 0..n_embd {
+                            let row = (e * n_embd + o) * n_ff;
+                            want[o] += we * (dot(&dd[row..row + n_ff], &h) + f64::from(db[e * n_embd + o]));
+                            let terms: f64 =
+                                dd[row..row + n_ff].iter().zip(&h).map(|(&a, b)| (f64::from(a) * b).abs()).sum();
+                            mag[o] += we * terms + 1e-3;
+                        }
+                    }
+                    for o in 0..n_embd {
+                        let g = f64::from(got[n * n_embd + o]);
+                        assert!(
+                            (g - want[o]).abs() <= tol * mag[o],
+                            "{ty:?} {form} t {t} token {n} output {o}: {g} against {}",
+                            want[o]
+                        );
+                    }
+                }
             }
         }
     }
