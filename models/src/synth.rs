@@ -269,6 +269,20 @@ pub const SHAPES: &[SynthShape] = &[
         sliding_window: None,
         experts: Some(SynthExperts { n_expert: 128, n_used: 8, n_ff_exp: 768 }),
     },
+    SynthShape {
+        name: "gpt-oss-20b",
+        arch: "gpt-oss",
+        n_layers: 24,
+        n_embd: 2880,
+        n_ff: 2880,
+        n_head: 64,
+        n_kv_head: 8,
+        vocab: 201088,
+        tied: false,
+        head_dim: Some(64),
+        sliding_window: Some(128),
+        experts: Some(SynthExperts { n_expert: 32, n_used: 4, n_ff_exp: 2880 }),
+    },
 ];
 
 /// The GGUF architectures a synthetic model can be written as (`general.architecture`):
@@ -277,9 +291,13 @@ pub const SHAPES: &[SynthShape] = &[
 /// shape has one, a sliding window; `gemma2` the same without q/k norms (llama.cpp's
 /// default soft-caps, 50 and 30); `phi3` stores Q, K and V in one `attn_qkv` and gate and
 /// up in one `ffn_up` tensor (the gate's rows first); `qwen3moe` is `qwen3` with the shape's
-/// experts in place of the dense feed-forward (`ffn_gate_inp` in F32, 3-D `ffn_{gate,up,down}_exps`).
+/// experts in place of the dense feed-forward (`ffn_gate_inp` in F32, 3-D `ffn_{gate,up,down}_exps`);
+/// `gpt-oss` has Q/K/V and output biases, a sink per head, `post_attention_norm` as the
+/// feed-forward's norm, the shape's experts with biases (router, gate, up, down: F32), YaRN
+/// (factor 32 over 4 096 positions) and the shape's window on even layers; with MXFP4
+/// weights only its experts are MXFP4, its other matrices Q8_0 (as gpt-oss files ship).
 /// Norm weights are 1 for llama, mistral and qwen2, and uniform in [0.5, 1.5) for the others.
-pub const ARCHS: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"];
+pub const ARCHS: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma2", "gemma3", "phi3"];
 
 /// The seed the benchmarks and `vkml gguf synth` use unless told otherwise.
 pub const DEFAULT_SEED: u64 = 42;
@@ -509,8 +527,9 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
     check(arch, sh, ty)?;
     let d = sh.head_dim();
     let (qk_norm, post_norms) = (matches!(arch, "qwen3" | "qwen3moe" | "gemma3"), matches!(arch, "gemma2" | "gemma3"));
-    let random_norms = matches!(arch, "qwen3" | "qwen3moe" | "gemma2" | "gemma3");
-    let experts = if arch == "qwen3moe" {
+    let random_norms = matches!(arch, "qwen3" | "qwen3moe" | "gpt-oss" | "gemma2" | "gemma3");
+    let oss = arch == "gpt-oss";
+    let experts = if matches!(arch, "qwen3moe" | "gpt-oss") {
         Some(sh.experts.ok_or_else(|| model_err(format!("shape {} has no experts for a {arch} model", sh.name)))?)
     } else {
         None
@@ -535,7 +554,17 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
     kv(k("feed_forward_length"), u(sh.n_ff));
     kv(k("attention.head_count"), u(sh.n_head));
     kv(k("attention.head_count_kv"), u(sh.n_kv_head));
-    kv(k("rope.freq_base"), GgufValue::F32(if arch == "gemma3" { 1e6 } else { 10000.0 }));
+    let rope_base = match arch {
+        "gemma3" => 1e6,
+        "gpt-oss" => 150000.0,
+        _ => 10000.0,
+    };
+    kv(k("rope.freq_base"), GgufValue::F32(rope_base));
+    if oss {
+        kv(k("rope.scaling.type"), GgufValue::String("yarn".into()));
+        kv(k("rope.scaling.factor"), GgufValue::F32(32.0));
+        kv(k("rope.scaling.original_context_length"), u(4096));
+    }
     kv(k("rope.dimension_count"), u(d));
     if sh.head_dim.is_some() {
         kv(k("attention.key_length"), u(d));
@@ -546,7 +575,7 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
         kv(k("expert_used_count"), u(e.n_used));
         kv(k("expert_feed_forward_length"), u(e.n_ff_exp));
     }
-    if let (Some(w), "gemma2" | "gemma3") = (sh.sliding_window, arch) {
+    if let (Some(w), "gemma2" | "gemma3" | "gpt-oss") = (sh.sliding_window, arch) {
         kv(k("attention.sliding_window"), u(w));
     }
     kv(k("attention.layer_norm_rms_epsilon"), GgufValue::F32(if random_norms { 1e-6 } else { 1e-5 }));
@@ -564,9 +593,11 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
 
     let mut tensors = Vec::new();
     let mut seed_next = seed;
+    // (gpt-oss with MXFP4 experts: its other matrices Q8_0)
+    let dense_ty = if oss && ty == GgmlType::MXFP4 { GgmlType::Q8_0 } else { ty };
     let mut mat = |name: String, rows: usize, k: usize| {
         seed_next = seed_next.wrapping_add(0x2545_f491_4f6c_dd1d);
-        Planned { name, ty, dims: vec![k as u64, rows as u64], fill: Fill::Random(seed_next) }
+        Planned { name, ty: dense_ty, dims: vec![k as u64, rows as u64], fill: Fill::Random(seed_next) }
     };
     let norm_of = |name: String, n: usize| {
         let fill = if random_norms { Fill::Norm(seed ^ name_hash(&name)) } else { Fill::Ones };
@@ -578,10 +609,15 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
         tensors.push(mat("output.weight".into(), sh.vocab, sh.n_embd));
     }
     tensors.push(norm("output_norm.weight".into()));
+    // An f32 vector of small values (biases, sinks) for layer i.
+    let small = |name: String, i: usize, n: usize| {
+        let s = seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9) ^ n as u64 ^ name_hash(&name);
+        Planned { name, ty: GgmlType::F32, dims: vec![n as u64], fill: Fill::Bias(s) }
+    };
     for i in 0..sh.n_layers {
         let p = |n: &str| format!("blk.{i}.{n}");
         tensors.push(norm(p("attn_norm.weight")));
-        tensors.push(norm(p("ffn_norm.weight")));
+        tensors.push(norm(p(if oss { "post_attention_norm.weight" } else { "ffn_norm.weight" })));
         if qk_norm {
             tensors.push(norm_of(p("attn_q_norm.weight"), d));
             tensors.push(norm_of(p("attn_k_norm.weight"), d));
@@ -597,15 +633,18 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
             tensors.push(mat(p("attn_k.weight"), sh.n_kv_head * d, sh.n_embd));
             tensors.push(mat(p("attn_v.weight"), sh.n_kv_head * d, sh.n_embd));
         }
-        if arch == "qwen2" {
+        if matches!(arch, "qwen2" | "gpt-oss") {
             for (name, n) in
                 [("attn_q.bias", sh.n_head * d), ("attn_k.bias", sh.n_kv_head * d), ("attn_v.bias", sh.n_kv_head * d)]
             {
-                let s = seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9) ^ n as u64;
-                tensors.push(Planned { name: p(name), ty: GgmlType::F32, dims: vec![n as u64], fill: Fill::Bias(s) });
+                tensors.push(small(p(name), i, n));
             }
         }
         tensors.push(mat(p("attn_output.weight"), sh.n_embd, sh.n_head * d));
+        if oss {
+            tensors.push(small(p("attn_output.bias"), i, sh.n_embd));
+            tensors.push(small(p("attn_sinks.weight"), i, sh.n_head));
+        }
         if let Some(e) = experts {
             // The router in F32 (as Qwen3-MoE files hold it), the experts 3-D.
             let router = mat(p("ffn_gate_inp.weight"), e.n_expert, sh.n_embd);
@@ -616,7 +655,19 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
                 ("ffn_down_exps.weight", sh.n_embd, e.n_ff_exp),
             ] {
                 let m = mat(p(name), rows, k);
-                tensors.push(Planned { dims: vec![k as u64, rows as u64, e.n_expert as u64], ..m });
+                tensors.push(Planned { ty, dims: vec![k as u64, rows as u64, e.n_expert as u64], ..m });
+            }
+            if oss {
+                // Biases: the router's [n_expert], the experts' 2-D [rows, n_expert].
+                tensors.push(small(p("ffn_gate_inp.bias"), i, e.n_expert));
+                for (name, rows) in [
+                    ("ffn_gate_exps.bias", e.n_ff_exp),
+                    ("ffn_up_exps.bias", e.n_ff_exp),
+                    ("ffn_down_exps.bias", sh.n_embd),
+                ] {
+                    let b = small(p(name), i, rows * e.n_expert);
+                    tensors.push(Planned { dims: vec![rows as u64, e.n_expert as u64], ..b });
+                }
             }
             continue;
         }

@@ -6,7 +6,7 @@ use candle_core::backend::BackendDevice;
 use vkml_candle::front::Tensor;
 use vkml_ops::nn::{GluActivation, RopeStyle};
 
-use crate::storage::{AttnParams, AttnRope, ModelStorage, MoeFfn, QkvPrologue};
+use crate::storage::{AttnExtras, AttnParams, AttnRope, ModelStorage, MoeFfn};
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -104,7 +104,7 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     /// Causal GQA attention over a KV cache ([`ModelStorage::attention`]): `q:
     /// f32[t, n_heads, d]`, `k`, `v: f32[t, n_kv_heads, d]`, q and k first rotated by
     /// `rope` = `(cos, sin, style)` where given (tables `f32[positions, rot / 2]`);
-    /// returns `f32[t, n_heads · d]`. `prologue` ([`QkvPrologue`] of tensors: the stacked
+    /// returns `f32[t, n_heads · d]`. `prologue` ([`AttnExtras`] of tensors: the stacked
     /// QKV bias `f32[(n_heads + 2 n_kv_heads) d]`, q/k norm weights `f32[d]`) is applied
     /// to the new heads first: by the storage's attention where
     /// [`ModelStorage::attention_fuses_prologue`] holds, else here with
@@ -121,7 +121,7 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
         caches: (&mut S::KvCache, &mut S::KvCache),
         pos0: usize,
         p: AttnParams,
-        prologue: QkvPrologue<'_, Self>,
+        prologue: AttnExtras<'_, Self>,
     ) -> CResult<Self>;
 
     /// [`ModelStorage::moe_ffn`] of `self: [t, n_embd]`: `[t, n_embd]`.
@@ -148,7 +148,7 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
         p: AttnParams,
         heads: (usize, usize),
         wo: Option<&S::QWeight>,
-        prologue: QkvPrologue<'_, Self>,
+        prologue: AttnExtras<'_, Self>,
     ) -> CResult<Option<Self>>;
 }
 
@@ -283,7 +283,7 @@ where
         caches: (&mut S::KvCache, &mut S::KvCache),
         pos0: usize,
         p: AttnParams,
-        prologue: QkvPrologue<'_, Self>,
+        prologue: AttnExtras<'_, Self>,
     ) -> CResult<Self> {
         let &[t, h, d] = q.dims() else { candle_core::bail!("attention takes q [t, heads, d], got {:?}", q.dims()) };
         if k.dims() != v.dims() || k.dims().len() != 3 || k.dims()[0] != t || k.dims()[2] != d {
@@ -291,7 +291,7 @@ where
         }
         let hk = k.dims()[1];
         check_prologue(&prologue, h, hk, d)?;
-        let fused = !prologue.is_none() && rope.is_some() && S::attention_fuses_prologue(q.device(), t, h, hk, d);
+        let fused = !prologue.no_prologue() && rope.is_some() && S::attention_fuses_prologue(q.device(), t, h, hk, d);
         // The prologue by the tensor ops where the storage does not take it.
         let (mut q, mut k, mut v) = (q.clone(), k.clone(), v.clone());
         if !fused {
@@ -307,7 +307,11 @@ where
                 k = k.rms_norm(w, eps)?;
             }
         }
-        let packed = PackedPrologue::new(if fused { prologue } else { QkvPrologue::none() })?;
+        let packed = PackedPrologue::new(if fused {
+            prologue
+        } else {
+            AttnExtras { sinks: prologue.sinks, ..AttnExtras::none() }
+        })?;
         let pro = packed.storages();
         let (q, k, v) = (&q, &k, &v);
         let tables = match rope {
@@ -373,7 +377,7 @@ where
         p: AttnParams,
         (n_heads, head_dim): (usize, usize),
         wo: Option<&S::QWeight>,
-        prologue: QkvPrologue<'_, Self>,
+        prologue: AttnExtras<'_, Self>,
     ) -> CResult<Option<Self>> {
         let (t, _) = norm_linear_dims(self, nw, wqkv, None, "rms_norm_qkv_attention")?;
         let n_kv_heads = (S::qweight_dims(wqkv).0 / head_dim.max(1)).saturating_sub(n_heads) / 2;
@@ -398,33 +402,38 @@ where
     }
 }
 
-/// Checks a prologue of tensors for `h` query and `hk` KV heads of `d`: the bias
-/// `[(h + 2 hk) d]`, the norm weights `[d]`.
-fn check_prologue<S: ModelStorage>(pro: &QkvPrologue<'_, Tensor<S>>, h: usize, hk: usize, d: usize) -> CResult<()>
+/// Checks an attention's extras of tensors for `h` query and `hk` KV heads of `d`: the bias
+/// `[(h + 2 hk) d]`, the norm weights `[d]`, the sinks `[h]`.
+fn check_prologue<S: ModelStorage>(pro: &AttnExtras<'_, Tensor<S>>, h: usize, hk: usize, d: usize) -> CResult<()>
 where
     S::Device: BackendDevice<Storage = S>,
 {
     if pro.bias.is_some_and(|b| b.dims() != [(h + 2 * hk) * d])
         || [pro.q_norm, pro.k_norm].iter().flatten().any(|(w, _)| w.dims() != [d])
+        || pro.sinks.is_some_and(|s| s.dims() != [h])
     {
-        candle_core::bail!("attention: the QKV bias must be [{}] and the q/k norm weights [{d}]", (h + 2 * hk) * d)
+        candle_core::bail!(
+            "attention: the QKV bias must be [{}], the q/k norm weights [{d}] and the sinks [{h}]",
+            (h + 2 * hk) * d
+        )
     }
     Ok(())
 }
 
-/// A prologue's tensors contiguous from element 0 of their storages, as the storages read
-/// them.
+/// An attention's extra tensors contiguous from element 0 of their storages, as the
+/// storages read them.
 struct PackedPrologue<S: ModelStorage> {
     bias: Option<Tensor<S>>,
     q_norm: Option<(Tensor<S>, f32)>,
     k_norm: Option<(Tensor<S>, f32)>,
+    sinks: Option<Tensor<S>>,
 }
 
 impl<S: ModelStorage> PackedPrologue<S>
 where
     S::Device: BackendDevice<Storage = S>,
 {
-    fn new(pro: QkvPrologue<'_, Tensor<S>>) -> CResult<Self> {
+    fn new(pro: AttnExtras<'_, Tensor<S>>) -> CResult<Self> {
         let packed = |x: &Tensor<S>| -> CResult<Tensor<S>> {
             let c = x.contiguous()?;
             if c.layout().start_offset() != 0 {
@@ -436,14 +445,16 @@ where
             bias: pro.bias.map(packed).transpose()?,
             q_norm: pro.q_norm.map(|(w, eps)| packed(w).map(|w| (w, eps))).transpose()?,
             k_norm: pro.k_norm.map(|(w, eps)| packed(w).map(|w| (w, eps))).transpose()?,
+            sinks: pro.sinks.map(packed).transpose()?,
         })
     }
 
-    fn storages(&self) -> QkvPrologue<'_, S> {
-        QkvPrologue {
+    fn storages(&self) -> AttnExtras<'_, S> {
+        AttnExtras {
             bias: self.bias.as_ref().map(|b| b.storage()),
             q_norm: self.q_norm.as_ref().map(|(w, eps)| (w.storage(), *eps)),
             k_norm: self.k_norm.as_ref().map(|(w, eps)| (w.storage(), *eps)),
+            sinks: self.sinks.as_ref().map(|s| s.storage()),
         }
     }
 }

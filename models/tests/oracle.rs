@@ -167,7 +167,8 @@ const Q8_REL_TOL: f32 = 3e-2;
 const Q8_REL_TOL_DEEP: f32 = 5e-2;
 
 /// Every architecture, on small shapes: qwen3 with a head dim other than n_embd / n_head,
-/// qwen3moe with it and 2 of 8 experts per token,
+/// qwen3moe with it and 2 of 8 experts per token, gpt-oss with it, 2 of 8 experts, three
+/// layers (two with a window of 5),
 /// gemma3 with seven layers (one global) and gemma2 with three (one global), each with a
 /// window of 5 that the 12-token prompt and the decode steps run past.
 #[test]
@@ -181,6 +182,11 @@ fn models_on_cpu_and_vulkan_agree_synthetic() {
         ("qwen2", shape, GgmlType::Q8_0),
         ("qwen3", qwen3, GgmlType::Q4_0),
         ("qwen3moe", SynthShape { arch: "qwen3moe", experts, ..qwen3 }, GgmlType::Q4_0),
+        (
+            "gpt-oss",
+            SynthShape { arch: "gpt-oss", experts, n_layers: 3, sliding_window: Some(5), ..qwen3 },
+            GgmlType::MXFP4,
+        ),
         ("gemma3", gemma3, GgmlType::Q8_0),
         ("gemma2", SynthShape { arch: "gemma2", n_layers: 3, ..gemma3 }, GgmlType::Q4_0),
         ("phi3", SynthShape { arch: "phi3", tied: false, ..shape }, GgmlType::Q4_0),

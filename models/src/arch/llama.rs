@@ -1,5 +1,5 @@
 //! `llama` and `mistral` (llama.cpp's `src/models/llama.cpp`), and the pre-norm decoder
-//! wiring they share with `qwen2`, `qwen3`, `qwen3moe` and `phi3`: per layer
+//! wiring they share with `qwen2`, `qwen3`, `qwen3moe`, `gpt-oss` and `phi3`: per layer
 //! `x += wo(attention(rope(qkv(rms_norm(x)))))`, then
 //! `x += down(act(gate(n)) * up(n))` with `n = rms_norm(x)`; final norm and output head.
 //! Llama 3.x's rope frequency factors come from the `rope_freqs.weight` tensor
@@ -33,9 +33,27 @@ pub struct DecoderOptions {
     pub qkv: QkvLayout,
     /// How gate and up are stored.
     pub gate_up: GateUpLayout,
-    /// A mixture of experts in place of the dense feed-forward (Qwen3-MoE): how the router
-    /// gates and whether the chosen weights are normalised.
-    pub moe: Option<(ExpertGating, bool)>,
+    /// A mixture of experts in place of the dense feed-forward (Qwen3-MoE, gpt-oss).
+    pub moe: Option<MoeOptions>,
+    /// The feed-forward's norm weight, `blk.N.{ffn_norm}` (`ffn_norm.weight`; gpt-oss's
+    /// `post_attention_norm.weight`).
+    pub ffn_norm: &'static str,
+    /// Sliding-window layers: with `n > 0`, layer `i` attends within
+    /// `{arch}.attention.sliding_window` positions where `i % n < n - 1` (llama.cpp's
+    /// `set_swa_pattern(n)`, `LLAMA_SWA_TYPE_STANDARD`; gpt-oss: 2, every even layer); 0 for
+    /// none.
+    pub swa_pattern: usize,
+}
+
+/// How a decoder's mixture of experts routes and gates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeOptions {
+    /// How the router's logits become the experts' weights.
+    pub gating: ExpertGating,
+    /// Whether the chosen weights are normalised to sum 1.
+    pub norm_w: bool,
+    /// The experts' gated activation.
+    pub act: GluActivation,
 }
 
 /// A layer's feed-forward: dense, or a mixture of experts.
@@ -86,6 +104,10 @@ where
     ) -> Result<Self> {
         let hp = Hparams::from_meta(m)?;
         let rope_cfg = RopeConfig::from_meta(m, hp.head_dim, opts.rope_style)?;
+        let window = match opts.swa_pattern {
+            0 => None,
+            _ => Some(m.req_u("attention.sliding_window")?).filter(|&w| w > 0),
+        };
         let mut w = Weights::new(m.file, devs.first(), sizes.weights, progress);
         let spec = AttentionSpec {
             n_embd: hp.n_embd,
@@ -109,17 +131,19 @@ where
         for i in 0..hp.n_layers {
             w.dev = devs.device(i);
             let p = |n: &str| format!("blk.{i}.{n}");
-            let act = GluActivation::Silu;
             let ffn = match (moe, opts.moe) {
-                (Some(mh), Some((gating, norm_w))) => {
-                    Ffn::Moe(MoeFeedForward::load(&mut w, i, hp.n_embd, &mh, gating, norm_w, act)?)
+                (Some(mh), Some(o)) => {
+                    Ffn::Moe(MoeFeedForward::load(&mut w, i, hp.n_embd, &mh, o.gating, o.norm_w, o.act)?)
                 }
-                _ => Ffn::Dense(FeedForward::load(&mut w, i, hp.n_embd, hp.n_ff, opts.gate_up, act)?),
+                _ => Ffn::Dense(FeedForward::load(&mut w, i, hp.n_embd, hp.n_ff, opts.gate_up, GluActivation::Silu)?),
             };
+            let n = opts.swa_pattern;
+            let swa = n > 0 && i % n < n - 1;
+            let spec = AttentionSpec { params: AttnParams { window: window.filter(|_| swa), ..spec.params }, ..spec };
             layers.push(Layer {
                 attn_norm: RmsNorm::load(&w, &p("attn_norm.weight"), hp.n_embd, hp.rms_eps)?,
                 attn: Attention::load(&mut w, i, spec)?,
-                ffn_norm: RmsNorm::load(&w, &p("ffn_norm.weight"), hp.n_embd, hp.rms_eps)?,
+                ffn_norm: RmsNorm::load(&w, &p(opts.ffn_norm), hp.n_embd, hp.rms_eps)?,
                 ffn,
             });
         }
@@ -146,7 +170,7 @@ where
         for (i, l) in self.layers.iter_mut().enumerate() {
             x = x.to_device(self.devs.device(i))?;
             let a = l.attn.forward(&x, &l.attn_norm, &self.rope[self.devs.index(i)], pos)?;
-            x.qmatmul_add_(&a, &l.attn.wo)?;
+            l.attn.output_residual(&mut x, &a)?;
             match &l.ffn {
                 Ffn::Dense(f) => f.forward_residual(&mut x, &l.ffn_norm)?,
                 Ffn::Moe(f) => f.forward_residual(&mut x, &l.ffn_norm)?,
@@ -168,4 +192,6 @@ pub const OPTIONS: DecoderOptions = DecoderOptions {
     qkv: QkvLayout::Split,
     gate_up: GateUpLayout::Split,
     moe: None,
+    ffn_norm: "ffn_norm.weight",
+    swa_pattern: 0,
 };

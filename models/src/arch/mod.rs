@@ -12,6 +12,7 @@
 
 pub mod gemma2;
 pub mod gemma3;
+pub mod gpt_oss;
 pub mod llama;
 pub mod phi3;
 pub mod qwen2;
@@ -41,7 +42,8 @@ pub struct Sizes {
 }
 
 /// The architectures [`load`] runs (`general.architecture` values).
-pub const ARCHITECTURES: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"];
+pub const ARCHITECTURES: &[&str] =
+    &["llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma2", "gemma3", "phi3"];
 
 /// A loaded decoder: its blocks, weights and KV caches. The runner
 /// ([`crate::runner::Runner`]) drives it one chunk of tokens at a time.
@@ -97,6 +99,7 @@ where
         "qwen2" => Box::new(Decoder::load(&m, devs, sizes, progress, qwen2::OPTIONS)?),
         "qwen3" => Box::new(Decoder::load(&m, devs, sizes, progress, qwen3::OPTIONS)?),
         "qwen3moe" => Box::new(Decoder::load(&m, devs, sizes, progress, qwen3moe::OPTIONS)?),
+        "gpt-oss" => Box::new(Decoder::load(&m, devs, sizes, progress, gpt_oss::OPTIONS)?),
         "gemma2" => Box::new(gemma2::load(&m, devs, sizes, progress)?),
         "gemma3" => Box::new(gemma3::load(&m, devs, sizes, progress)?),
         "phi3" => Box::new(Decoder::load(&m, devs, sizes, progress, phi3::options(&m))?),

@@ -23,5 +23,7 @@ pub fn options(m: &Meta<'_>) -> DecoderOptions {
         qkv: if fused { QkvLayout::Fused } else { QkvLayout::Split },
         gate_up: GateUpLayout::Fused,
         moe: None,
+        ffn_norm: "ffn_norm.weight",
+        swa_pattern: 0,
     }
 }

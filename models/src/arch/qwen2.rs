@@ -13,4 +13,6 @@ pub const OPTIONS: DecoderOptions = DecoderOptions {
     qkv: QkvLayout::Split,
     gate_up: GateUpLayout::Split,
     moe: None,
+    ffn_norm: "ffn_norm.weight",
+    swa_pattern: 0,
 };

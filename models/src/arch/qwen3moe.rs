@@ -6,9 +6,12 @@
 //! `{arch}.expert_feed_forward_length` ([`crate::config::MoeHparams`]).
 
 use vkml_ops::moe::ExpertGating;
+use vkml_ops::nn::GluActivation;
 
-use super::llama::DecoderOptions;
+use super::llama::{DecoderOptions, MoeOptions};
 
 /// How a `qwen3moe` file wires the decoder.
-pub const OPTIONS: DecoderOptions =
-    DecoderOptions { moe: Some((ExpertGating::Softmax, true)), ..super::qwen3::OPTIONS };
+pub const OPTIONS: DecoderOptions = DecoderOptions {
+    moe: Some(MoeOptions { gating: ExpertGating::Softmax, norm_w: true, act: GluActivation::Silu }),
+    ..super::qwen3::OPTIONS
+};

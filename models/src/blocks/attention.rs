@@ -9,7 +9,7 @@ use super::{RmsNorm, Stacked, Weights};
 use crate::arch::Sizes;
 use crate::error::{model_err, Result};
 use crate::rope::Rope;
-use crate::storage::{AttnParams, ModelStorage, QkvPrologue};
+use crate::storage::{AttnExtras, AttnParams, ModelStorage};
 use crate::tensor::ModelTensor;
 
 /// How a file stores the Q, K and V projections.
@@ -72,6 +72,11 @@ pub struct Attention<S: ModelStorage> {
     pub qk_norm: Option<(RmsNorm<S>, RmsNorm<S>)>,
     /// `blk.N.attn_output.weight`, `[n_embd, h]`.
     pub wo: S::QWeight,
+    /// `blk.N.attn_output.bias`, `f32[n_embd]`, where the file has it (gpt-oss).
+    pub wo_bias: Option<Tensor<S>>,
+    /// `blk.N.attn_sinks.weight`, `f32[n_head]`, where the file has it (gpt-oss): each
+    /// head's logit in its softmax denominator.
+    pub sinks: Option<Tensor<S>>,
     /// The shape and options.
     pub spec: AttentionSpec,
     k_cache: S::KvCache,
@@ -126,15 +131,38 @@ where
         } else {
             None
         };
+        let opt = |name: &str, n: usize| -> Result<Option<Tensor<S>>> {
+            if w.has(&p(name)) {
+                Ok(Some(Tensor::from_slice(&w.values(&p(name), n)?, n, w.dev)?))
+            } else {
+                Ok(None)
+            }
+        };
+        let (wo_bias, sinks) = (opt("attn_output.bias", e)?, opt("attn_sinks.weight", spec.n_head)?);
         Ok(Attention {
             wqkv,
             bias,
             qk_norm,
             wo: w.matrix(&p("attn_output.weight"), e, h)?,
+            wo_bias,
+            sinks,
             k_cache: S::kv_cache(w.dev, spec.n_kv_head, spec.kv_slots(), d)?,
             v_cache: S::kv_cache(w.dev, spec.n_kv_head, spec.kv_slots(), d)?,
             spec,
         })
+    }
+
+    /// `x += wo · a (+ the output bias where the file has one)`: the output projection of
+    /// the attention `a` added to the residual stream.
+    ///
+    /// # Errors
+    /// Shape mismatches, device errors.
+    pub fn output_residual(&self, x: &mut Tensor<S>, a: &Tensor<S>) -> Result<()> {
+        x.qmatmul_add_(a, &self.wo)?;
+        if let Some(b) = &self.wo_bias {
+            *x = x.broadcast_add(b)?;
+        }
+        Ok(())
     }
 
     /// The attention of `norm(x)` (`x: f32[t, n_embd]` at positions `pos..pos + t`), its
@@ -147,10 +175,11 @@ where
     pub fn forward(&mut self, x: &Tensor<S>, norm: &RmsNorm<S>, rope: &Rope<S>, pos: usize) -> Result<Tensor<S>> {
         let s = self.spec;
         let (t, nh, nkv, d) = (x.dims()[0], s.n_head, s.n_kv_head, s.head_dim);
-        let prologue = QkvPrologue {
+        let prologue = AttnExtras {
             bias: self.bias.as_ref(),
             q_norm: self.qk_norm.as_ref().map(|(qn, _)| (&qn.weight, qn.eps)),
             k_norm: self.qk_norm.as_ref().map(|(_, kn)| (&kn.weight, kn.eps)),
+            sinks: self.sinks.as_ref(),
         };
         // A prompt on a storage that rotates and appends in the QKV product's store.
         if let Stacked::One(w) = &self.wqkv {

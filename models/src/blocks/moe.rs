@@ -11,7 +11,7 @@ use vkml_ops::nn::GluActivation;
 use super::{RmsNorm, Weights};
 use crate::config::MoeHparams;
 use crate::error::Result;
-use crate::storage::{ExpertGateUp, ModelStorage, MoeFfn};
+use crate::storage::{ExpertGateUp, ModelStorage, MoeBiases, MoeFfn};
 use crate::tensor::ModelTensor;
 
 /// The experts' gate and up projections as loaded ([`MoeFeedForward::gate_up`]).
@@ -38,6 +38,10 @@ pub struct MoeFeedForward<S: ModelStorage> {
     pub routing: Routing,
     /// The experts' gate activation.
     pub act: GluActivation,
+    /// The router's and experts' biases where the file has them (gpt-oss): `f32[n_expert]`,
+    /// `f32[n_expert, 2 n_ff_exp]` (each expert's gate bias, then its up bias),
+    /// `f32[n_expert, n_embd]`.
+    pub biases: Option<(Tensor<S>, Tensor<S>, Tensor<S>)>,
 }
 
 impl<S: ModelStorage> MoeFeedForward<S>
@@ -45,7 +49,9 @@ where
     S::Device: BackendDevice<Storage = S>,
 {
     /// Layer `i`'s router and experts for `moe`'s counts, chosen by `gating` with the
-    /// weights normalised where `norm_w` (Qwen3-MoE: softmax, normalised).
+    /// weights normalised where `norm_w` (Qwen3-MoE: softmax, normalised), with the biases
+    /// `ffn_gate_inp.bias`, `ffn_{gate,up,down}_exps.bias` where the file has the router's
+    /// (gpt-oss: then all four).
     ///
     /// # Errors
     /// [`crate::Error::Model`] for missing or misshapen tensors (naming them); device
@@ -61,12 +67,27 @@ where
     ) -> Result<Self> {
         let p = |n: &str| format!("blk.{i}.{n}");
         let (e, f) = (moe.n_expert, moe.n_ff_exp);
+        let biases = if w.has(&p("ffn_gate_inp.bias")) {
+            let router = w.values(&p("ffn_gate_inp.bias"), e)?;
+            let (gate, up) = (w.values(&p("ffn_gate_exps.bias"), e * f)?, w.values(&p("ffn_up_exps.bias"), e * f)?);
+            let down = w.values(&p("ffn_down_exps.bias"), e * n_embd)?;
+            let gate_up: Vec<f32> =
+                (0..e).flat_map(|x| gate[x * f..(x + 1) * f].iter().chain(&up[x * f..(x + 1) * f]).copied()).collect();
+            Some((
+                Tensor::from_slice(&router, e, w.dev)?,
+                Tensor::from_slice(&gate_up, e * 2 * f, w.dev)?,
+                Tensor::from_slice(&down, e * n_embd, w.dev)?,
+            ))
+        } else {
+            None
+        };
         Ok(MoeFeedForward {
             router: w.matrix(&p("ffn_gate_inp.weight"), e, n_embd)?,
             gate_up: w.experts_gate_up(&p("ffn_gate_exps.weight"), &p("ffn_up_exps.weight"), e, f, n_embd)?,
             down: w.experts(&p("ffn_down_exps.weight"), e, n_embd, f)?,
             routing: Routing { n_expert: e, k: moe.n_expert_used, gating, norm_w, w_scale: moe.weights_scale },
             act,
+            biases,
         })
     }
 
@@ -79,7 +100,13 @@ where
             GateUpExperts::Stacked(w) => ExpertGateUp::Stacked(w),
             GateUpExperts::Split(g, u) => ExpertGateUp::Split(g, u),
         };
-        let w = MoeFfn { router: &self.router, gate_up, down: &self.down, routing: self.routing, act: self.act };
+        let biases = self.biases.as_ref().map(|(r, gu, d)| MoeBiases {
+            router: r.storage(),
+            gate_up: gu.storage(),
+            down: d.storage(),
+        });
+        let w =
+            MoeFfn { router: &self.router, gate_up, down: &self.down, routing: self.routing, act: self.act, biases };
         x.rms_norm_moe_ffn_add_(&norm.weight, norm.eps, &w)?;
         Ok(())
     }

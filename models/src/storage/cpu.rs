@@ -17,7 +17,7 @@ use vkml_candle::front::scratch_alloc;
 use super::cpu_blocks::{keeps_blocks, BlockMatrix};
 pub use super::cpu_loops::CpuKvCache;
 use super::cpu_loops::{self, f32s};
-use super::{AttnParams, AttnRope, DeviceChoice, ModelStorage, MoeFfn, QkvPrologue, WeightFormat};
+use super::{AttnExtras, AttnParams, AttnRope, DeviceChoice, ModelStorage, MoeFfn, WeightFormat};
 use crate::sampling::TokenChoice;
 
 type CResult<T> = candle_core::Result<T>;
@@ -202,8 +202,18 @@ impl ModelStorage for CpuStorage {
         }
         let t = l.dims()[0];
         let x = f32s(self, l)?;
-        let logits = w.router.matmul(self, l)?;
+        let mut logits = w.router.matmul(self, l)?;
         let act = cpu_loops::gated(w.act);
+        // gpt-oss's biases: the router's on the logits, the experts' below.
+        let vals = |b: &CpuStorage, n: usize| f32s(b, &Layout::contiguous(n)).map(|v| v.into_owned());
+        let biases = match w.biases {
+            Some(b) => Some((vals(b.gate_up, n_expert * 2 * n_ff)?, vals(b.down, n_expert * n_embd)?)),
+            None => None,
+        };
+        if let Some(b) = w.biases {
+            let rb = vals(b.router, n_expert)?;
+            logits.chunks_mut(n_expert).for_each(|row| row.iter_mut().zip(&rb).for_each(|(l, b)| *l += b));
+        }
         let mut y = vec![0f32; t * n_embd];
         for n in 0..t {
             let xr = &x[n * n_embd..(n + 1) * n_embd];
@@ -211,9 +221,17 @@ impl ModelStorage for CpuStorage {
             let mut acc = vec![0f64; n_embd];
             for (&e, &we) in ids.iter().zip(&weights) {
                 let [(gw, g0), (uw, u0)] = w.gate_up.rows_of(e, n_ff);
-                let (g, u) = (gw.rows_times(g0, n_ff, xr)?, uw.rows_times(u0, n_ff, xr)?);
+                let (mut g, mut u) = (gw.rows_times(g0, n_ff, xr)?, uw.rows_times(u0, n_ff, xr)?);
+                if let Some((gub, _)) = &biases {
+                    let eb = &gub[e * 2 * n_ff..(e + 1) * 2 * n_ff];
+                    g.iter_mut().zip(&eb[..n_ff]).for_each(|(g, b)| *g += b);
+                    u.iter_mut().zip(&eb[n_ff..]).for_each(|(u, b)| *u += b);
+                }
                 let h: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| act(g, u)).collect();
-                let d = w.down.rows_times(e * n_embd, n_embd, &h)?;
+                let mut d = w.down.rows_times(e * n_embd, n_embd, &h)?;
+                if let Some((_, db)) = &biases {
+                    d.iter_mut().zip(&db[e * n_embd..(e + 1) * n_embd]).for_each(|(d, b)| *d += b);
+                }
                 acc.iter_mut().zip(&d).for_each(|(a, &d)| *a += we * f64::from(d));
             }
             y[n * n_embd..(n + 1) * n_embd].iter_mut().zip(&acc).for_each(|(y, &a)| *y = a as f32);
@@ -277,11 +295,15 @@ impl ModelStorage for CpuStorage {
         v_cache: &mut CpuKvCache,
         pos0: usize,
         p: AttnParams,
-        prologue: QkvPrologue<'_, Self>,
+        prologue: AttnExtras<'_, Self>,
     ) -> CResult<Self> {
-        if !prologue.is_none() {
+        if !prologue.no_prologue() {
             candle_core::bail!("the CPU attention takes no QKV prologue (attention_fuses_prologue is false)")
         }
+        let sinks = match prologue.sinks {
+            Some(s) => Some(f32s(s, &Layout::contiguous(q.1.dims()[1]))?),
+            None => None,
+        };
         let (t, heads, d) = q.1.shape().dims3()?;
         let (mut q, mut k, v) = (f32s(q.0, q.1)?, f32s(k.0, k.1)?, f32s(v.0, v.1)?);
         if let Some(r) = rope {
@@ -291,7 +313,8 @@ impl ModelStorage for CpuStorage {
             q = cpu_loops::rope(&q, (t, heads, d), &cos, &sin, pos0, r.rot, r.style)?.into();
             k = cpu_loops::rope(&k, (t, hk, d), &cos, &sin, pos0, r.rot, r.style)?.into();
         }
-        Ok(CpuStorage::F32(cpu_loops::attention(&q, &k, &v, (heads, d), k_cache, v_cache, pos0, p)?))
+        let y = cpu_loops::attention(&q, &k, &v, (heads, d), k_cache, v_cache, pos0, p, sinks.as_deref())?;
+        Ok(CpuStorage::F32(y))
     }
 }
 
@@ -337,7 +360,14 @@ mod tests {
         );
         let routing = Routing { n_expert, k, gating: ExpertGating::Softmax, norm_w: true, w_scale: 0.0 };
         let gate_up = super::super::ExpertGateUp::Split(&gate, &up);
-        let w = MoeFfn::<CpuStorage> { router: &router, gate_up, down: &down, routing, act: GluActivation::Silu };
+        let w = MoeFfn::<CpuStorage> {
+            router: &router,
+            gate_up,
+            down: &down,
+            routing,
+            act: GluActivation::Silu,
+            biases: None,
+        };
         let got = match CpuStorage::F32(x.clone()).moe_ffn(&Layout::contiguous((t, n_embd)), &w).unwrap() {
             CpuStorage::F32(v) => v,
             _ => unreachable!(),
@@ -373,5 +403,86 @@ mod tests {
             }
         }
         assert!(chosen.windows(2).any(|c| c[0] != c[1]), "the tokens chose the same experts: {chosen:?}");
+    }
+
+    /// gpt-oss's block on the CPU storage (`MoeFfn::biases`, `ExpertGating::SoftmaxWeight`,
+    /// the clamped SwiGLU) against llama.cpp's `build_moe_ffn` for `openai-moe.cpp` restated
+    /// in f64: router bias on the logits, the top k logits' softmax as weights, gate and up
+    /// biases before `swiglu_oai`, down bias before the weighting.
+    #[test]
+    fn gpt_oss_moe_block_matches_build_moe_ffn() {
+        let (n_expert, k, n_embd, n_ff, t) = (6usize, 2usize, 16usize, 24usize, 3usize);
+        let mut seed = 11u64;
+        let mut rand = |n: usize, scale: f32| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    scale * ((seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
+                })
+                .collect()
+        };
+        let dense = |v: Vec<f32>, rows: usize, cols: usize| {
+            CpuWeight::Dense(Tensor::from_vec(v, (rows, cols), &candle_core::Device::Cpu).unwrap())
+        };
+        let (rw, gw, dw, x) = (
+            rand(n_expert * n_embd, 1.0),
+            rand(2 * n_expert * n_ff * n_embd, 1.0),
+            rand(n_expert * n_embd * n_ff, 1.0),
+            rand(t * n_embd, 2.0),
+        );
+        let (rb, gub, db) = (rand(n_expert, 2.0), rand(n_expert * 2 * n_ff, 3.0), rand(n_expert * n_embd, 1.0));
+        // Gate and up stacked per expert (rows of gw: expert e's gate, then its up).
+        let (router, gate_up, down) = (
+            dense(rw.clone(), n_expert, n_embd),
+            dense(gw.clone(), 2 * n_expert * n_ff, n_embd),
+            dense(dw.clone(), n_expert * n_embd, n_ff),
+        );
+        let (rbs, gubs, dbs) = (CpuStorage::F32(rb.clone()), CpuStorage::F32(gub.clone()), CpuStorage::F32(db.clone()));
+        let routing = Routing { n_expert, k, gating: ExpertGating::SoftmaxWeight, norm_w: false, w_scale: 0.0 };
+        let w = MoeFfn::<CpuStorage> {
+            router: &router,
+            gate_up: super::super::ExpertGateUp::Stacked(&gate_up),
+            down: &down,
+            routing,
+            act: GluActivation::SwigluOai,
+            biases: Some(super::super::MoeBiases { router: &rbs, gate_up: &gubs, down: &dbs }),
+        };
+        let got = match CpuStorage::F32(x.clone()).moe_ffn(&Layout::contiguous((t, n_embd)), &w).unwrap() {
+            CpuStorage::F32(v) => v,
+            _ => unreachable!(),
+        };
+        let dot = |w: &[f32], x: &[f64]| w.iter().zip(x).map(|(&a, b)| f64::from(a) * b).sum::<f64>();
+        for n in 0..t {
+            let xn: Vec<f64> = x[n * n_embd..(n + 1) * n_embd].iter().map(|&v| f64::from(v)).collect();
+            let logits: Vec<f64> =
+                (0..n_expert).map(|e| dot(&rw[e * n_embd..(e + 1) * n_embd], &xn) + f64::from(rb[e])).collect();
+            let mut ids: Vec<usize> = (0..n_expert).collect();
+            ids.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+            ids.truncate(k);
+            let z: f64 = ids.iter().map(|&e| (logits[e] - logits[ids[0]]).exp()).sum();
+            for o in 0..n_embd {
+                let want: f64 = ids
+                    .iter()
+                    .map(|&e| {
+                        let h: Vec<f64> = (0..n_ff)
+                            .map(|i| {
+                                let (gr, ur) = ((2 * e * n_ff + i) * n_embd, ((2 * e + 1) * n_ff + i) * n_embd);
+                                let g = dot(&gw[gr..gr + n_embd], &xn) + f64::from(gub[e * 2 * n_ff + i]);
+                                let u = dot(&gw[ur..ur + n_embd], &xn) + f64::from(gub[e * 2 * n_ff + n_ff + i]);
+                                let xg = g.min(7.0);
+                                xg / (1.0 + (-1.702 * xg).exp()) * (u.clamp(-7.0, 7.0) + 1.0)
+                            })
+                            .collect();
+                        let d = dot(&dw[(e * n_embd + o) * n_ff..(e * n_embd + o + 1) * n_ff], &h)
+                            + f64::from(db[e * n_embd + o]);
+                        (logits[e] - logits[ids[0]]).exp() / z * d
+                    })
+                    .sum();
+                let g = f64::from(got[n * n_embd + o]);
+                assert!((g - want).abs() <= 1e-5 * (1.0 + want.abs()), "token {n} output {o}: {g} against {want}");
+            }
+        }
     }
 }

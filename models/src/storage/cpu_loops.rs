@@ -173,7 +173,8 @@ impl CpuKvCache {
 /// [`super::ModelStorage::attention`] on the CPU: appends `k`, `v` (`f32[t, hk · d]`)
 /// to the caches, then for every query row `i` (position `pos0 + i`) and head `h`, the
 /// softmax over the visible positions of the scaled (and soft-capped) `q · k`, times V,
-/// for `q: f32[t, heads · d]`: `f32[t, heads · d]`.
+/// for `q: f32[t, heads · d]`: `f32[t, heads · d]`. With `sinks` (`[heads]`, gpt-oss) each
+/// head's sink joins its softmax's denominator (llama.cpp's `ggml_soft_max_add_sinks`).
 ///
 /// # Errors
 /// Shapes that do not fit, positions past the cache.
@@ -187,8 +188,12 @@ pub(super) fn attention(
     vc: &mut CpuKvCache,
     pos0: usize,
     p: AttnParams,
+    sinks: Option<&[f32]>,
 ) -> CResult<Vec<f32>> {
     let hk = kc.width / d.max(1);
+    if sinks.is_some_and(|s| s.len() != heads) {
+        candle_core::bail!("attention: {} sinks for {heads} query heads", sinks.map_or(0, |s| s.len()))
+    }
     if d == 0 || hk == 0 || hk * d != kc.width || vc.width != kc.width || !heads.is_multiple_of(hk) {
         candle_core::bail!("{heads} query heads of {d} over a cache of rows of {}", kc.width)
     }
@@ -219,8 +224,10 @@ pub(super) fn attention(
                     let s = dot(qh, &kc.row(j)[col..col + d]) * p.scale;
                     p.softcap.map_or(s, |c| (s / c).tanh() * c)
                 }));
-                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0f32;
+                // A sink (gpt-oss) joins the denominator without a value.
+                let sink = sinks.map(|s| s[h]);
+                let max = scores.iter().copied().chain(sink).fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = sink.map_or(0.0, |s| (s - max).exp());
                 for s in scores.iter_mut() {
                     *s = (*s - max).exp();
                     sum += *s;

@@ -67,7 +67,32 @@ pub struct MoeFfn<'a, S: ModelStorage> {
     pub routing: vkml_ops::moe::Routing,
     /// The gate's activation.
     pub act: GluActivation,
+    /// The router's and the experts' biases (gpt-oss), if any.
+    pub biases: Option<MoeBiases<'a, S>>,
 }
+
+/// A [`MoeFfn`]'s biases (gpt-oss), f32, contiguous from element 0: the router's added to
+/// its logits, each chosen expert's gate and up biases to its products before the
+/// activation, its down bias to its output before the weighting (llama.cpp's
+/// `build_moe_ffn`).
+#[derive(Debug)]
+pub struct MoeBiases<'a, S> {
+    /// `ffn_gate_inp.bias`, `[n_expert]`.
+    pub router: &'a S,
+    /// `ffn_gate_exps.bias` and `ffn_up_exps.bias` interleaved by expert, `[n_expert, 2
+    /// n_ff]`: each expert's gate bias, then its up bias.
+    pub gate_up: &'a S,
+    /// `ffn_down_exps.bias`, `[n_expert, n_embd]`.
+    pub down: &'a S,
+}
+
+// (By hand: the derives would ask `S: Clone`.)
+impl<S> Clone for MoeBiases<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<S> Copy for MoeBiases<'_, S> {}
 
 /// A weight and the row an expert's projection starts at ([`ExpertGateUp::rows_of`]).
 pub type ExpertRows<'a, S> = (&'a <S as ModelStorage>::QWeight, usize);
@@ -119,37 +144,42 @@ impl<S: ModelStorage> MoeFfn<'_, S> {
     }
 }
 
-/// What an attention call does to the new query, key and value heads before the rotation,
-/// in llama.cpp's order: the QKV bias added (Qwen2), then an RMS norm of each query and key
-/// head over the head dim (Qwen3, Gemma 3: `x / sqrt(mean(x²) + eps) * w`). Passed to
-/// [`ModelStorage::attention`] only where [`ModelStorage::attention_fuses_prologue`] holds;
-/// elsewhere the caller applies it with its own ops first ([`crate::tensor::ModelTensor::attention`]).
+/// What an attention call adds to the plain attention of its heads: before the rotation, in
+/// llama.cpp's order, the QKV bias added (Qwen2), then an RMS norm of each query and key
+/// head over the head dim (Qwen3, Gemma 3: `x / sqrt(mean(x²) + eps) * w`) — the prologue,
+/// passed to [`ModelStorage::attention`] only where [`ModelStorage::attention_fuses_prologue`]
+/// holds (elsewhere the caller applies it with its own ops first,
+/// [`crate::tensor::ModelTensor::attention`]); and the sinks (gpt-oss), one logit per query
+/// head in each row's softmax denominator, which every storage takes.
 #[derive(Debug)]
-pub struct QkvPrologue<'a, S> {
+pub struct AttnExtras<'a, S> {
     /// The stacked Q|K|V bias, f32 `[(n_heads + 2 n_kv_heads) d]`, contiguous from element 0.
     pub bias: Option<&'a S>,
     /// The query heads' norm: weight f32 `[d]` (contiguous from element 0) and eps.
     pub q_norm: Option<(&'a S, f32)>,
     /// The key heads' norm: weight f32 `[d]` (contiguous from element 0) and eps.
     pub k_norm: Option<(&'a S, f32)>,
+    /// The attention sinks, f32 `[n_heads]` (contiguous from element 0; llama.cpp's
+    /// `blk.N.attn_sinks`).
+    pub sinks: Option<&'a S>,
 }
 
 // (By hand: the derives would ask `S: Clone`.)
-impl<S> Clone for QkvPrologue<'_, S> {
+impl<S> Clone for AttnExtras<'_, S> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<S> Copy for QkvPrologue<'_, S> {}
+impl<S> Copy for AttnExtras<'_, S> {}
 
-impl<S> QkvPrologue<'_, S> {
-    /// The prologue that does nothing.
+impl<S> AttnExtras<'_, S> {
+    /// None of them.
     pub fn none() -> Self {
-        QkvPrologue { bias: None, q_norm: None, k_norm: None }
+        AttnExtras { bias: None, q_norm: None, k_norm: None, sinks: None }
     }
 
-    /// Whether it does nothing.
-    pub fn is_none(&self) -> bool {
+    /// Whether the prologue (bias, q/k norms) does nothing.
+    pub fn no_prologue(&self) -> bool {
         self.bias.is_none() && self.q_norm.is_none() && self.k_norm.is_none()
     }
 }
@@ -488,7 +518,7 @@ pub trait ModelStorage: BackendStorage + 'static {
         v_cache: &mut Self::KvCache,
         pos0: usize,
         p: AttnParams,
-        prologue: QkvPrologue<'_, Self>,
+        prologue: AttnExtras<'_, Self>,
     ) -> CResult<Self>;
 
     /// A prompt's attention from the residual stream in one call where the backend folds
@@ -518,13 +548,13 @@ pub trait ModelStorage: BackendStorage + 'static {
         _p: AttnParams,
         _n_heads: usize,
         _wo: Option<&Self::QWeight>,
-        _prologue: QkvPrologue<'_, Self>,
+        _prologue: AttnExtras<'_, Self>,
     ) -> CResult<Option<Self>> {
         Ok(None)
     }
 
     /// Whether [`ModelStorage::attention`] of `t` query tokens with `n_heads` query and
-    /// `n_kv_heads` KV heads of dimension `d`, with a rotation, takes a [`QkvPrologue`]
+    /// `n_kv_heads` KV heads of dimension `d`, with a rotation, takes a [`AttnExtras`]
     /// in the same work (Vulkan: always, in the decode attention's or `rope_kv.comp`'s
     /// prologue). Default: never.
     fn attention_fuses_prologue(

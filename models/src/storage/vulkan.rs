@@ -12,8 +12,8 @@ use vkml_ops::quant::{LinearEpilogue, PreNorm};
 use vkml_ops::Dtype;
 
 use super::{
-    rms_norm_glu_down_add_composed, rms_norm_linear_composed, rms_norm_linear_softcap_composed, AttnParams, AttnRope,
-    DeviceChoice, ExpertGateUp, ModelStorage, MoeFfn, QkvPrologue,
+    rms_norm_glu_down_add_composed, rms_norm_linear_composed, rms_norm_linear_softcap_composed, AttnExtras, AttnParams,
+    AttnRope, DeviceChoice, ExpertGateUp, ModelStorage, MoeFfn,
 };
 use crate::sampling::TokenChoice;
 
@@ -111,7 +111,12 @@ fn moe_ffn_into(
         ExpertGateUp::Stacked(m) => vkml_ops::moe::ExpertGateUp::Stacked(m),
         ExpertGateUp::Split(g, u) => vkml_ops::moe::ExpertGateUp::Split(g, u),
     };
-    let mw = vkml_ops::moe::MoeWeights { router: w.router, gate_up, down: w.down };
+    let biases = w.biases.map(|b| vkml_ops::moe::ExpertBiases {
+        router: b.router.buffer(),
+        gate_up: b.gate_up.buffer(),
+        down: b.down.buffer(),
+    });
+    let mw = vkml_ops::moe::MoeWeights { router: w.router, gate_up, down: w.down, biases };
     let opts = linear_options(dev);
     let out = (y, accumulate);
     dev.with_stream(|s| {
@@ -144,8 +149,14 @@ fn kv_rows(x: &VulkanStorage, l: &Layout) -> CResult<(VulkanStorage, usize, usiz
 }
 
 /// The causal attention shape of `t` queries of `h` heads at positions `pos0..` with `p`
-/// (one KV split): a window that covers every position masks nothing.
-fn attn_shape(t: usize, h: usize, pos0: usize, p: AttnParams) -> vkml_ops::attention::AttnShape<'static> {
+/// (one KV split) and `sinks` (f32 per head): a window that covers every position masks nothing.
+fn attn_shape(
+    t: usize,
+    h: usize,
+    pos0: usize,
+    p: AttnParams,
+    sinks: Option<&Buffer>,
+) -> vkml_ops::attention::AttnShape<'_> {
     let kv_len = pos0 + t;
     vkml_ops::attention::AttnShape {
         t_q: t,
@@ -157,7 +168,7 @@ fn attn_shape(t: usize, h: usize, pos0: usize, p: AttnParams) -> vkml_ops::atten
         softcap: p.softcap.unwrap_or(0.0),
         scale: p.scale,
         n_splits: 1,
-        sinks: None,
+        sinks,
     }
 }
 
@@ -189,7 +200,7 @@ fn head_rows((x, off, stride): &(VulkanStorage, usize, usize)) -> vkml_ops::atte
 }
 
 /// An attention call's prologue as the vkml-ops kernels take it.
-fn ops_prologue<'a>(p: &QkvPrologue<'a, VulkanStorage>) -> vkml_ops::attention::QkvPrologue<'a> {
+fn ops_prologue<'a>(p: &AttnExtras<'a, VulkanStorage>) -> vkml_ops::attention::QkvPrologue<'a> {
     vkml_ops::attention::QkvPrologue {
         bias: p.bias.map(|b| b.buffer()),
         q_norm: p.q_norm.map(|(w, eps)| (w.buffer(), eps)),
@@ -434,7 +445,7 @@ impl ModelStorage for VulkanStorage {
         v_cache: &mut Self::KvCache,
         pos0: usize,
         p: AttnParams,
-        prologue: QkvPrologue<'_, Self>,
+        prologue: AttnExtras<'_, Self>,
     ) -> CResult<Self> {
         use vkml_ops::attention;
         for (x, _) in [q, k, v] {
@@ -456,7 +467,7 @@ impl ModelStorage for VulkanStorage {
                 "attention in a step recorded for replay takes one rotated token (its position is read when it runs), got {t}"
             ),
         };
-        let mut sh = attn_shape(t, h, pos0, p);
+        let mut sh = attn_shape(t, h, pos0, p, prologue.sinks.map(|b| b.buffer()));
         // KV splits over the keys some query sees (a window's, not the whole context's), by
         // the rule of the kernel that runs.
         let caps = dev.hal().caps();
@@ -489,7 +500,7 @@ impl ModelStorage for VulkanStorage {
                  (vkml_ops::attention::decode_fuses_rope) on {dev:?}"
             )
         }
-        if !prologue.is_none() && rope.is_none() {
+        if !prologue.no_prologue() && rope.is_none() {
             candle_core::bail!("attention: a QKV prologue without a rotation (see attention_fuses_prologue)")
         }
         // Otherwise with a rotation: the prologue, rope of Q and K, and the cache append, in
@@ -542,7 +553,7 @@ impl ModelStorage for VulkanStorage {
         p: AttnParams,
         n_heads: usize,
         wo: Option<&Self::QWeight>,
-        prologue: QkvPrologue<'_, Self>,
+        prologue: AttnExtras<'_, Self>,
     ) -> CResult<Option<Self>> {
         use vkml_ops::attention::{self, RopeKv};
         let dev = self.device();
@@ -558,7 +569,7 @@ impl ModelStorage for VulkanStorage {
         let pro = ops_prologue(&prologue);
         let r = RopeKv { rope: rope_tables(&rope), n_heads, pos0, caches: (k_cache, v_cache), prologue: pro };
         let q_rot = norm_linear(self, l, nw, nwl, eps, wqkv, LinearEpilogue::RopeKv(r), n_heads * d)?;
-        let mut sh = attn_shape(t, n_heads, pos0, p);
+        let mut sh = attn_shape(t, n_heads, pos0, p, prologue.sinks.map(|b| b.buffer()));
         sh.n_splits = vkml_ops::tuning::attn_splits(t, sh.visible_len());
         let caps = dev.hal().caps();
         if wo.is_some_and(|wo| vkml_ops::quant::linear_reads_f16(caps, wo, t, &linear_options(dev)))
