@@ -575,8 +575,12 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
         kv(k("expert_used_count"), u(e.n_used));
         kv(k("expert_feed_forward_length"), u(e.n_ff_exp));
     }
-    if let (Some(w), "gemma2" | "gemma3" | "gpt-oss") = (sh.sliding_window, arch) {
+    if let (Some(w), "gemma2" | "gemma3") = (sh.sliding_window, arch) {
         kv(k("attention.sliding_window"), u(w));
+    }
+    if oss {
+        // (llama.cpp requires it; gpt-oss's own is 128)
+        kv(k("attention.sliding_window"), u(sh.sliding_window.unwrap_or(128)));
     }
     kv(k("attention.layer_norm_rms_epsilon"), GgufValue::F32(if random_norms { 1e-6 } else { 1e-5 }));
     kv(k("vocab_size"), u(sh.vocab));

@@ -215,8 +215,9 @@ fn forward_choose_samples_as_the_host_draws() {
 /// once, its position written before each submission) gives, for every architecture, the
 /// tokens of steps recorded one by one (`forward`, then the host's argmax or
 /// `choose_host` on its logits): 40 positions past a 12-token prompt, across the decode
-/// attention's split counts (one per 8 keys) and, for Gemma, a window of 5 over ring
-/// caches; greedy and sampled, settings changed mid-way (the step recorded again).
+/// attention's split counts (one per 8 keys) and, for Gemma and gpt-oss, a window of 5
+/// over ring caches (gpt-oss: sinks and experts too); greedy and sampled, settings changed
+/// mid-way (the step recorded again).
 #[test]
 fn replayed_steps_decode_as_steps_recorded_one_by_one() {
     let dev = vd(4);
@@ -232,6 +233,17 @@ fn replayed_steps_decode_as_steps_recorded_one_by_one() {
         ("gemma3", gemma3),
         ("gemma2", SynthShape { arch: "gemma2", n_layers: 3, ..gemma3 }),
         ("phi3", SynthShape { arch: "phi3", tied: false, ..shape }),
+        (
+            "gpt-oss",
+            SynthShape {
+                arch: "gpt-oss",
+                head_dim: Some(64),
+                sliding_window: Some(5),
+                n_layers: 3,
+                experts: Some(vkml_models::synth::SynthExperts { n_expert: 8, n_used: 2, n_ff_exp: 64 }),
+                ..shape
+            },
+        ),
     ] {
         let file = synthetic_model(arch, &shape, vkml_quant::GgmlType::Q4_0, 11).unwrap();
         let prompt: Vec<u32> = (0..12u32).map(|i| (i * 37 + 5) % shape.vocab as u32).collect();
