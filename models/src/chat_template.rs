@@ -1,7 +1,8 @@
 //! Chat templates: the Jinja a GGUF file carries in `tokenizer.chat_template`, rendered
 //! with minijinja (and minijinja-contrib's Python string methods) the way `transformers`'
 //! `apply_chat_template` renders it: a `messages` list of `{role, content}` maps,
-//! `add_generation_prompt`, `bos_token`, `eos_token` and a `raise_exception` function.
+//! `add_generation_prompt`, `bos_token`, `eos_token` and the functions `raise_exception` and
+//! `strftime_now` (`transformers`' helpers).
 //!
 //! A template comes from the model file, so it is untrusted code. Every rendering is
 //! bounded:
@@ -149,6 +150,23 @@ pub fn render(
     }
 }
 
+/// `transformers`' `strftime_now(format)` for templates (gpt-oss's writes the current date):
+/// the local time in C strftime `format` (chrono's reading of it).
+///
+/// # Errors
+/// A format chrono does not take, or one past 256 bytes.
+fn strftime_now(format: String) -> std::result::Result<String, minijinja::Error> {
+    use std::fmt::Write;
+    let bad = |what: String| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, what);
+    if format.len() > 256 {
+        return Err(bad(format!("strftime_now: a format of {} bytes (at most 256)", format.len())));
+    }
+    let mut out = String::new();
+    write!(out, "{}", chrono::Local::now().format(&format))
+        .map_err(|_| bad(format!("strftime_now: {format:?} is not a strftime format")))?;
+    Ok(out)
+}
+
 /// llama.cpp's built-in Gemma template (`llm_chat_apply_template`,
 /// `LLM_CHAT_TEMPLATE_GEMMA`) for files without `tokenizer.chat_template`: Gemma has no
 /// system turn, so system messages (trimmed) open the next user turn; `assistant` is
@@ -210,6 +228,7 @@ fn render_here(
     env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
         Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
     });
+    env.add_function("strftime_now", strftime_now);
     env.add_template("chat", template).map_err(err)?;
     let messages: Vec<_> =
         messages.iter().map(|m| minijinja::context! { role => m.role, content => m.content }).collect();
@@ -367,6 +386,34 @@ mod tests {
 
     /// llama.cpp's Gemma template: the system message opens the next user turn, the
     /// assistant is `model`, contents trimmed (`llm_chat_apply_template`).
+    /// What gpt-oss's (Harmony) template uses beyond a plain loop: macros, `namespace`,
+    /// `strftime_now` (today's date), slices from `loop.index`, `in` on a message map,
+    /// `tojson`; and a format strftime cannot take is an error naming it.
+    #[test]
+    fn renders_harmony_style_templates() {
+        let t = r#"{%- macro system() -%}{{ "Current date: " + strftime_now("%Y-%m-%d") }}{%- endmacro -%}
+<|start|>system<|message|>{{ system() }}<|end|>
+{%- set last = namespace(role=none) -%}
+{%- for m in messages -%}
+{%- set later = messages[loop.index:] | length -%}
+<|start|>{{ m.role }}<|message|>{{ m.content }}{{ "<|end|>" if later else "<|return|>" }}
+{%- if "content" in m %}{% set last.role = m.role %}{% endif -%}
+{%- endfor -%}
+{{ {"last": last.role} | tojson }}{% if add_generation_prompt %}<|start|>assistant{% endif %}"#;
+        let msgs = [ChatMessage::new("user", "Hi"), ChatMessage::new("assistant", "Hello")];
+        let got = render(t, &msgs, "", "", true).unwrap();
+        let today = chrono::Local::now().format("%Y-%m-%d").to_string();
+        assert_eq!(
+            got,
+            format!(
+                "<|start|>system<|message|>Current date: {today}<|end|><|start|>user<|message|>Hi<|end|>\
+                 <|start|>assistant<|message|>Hello<|return|>{{\"last\":\"assistant\"}}<|start|>assistant"
+            )
+        );
+        let e = render("{{ strftime_now('%Q%') }}", &msgs, "", "", true).unwrap_err().to_string();
+        assert!(e.contains("not a strftime format"), "{e}");
+    }
+
     #[test]
     fn gemma_builtin_matches_llama_cpp() {
         let msgs = [
