@@ -13,7 +13,7 @@ use vkml_quant::GgmlType;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The model shape: smollm2-135m, llama-1b, llama-7b, llama-8b, llama-70b, llama-90b, qwen3-0.6b, gemma2-2b,
-    /// gemma3-270m, gemma3-1b, phi3-mini or qwen3moe-30b-a3b.
+    /// gemma3-270m, gemma3-1b, phi3-mini, qwen3moe-30b-a3b or gpt-oss-20b.
     #[arg(long)]
     shape: String,
     /// GGML type of every matrix (embedding and output included; norms stay F32), e.g.
@@ -21,7 +21,8 @@ pub struct Args {
     #[arg(long = "type", default_value = "Q4_0")]
     ty: String,
     /// GGUF architecture: llama, mistral, qwen2 (Q/K/V biases), qwen3 (q/k norms), qwen3moe (q/k norms,
-    /// experts: only for a shape with experts), gemma2
+    /// experts: only for a shape with experts), gpt-oss (biases, sinks, experts with biases; MXFP4
+    /// experts with Q8_0 elsewhere for --type MXFP4), gemma2
     /// (post norms, soft-caps, sliding window), gemma3 (q/k and post norms, sliding window)
     /// or phi3 (fused QKV and gate|up); default: the shape's own.
     #[arg(long)]

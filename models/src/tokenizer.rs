@@ -5,7 +5,8 @@
 //! - `tokenizer.ggml.model = "gpt2"`: byte-level BPE from `tokens` and `merges`; the
 //!   pre-tokenizer follows `tokenizer.ggml.pre` as llama.cpp's `llama-vocab.cpp` maps it
 //!   (`default`/`gpt2`: GPT-2's split; `smollm`: single digits, then GPT-2's split;
-//!   `llama-bpe`/`llama3`: Llama 3's split; `qwen2`: Llama 3's with single digits).
+//!   `llama-bpe`/`llama3`: Llama 3's split; `qwen2`: Llama 3's with single digits;
+//!   `gpt-4o`: o200k's split, as gpt-oss's vocabulary uses it).
 //! - `tokenizer.ggml.model = "llama"`: SentencePiece BPE with byte fallback, from
 //!   `tokens` and `scores`; merges are derived from the scores as HF's
 //!   `SentencePieceExtractor` does (a merge for every split of a piece into two pieces,
@@ -38,6 +39,15 @@ use crate::error::{Error, Result};
 const QWEN2_SPLIT: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// o200k's pre-tokenizer split (the `tokenizer.json` pattern of gpt-4o and gpt-oss;
+/// llama.cpp `LLAMA_VOCAB_PRE_TYPE_GPT4O`): words split before capitals (a run of upper
+/// case, then lower case), contractions kept with their word, digits in groups of up to 3.
+const GPT4O_SPLIT: &str = concat!(
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+);
+
 /// Llama 3's pre-tokenizer split (llama.cpp `LLAMA_VOCAB_PRE_TYPE_LLAMA3`).
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
@@ -69,7 +79,10 @@ pub struct GgufTokenizer {
     /// `tokenizer.ggml.eos_token_id`.
     pub eos: Option<u32>,
     /// Token ids that end generation: EOS, plus `<|im_end|>`, `<|eot_id|>`,
-    /// `<end_of_turn>` and `<|end|>` where the vocabulary has them.
+    /// `<end_of_turn>`, `<|end|>`, `<|endoftext|>`, `<|return|>` and `<|call|>` where the
+    /// vocabulary has them; but not `<|end|>` in a vocabulary with both `<|return|>` and
+    /// `<|call|>` (gpt-oss's o200k_harmony, where `<|end|>` closes a channel message and
+    /// the final answer follows; llama.cpp's rule).
     pub stop: Vec<u32>,
     /// `tokenizer.ggml.add_bos_token` (default: true for `llama`, false for `gpt2`).
     pub add_bos: bool,
@@ -134,8 +147,12 @@ impl GgufTokenizer {
                 let pre_tok: PreTokenizerWrapper = match pre {
                     "default" | "gpt2" | "gpt-2" => byte_level(true),
                     "smollm" => PreSequence::new(vec![Digits::new(true).into(), byte_level(true)]).into(),
-                    "llama-bpe" | "llama3" | "qwen2" => {
-                        let re = if pre == "qwen2" { QWEN2_SPLIT } else { LLAMA3_SPLIT };
+                    "llama-bpe" | "llama3" | "qwen2" | "gpt-4o" => {
+                        let re = match pre {
+                            "qwen2" => QWEN2_SPLIT,
+                            "gpt-4o" => GPT4O_SPLIT,
+                            _ => LLAMA3_SPLIT,
+                        };
                         let split = Split::new(
                             SplitPattern::Regex(re.into()),
                             SplitDelimiterBehavior::Isolated,
@@ -146,7 +163,7 @@ impl GgufTokenizer {
                     }
                     other => {
                         return Err(tok_err(format!(
-                        "gpt2 pre-tokenizer {other:?} is not supported (supported: default, gpt2, smollm, llama-bpe, qwen2)"
+                        "gpt2 pre-tokenizer {other:?} is not supported (supported: default, gpt2, smollm, llama-bpe, qwen2, gpt-4o)"
                     )))
                     }
                 };
@@ -222,13 +239,19 @@ impl GgufTokenizer {
             Some(GgufValue::Bool(b)) => *b,
             _ => model == "llama",
         };
+        let find = |s: &str| tokens.iter().position(|t| t == s).map(|i| i as u32);
+        let harmony = find("<|return|>").is_some() && find("<|call|>").is_some();
         let mut stop: Vec<u32> = eos.into_iter().collect();
-        for s in ["<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>"] {
-            if let Some(i) = tokens.iter().position(|t| t == s) {
-                if !stop.contains(&(i as u32)) {
-                    stop.push(i as u32);
+        for s in ["<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "<|return|>", "<|call|>"] {
+            if let Some(i) = find(s) {
+                if !stop.contains(&i) {
+                    stop.push(i);
                 }
             }
+        }
+        if harmony {
+            let end = find("<|end|>");
+            stop.retain(|&i| Some(i) != end);
         }
         let chat_template = f.get("tokenizer.chat_template").and_then(GgufValue::as_str).map(str::to_string);
         Ok(GgufTokenizer { inner, bos, eos, stop, add_bos, chat_template, tokens: tokens.to_vec() })
@@ -400,5 +423,44 @@ mod hostile_vocabulary {
         let tok = GgufTokenizer::from_gguf(&f).unwrap();
         assert!(t0.elapsed().as_millis() < 1500, "{:?}", t0.elapsed());
         assert_eq!(tok.decode(&tok.encode("ab ab", false).unwrap()).unwrap(), "ab ab");
+    }
+}
+
+#[cfg(test)]
+mod harmony {
+    use super::*;
+    use vkml_quant::gguf::GgufWriter;
+
+    /// A byte-level vocabulary of letters and digits, merges `o W` and `3 4`, the Harmony
+    /// specials, as a GGUF of `gpt2` model with pre-tokenizer `pre`.
+    fn vocab(pre: &str) -> GgufTokenizer {
+        let mut tokens: Vec<String> = "HelloWrd12345".chars().map(String::from).collect();
+        tokens.sort();
+        tokens.dedup();
+        tokens.extend(["oW", "34", "<|start|>", "<|end|>", "<|return|>", "<|call|>"].map(String::from));
+        let types: Vec<i32> = tokens.iter().map(|t| if t.starts_with("<|") { 3 } else { 1 }).collect();
+        let mut w = GgufWriter::new();
+        w.push_kv("tokenizer.ggml.model", GgufValue::String("gpt2".into()));
+        w.push_kv("tokenizer.ggml.pre", GgufValue::String(pre.into()));
+        w.push_kv("tokenizer.ggml.tokens", GgufValue::Array(GgufArray::String(tokens)));
+        w.push_kv("tokenizer.ggml.token_type", GgufValue::Array(GgufArray::I32(types)));
+        w.push_kv("tokenizer.ggml.merges", GgufValue::Array(GgufArray::String(vec!["o W".into(), "3 4".into()])));
+        GgufTokenizer::from_gguf(&GgufFile::from_vec(w.to_bytes().unwrap()).unwrap()).unwrap()
+    }
+
+    /// gpt-4o's split keeps a merge from crossing a capital or a group of three digits
+    /// (GPT-2's does not split there); `<|return|>` and `<|call|>` stop, `<|end|>` does not.
+    #[test]
+    fn gpt4o_split_and_harmony_stops() {
+        let (o200k, gpt2) = (vocab("gpt-4o"), vocab("gpt2"));
+        let id = |t: &GgufTokenizer, s: &str| t.tokens.iter().position(|x| x == s).unwrap() as u32;
+        for text in ["HelloWorld", "12345"] {
+            let (a, b) = (o200k.encode(text, false).unwrap(), gpt2.encode(text, false).unwrap());
+            assert!(!a.contains(&id(&o200k, "oW")) && !a.contains(&id(&o200k, "34")), "{text}: {a:?}");
+            assert!(b.contains(&id(&gpt2, "oW")) || b.contains(&id(&gpt2, "34")), "{text}: {b:?}");
+            assert_eq!(o200k.decode(&a).unwrap(), text);
+        }
+        let stops: Vec<u32> = ["<|return|>", "<|call|>"].iter().map(|s| id(&o200k, s)).collect();
+        assert_eq!(o200k.stop, stops);
     }
 }
