@@ -5,7 +5,7 @@
 //! routing, the chosen experts' products (expert-indexed mat-vecs for decode,
 //! `quant::mat_vec_id*`; grouped mat-mats for prompts, `quant::mat_mat_id`) and the
 //! weighted sums (`moe_weighted_sum`), with gpt-oss's biases ([`ExpertBiases`]: the router's
-//! added to the logits, the experts' by [`add_id`]). The ids stay on the device throughout.
+//! in the routing, gate and up by [`add_id`], down in the weighted sums). The ids stay on the device throughout.
 
 use vkml_hal::{Buffer, Stream};
 
@@ -47,7 +47,8 @@ pub const MAX_EXPERTS: usize = 1024;
 /// Most experts per token (`moe_route.comp`'s `MAX_USED`).
 pub const MAX_USED: usize = 64;
 
-/// Records the routing of `t` tokens: `logits: f32[t, n_expert]` (packed) to `ids: u32[t,
+/// Records the routing of `t` tokens: `logits: f32[t, n_expert]` (packed; plus
+/// `logit_bias: f32[n_expert]` where given, the router's own bias as gpt-oss has it) to `ids: u32[t,
 /// k]` (each row's experts by decreasing probability plus `bias`, ties to the lower id) and
 /// `weights: f32[t, k]` (the chosen probabilities, softmaxed over the k for
 /// [`ExpertGating::SoftmaxWeight`], normalised and scaled as [`Routing`] says). `bias:
@@ -59,7 +60,7 @@ pub const MAX_USED: usize = 64;
 /// errors.
 pub fn route(
     s: &mut Stream,
-    logits: &Buffer,
+    (logits, logit_bias): (&Buffer, Option<&Buffer>),
     t: usize,
     r: Routing,
     bias: Option<&Buffer>,
@@ -85,8 +86,8 @@ pub fn route(
             weights.size()
         ));
     }
-    if bias.is_some_and(|b| b.size() < 4 * n) {
-        return bad(format!("the selection bias needs {} bytes", 4 * n));
+    if bias.is_some_and(|b| b.size() < 4 * n) || logit_bias.is_some_and(|b| b.size() < 4 * n) {
+        return bad(format!("the selection and router biases need {} bytes", 4 * n));
     }
     if t == 0 {
         return Ok(());
@@ -107,9 +108,12 @@ pub fn route(
         u32::from(bias.is_some()),
         u32::from(r.norm_w),
         r.w_scale.to_bits(),
+        u32::from(logit_bias.is_some()),
     ]);
     let g = grid(&dev, "moe::route", rows)?;
-    s.dispatch(&p, &[logits.into(), bias.unwrap_or(logits).into(), ids.into(), weights.into()], &pc, g)?;
+    let bindings =
+        [logits.into(), bias.unwrap_or(logits).into(), ids.into(), weights.into(), logit_bias.unwrap_or(logits).into()];
+    s.dispatch(&p, &bindings, &pc, g)?;
     Ok(())
 }
 
@@ -397,8 +401,7 @@ fn ffn_chunk(
         let xn16 = scratch(2 * tc * n_embd)?;
         crate::nn::rms_norm_f16_out(s, xc, Some(n.weight), tc, n_embd, n.eps, &xn16)?;
         crate::quant::linear_f16(s, w.router, &xn16, tc, &logits, LinearEpilogue::Store, opts)?;
-        router_bias(s, w, &logits, tc, r.n_expert)?;
-        route(s, &logits, tc, r, None, &ids, &weights)?;
+        route(s, (&logits, w.biases.map(|b| b.router)), tc, r, None, &ids, &weights)?;
         return grouped(s, w, r, act, (&xn16, true), tc, &ids, &weights, yc, accumulate);
     }
     // One token: the norm in the router's and the gate|up kernels; more: a pass.
@@ -411,8 +414,7 @@ fn ffn_chunk(
         _ => (xc.clone(), norm),
     };
     linear(s, w.router, &xc, tc, fold, &logits, LinearEpilogue::Store, opts)?;
-    router_bias(s, w, &logits, tc, r.n_expert)?;
-    route(s, &logits, tc, r, None, &ids, &weights)?;
+    route(s, (&logits, w.biases.map(|b| b.router)), tc, r, None, &ids, &weights)?;
     if tc >= opts.mat_mat_from {
         return grouped(s, w, r, act, (&xc, false), tc, &ids, &weights, yc, accumulate);
     }
@@ -449,18 +451,8 @@ fn ffn_chunk(
     }
     let d = scratch(4 * slots * n_embd)?;
     mat_vec_id(s, w.down, r.n_expert, &ids, slots, &h, 1, &d)?;
-    if let Some(b) = w.biases {
-        eb(s, &d, n_embd, b.down, n_embd, 0)?;
-    }
-    weighted_sums(s, &weights, &d, tc, k, n_embd, yc, accumulate)
-}
-
-/// Adds the router's bias (where `w` has biases) to the logits of `t` tokens.
-fn router_bias(s: &mut Stream, w: &MoeWeights<'_>, logits: &Buffer, t: usize, n_expert: usize) -> Result<()> {
-    match w.biases {
-        Some(b) => crate::nn::add_bias(s, crate::Dtype::F32, logits, b.router, t, n_expert),
-        None => Ok(()),
-    }
+    let down_bias = w.biases.map(|b| (&ids, b.down));
+    weighted_sums(s, &weights, (&d, down_bias), tc, k, n_embd, yc, accumulate)
 }
 
 /// Whether the router's and the experts' gate and up mat-mats of `t` tokens all read f16 x
@@ -534,19 +526,17 @@ fn grouped(
     }
     let d = scratch(4 * n_slots * n_embd)?;
     mat_mat_id(s, w.down, r.n_expert, &g, &h, (1, h_f16), &d, None)?;
-    if let Some(b) = w.biases {
-        eb(s, &d, n_embd, b.down, n_embd, 0)?;
-    }
-    weighted_sums(s, weights, &d, t, k, n_embd, y, accumulate)
+    weighted_sums(s, weights, (&d, w.biases.map(|b| (ids, b.down))), t, k, n_embd, y, accumulate)
 }
 
-/// `y[n] (+)= Σ_j weights[n, j] d[n k + j]` over `[n_embd]` rows for each token `n` (added to
-/// `y` where `accumulate`): `moe_weighted_sum`, one pass.
+/// `y[n] (+)= Σ_j weights[n, j] (d[n k + j] (+ b[ids[n k + j]]))` over `[n_embd]` rows for
+/// each token `n` (added to `y` where `accumulate`; each slot's expert bias `b: f32[n_expert,
+/// n_embd]` where `bias` gives `(ids, b)`, gpt-oss's down bias): `moe_weighted_sum`, one pass.
 #[allow(clippy::too_many_arguments)]
 fn weighted_sums(
     s: &mut Stream,
     weights: &Buffer,
-    d: &Buffer,
+    (d, bias): (&Buffer, Option<(&Buffer, &Buffer)>),
     t: usize,
     k: usize,
     n_embd: usize,
@@ -555,8 +545,9 @@ fn weighted_sums(
 ) -> Result<()> {
     let dev = s.device().clone();
     let p = pipeline(&dev, "moe_weighted_sum", 256)?;
-    let pc = push_words(&[k as u32, n_embd as u32, u32::from(accumulate)]);
+    let pc = push_words(&[k as u32, n_embd as u32, u32::from(accumulate), u32::from(bias.is_some())]);
     let groups = [n_embd.div_ceil(256) as u32, t as u32, 1];
-    s.dispatch(&p, &[weights.into(), d.into(), y.into()], &pc, groups)?;
+    let (ids, b) = bias.unwrap_or((weights, weights));
+    s.dispatch(&p, &[weights.into(), d.into(), y.into(), ids.into(), b.into()], &pc, groups)?;
     Ok(())
 }

@@ -106,7 +106,7 @@ fn routing_on(dev: &'static vkml_hal::Device) {
         let ids = dev.alloc(4 * (t * k) as u64, MemoryKind::DeviceLocal).unwrap();
         let w = dev.alloc(4 * (t * k) as u64, MemoryKind::DeviceLocal).unwrap();
         let mut s = Stream::new(dev).unwrap();
-        route(&mut s, &lb, t, r, with_bias.then_some(&bb), &ids, &w).unwrap();
+        route(&mut s, (&lb, None), t, r, with_bias.then_some(&bb), &ids, &w).unwrap();
         s.finish_and_wait().unwrap();
         let (ids, w) = (ids.to_vec::<u32>().unwrap(), w.to_vec::<f32>().unwrap());
         for row in 0..t {
@@ -128,7 +128,7 @@ fn routing_on(dev: &'static vkml_hal::Device) {
         dev.alloc(4 * 6, MemoryKind::DeviceLocal).unwrap(),
     );
     let mut s = Stream::new(dev).unwrap();
-    route(&mut s, &lb, 1, r, None, &ids, &w).unwrap();
+    route(&mut s, (&lb, None), 1, r, None, &ids, &w).unwrap();
     s.finish_and_wait().unwrap();
     assert_eq!(ids.to_vec::<u32>().unwrap(), [2, 5, 8, 11, 14, 1], "ties");
     assert_eq!(reference(&l, r, None).0, [2, 5, 8, 11, 14, 1], "the reference's ties");
@@ -142,10 +142,10 @@ fn bad_routings_are_clear_errors() {
     let b = dev.alloc(4 * 64, MemoryKind::DeviceLocal).unwrap();
     let mut s = Stream::new(dev).unwrap();
     let r = Routing { n_expert: 8, k: 9, gating: ExpertGating::Softmax, norm_w: true, w_scale: 0.0 };
-    let e = route(&mut s, &b, 1, r, None, &b, &b).unwrap_err().to_string();
+    let e = route(&mut s, (&b, None), 1, r, None, &b, &b).unwrap_err().to_string();
     assert!(e.contains("9 per token"), "{e}");
     let r = Routing { n_expert: 64, k: 4, ..r };
-    let e = route(&mut s, &b, 2, r, None, &b, &b).unwrap_err().to_string();
+    let e = route(&mut s, (&b, None), 2, r, None, &b, &b).unwrap_err().to_string();
     assert!(e.contains("2 tokens need logits of 512 bytes"), "{e}");
 }
 

@@ -5,7 +5,8 @@
 //! variant sigmoid_sg SIGMOID=1 SUBGROUP_REDUCE=1
 //! variant softmax_weight_sg SOFTMAX_WEIGHT=1 SUBGROUP_REDUCE=1
 // Mixture-of-experts routing, one workgroup per token (llama.cpp's build_moe_ffn, its
-// gating functions LLAMA_EXPERT_GATING_FUNC_TYPE_*): from the router's logits l [n],
+// gating functions LLAMA_EXPERT_GATING_FUNC_TYPE_*): from the router's logits l [n] (plus
+// the router's bias where has_logit_bias: gpt-oss's ffn_gate_inp.bias),
 //   probs = softmax(l) (SOFTMAX), sigmoid(l) (SIGMOID), or l itself (SOFTMAX_WEIGHT);
 //   the k experts of largest probs + bias (bias: the selection bias exp_probs_b, when given;
 //   ties to the lower index), in decreasing order;
@@ -14,8 +15,9 @@
 // The softmax's max and sum are workgroup reductions (include/reduce.glsl: subgroup
 // arithmetic in the *_sg variants, a shared-memory tree otherwise).
 // Bindings: 0 = logits f32 [t, n], 1 = bias f32 [n] (logits stand in without one), 2 = ids
-// u32 [t, k], 3 = weights f32 [t, k]. Push constants: n (at most MAX_EXPERTS), k (at most
-// MAX_USED), has_bias, norm_w, w_scale (f32 bits; 0: none). Grid: x (then y) over tokens.
+// u32 [t, k], 3 = weights f32 [t, k], 4 = the router's bias f32 [n] (logits stand in).
+// Push constants: n (at most MAX_EXPERTS), k (at most MAX_USED), has_bias, norm_w, w_scale
+// (f32 bits; 0: none), has_logit_bias. Grid: x (then y) over tokens.
 // Workgroup: 256 invocations.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -33,7 +35,8 @@ layout(std430, set = 0, binding = 0) readonly buffer L { float logits[]; };
 layout(std430, set = 0, binding = 1) readonly buffer B { float bias[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer I { uint ids[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer W { float weights[]; };
-layout(push_constant) uniform P { uint n; uint k; uint has_bias; uint norm_w; float w_scale; } p;
+layout(std430, set = 0, binding = 4) readonly buffer LB { float logit_bias[]; };
+layout(push_constant) uniform P { uint n; uint k; uint has_bias; uint norm_w; float w_scale; uint has_logit_bias; } p;
 
 shared float probs[MAX_EXPERTS];
 shared float sel[MAX_EXPERTS];
@@ -53,6 +56,7 @@ void main() {
     float m = -1.0 / 0.0;
     for (uint e = t; e < p.n; e += WG) {
         float l = logits[base + e];
+        if (p.has_logit_bias != 0u) l += logit_bias[e];
         probs[e] = l;
         m = max(m, l);
     }
