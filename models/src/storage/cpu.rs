@@ -58,8 +58,9 @@ impl CpuWeight {
         }
     }
 
-    /// Rows `r0 .. r0 + n` times one `x: f32[k]`, each dot product in f64: an expert's
-    /// slice of a 3-D expert tensor.
+    /// Rows `r0 .. r0 + n` times one `x: f32[k]`, an expert's slice of a 3-D expert tensor:
+    /// dequantized, each dot product in f64 (the oracle's exact arithmetic); in blocks, the
+    /// block dot products on `x` quantized to Q8 (the CPU backend's, as its other products).
     fn rows_times(&self, r0: usize, n: usize, x: &[f32]) -> CResult<Vec<f32>> {
         let dot = |w: &[f32]| w.iter().zip(x).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>() as f32;
         match self {
@@ -67,7 +68,7 @@ impl CpuWeight {
                 let rows = w.narrow(0, r0, n)?.to_vec2::<f32>()?;
                 Ok(rows.iter().map(|r| dot(r)).collect())
             }
-            CpuWeight::Blocks(m) => (r0..r0 + n).map(|r| Ok(dot(&m.row(r)?))).collect(),
+            CpuWeight::Blocks(m) => m.rows_times(r0, n, x),
         }
     }
 }

@@ -164,6 +164,36 @@ impl BlockMatrix {
             .map_err(candle_core::Error::wrap)
     }
 
+    /// Rows `r0 .. r0 + n` times one `x: f32[k]` (an expert's slice of a 3-D expert
+    /// tensor): `x` quantized to the type's activation blocks (Q8_1 or Q8_K) once, then
+    /// the rows' block dot products, split over the threads.
+    ///
+    /// # Errors
+    /// Rows past the matrix, `x` not of length `k`.
+    pub fn rows_times(&self, r0: usize, n: usize, x: &[f32]) -> CResult<Vec<f32>> {
+        if r0 + n > self.rows || x.len() != self.k {
+            candle_core::bail!("rows {r0}..{} of {} times {} values of {}", r0 + n, self.rows, x.len(), self.k)
+        }
+        let err = |e: vkml_quant::QuantError| candle_core::Error::wrap(e);
+        let w = &self.bytes[r0 * self.row_bytes..(r0 + n) * self.row_bytes];
+        let mut y = vec![0f32; n];
+        let rows_of = |r: usize, o: &[f32]| &w[r * self.row_bytes..(r + o.len()) * self.row_bytes];
+        match activations(self.ty) {
+            Some(Activations::Q8_1) => {
+                let q = vkml_quant::quantize_q8_1(x).map_err(err)?;
+                split(&mut y, 1, ROWS_PER_TASK, |r, o| vkml_quant::vec_dot_q8_1_rows(self.ty, rows_of(r, o), &q, o))
+                    .map_err(err)?;
+            }
+            Some(Activations::Q8K) => {
+                let q = vkml_quant::quantize_q8_k(x).map_err(err)?;
+                split(&mut y, 1, ROWS_PER_TASK, |r, o| vkml_quant::vec_dot_q8_k_rows(self.ty, rows_of(r, o), &q, o))
+                    .map_err(err)?;
+            }
+            None => unreachable!("BlockMatrix::new admits only types with a dot product"),
+        }
+        Ok(y)
+    }
+
     /// `rows(weights, out)` over the matrix's rows split as [`split`] splits them.
     fn split_rows<E: Send>(
         &self,
