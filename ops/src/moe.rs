@@ -252,6 +252,57 @@ pub fn add_id(
     Ok(())
 }
 
+/// Records the gated products of `n_slots` stacked gate|up rows (`both: f32[n_slots, 2
+/// n_ff]`, each row its expert's gate products then its up products) with each slot's
+/// expert biases added first (`b: f32[n_expert, 2 n_ff]`, the expert `ids[s]` of slot `s`):
+/// `y[s, c] = act(both[s, c] + b[e, c], both[s, n_ff + c] + b[e, n_ff + c])` into `y: f32[n_slots,
+/// n_ff]` (kernel `glu.<act>_f32_bias`: [`add_id`] then `nn::glu_halves` in one pass, the
+/// same bits).
+///
+/// # Errors
+/// [`OpsError::Shape`] for buffers too small; HAL errors.
+#[allow(clippy::too_many_arguments)]
+pub fn glu_biased(
+    s: &mut Stream,
+    act: crate::nn::GluActivation,
+    both: &Buffer,
+    (n_slots, n_ff): (usize, usize),
+    (b, n_expert): (&Buffer, usize),
+    ids: &Buffer,
+    y: &Buffer,
+) -> Result<()> {
+    use crate::nn::GluActivation as A;
+    let outputs = n_slots * n_ff;
+    if both.size() < 8 * outputs as u64
+        || y.size() < 4 * outputs as u64
+        || b.size() < 8 * (n_expert * n_ff) as u64
+        || ids.size() < 4 * n_slots as u64
+        || 2 * outputs > u32::MAX as usize
+    {
+        return Err(OpsError::Shape {
+            op: "moe::glu_biased",
+            reason: format!(
+                "{n_slots} rows of {n_ff} gated products over {n_expert} experts' biases: buffers too small"
+            ),
+        });
+    }
+    if outputs == 0 {
+        return Ok(());
+    }
+    let name = match act {
+        A::Silu => "glu.silu_f32_bias",
+        A::Gelu => "glu.gelu_f32_bias",
+        A::GeluErf => "glu.gelu_erf_f32_bias",
+        A::SwigluOai => "glu.swiglu_oai_f32_bias",
+    };
+    let dev = s.device().clone();
+    let p = pipeline(&dev, name, 256)?;
+    let groups = grid(&dev, "moe::glu_biased", (outputs as u64).div_ceil(256))?;
+    let pc = push_words(&[outputs as u32, n_ff as u32, n_expert as u32]);
+    s.dispatch(&p, &[both.into(), both.into(), y.into(), ids.into(), b.into()], &pc, groups)?;
+    Ok(())
+}
+
 /// Records the mixture-of-experts feed-forward of `t` tokens, `y_n = Σ_j w_nj
 /// down_{e_nj}(act(gate_{e_nj} x_n) * up_{e_nj} x_n)` over the `r.k` experts `e_nj`
 /// [`route`] chooses from `router x_n` (llama.cpp's `build_moe_ffn`, without a shared
@@ -432,11 +483,11 @@ fn ffn_chunk(
     match (w.gate_up, w.biases) {
         (ExpertGateUp::Stacked(m), None) => product(s, m, &h, Some(act))?,
         (ExpertGateUp::Stacked(m), Some(b)) => {
-            // The biases go before the activation: the products, their biases, then it.
+            // The biases go before the activation: the products, then biases and gated
+            // products in one pass.
             let both = scratch(8 * slots * n_ff)?;
             product(s, m, &both, None)?;
-            eb(s, &both, 2 * n_ff, b.gate_up, 2 * n_ff, 0)?;
-            crate::nn::glu_halves(s, act, &both, slots, n_ff, &h)?;
+            glu_biased(s, act, &both, (slots, n_ff), (b.gate_up, r.n_expert), &ids, &h)?;
         }
         (ExpertGateUp::Split(gate, up), biases) => {
             let (g, u) = (scratch(4 * slots * n_ff)?, scratch(4 * slots * n_ff)?);
@@ -510,8 +561,7 @@ fn grouped(
         (ExpertGateUp::Stacked(m), Some(b)) => {
             let both = scratch(8 * n_slots * n_ff)?;
             mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), &both, None)?;
-            eb(s, &both, 2 * n_ff, b.gate_up, 2 * n_ff, 0)?;
-            crate::nn::glu_halves(s, act, &both, n_slots, n_ff, &h)?;
+            glu_biased(s, act, &both, (n_slots, n_ff), (b.gate_up, r.n_expert), ids, &h)?;
         }
         (ExpertGateUp::Split(gate, up), biases) => {
             let (gp, up_p) = (scratch(4 * n_slots * n_ff)?, scratch(4 * n_slots * n_ff)?);

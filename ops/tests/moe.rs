@@ -510,7 +510,13 @@ fn gpt_oss_moe_block_matches_build_moe_ffn() {
             let outs: Vec<_> =
                 (0..2).map(|_| dev.alloc(4 * (t * n_embd) as u64, MemoryKind::DeviceLocal).unwrap()).collect();
             let mut s = Stream::new(dev).unwrap();
+            let d0 = s.stats().dispatches;
             ffn_with(&mut s, w, r, GluActivation::SwigluOai, (&xb, None), t, (&outs[0], false), &opts).unwrap();
+            if t < 4 {
+                // router, routing (its bias in), gate|up, their biases and gated products,
+                // down, weighted sums (the down bias in)
+                assert_eq!(s.stats().dispatches - d0, 6, "{ty:?}: decode dispatches with biases");
+            }
             ffn_with(&mut s, w_split, r, GluActivation::SwigluOai, (&xb, None), t, (&outs[1], false), &opts).unwrap();
             s.finish_and_wait().unwrap();
             // (tensor-core mat-mats round x to f16; the integer-dot mat-vecs to Q8_1)
@@ -561,6 +567,34 @@ fn gpt_oss_moe_block_matches_build_moe_ffn() {
                 }
             }
         }
+    }
+    let errs = dev.instance().take_validation_errors();
+    assert!(errs.is_empty(), "validation errors: {errs:#?}");
+}
+
+/// `moe::glu_biased` (`glu.<act>_f32_bias`) gives the bits of `moe::add_id` then
+/// `nn::glu_halves`, for every activation, with a slot whose id is past the experts left
+/// without a bias.
+#[test]
+fn biased_gated_products_equal_add_id_then_glu() {
+    use vkml_ops::moe::{add_id, glu_biased};
+    use vkml_ops::nn::{glu_halves, GluActivation};
+    let dev = device();
+    let (n_slots, n_ff, n_expert) = (7usize, 40usize, 5usize);
+    let both = uniform(n_slots * 2 * n_ff, 21, 9.0);
+    let b = uniform(n_expert * 2 * n_ff, 22, 3.0);
+    let ids: Vec<u32> = vec![0, 4, 2, 2, 9, 1, 3];
+    let (bb, idb) = (dev.upload(&b).unwrap(), dev.upload(&ids).unwrap());
+    for act in [GluActivation::Silu, GluActivation::Gelu, GluActivation::GeluErf, GluActivation::SwigluOai] {
+        let (fused_in, composed_in) = (dev.upload(&both).unwrap(), dev.upload(&both).unwrap());
+        let out = |_| dev.alloc(4 * (n_slots * n_ff) as u64, MemoryKind::DeviceLocal).unwrap();
+        let (yf, yc) = (out(0), out(1));
+        let mut s = Stream::new(dev).unwrap();
+        glu_biased(&mut s, act, &fused_in, (n_slots, n_ff), (&bb, n_expert), &idb, &yf).unwrap();
+        add_id(&mut s, &composed_in, (n_slots, 2 * n_ff), &bb, (n_expert, 2 * n_ff, 0), &idb).unwrap();
+        glu_halves(&mut s, act, &composed_in, n_slots, n_ff, &yc).unwrap();
+        s.finish_and_wait().unwrap();
+        assert_eq!(yf.to_vec::<u32>().unwrap(), yc.to_vec::<u32>().unwrap(), "{act:?}");
     }
     let errs = dev.instance().take_validation_errors();
     assert!(errs.is_empty(), "validation errors: {errs:#?}");
