@@ -740,13 +740,54 @@ fn shape(n_heads: usize, pos: usize, window: usize, softcap: f32, n_splits: usiz
     }
 }
 
+/// The attention prologue on the host, token by token over `rows` of stacked Q|K|V heads
+/// (`hq` query and `hkv` KV heads of `d`): the bias added, then each query (key) head
+/// normalised as norm.comp does, `(x * (1 / sqrt(mean(x²) + eps))) * w`.
+fn host_prologue(
+    rows: &[f32],
+    (hq, hkv, d): (usize, usize, usize),
+    bias: Option<&Vec<f32>>,
+    norms: Option<(&Vec<f32>, &Vec<f32>, f32)>,
+) -> Vec<f32> {
+    let mut pre = rows.to_vec();
+    for tok in pre.chunks_mut((hq + 2 * hkv) * d) {
+        if let Some(b) = bias {
+            tok.iter_mut().zip(b).for_each(|(x, bi)| *x += bi);
+        }
+        if let Some((qw, kw, eps)) = norms {
+            for h in 0..hq + hkv {
+                let w = if h < hq { qw } else { kw };
+                let head = &mut tok[h * d..(h + 1) * d];
+                let scale = 1.0 / (head.iter().map(|x| x * x).sum::<f32>() / d as f32 + eps).sqrt();
+                head.iter_mut().zip(w).for_each(|(x, wi)| *x = *x * scale * wi);
+            }
+        }
+    }
+    pre
+}
+
+/// The query, key and value heads of stacked Q|K|V rows in `x` (`hq` and `hkv` heads of
+/// `d` per token).
+fn stacked_heads(
+    x: &vkml_hal::Buffer,
+    (hq, hkv, d): (usize, usize, usize),
+) -> (attention::HeadRows<'_>, attention::HeadRows<'_>, attention::HeadRows<'_>) {
+    use attention::HeadRows;
+    let stride = (hq + 2 * hkv) * d;
+    (
+        HeadRows { buffer: x, off: 0, stride },
+        HeadRows { buffer: x, off: hq * d, stride },
+        HeadRows { buffer: x, off: (hq + hkv) * d, stride },
+    )
+}
+
 /// The decode attention's prologue (`QkvPrologue`): the QKV bias (Qwen2) gives the bits
 /// of adding it first and then `rope_kv_append` + `flash_attn`; the q/k RMS norms (Qwen3,
 /// Gemma 3) agree with normalising first within the rounding of the norm's sum of squares
 /// (output 1e-5 relative to its largest value; cached keys within one f16 step).
 #[test]
 fn flash_attn_rope_decode_prologue_equals_bias_and_norms_first() {
-    use vkml_ops::attention::{HeadRows, QkvPrologue, RopeTables};
+    use vkml_ops::attention::{QkvPrologue, RopeTables};
     use vkml_ops::nn::RopeStyle;
     let (d, hq, hkv, pos, ctx, eps) = (64usize, 8usize, 2usize, 21usize, 32usize, 1e-6f32);
     for (form, dev) in [("as tuned", common::device()), ("narrow", common::narrow_attention_device())] {
@@ -769,30 +810,12 @@ fn flash_attn_rope_decode_prologue_equals_bias_and_norms_first() {
             let rows: Vec<f32> = rand_vec(n, &mut seed).iter().map(|v| 3.0 * v).collect();
             let b: Vec<f32> = rand_vec(n, &mut seed);
             let (qw, kw): (Vec<f32>, Vec<f32>) = (rand_vec(d, &mut seed), rand_vec(d, &mut seed));
-            // The prologue on the host: bias, then each q / k head normalised as norm.comp does.
-            let mut pre = rows.clone();
-            if bias {
-                pre.iter_mut().zip(&b).for_each(|(x, bi)| *x += bi);
-            }
-            if norms {
-                for h in 0..hq + hkv {
-                    let w = if h < hq { &qw } else { &kw };
-                    let head = &mut pre[h * d..(h + 1) * d];
-                    let scale = 1.0 / (head.iter().map(|x| x * x).sum::<f32>() / d as f32 + eps).sqrt();
-                    head.iter_mut().zip(w).for_each(|(x, wi)| *x = *x * scale * wi);
-                }
-            }
+            let pre = host_prologue(&rows, (hq, hkv, d), bias.then_some(&b), norms.then_some((&qw, &kw, eps)));
             let (raw, prepped) = (upload(dev, Dtype::F32, &rows), upload(dev, Dtype::F32, &pre));
             let (bb, qwb, kwb) =
                 (upload(dev, Dtype::F32, &b), upload(dev, Dtype::F32, &qw), upload(dev, Dtype::F32, &kw));
             let tables = RopeTables { cos: &cb, sin: &sb, positions, rot: d, style };
-            let srcs = |x| {
-                (
-                    HeadRows { buffer: x, off: 0, stride: n },
-                    HeadRows { buffer: x, off: hq * d, stride: n },
-                    HeadRows { buffer: x, off: (hq + hkv) * d, stride: n },
-                )
-            };
+            let srcs = |x| stacked_heads(x, (hq, hkv, d));
             let (po_len, ml_len) = attention::split_scratch_len(&sh, d);
             let scratch = (alloc(dev, Dtype::F32, po_len.max(1)), alloc(dev, Dtype::F32, ml_len.max(1)));
             let sc = (splits > 1).then_some((&scratch.0, &scratch.1));
@@ -833,16 +856,7 @@ fn flash_attn_rope_decode_prologue_equals_bias_and_norms_first() {
                 assert_eq!(kw1, kw0, "{case}: keys");
                 continue;
             }
-            let top = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                assert!((a - b).abs() <= 1e-5 * top, "{case}: output {i}: {a} vs {b}");
-            }
-            let halves = |w: &[u32]| -> Vec<f32> {
-                w.iter().flat_map(|&x| [x as u16, (x >> 16) as u16]).map(|h| half::f16::from_bits(h).to_f32()).collect()
-            };
-            for (a, b) in halves(&kw1).iter().zip(halves(&kw0)) {
-                assert!((a - b).abs() <= b.abs() * 1e-3 + 1e-6, "{case}: key {a} vs {b}");
-            }
+            common::assert_normed_close(&case, (&got, &want), (&kw1, &kw0));
         }
     }
 }
@@ -872,32 +886,12 @@ fn rope_kv_prologue_equals_bias_and_norms_first() {
             let rows: Vec<f32> = rand_vec(t * n, &mut seed).iter().map(|v| 3.0 * v).collect();
             let b: Vec<f32> = rand_vec(n, &mut seed);
             let (qw, kw): (Vec<f32>, Vec<f32>) = (rand_vec(d, &mut seed), rand_vec(d, &mut seed));
-            // The prologue on the host: bias, then each q / k head normalised as norm.comp does.
-            let mut pre = rows.clone();
-            for tok in pre.chunks_mut(n) {
-                if bias {
-                    tok.iter_mut().zip(&b).for_each(|(x, bi)| *x += bi);
-                }
-                if norms {
-                    for h in 0..hq + hkv {
-                        let w = if h < hq { &qw } else { &kw };
-                        let head = &mut tok[h * d..(h + 1) * d];
-                        let scale = 1.0 / (head.iter().map(|x| x * x).sum::<f32>() / d as f32 + eps).sqrt();
-                        head.iter_mut().zip(w).for_each(|(x, wi)| *x = *x * scale * wi);
-                    }
-                }
-            }
+            let pre = host_prologue(&rows, (hq, hkv, d), bias.then_some(&b), norms.then_some((&qw, &kw, eps)));
             let (raw, prepped) = (upload(dev, Dtype::F32, &rows), upload(dev, Dtype::F32, &pre));
             let (bb, qwb, kwb) =
                 (upload(dev, Dtype::F32, &b), upload(dev, Dtype::F32, &qw), upload(dev, Dtype::F32, &kw));
             let tables = RopeTables { cos: &cb, sin: &sb, positions, rot: d, style };
-            let srcs = |x| {
-                (
-                    HeadRows { buffer: x, off: 0, stride: n },
-                    HeadRows { buffer: x, off: hq * d, stride: n },
-                    HeadRows { buffer: x, off: (hq + hkv) * d, stride: n },
-                )
-            };
+            let srcs = |x| stacked_heads(x, (hq, hkv, d));
             let caches = || (KvCache::new(dev, hkv, ctx, d).unwrap(), KvCache::new(dev, hkv, ctx, d).unwrap());
             let ((kc0, vc0), (kc, vc)) = (caches(), caches());
             let (want_q, got_q) = (alloc(dev, Dtype::F32, t * hq * d), alloc(dev, Dtype::F32, t * hq * d));
@@ -921,18 +915,7 @@ fn rope_kv_prologue_equals_bias_and_norms_first() {
                 assert_eq!(kw1, kw0, "{case}: keys");
                 continue;
             }
-            let top = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                assert!((a - b).abs() <= 1e-5 * top, "{case}: query {i}: {a} vs {b}");
-            }
-            let halves = |w: &[u32]| -> Vec<f32> {
-                w.iter().flat_map(|&x| [x as u16, (x >> 16) as u16]).map(|h| half::f16::from_bits(h).to_f32()).collect()
-            };
-            let ks = halves(&kw0);
-            assert!(ks.iter().any(|&v| v != 0.0), "{case}: keys written");
-            for (a, b) in halves(&kw1).iter().zip(ks) {
-                assert!((a - b).abs() <= b.abs() * 1e-3 + 1e-6, "{case}: key {a} vs {b}");
-            }
+            common::assert_normed_close(&case, (&got, &want), (&kw1, &kw0));
         }
     }
     // A norm weight shorter than the head is refused, naming it.

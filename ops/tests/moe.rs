@@ -237,6 +237,32 @@ fn expert_mat_vec_on(dev: &'static vkml_hal::Device) {
     assert!(errs.is_empty(), "validation errors: {errs:#?}");
 }
 
+/// The experts' part of llama.cpp's `build_moe_ffn` for one token in f64: for the chosen
+/// `ids` and their `weights`, output `o` is `Σ w_e (down_e · h_e + bias(e, o))` with `h_e[i] =
+/// hidden(e, i)` and `down` the dequantized `[n_expert · n_embd, n_ff]` rows; also the
+/// weighted magnitudes of the down products' terms (what roundings of x and h scale with),
+/// plus 1e-3 per expert.
+fn expert_sums(
+    ids: &[u32],
+    weights: &[f64],
+    hidden: impl Fn(usize, usize) -> f64,
+    (down, bias): (&[f32], impl Fn(usize, usize) -> f64),
+    (n_ff, n_embd): (usize, usize),
+) -> (Vec<f64>, Vec<f64>) {
+    let (mut want, mut mag) = (vec![0f64; n_embd], vec![0f64; n_embd]);
+    for (&e, &we) in ids.iter().zip(weights) {
+        let e = e as usize;
+        let h: Vec<f64> = (0..n_ff).map(|i| hidden(e, i)).collect();
+        for o in 0..n_embd {
+            let row = &down[(e * n_embd + o) * n_ff..(e * n_embd + o + 1) * n_ff];
+            let d: f64 = row.iter().zip(&h).map(|(&a, b)| f64::from(a) * b).sum();
+            want[o] += we * (d + bias(e, o));
+            mag[o] += we * row.iter().zip(&h).map(|(&a, b)| (f64::from(a) * b).abs()).sum::<f64>() + 1e-3;
+        }
+    }
+    (want, mag)
+}
+
 /// The MoE feed-forward (`moe::ffn`: router, routing, the chosen experts' gate / up / down,
 /// SiLU product, weighted sums; gate and up stacked per expert in one dispatch, and split)
 /// of 1 and of 5 tokens against llama.cpp's `build_moe_ffn`
@@ -422,26 +448,12 @@ fn ffn_on(dev: &'static vkml_hal::Device) {
             let logits: Vec<f32> =
                 (0..n_expert).map(|e| dot(&router_w[e * n_embd..(e + 1) * n_embd], &xd) as f32).collect();
             let (ids, weights) = reference(&logits, r, None);
-            let mut want = vec![0f64; n_embd];
-            let mut mag = vec![0f64; n_embd];
-            for (&e, &we) in ids.iter().zip(&weights) {
-                let e = e as usize;
-                let h: Vec<f64> = (0..n_ff)
-                    .map(|i| {
-                        let row = (e * n_ff + i) * n_embd;
-                        let (g, u) = (dot(&gd[row..row + n_embd], &xd), dot(&ud[row..row + n_embd], &xd));
-                        g / (1.0 + (-g).exp()) * u
-                    })
-                    .collect();
-                for o in 0..n_embd {
-                    let row = (e * n_embd + o) * n_ff;
-                    let d = dot(&dd[row..row + n_ff], &h);
-                    want[o] += we * d;
-                    // (the terms' magnitude: what roundings of x and h scale with)
-                    let terms: f64 = dd[row..row + n_ff].iter().zip(&h).map(|(&a, b)| (f64::from(a) * b).abs()).sum();
-                    mag[o] += we * terms + 1e-3;
-                }
-            }
+            let hidden = |e: usize, i: usize| {
+                let row = (e * n_ff + i) * n_embd;
+                let (g, u) = (dot(&gd[row..row + n_embd], &xd), dot(&ud[row..row + n_embd], &xd));
+                g / (1.0 + (-g).exp()) * u
+            };
+            let (want, mag) = expert_sums(&ids, &weights, hidden, (&dd, |_, _| 0.0), (n_ff, n_embd));
             for o in 0..n_embd {
                 let g = f64::from(row[o]);
                 assert!(
@@ -536,26 +548,15 @@ fn gpt_oss_moe_block_matches_build_moe_ffn() {
                         .map(|e| (dot(&router_w[e * n_embd..(e + 1) * n_embd], &xd) + f64::from(rb[e])) as f32)
                         .collect();
                     let (ids, weights) = reference(&logits, r, None);
-                    let (mut want, mut mag) = (vec![0f64; n_embd], vec![0f64; n_embd]);
-                    for (&e, &we) in ids.iter().zip(&weights) {
-                        let e = e as usize;
-                        let h: Vec<f64> = (0..n_ff)
-                            .map(|i| {
-                                let row = (e * n_ff + i) * n_embd;
-                                let g = dot(&gd[row..row + n_embd], &xd) + f64::from(gub[e * 2 * n_ff + i]);
-                                let u = dot(&ud[row..row + n_embd], &xd) + f64::from(gub[e * 2 * n_ff + n_ff + i]);
-                                let xg = g.min(7.0);
-                                xg / (1.0 + (-1.702 * xg).exp()) * (u.clamp(-7.0, 7.0) + 1.0)
-                            })
-                            .collect();
-                        for o in 0..n_embd {
-                            let row = (e * n_embd + o) * n_ff;
-                            want[o] += we * (dot(&dd[row..row + n_ff], &h) + f64::from(db[e * n_embd + o]));
-                            let terms: f64 =
-                                dd[row..row + n_ff].iter().zip(&h).map(|(&a, b)| (f64::from(a) * b).abs()).sum();
-                            mag[o] += we * terms + 1e-3;
-                        }
-                    }
+                    let hidden = |e: usize, i: usize| {
+                        let row = (e * n_ff + i) * n_embd;
+                        let g = dot(&gd[row..row + n_embd], &xd) + f64::from(gub[e * 2 * n_ff + i]);
+                        let u = dot(&ud[row..row + n_embd], &xd) + f64::from(gub[e * 2 * n_ff + n_ff + i]);
+                        let xg = g.min(7.0);
+                        xg / (1.0 + (-1.702 * xg).exp()) * (u.clamp(-7.0, 7.0) + 1.0)
+                    };
+                    let down_bias = |e: usize, o: usize| f64::from(db[e * n_embd + o]);
+                    let (want, mag) = expert_sums(&ids, &weights, hidden, (&dd, down_bias), (n_ff, n_embd));
                     for o in 0..n_embd {
                         let g = f64::from(got[n * n_embd + o]);
                         assert!(

@@ -3,6 +3,8 @@
 //! smallest legal size), through both reduction paths and the block-wise kernels, with
 //! validation on.
 
+mod common;
+
 use vkml_hal::{Device, DeviceSelector, Instance, InstanceOptions, MemoryKind, Stream};
 use vkml_ops::nn::GluActivation;
 use vkml_ops::quant::{self, MatMatOptions, MatMatPath, MatVecEpilogue, QMatrix, SUPPORTED};
@@ -2015,21 +2017,7 @@ fn mat_mat_rope_kv_prologue_equals_product_then_rope_kv_prologue() {
                     assert_eq!(v(0), v(2), "{what}: k cache");
                     continue;
                 }
-                let top = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                    assert!((a - b).abs() <= 1e-5 * top, "{what}: q {i}: {a} vs {b}");
-                }
-                let halves = |w: Vec<u32>| -> Vec<f32> {
-                    w.iter()
-                        .flat_map(|&x| [x as u16, (x >> 16) as u16])
-                        .map(|h| half::f16::from_bits(h).to_f32())
-                        .collect()
-                };
-                let ks = halves(v(2));
-                assert!(ks.iter().any(|&x| x != 0.0), "{what}: k cache written");
-                for (a, b) in halves(v(0)).iter().zip(ks) {
-                    assert!((a - b).abs() <= b.abs() * 1e-3 + 1e-6, "{what}: key {a} vs {b}");
-                }
+                common::assert_normed_close(&what, (&got, &want), (&v(0), &v(2)));
             }
         }
     }

@@ -324,6 +324,49 @@ mod tests {
     use super::*;
     use vkml_ops::moe::{ExpertGating, Routing};
 
+    /// Uniform values in `[-scale, scale)` from a xorshift of `seed`.
+    fn uniform(seed: &mut u64, n: usize, scale: f32) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 7;
+                *seed ^= *seed << 17;
+                scale * ((*seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
+            })
+            .collect()
+    }
+
+    fn dense(v: Vec<f32>, rows: usize, cols: usize) -> CpuWeight {
+        CpuWeight::Dense(Tensor::from_vec(v, (rows, cols), &candle_core::Device::Cpu).unwrap())
+    }
+
+    fn dot(w: &[f32], x: &[f64]) -> f64 {
+        w.iter().zip(x).map(|(&a, b)| f64::from(a) * b).sum()
+    }
+
+    /// llama.cpp's `build_moe_ffn` for one token restated in f64 past the router: the `k`
+    /// experts of largest `select` (in order), each weighted by `weight(e, chosen)`, output
+    /// `o` the weighted sum of `down(e, o, h_e)` with `h_e[i] = hidden(e, i)`.
+    fn mix(
+        select: &[f64],
+        k: usize,
+        weight: impl Fn(usize, &[usize]) -> f64,
+        hidden: impl Fn(usize, usize) -> f64,
+        down: impl Fn(usize, usize, &[f64]) -> f64,
+        (n_ff, n_embd): (usize, usize),
+    ) -> (Vec<usize>, Vec<f64>) {
+        let mut ids: Vec<usize> = (0..select.len()).collect();
+        ids.sort_by(|&a, &b| select[b].total_cmp(&select[a]));
+        ids.truncate(k);
+        let mut out = vec![0f64; n_embd];
+        for &e in &ids {
+            let h: Vec<f64> = (0..n_ff).map(|i| hidden(e, i)).collect();
+            let we = weight(e, &ids);
+            out.iter_mut().enumerate().for_each(|(o, y)| *y += we * down(e, o, &h));
+        }
+        (ids, out)
+    }
+
     /// The CPU's MoE block (the conformance oracle's) against llama.cpp's `build_moe_ffn`
     /// (src/llama-graph.cpp) restated here in f64 for three tokens: `probs = softmax(x
     /// routerᵀ)`, the k largest, their probabilities normalised to sum 1, each expert's
@@ -332,26 +375,13 @@ mod tests {
     #[test]
     fn moe_block_matches_build_moe_ffn() {
         let (n_expert, k, n_embd, n_ff, t) = (6usize, 2usize, 16usize, 24usize, 3usize);
-        let mut seed = 7u64;
-        let mut rand = |n: usize| -> Vec<f32> {
-            (0..n)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    ((seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
-                })
-                .collect()
-        };
-        let dense = |v: Vec<f32>, rows: usize, cols: usize| {
-            CpuWeight::Dense(Tensor::from_vec(v, (rows, cols), &candle_core::Device::Cpu).unwrap())
-        };
+        let seed = &mut 7u64;
         let (rw, gw, uw, dw, x) = (
-            rand(n_expert * n_embd),
-            rand(n_expert * n_ff * n_embd),
-            rand(n_expert * n_ff * n_embd),
-            rand(n_expert * n_embd * n_ff),
-            rand(t * n_embd),
+            uniform(seed, n_expert * n_embd, 1.0),
+            uniform(seed, n_expert * n_ff * n_embd, 1.0),
+            uniform(seed, n_expert * n_ff * n_embd, 1.0),
+            uniform(seed, n_expert * n_embd * n_ff, 1.0),
+            uniform(seed, t * n_embd, 1.0),
         );
         let (router, gate, up, down) = (
             dense(rw.clone(), n_expert, n_embd),
@@ -360,10 +390,9 @@ mod tests {
             dense(dw.clone(), n_expert * n_embd, n_ff),
         );
         let routing = Routing { n_expert, k, gating: ExpertGating::Softmax, norm_w: true, w_scale: 0.0 };
-        let gate_up = super::super::ExpertGateUp::Split(&gate, &up);
         let w = MoeFfn::<CpuStorage> {
             router: &router,
-            gate_up,
+            gate_up: super::super::ExpertGateUp::Split(&gate, &up),
             down: &down,
             routing,
             act: GluActivation::Silu,
@@ -373,32 +402,26 @@ mod tests {
             CpuStorage::F32(v) => v,
             _ => unreachable!(),
         };
-        let dot = |w: &[f32], x: &[f64]| w.iter().zip(x).map(|(&a, b)| f64::from(a) * b).sum::<f64>();
         let mut chosen = Vec::new();
         for n in 0..t {
             let xn: Vec<f64> = x[n * n_embd..(n + 1) * n_embd].iter().map(|&v| f64::from(v)).collect();
             let logits: Vec<f64> = (0..n_expert).map(|e| dot(&rw[e * n_embd..(e + 1) * n_embd], &xn)).collect();
             let z: f64 = logits.iter().map(|l| l.exp()).sum();
             let probs: Vec<f64> = logits.iter().map(|l| l.exp() / z).collect();
-            let mut ids: Vec<usize> = (0..n_expert).collect();
-            ids.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
-            ids.truncate(k);
-            let sum: f64 = ids.iter().map(|&e| probs[e]).sum();
-            chosen.push(ids.clone());
-            for o in 0..n_embd {
-                let want: f64 = ids
-                    .iter()
-                    .map(|&e| {
-                        let h: Vec<f64> = (0..n_ff)
-                            .map(|i| {
-                                let row = (e * n_ff + i) * n_embd;
-                                let (g, u) = (dot(&gw[row..row + n_embd], &xn), dot(&uw[row..row + n_embd], &xn));
-                                g / (1.0 + (-g).exp()) * u
-                            })
-                            .collect();
-                        probs[e] / sum * dot(&dw[(e * n_embd + o) * n_ff..(e * n_embd + o + 1) * n_ff], &h)
-                    })
-                    .sum();
+            let (ids, want) = mix(
+                &probs,
+                k,
+                |e, ids| probs[e] / ids.iter().map(|&i| probs[i]).sum::<f64>(),
+                |e, i| {
+                    let row = (e * n_ff + i) * n_embd;
+                    let (g, u) = (dot(&gw[row..row + n_embd], &xn), dot(&uw[row..row + n_embd], &xn));
+                    g / (1.0 + (-g).exp()) * u
+                },
+                |e, o, h| dot(&dw[(e * n_embd + o) * n_ff..(e * n_embd + o + 1) * n_ff], h),
+                (n_ff, n_embd),
+            );
+            chosen.push(ids);
+            for (o, want) in want.iter().enumerate() {
                 let g = f64::from(got[n * n_embd + o]);
                 assert!((g - want).abs() <= 1e-5 * (1.0 + want.abs()), "token {n} output {o}: {g} against {want}");
             }
@@ -413,27 +436,18 @@ mod tests {
     #[test]
     fn gpt_oss_moe_block_matches_build_moe_ffn() {
         let (n_expert, k, n_embd, n_ff, t) = (6usize, 2usize, 16usize, 24usize, 3usize);
-        let mut seed = 11u64;
-        let mut rand = |n: usize, scale: f32| -> Vec<f32> {
-            (0..n)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    scale * ((seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
-                })
-                .collect()
-        };
-        let dense = |v: Vec<f32>, rows: usize, cols: usize| {
-            CpuWeight::Dense(Tensor::from_vec(v, (rows, cols), &candle_core::Device::Cpu).unwrap())
-        };
+        let seed = &mut 11u64;
         let (rw, gw, dw, x) = (
-            rand(n_expert * n_embd, 1.0),
-            rand(2 * n_expert * n_ff * n_embd, 1.0),
-            rand(n_expert * n_embd * n_ff, 1.0),
-            rand(t * n_embd, 2.0),
+            uniform(seed, n_expert * n_embd, 1.0),
+            uniform(seed, 2 * n_expert * n_ff * n_embd, 1.0),
+            uniform(seed, n_expert * n_embd * n_ff, 1.0),
+            uniform(seed, t * n_embd, 2.0),
         );
-        let (rb, gub, db) = (rand(n_expert, 2.0), rand(n_expert * 2 * n_ff, 3.0), rand(n_expert * n_embd, 1.0));
+        let (rb, gub, db) = (
+            uniform(seed, n_expert, 2.0),
+            uniform(seed, n_expert * 2 * n_ff, 3.0),
+            uniform(seed, n_expert * n_embd, 1.0),
+        );
         // Gate and up stacked per expert (rows of gw: expert e's gate, then its up).
         let (router, gate_up, down) = (
             dense(rw.clone(), n_expert, n_embd),
@@ -454,33 +468,30 @@ mod tests {
             CpuStorage::F32(v) => v,
             _ => unreachable!(),
         };
-        let dot = |w: &[f32], x: &[f64]| w.iter().zip(x).map(|(&a, b)| f64::from(a) * b).sum::<f64>();
         for n in 0..t {
             let xn: Vec<f64> = x[n * n_embd..(n + 1) * n_embd].iter().map(|&v| f64::from(v)).collect();
             let logits: Vec<f64> =
                 (0..n_expert).map(|e| dot(&rw[e * n_embd..(e + 1) * n_embd], &xn) + f64::from(rb[e])).collect();
-            let mut ids: Vec<usize> = (0..n_expert).collect();
-            ids.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
-            ids.truncate(k);
-            let z: f64 = ids.iter().map(|&e| (logits[e] - logits[ids[0]]).exp()).sum();
-            for o in 0..n_embd {
-                let want: f64 = ids
-                    .iter()
-                    .map(|&e| {
-                        let h: Vec<f64> = (0..n_ff)
-                            .map(|i| {
-                                let (gr, ur) = ((2 * e * n_ff + i) * n_embd, ((2 * e + 1) * n_ff + i) * n_embd);
-                                let g = dot(&gw[gr..gr + n_embd], &xn) + f64::from(gub[e * 2 * n_ff + i]);
-                                let u = dot(&gw[ur..ur + n_embd], &xn) + f64::from(gub[e * 2 * n_ff + n_ff + i]);
-                                let xg = g.min(7.0);
-                                xg / (1.0 + (-1.702 * xg).exp()) * (u.clamp(-7.0, 7.0) + 1.0)
-                            })
-                            .collect();
-                        let d = dot(&dw[(e * n_embd + o) * n_ff..(e * n_embd + o + 1) * n_ff], &h)
-                            + f64::from(db[e * n_embd + o]);
-                        (logits[e] - logits[ids[0]]).exp() / z * d
-                    })
-                    .sum();
+            let (_, want) = mix(
+                &logits,
+                k,
+                |e, ids| {
+                    let z: f64 = ids.iter().map(|&i| (logits[i] - logits[ids[0]]).exp()).sum();
+                    (logits[e] - logits[ids[0]]).exp() / z
+                },
+                |e, i| {
+                    let (gr, ur) = ((2 * e * n_ff + i) * n_embd, ((2 * e + 1) * n_ff + i) * n_embd);
+                    let g = dot(&gw[gr..gr + n_embd], &xn) + f64::from(gub[e * 2 * n_ff + i]);
+                    let u = dot(&gw[ur..ur + n_embd], &xn) + f64::from(gub[e * 2 * n_ff + n_ff + i]);
+                    let xg = g.min(7.0);
+                    xg / (1.0 + (-1.702 * xg).exp()) * (u.clamp(-7.0, 7.0) + 1.0)
+                },
+                |e, o, h| {
+                    dot(&dw[(e * n_embd + o) * n_ff..(e * n_embd + o + 1) * n_ff], h) + f64::from(db[e * n_embd + o])
+                },
+                (n_ff, n_embd),
+            );
+            for (o, want) in want.iter().enumerate() {
                 let g = f64::from(got[n * n_embd + o]);
                 assert!((g - want).abs() <= 1e-5 * (1.0 + want.abs()), "token {n} output {o}: {g} against {want}");
             }

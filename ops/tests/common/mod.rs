@@ -95,3 +95,22 @@ pub fn download(dt: Dtype, b: &Buffer) -> Vec<f32> {
         _ => b.to_vec::<f16>().unwrap().iter().map(|x| x.to_f32()).collect(),
     }
 }
+
+/// A prologue with head norms (QKV bias, q/k norms) against the host's normalising first,
+/// within the rounding of the norms' sums of squares: outputs within 1e-5 of the largest
+/// wanted value, the key caches' f16 words within 1e-3 relative (one f16 step), which must
+/// hold written keys; `case` names the call.
+pub fn assert_normed_close(case: &str, (got, want): (&[f32], &[f32]), (keys_got, keys_want): (&[u32], &[u32])) {
+    let top = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * top, "{case}: output {i}: {a} vs {b}");
+    }
+    let halves = |w: &[u32]| -> Vec<f32> {
+        w.iter().flat_map(|&x| [x as u16, (x >> 16) as u16]).map(|h| f16::from_bits(h).to_f32()).collect()
+    };
+    let ks = halves(keys_want);
+    assert!(ks.iter().any(|&v| v != 0.0), "{case}: keys written");
+    for (a, b) in halves(keys_got).iter().zip(ks) {
+        assert!((a - b).abs() <= b.abs() * 1e-3 + 1e-6, "{case}: key {a} vs {b}");
+    }
+}
