@@ -56,7 +56,7 @@ struct ModelArgs {
     #[arg(long, short = 'm')]
     model: Vec<std::path::PathBuf>,
     /// Synthetic models (random weights made in-process): NAME or NAME:TYPE, comma-separated
-    /// or repeated. Names: smollm2-135m, llama-1b, llama-7b, llama-8b, llama-70b, llama-90b, qwen3-0.6b, gemma2-2b, gemma3-270m, gemma3-1b, phi3-mini, qwen3moe-30b-a3b, gpt-oss-20b.
+    /// or repeated. Names: smollm2-135m, llama-1b, llama-7b, llama-8b, llama-70b, llama-90b, qwen3-0.6b, gemma2-2b, gemma3-270m, gemma3-1b, phi3-mini, qwen2moe-a2.7b, qwen3moe-30b-a3b, gpt-oss-20b.
     #[arg(long, value_delimiter = ',')]
     synthetic: Vec<String>,
     /// GGML types of the synthetic models named without one (comma-separated).

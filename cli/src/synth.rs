@@ -13,14 +13,15 @@ use vkml_quant::GgmlType;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The model shape: smollm2-135m, llama-1b, llama-7b, llama-8b, llama-70b, llama-90b, qwen3-0.6b, gemma2-2b,
-    /// gemma3-270m, gemma3-1b, phi3-mini, qwen3moe-30b-a3b or gpt-oss-20b.
+    /// gemma3-270m, gemma3-1b, phi3-mini, qwen2moe-a2.7b, qwen3moe-30b-a3b or gpt-oss-20b.
     #[arg(long)]
     shape: String,
     /// GGML type of every matrix (embedding and output included; norms stay F32), e.g.
     /// Q4_0, Q8_0, Q4_K, F16.
     #[arg(long = "type", default_value = "Q4_0")]
     ty: String,
-    /// GGUF architecture: llama, mistral, qwen2 (Q/K/V biases), qwen3 (q/k norms), qwen3moe (q/k norms,
+    /// GGUF architecture: llama, mistral, qwen2 (Q/K/V biases), qwen2moe (biases, experts and a
+    /// shared expert), qwen3 (q/k norms), qwen3moe (q/k norms,
     /// experts: only for a shape with experts), gpt-oss (biases, sinks, experts with biases; MXFP4
     /// experts with Q8_0 elsewhere for --type MXFP4), gemma2
     /// (post norms, soft-caps, sliding window), gemma3 (q/k and post norms, sliding window)

@@ -260,6 +260,9 @@ pub struct MoeHparams {
     pub n_ff_exp: usize,
     /// `{arch}.expert_weights_scale` (0: none).
     pub weights_scale: f32,
+    /// `{arch}.expert_shared_feed_forward_length`: the shared expert's length where the
+    /// file has one (Qwen2-MoE; defaults to `n_ff`, as llama.cpp).
+    pub n_ff_shexp: usize,
 }
 
 impl MoeHparams {
@@ -291,6 +294,10 @@ impl MoeHparams {
             return Err(model_err(format!("{} is 0", m.key("expert_feed_forward_length"))));
         }
         let weights_scale = m.opt_f("expert_weights_scale")?.unwrap_or(0.0);
-        Ok(MoeHparams { n_expert, n_expert_used, n_ff_exp, weights_scale })
+        let n_ff_shexp = m.opt_u("expert_shared_feed_forward_length")?.unwrap_or(n_ff);
+        if n_ff_shexp == 0 {
+            return Err(model_err(format!("{} is 0", m.key("expert_shared_feed_forward_length"))));
+        }
+        Ok(MoeHparams { n_expert, n_expert_used, n_ff_exp, weights_scale, n_ff_shexp })
     }
 }

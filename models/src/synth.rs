@@ -270,6 +270,20 @@ pub const SHAPES: &[SynthShape] = &[
         experts: Some(SynthExperts { n_expert: 128, n_used: 8, n_ff_exp: 768 }),
     },
     SynthShape {
+        name: "qwen2moe-a2.7b",
+        arch: "qwen2moe",
+        n_layers: 24,
+        n_embd: 2048,
+        n_ff: 5632,
+        n_head: 16,
+        n_kv_head: 16,
+        vocab: 151936,
+        tied: false,
+        head_dim: None,
+        sliding_window: None,
+        experts: Some(SynthExperts { n_expert: 60, n_used: 4, n_ff_exp: 1408 }),
+    },
+    SynthShape {
         name: "gpt-oss-20b",
         arch: "gpt-oss",
         n_layers: 24,
@@ -292,12 +306,15 @@ pub const SHAPES: &[SynthShape] = &[
 /// default soft-caps, 50 and 30); `phi3` stores Q, K and V in one `attn_qkv` and gate and
 /// up in one `ffn_up` tensor (the gate's rows first); `qwen3moe` is `qwen3` with the shape's
 /// experts in place of the dense feed-forward (`ffn_gate_inp` in F32, 3-D `ffn_{gate,up,down}_exps`);
+/// `qwen2moe` is `qwen2` with the shape's experts and a shared expert of `n_ff`
+/// (`ffn_gate_inp_shexp`, `ffn_{gate,up,down}_shexp`);
 /// `gpt-oss` has Q/K/V and output biases, a sink per head, `post_attention_norm` as the
 /// feed-forward's norm, the shape's experts with biases (router, gate, up, down: F32), YaRN
 /// (factor 32 over 4 096 positions) and the shape's window on even layers; with MXFP4
 /// weights only its experts are MXFP4, its other matrices Q8_0 (as gpt-oss files ship).
 /// Norm weights are 1 for llama, mistral and qwen2, and uniform in [0.5, 1.5) for the others.
-pub const ARCHS: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma2", "gemma3", "phi3"];
+pub const ARCHS: &[&str] =
+    &["llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gpt-oss", "gemma2", "gemma3", "phi3"];
 
 /// The seed the benchmarks and `vkml gguf synth` use unless told otherwise.
 pub const DEFAULT_SEED: u64 = 42;
@@ -529,7 +546,7 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
     let (qk_norm, post_norms) = (matches!(arch, "qwen3" | "qwen3moe" | "gemma3"), matches!(arch, "gemma2" | "gemma3"));
     let random_norms = matches!(arch, "qwen3" | "qwen3moe" | "gpt-oss" | "gemma2" | "gemma3");
     let oss = arch == "gpt-oss";
-    let experts = if matches!(arch, "qwen3moe" | "gpt-oss") {
+    let experts = if matches!(arch, "qwen2moe" | "qwen3moe" | "gpt-oss") {
         Some(sh.experts.ok_or_else(|| model_err(format!("shape {} has no experts for a {arch} model", sh.name)))?)
     } else {
         None
@@ -574,6 +591,9 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
         kv(k("expert_count"), u(e.n_expert));
         kv(k("expert_used_count"), u(e.n_used));
         kv(k("expert_feed_forward_length"), u(e.n_ff_exp));
+        if arch == "qwen2moe" {
+            kv(k("expert_shared_feed_forward_length"), u(sh.n_ff));
+        }
     }
     if let (Some(w), "gemma2" | "gemma3") = (sh.sliding_window, arch) {
         kv(k("attention.sliding_window"), u(w));
@@ -637,7 +657,7 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
             tensors.push(mat(p("attn_k.weight"), sh.n_kv_head * d, sh.n_embd));
             tensors.push(mat(p("attn_v.weight"), sh.n_kv_head * d, sh.n_embd));
         }
-        if matches!(arch, "qwen2" | "gpt-oss") {
+        if matches!(arch, "qwen2" | "qwen2moe" | "gpt-oss") {
             for (name, n) in
                 [("attn_q.bias", sh.n_head * d), ("attn_k.bias", sh.n_kv_head * d), ("attn_v.bias", sh.n_kv_head * d)]
             {
@@ -660,6 +680,14 @@ fn plan(arch: &str, sh: &SynthShape, ty: GgmlType, seed: u64) -> Result<Plan> {
             ] {
                 let m = mat(p(name), rows, k);
                 tensors.push(Planned { ty, dims: vec![k as u64, rows as u64, e.n_expert as u64], ..m });
+            }
+            if arch == "qwen2moe" {
+                // The shared expert: its gate's logit row [n_embd] (F32), its SwiGLU of n_ff.
+                let gate = mat(p("ffn_gate_inp_shexp.weight"), 1, sh.n_embd);
+                tensors.push(Planned { ty: GgmlType::F32, dims: vec![sh.n_embd as u64], ..gate });
+                tensors.push(mat(p("ffn_gate_shexp.weight"), sh.n_ff, sh.n_embd));
+                tensors.push(mat(p("ffn_up_shexp.weight"), sh.n_ff, sh.n_embd));
+                tensors.push(mat(p("ffn_down_shexp.weight"), sh.n_embd, sh.n_ff));
             }
             if oss {
                 // Biases: the router's [n_expert], the experts' 2-D [rows, n_expert].

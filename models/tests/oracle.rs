@@ -167,7 +167,8 @@ const Q8_REL_TOL: f32 = 3e-2;
 const Q8_REL_TOL_DEEP: f32 = 5e-2;
 
 /// Every architecture, on small shapes: qwen3 with a head dim other than n_embd / n_head,
-/// qwen3moe with it and 2 of 8 experts per token, gpt-oss with it, 2 of 8 experts, three
+/// qwen2moe with 2 of 8 experts and a shared one, qwen3moe with it and 2 of 8 experts per
+/// token, gpt-oss with it, 2 of 8 experts, three
 /// layers (two with a window of 5),
 /// gemma3 with seven layers (one global) and gemma2 with three (one global), each with a
 /// window of 5 that the 12-token prompt and the decode steps run past.
@@ -181,6 +182,7 @@ fn models_on_cpu_and_vulkan_agree_synthetic() {
         ("llama", shape, GgmlType::Q4_0),
         ("qwen2", shape, GgmlType::Q8_0),
         ("qwen3", qwen3, GgmlType::Q4_0),
+        ("qwen2moe", SynthShape { arch: "qwen2moe", experts, ..shape }, GgmlType::Q8_0),
         ("qwen3moe", SynthShape { arch: "qwen3moe", experts, ..qwen3 }, GgmlType::Q4_0),
         (
             "gpt-oss",

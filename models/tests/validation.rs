@@ -65,7 +65,7 @@ fn unsupported_architecture_names_itself_and_the_supported_ones() {
     let e = load_err(&edited("llama", "general.architecture", Some(GgufValue::String("gpt2".into())), None));
     assert!(
         e.contains(
-            "architecture \"gpt2\" is not supported (supported: llama, mistral, qwen2, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3)"
+            "architecture \"gpt2\" is not supported (supported: llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3)"
         ),
         "{e}"
     );

@@ -16,6 +16,7 @@ pub mod gpt_oss;
 pub mod llama;
 pub mod phi3;
 pub mod qwen2;
+pub mod qwen2moe;
 pub mod qwen3;
 pub mod qwen3moe;
 
@@ -43,7 +44,7 @@ pub struct Sizes {
 
 /// The architectures [`load`] runs (`general.architecture` values).
 pub const ARCHITECTURES: &[&str] =
-    &["llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma2", "gemma3", "phi3"];
+    &["llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gpt-oss", "gemma2", "gemma3", "phi3"];
 
 /// A loaded decoder: its blocks, weights and KV caches. The runner
 /// ([`crate::runner::Runner`]) drives it one chunk of tokens at a time.
@@ -98,6 +99,7 @@ where
         "llama" | "mistral" => Box::new(Decoder::load(&m, devs, sizes, progress, llama::OPTIONS)?),
         "qwen2" => Box::new(Decoder::load(&m, devs, sizes, progress, qwen2::OPTIONS)?),
         "qwen3" => Box::new(Decoder::load(&m, devs, sizes, progress, qwen3::OPTIONS)?),
+        "qwen2moe" => Box::new(Decoder::load(&m, devs, sizes, progress, qwen2moe::OPTIONS)?),
         "qwen3moe" => Box::new(Decoder::load(&m, devs, sizes, progress, qwen3moe::OPTIONS)?),
         "gpt-oss" => Box::new(Decoder::load(&m, devs, sizes, progress, gpt_oss::OPTIONS)?),
         "gemma2" => Box::new(gemma2::load(&m, devs, sizes, progress)?),

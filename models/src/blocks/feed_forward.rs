@@ -49,15 +49,60 @@ where
         act: GluActivation,
     ) -> Result<Self> {
         let p = |n: &str| format!("blk.{i}.{n}");
-        let gate_up = match layout {
+        match layout {
             GateUpLayout::Split => {
-                let gate = w.matrix(&p("ffn_gate.weight"), n_ff, n_embd)?;
-                let up = w.matrix(&p("ffn_up.weight"), n_ff, n_embd)?;
-                Stacked::new(w.dev, vec![gate, up])?
+                let names = [p("ffn_gate.weight"), p("ffn_up.weight"), p("ffn_down.weight")];
+                Self::load_named(w, &names, n_embd, n_ff, act)
             }
-            GateUpLayout::Fused => Stacked::One(w.matrix(&p("ffn_up.weight"), 2 * n_ff, n_embd)?),
+            GateUpLayout::Fused => {
+                let gate_up = Stacked::One(w.matrix(&p("ffn_up.weight"), 2 * n_ff, n_embd)?);
+                Ok(FeedForward { gate_up, down: w.matrix(&p("ffn_down.weight"), n_embd, n_ff)?, act })
+            }
+        }
+    }
+
+    /// The split gate, up and down tensors named `[gate, up, down]` (e.g. a shared
+    /// expert's `blk.N.ffn_{gate,up,down}_shexp.weight`).
+    ///
+    /// # Errors
+    /// As [`Weights::matrix`]; device errors stacking the weights.
+    pub fn load_named(
+        w: &mut Weights<'_, S>,
+        [gate, up, down]: &[String; 3],
+        n_embd: usize,
+        n_ff: usize,
+        act: GluActivation,
+    ) -> Result<Self> {
+        let (g, u) = (w.matrix(gate, n_ff, n_embd)?, w.matrix(up, n_ff, n_embd)?);
+        let gate_up = Stacked::new(w.dev, vec![g, u])?;
+        Ok(FeedForward { gate_up, down: w.matrix(down, n_embd, n_ff)?, act })
+    }
+
+    /// `down(act(gate(xn)) * up(xn))` of an already normalised `xn: f32[t, n_embd]`.
+    ///
+    /// # Errors
+    /// Shape mismatches, device errors.
+    pub fn forward_normed(&self, xn: &Tensor<S>) -> Result<Tensor<S>> {
+        let g = match &self.gate_up {
+            Stacked::One(w) => xn.qmatmul_glu(w, self.act)?,
+            Stacked::Parts(ws) => Self::act_mul(xn.qmatmul(&ws[0])?, &xn.qmatmul(&ws[1])?, self.act)?,
         };
-        Ok(FeedForward { gate_up, down: w.matrix(&p("ffn_down.weight"), n_embd, n_ff)?, act })
+        Ok(g.qmatmul(&self.down)?)
+    }
+
+    /// `act(g) * u` by tensor ops.
+    fn act_mul(g: Tensor<S>, u: &Tensor<S>, act: GluActivation) -> Result<Tensor<S>> {
+        let g = match act {
+            GluActivation::Silu => g.silu()?,
+            GluActivation::Gelu => g.gelu()?,
+            GluActivation::GeluErf => g.gelu_erf()?,
+            GluActivation::SwigluOai => {
+                return Err(crate::error::model_err(
+                    "the clamped SwiGLU (gpt-oss) runs on stacked gate and up weights only",
+                ))
+            }
+        };
+        Ok(g.mul(u)?)
     }
 
     /// `x += down(act(gate(n)) * up(n))` for `n = norm(x)`: the norm folded into the
@@ -94,18 +139,7 @@ where
             Stacked::One(w) => x.rms_norm_linear(&norm.weight, norm.eps, w, Some(self.act))?,
             Stacked::Parts(ws) => {
                 let xn = norm.forward(x)?;
-                let (g, u) = (xn.qmatmul(&ws[0])?, xn.qmatmul(&ws[1])?);
-                let g = match self.act {
-                    GluActivation::Silu => g.silu()?,
-                    GluActivation::Gelu => g.gelu()?,
-                    GluActivation::GeluErf => g.gelu_erf()?,
-                    GluActivation::SwigluOai => {
-                        return Err(crate::error::model_err(
-                            "the clamped SwiGLU (gpt-oss) runs on stacked gate and up weights only",
-                        ))
-                    }
-                };
-                g.mul(&u)?
+                Self::act_mul(xn.qmatmul(&ws[0])?, &xn.qmatmul(&ws[1])?, self.act)?
             }
         })
     }

@@ -8,7 +8,7 @@ use vkml_candle::front::Tensor;
 use vkml_ops::moe::{ExpertGating, Routing};
 use vkml_ops::nn::GluActivation;
 
-use super::{RmsNorm, Weights};
+use super::{FeedForward, RmsNorm, Weights};
 use crate::config::MoeHparams;
 use crate::error::Result;
 use crate::storage::{ExpertGateUp, ModelStorage, MoeBiases, MoeFfn};
@@ -42,6 +42,10 @@ pub struct MoeFeedForward<S: ModelStorage> {
     /// `f32[n_expert, 2 n_ff_exp]` (each expert's gate bias, then its up bias),
     /// `f32[n_expert, n_embd]`.
     pub biases: Option<(Tensor<S>, Tensor<S>, Tensor<S>)>,
+    /// The shared expert where the file has one (Qwen2-MoE): `blk.N.ffn_gate_inp_shexp.weight`
+    /// (`[1, n_embd]`: its gate's logit) and the SwiGLU `ffn_{gate,up,down}_shexp`, added to
+    /// the experts' sum times the sigmoid of that logit (llama.cpp's `qwen2moe.cpp`).
+    pub shared: Option<(S::QWeight, FeedForward<S>)>,
 }
 
 impl<S: ModelStorage> MoeFeedForward<S>
@@ -81,7 +85,15 @@ where
         } else {
             None
         };
+        let shared = if w.has(&p("ffn_gate_inp_shexp.weight")) {
+            let gate = w.matrix(&p("ffn_gate_inp_shexp.weight"), 1, n_embd)?;
+            let names = [p("ffn_gate_shexp.weight"), p("ffn_up_shexp.weight"), p("ffn_down_shexp.weight")];
+            Some((gate, FeedForward::load_named(w, &names, n_embd, moe.n_ff_shexp, GluActivation::Silu)?))
+        } else {
+            None
+        };
         Ok(MoeFeedForward {
+            shared,
             router: w.matrix(&p("ffn_gate_inp.weight"), e, n_embd)?,
             gate_up: w.experts_gate_up(&p("ffn_gate_exps.weight"), &p("ffn_up_exps.weight"), e, f, n_embd)?,
             down: w.experts(&p("ffn_down_exps.weight"), e, n_embd, f)?,
@@ -91,7 +103,7 @@ where
         })
     }
 
-    /// `x += moe(norm(x))`.
+    /// `x += moe(norm(x))` (plus the shared expert's gated output where there is one).
     ///
     /// # Errors
     /// Shape mismatches, device errors.
@@ -107,6 +119,15 @@ where
         });
         let w =
             MoeFfn { router: &self.router, gate_up, down: &self.down, routing: self.routing, act: self.act, biases };
+        if let Some((gate, ffn)) = &self.shared {
+            // n = norm(x); x += moe(n) + sigmoid(gate · n) * ffn(n), by tensor ops.
+            let n = norm.forward(x)?;
+            let logit = n.qmatmul(gate)?;
+            let weight = logit.neg()?.exp()?.affine(1.0, 1.0)?.recip()?;
+            let shared = ffn.forward_normed(&n)?.broadcast_mul(&weight)?;
+            *x = x.add(&n.moe_ffn(&w)?)?.add(&shared)?;
+            return Ok(());
+        }
         x.rms_norm_moe_ffn_add_(&norm.weight, norm.eps, &w)?;
         Ok(())
     }
