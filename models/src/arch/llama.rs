@@ -59,7 +59,7 @@ pub struct MoeOptions {
 /// A layer's feed-forward: dense, or a mixture of experts.
 enum Ffn<S: ModelStorage> {
     Dense(FeedForward<S>),
-    Moe(MoeFeedForward<S>),
+    Moe(Box<MoeFeedForward<S>>),
 }
 
 struct Layer<S: ModelStorage> {
@@ -133,7 +133,7 @@ where
             let p = |n: &str| format!("blk.{i}.{n}");
             let ffn = match (moe, opts.moe) {
                 (Some(mh), Some(o)) => {
-                    Ffn::Moe(MoeFeedForward::load(&mut w, i, hp.n_embd, &mh, o.gating, o.norm_w, o.act)?)
+                    Ffn::Moe(Box::new(MoeFeedForward::load(&mut w, i, hp.n_embd, &mh, o.gating, o.norm_w, o.act)?))
                 }
                 _ => Ffn::Dense(FeedForward::load(&mut w, i, hp.n_embd, hp.n_ff, opts.gate_up, GluActivation::Silu)?),
             };
