@@ -193,3 +193,22 @@ fn impossible_contexts_are_refused_before_allocating() {
     );
     assert!(t.elapsed().as_secs() < 5);
 }
+
+/// An architecture's tensors that every layer has (gpt-oss's biases and sinks, qwen2moe's
+/// shared expert) are required: a file without one is an error naming the tensor, not a
+/// model that silently runs without it.
+#[test]
+fn required_tensors_missing_are_errors_naming_them() {
+    for (arch, name) in [
+        ("gpt-oss", "blk.1.attn_sinks.weight"),
+        ("gpt-oss", "blk.0.ffn_down_exps.bias"),
+        ("qwen2moe", "blk.0.ffn_gate_inp_shexp.weight"),
+    ] {
+        let mut w = GgufWriter::from_file(&synthetic_model(arch, &TINY, GgmlType::Q8_0, 3).unwrap());
+        let before = w.tensors.len();
+        w.tensors.retain(|t| t.name != name);
+        assert_eq!(w.tensors.len(), before - 1, "{arch} has {name}");
+        let e = load_err(&GgufFile::from_vec(w.to_bytes().unwrap()).unwrap());
+        assert!(e.contains(&format!("tensor {name} is missing ({arch} has it in every layer)")), "{e}");
+    }
+}

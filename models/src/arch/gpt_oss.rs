@@ -25,4 +25,15 @@ pub const OPTIONS: DecoderOptions = DecoderOptions {
     moe: Some(MoeOptions { gating: ExpertGating::SoftmaxWeight, norm_w: false, act: GluActivation::SwigluOai }),
     ffn_norm: "post_attention_norm.weight",
     swa_pattern: 2,
+    required: &[
+        "attn_q.bias",
+        "attn_k.bias",
+        "attn_v.bias",
+        "attn_output.bias",
+        "attn_sinks.weight",
+        "ffn_gate_inp.bias",
+        "ffn_gate_exps.bias",
+        "ffn_up_exps.bias",
+        "ffn_down_exps.bias",
+    ],
 };

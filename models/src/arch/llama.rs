@@ -43,6 +43,10 @@ pub struct DecoderOptions {
     /// `set_swa_pattern(n)`, `LLAMA_SWA_TYPE_STANDARD`; gpt-oss: 2, every even layer); 0 for
     /// none.
     pub swa_pattern: usize,
+    /// Tensors every layer must have, `blk.N.{name}`, beyond what the options load anyway
+    /// (the blocks take biases, sinks and a shared expert where present; an architecture
+    /// that always has them names them here, so that a file without them is an error).
+    pub required: &'static [&'static str],
 }
 
 /// How a decoder's mixture of experts routes and gates.
@@ -131,6 +135,13 @@ where
         for i in 0..hp.n_layers {
             w.dev = devs.device(i);
             let p = |n: &str| format!("blk.{i}.{n}");
+            if let Some(name) = opts.required.iter().find(|n| !w.has(&p(n))) {
+                return Err(crate::error::model_err(format!(
+                    "tensor {} is missing ({} has it in every layer)",
+                    p(name),
+                    m.arch
+                )));
+            }
             let ffn = match (moe, opts.moe) {
                 (Some(mh), Some(o)) => {
                     Ffn::Moe(Box::new(MoeFeedForward::load(&mut w, i, hp.n_embd, &mh, o.gating, o.norm_w, o.act)?))
@@ -194,4 +205,5 @@ pub const OPTIONS: DecoderOptions = DecoderOptions {
     moe: None,
     ffn_norm: "ffn_norm.weight",
     swa_pattern: 0,
+    required: &[],
 };

@@ -25,5 +25,6 @@ pub fn options(m: &Meta<'_>) -> DecoderOptions {
         moe: None,
         ffn_norm: "ffn_norm.weight",
         swa_pattern: 0,
+        required: &[],
     }
 }

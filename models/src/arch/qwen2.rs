@@ -15,4 +15,5 @@ pub const OPTIONS: DecoderOptions = DecoderOptions {
     moe: None,
     ffn_norm: "ffn_norm.weight",
     swa_pattern: 0,
+    required: &[],
 };

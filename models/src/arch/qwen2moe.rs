@@ -13,5 +13,6 @@ use super::llama::{DecoderOptions, MoeOptions};
 /// How a `qwen2moe` file wires the decoder.
 pub const OPTIONS: DecoderOptions = DecoderOptions {
     moe: Some(MoeOptions { gating: ExpertGating::Softmax, norm_w: false, act: GluActivation::Silu }),
+    required: &["ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight"],
     ..super::qwen2::OPTIONS
 };
