@@ -446,6 +446,17 @@ fn ffn_chunk(
     let (k, n_embd, n_ff) = (r.k, w.router.k(), w.down.k());
     let slots = tc * k;
     let (logits, ids, weights) = (scratch(4 * tc * r.n_expert)?, scratch(4 * slots)?, scratch(4 * slots)?);
+    // The expert mat-vecs where they run; else (float experts, no subgroup arithmetic)
+    // decode steps too take the grouped mat-mats.
+    let mv = {
+        use crate::quant::mat_vec_id_runs as runs;
+        let gu = match w.gate_up {
+            ExpertGateUp::Stacked(m) => runs(dev.caps(), m.ty()),
+            ExpertGateUp::Split(g, u) => runs(dev.caps(), g.ty()) && runs(dev.caps(), u.ty()),
+        };
+        gu && runs(dev.caps(), w.down.ty())
+    };
+    let grouped_path = tc >= opts.mat_mat_from || !mv;
     // A prompt whose router and gate|up mat-mats read f16 x: the norm writes that x
     // once (no conversion pass before each).
     if let Some(n) = norm.filter(|_| tc >= opts.mat_mat_from && reads_f16(dev.caps(), w, tc, opts)) {
@@ -455,9 +466,10 @@ fn ffn_chunk(
         route(s, (&logits, w.biases.map(|b| b.router)), tc, r, None, &ids, &weights)?;
         return grouped(s, w, r, act, (&xn16, true), tc, &ids, &weights, yc, accumulate);
     }
-    // One token: the norm in the router's and the gate|up kernels; more: a pass.
+    // One token on the expert mat-vecs: the norm in the router's and the gate|up kernels;
+    // else a pass.
     let (xc, fold) = match norm {
-        Some(n) if tc > 1 => {
+        Some(n) if tc > 1 || !mv => {
             let xn = scratch(4 * tc * n_embd)?;
             crate::nn::rms_norm(s, crate::Dtype::F32, xc, Some(n.weight), tc, n_embd, n.eps, &xn)?;
             (xn, None)
@@ -466,7 +478,7 @@ fn ffn_chunk(
     };
     linear(s, w.router, &xc, tc, fold, &logits, LinearEpilogue::Store, opts)?;
     route(s, (&logits, w.biases.map(|b| b.router)), tc, r, None, &ids, &weights)?;
-    if tc >= opts.mat_mat_from {
+    if grouped_path {
         return grouped(s, w, r, act, (&xc, false), tc, &ids, &weights, yc, accumulate);
     }
     let h = scratch(4 * slots * n_ff)?;

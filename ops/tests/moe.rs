@@ -153,7 +153,8 @@ fn bad_routings_are_clear_errors() {
 /// the bits of the block-wise mat-vec of its expert's own matrix (`mat_vec_with`, the
 /// device's launch), and the CPU's product within the mat-vec tests' bound: shared x (gate,
 /// up of one token), x per slot (down) and x per token of two slots each (gate, up of two
-/// tokens), a repeated expert, each type family (32-blocks, k-quants, the IQ/FP4 kernel).
+/// tokens), a repeated expert, every block type with a quantizer (32-blocks, k-quants,
+/// the IQ/FP4 kernel; float experts run on the grouped mat-mats, `quant::mat_vec_id_runs`).
 /// Matrices that do not split into experts are refused.
 /// Both kernel families: the block-wise kernels on f32 x, and where integer dot products
 /// count as accelerated the integer-dot kernel quantizing each slot's x to Q8_1
@@ -175,7 +176,7 @@ fn expert_mat_vec_on(dev: &'static vkml_hal::Device) {
         eprintln!("skipped: no block-wise mat-vec kernels on this device");
         return;
     }
-    for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::MXFP4] {
+    for &ty in quantizable().iter().filter(|&&ty| quant::mat_vec_id_runs(dev.caps(), ty)) {
         let (n_expert, rows) = (5usize, 40usize);
         let k = 2 * ty.block_size().max(32);
         let w = uniform(n_expert * rows * k, 3 + ty as u64, 1.0);
@@ -235,6 +236,15 @@ fn expert_mat_vec_on(dev: &'static vkml_hal::Device) {
     assert!(e.contains("not 3 experts"), "{e}");
     let errs = dev.instance().take_validation_errors();
     assert!(errs.is_empty(), "validation errors: {errs:#?}");
+}
+
+/// Every weight type the quantized kernels take (`quant::SUPPORTED`) that vkml-quant can
+/// quantize to (the i-quants but IQ4_NL / IQ4_XS have no quantizer).
+fn quantizable() -> &'static [vkml_quant::GgmlType] {
+    static TYPES: std::sync::OnceLock<Vec<vkml_quant::GgmlType>> = std::sync::OnceLock::new();
+    TYPES.get_or_init(|| {
+        vkml_ops::quant::SUPPORTED.iter().copied().filter(|&ty| vkml_quant::quantize(ty, &[0.5; 256]).is_ok()).collect()
+    })
 }
 
 /// The experts' part of llama.cpp's `build_moe_ffn` for one token in f64: for the chosen
@@ -573,6 +583,67 @@ fn gpt_oss_moe_block_matches_build_moe_ffn() {
     assert!(errs.is_empty(), "validation errors: {errs:#?}");
 }
 
+/// Float experts (F16, BF16, F32: no block-wise mat-vec kernel, `quant::mat_vec_id_runs`)
+/// run a decode step on the grouped mat-mats, and so do Q4_0 experts on a device without
+/// subgroup arithmetic: one token with the block's norm folded in and adding to its
+/// residual, against `build_moe_ffn` in f64 on x normalised here.
+#[test]
+fn float_experts_decode_on_grouped_mat_mats() {
+    use vkml_ops::moe::{ffn_with, ExpertGateUp, MoeWeights};
+    use vkml_ops::nn::GluActivation;
+    use vkml_ops::quant::{LinearOptions, PreNorm, QMatrix};
+    use vkml_quant::GgmlType;
+    let (n_expert, n_embd, n_ff, k) = (6usize, 64usize, 32usize, 2usize);
+    let r = Routing { n_expert, k, gating: ExpertGating::Softmax, norm_w: true, w_scale: 0.0 };
+    let cases = [
+        (device(), GgmlType::F16),
+        (device(), GgmlType::BF16),
+        (device(), GgmlType::F32),
+        (common::portable_device(), GgmlType::Q4_0),
+    ];
+    for (dev, ty) in cases {
+        assert!(!vkml_ops::quant::mat_vec_id_runs(dev.caps(), ty), "{ty:?}");
+        let router_w = uniform(n_expert * n_embd, 31, 0.5);
+        let router_bytes: Vec<u8> = router_w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let router = QMatrix::upload(dev, GgmlType::F32, n_expert, n_embd, &router_bytes).unwrap();
+        let (gu, dn) = (uniform(n_expert * 2 * n_ff * n_embd, 32, 0.3), uniform(n_expert * n_embd * n_ff, 33, 0.3));
+        let (guq, dnq) = (vkml_quant::quantize(ty, &gu).unwrap(), vkml_quant::quantize(ty, &dn).unwrap());
+        let (gud, dnd) =
+            (vkml_quant::dequantize_to_vec(ty, &guq).unwrap(), vkml_quant::dequantize_to_vec(ty, &dnq).unwrap());
+        let stacked = QMatrix::upload(dev, ty, n_expert * 2 * n_ff, n_embd, &guq).unwrap();
+        let down = QMatrix::upload(dev, ty, n_expert * n_embd, n_ff, &dnq).unwrap();
+        let w = MoeWeights { router: &router, gate_up: ExpertGateUp::Stacked(&stacked), down: &down, biases: None };
+        let raw: Vec<f32> = uniform(n_embd, 34, 2.0);
+        let nw: Vec<f32> = uniform(n_embd, 35, 0.5).iter().map(|v| 1.0 + v).collect();
+        let (rawb, nwb) = (dev.upload(&raw).unwrap(), dev.upload(&nw).unwrap());
+        let mut s = Stream::new(dev).unwrap();
+        let norm = PreNorm { weight: &nwb, eps: 1e-6 };
+        let opts = LinearOptions::new(dev.caps());
+        ffn_with(&mut s, w, r, GluActivation::Silu, (&rawb, Some(norm)), 1, (&rawb, true), &opts).unwrap();
+        s.finish_and_wait().unwrap();
+        let got = rawb.to_vec::<f32>().unwrap();
+        let sc = 1.0 / (raw.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>() / n_embd as f64 + 1e-6).sqrt();
+        let xd: Vec<f64> = raw.iter().zip(&nw).map(|(v, w)| f64::from(*v) * sc * f64::from(*w)).collect();
+        let dot = |w: &[f32], x: &[f64]| w.iter().zip(x).map(|(&a, b)| f64::from(a) * b).sum::<f64>();
+        let logits: Vec<f32> =
+            (0..n_expert).map(|e| dot(&router_w[e * n_embd..(e + 1) * n_embd], &xd) as f32).collect();
+        let (ids, weights) = reference(&logits, r, None);
+        let hidden = |e: usize, i: usize| {
+            let (gr, ur) = ((2 * e * n_ff + i) * n_embd, ((2 * e + 1) * n_ff + i) * n_embd);
+            let (g, u) = (dot(&gud[gr..gr + n_embd], &xd), dot(&gud[ur..ur + n_embd], &xd));
+            g / (1.0 + (-g).exp()) * u
+        };
+        let (want, mag) = expert_sums(&ids, &weights, hidden, (&dnd, |_, _| 0.0), (n_ff, n_embd));
+        // (the mat-mats read x and the gated products as f16 on the tensor-core path)
+        for o in 0..n_embd {
+            let g = f64::from(got[o] - raw[o]);
+            assert!((g - want[o]).abs() <= 4e-3 * mag[o], "{ty:?} output {o}: {g} against {}", want[o]);
+        }
+        let errs = dev.instance().take_validation_errors();
+        assert!(errs.is_empty(), "validation errors: {errs:#?}");
+    }
+}
+
 /// `moe::glu_biased` (`glu.<act>_f32_bias`) gives the bits of `moe::add_id` then
 /// `nn::glu_halves`, for every activation, with a slot whose id is past the experts left
 /// without a bias.
@@ -650,7 +721,8 @@ fn grouping_by_expert_is_a_stable_counting_sort() {
 /// The expert-grouped mat-mat (`quant::mat_mat_id`) against each expert's own mat-mat
 /// (`mat_mat_with` on the path it picks, without split-K) over the rows its slots read,
 /// bit for bit: plain products (x rows per slot and per token), the gated product in
-/// f32 and (where the down path reads it) f16; and against an f64 reference.
+/// f32 and (where the down path reads it) f16, every type with a quantizer; and against an
+/// f64 reference.
 #[test]
 fn expert_grouped_mat_mat_is_each_experts_mat_mat() {
     use vkml_ops::moe::group;
@@ -670,7 +742,7 @@ fn expert_grouped_mat_mat_is_each_experts_mat_mat() {
     let mut s = Stream::new(dev).unwrap();
     group(&mut s, &idb, t, k, n_expert, &first, &slots).unwrap();
     let g = ExpertGroups { slots: &slots, first: &first, n_slots: t * k, max_per_expert: t };
-    for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16] {
+    for &ty in quantizable() {
         let (rows, kk) = (96usize, 256usize);
         let wv = uniform(n_expert * rows * kk, 11 + ty as u64, 0.5);
         let bytes = vkml_quant::quantize(ty, &wv).unwrap();

@@ -5,6 +5,8 @@
 
 use vkml_hal::{Buffer, BufferArg, PipelineOptions, Stream};
 
+use vkml_quant::GgmlType;
+
 use super::{block_kernel, MatVecEpilogue, QMatrix};
 use crate::error::{OpsError, Result};
 use crate::launch::{grid, push_words};
@@ -138,9 +140,7 @@ fn mat_vec_id_with(
     let dev = s.device().clone();
     let caps = dev.caps();
     let cfg = tuning::mat_vec_config(caps);
-    let (Some((sg, require)), Some(kernel)) =
-        (tuning::row_subgroup_size(caps).filter(|_| cfg.subgroup_rows), block_kernel(m.ty))
-    else {
+    let (Some((sg, require)), Some(kernel)) = (row_subgroups(caps), block_kernel(m.ty)) else {
         return bad(format!(
             "{:?} experts need a block-wise mat-vec kernel and subgroup arithmetic with a usable subgroup size",
             m.ty
@@ -198,4 +198,18 @@ fn mat_vec_id_with(
     args.push(ids.into());
     s.dispatch(&p, &args, &pc, [gx, gy, n_slots as u32])?;
     Ok(())
+}
+
+/// The subgroup size (and whether the pipeline must require it) of the block-wise
+/// mat-vecs the expert-indexed ones run on, where the device runs them.
+fn row_subgroups(caps: &vkml_hal::Capabilities) -> Option<(u32, bool)> {
+    tuning::row_subgroup_size(caps).filter(|_| tuning::mat_vec_config(caps).subgroup_rows)
+}
+
+/// Whether the expert-indexed mat-vecs ([`mat_vec_id`], [`mat_vec_id_glu`],
+/// [`mat_vec_id_rms_norm`]) run `ty` experts on this device: a block-wise kernel for the
+/// type (not the float types) and subgroup arithmetic with a usable subgroup size. Where
+/// not, `moe::ffn` runs decode steps on the grouped mat-mats.
+pub fn mat_vec_id_runs(caps: &vkml_hal::Capabilities, ty: GgmlType) -> bool {
+    row_subgroups(caps).is_some() && block_kernel(ty).is_some()
 }
