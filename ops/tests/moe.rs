@@ -728,7 +728,6 @@ fn expert_grouped_mat_mat_is_each_experts_mat_mat() {
     use vkml_ops::moe::group;
     use vkml_ops::nn::GluActivation;
     use vkml_ops::quant::{self, ExpertGroups, MatMatGlu, MatMatOptions, MatMatPath, QMatrix};
-    use vkml_quant::GgmlType;
     let dev = device();
     let (t, k, n_expert) = (70usize, 3usize, 6usize);
     let mut ids = Vec::new();
