@@ -233,6 +233,7 @@ where
         self.cached.extend_from_slice(&prompt[reused..]);
         let budget = opts.max_tokens.min(self.context() - prompt.len());
         let finish = (budget == 0).then_some(FinishReason::Length);
+        let harmony = crate::harmony::Harmony::of(&self.tokenizer);
         Ok(Generation {
             prompt_tokens: prompt.len(),
             reused_tokens: reused,
@@ -245,6 +246,9 @@ where
             chosen: None,
             history: prompt.to_vec(),
             stream: TokenStream::new(),
+            harmony,
+            reasoning_stream: TokenStream::new(),
+            reasoning: String::new(),
             budget,
             generated: 0,
             held: String::new(),
@@ -270,6 +274,11 @@ pub struct Generation<'g, S: ModelStorage = VulkanStorage> {
     /// Prompt and generated tokens (for the repeat penalty).
     history: Vec<u32>,
     stream: TokenStream,
+    /// gpt-oss's Harmony messages, where the vocabulary has them: only `final` text is the
+    /// reply; the rest goes to `reasoning` (its own stream).
+    harmony: Option<crate::harmony::Harmony>,
+    reasoning_stream: TokenStream,
+    reasoning: String,
     budget: usize,
     generated: usize,
     /// Text held back because it may be the start of a stop text.
@@ -333,6 +342,12 @@ where
         &self.g.tokenizer
     }
 
+    /// What a gpt-oss model wrote outside its `final` messages so far (its `analysis`
+    /// reasoning, [`crate::harmony`]); empty for other vocabularies.
+    pub fn reasoning(&self) -> &str {
+        &self.reasoning
+    }
+
     /// `text` after the held-back text, cut at a stop text (ending the generation), with
     /// the longest tail that may begin a stop text held back again.
     fn release(&mut self, text: &str) -> String {
@@ -380,7 +395,21 @@ where
                 return Ok(Some(out + &std::mem::take(&mut self.held)).filter(|s| !s.is_empty()));
             }
             self.history.push(next);
-            let piece = self.stream.push(&self.g.tokenizer, next)?;
+            let tok = &self.g.tokenizer;
+            let route = match self.harmony.as_mut() {
+                Some(h) => h.route(next, |ids| tok.decode(ids).unwrap_or_default()),
+                None => crate::harmony::Route::Reply,
+            };
+            let piece = match route {
+                crate::harmony::Route::Reply => self.stream.push(tok, next)?,
+                crate::harmony::Route::Reasoning => {
+                    if let Some(p) = self.reasoning_stream.push(tok, next)? {
+                        self.reasoning.push_str(&p);
+                    }
+                    None
+                }
+                crate::harmony::Route::Drop => None,
+            };
             if self.generated < self.budget {
                 // The device chooses the token itself (greedy or a seeded draw) and runs
                 // the step after on it while the host reads it; the host samples where a

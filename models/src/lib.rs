@@ -30,6 +30,7 @@ pub mod device_map;
 pub mod error;
 pub mod fuzzing;
 pub mod generator;
+pub mod harmony;
 pub mod rope;
 pub mod runner;
 pub mod sampling;

@@ -280,6 +280,11 @@ impl GgufTokenizer {
         self.inner.decode(ids, false).map_err(tok_err)
     }
 
+    /// The id of the vocabulary's token `s` (its first, where it repeats).
+    pub fn id_of(&self, s: &str) -> Option<u32> {
+        self.tokens.iter().position(|t| t == s).map(|i| i as u32)
+    }
+
     /// The token's string as stored in the vocabulary.
     pub fn token(&self, id: u32) -> Option<&str> {
         self.tokens.get(id as usize).map(String::as_str)
