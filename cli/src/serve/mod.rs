@@ -200,13 +200,14 @@ async fn submit(s: &AppState, input: Input, opts: GenerateOptions) -> Result<Unb
     }
 }
 
-/// What a request's reply is: its text, why it ended, token counts; or its error.
-async fn collect(mut rx: UnboundedReceiver<Event>) -> Result<(String, &'static str, api::Usage), ApiError> {
+/// What a request's reply is: its text, why it ended, token counts and the reasoning
+/// (gpt-oss's, else empty); or its error.
+async fn collect(mut rx: UnboundedReceiver<Event>) -> Result<(String, &'static str, api::Usage, String), ApiError> {
     let mut text = String::new();
     while let Some(ev) = rx.recv().await {
         match ev {
             Event::Piece(p) => text.push_str(&p),
-            Event::Done(finish, usage) => return Ok((text, finish.as_str(), usage)),
+            Event::Done(finish, usage, reasoning) => return Ok((text, finish.as_str(), usage, reasoning)),
             Event::Failed(e) => return Err(e),
             Event::Started => {}
         }
@@ -226,7 +227,7 @@ fn stream(
     let head = tokio_stream::iter(first.map(event));
     let body = UnboundedReceiverStream::new(rx).filter_map(move |ev| match ev {
         Event::Piece(p) => Some(event(chunk(&p))),
-        Event::Done(finish, _) => Some(event(last(finish.as_str()))),
+        Event::Done(finish, ..) => Some(event(last(finish.as_str()))),
         Event::Failed(e) => Some(event(e.body())),
         Event::Started => None,
     });
@@ -264,13 +265,18 @@ async fn chat_completions(State(s): State<Shared>, body: Bytes) -> Result<Respon
             move |f| with(&b2, json!({}), json!(f)),
         ));
     }
-    let (text, finish, usage) = collect(rx).await?;
+    let (text, finish, usage, reasoning) = collect(rx).await?;
+    let mut message = json!({"role": "assistant", "content": text});
+    if !reasoning.is_empty() {
+        // (gpt-oss's analysis messages, as llama.cpp's server and DeepSeek's API name them)
+        message["reasoning_content"] = json!(reasoning);
+    }
     Ok(Json(json!({
         "id": id,
         "object": "chat.completion",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": usage,
     }))
     .into_response())
@@ -301,7 +307,7 @@ async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Response, A
         let (b1, b2) = (base.clone(), base);
         return Ok(stream(rx, None, move |p| with(&b1, p, Value::Null), move |f| with(&b2, "", json!(f))));
     }
-    let (text, finish, usage) = collect(rx).await?;
+    let (text, finish, usage, _) = collect(rx).await?;
     let mut v = with(&base, &text, json!(finish));
     v["usage"] = json!(usage);
     Ok(Json(v).into_response())

@@ -41,8 +41,9 @@ pub enum Event {
     Started,
     /// Generated text.
     Piece(String),
-    /// The end, with why and the token counts.
-    Done(FinishReason, Usage),
+    /// The end, with why, the token counts and the reasoning (gpt-oss's text outside its
+    /// final messages, `Generation::reasoning`; empty for other models).
+    Done(FinishReason, Usage, String),
     /// The request failed before any piece (or a device error after some).
     Failed(ApiError),
 }
@@ -141,5 +142,7 @@ where
     let completion_tokens = generation.generated();
     let usage =
         Usage { prompt_tokens: prompt.len(), completion_tokens, total_tokens: prompt.len() + completion_tokens };
-    let _ = job.events.send(Event::Done(generation.finish_reason().unwrap_or(FinishReason::Stop), usage));
+    let reasoning = generation.reasoning().to_string();
+    let finish = generation.finish_reason().unwrap_or(FinishReason::Stop);
+    let _ = job.events.send(Event::Done(finish, usage, reasoning));
 }
