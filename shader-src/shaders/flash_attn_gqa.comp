@@ -125,7 +125,7 @@ layout(std430, set = 0, binding = 6) coherent buffer CNT { uint cnt[]; };
 shared uint is_last;
 #endif
 
-// (ops/src/attention.rs mirrors these two as GQA_MAX_GD and GQA_MAX_SG.)
+// (ops/src/attention/flash.rs mirrors these two as GQA_MAX_GD and GQA_MAX_SG.)
 #ifndef MAX_SG
 #define MAX_GD 1024u
 #define MAX_SG 4u
