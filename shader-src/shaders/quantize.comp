@@ -12,7 +12,7 @@
 //! variant q2_0 Q2_0=1
 // f32 values to GGML blocks quantized block by block with one scale (or exponent) per block
 // or sub-block and no search (ggml's quantize_row_*_ref, as vkml-quant's CPU quantizers
-// compute them, vkml-quant src/quantize.rs):
+// compute them, vkml-quant src/quantize/):
 // - Q4_0 and Q5_0 scale by the signed value of largest magnitude (d = max / -8, / -16),
 //   Q4_1 and Q5_1 by the range (d = (max - min) / 15, / 31, m = min), Q8_0 and Q8_1 by the
 //   largest magnitude (d = amax / 127; Q8_1 also s = sum(q) d); the quants x / d truncated

@@ -8,7 +8,7 @@
 //! variant iq4_xs IQ4_XS=1
 // f32 values to GGML k-quant super-blocks of 256 and IQ4 blocks (ggml's quantize_row_*_ref
 // without importance matrix, as vkml-quant's CPU quantizers compute them, vkml-quant
-// src/quantize.rs): per sub-block a scale search (Q2_K, Q4_K, Q5_K: make_qkx2_quants, a
+// src/quantize/kquants.rs): per sub-block a scale search (Q2_K, Q4_K, Q5_K: make_qkx2_quants, a
 // weighted least-squares fit of scale and min over nstep trial scales; Q3_K:
 // make_q3_quants, iterative per-value refinement; Q6_K: make_qx_quants, 18 trial scales
 // around nmax / max; IQ4_NL, IQ4_XS: the nearest of the 16 non-linear levels per trial
