@@ -173,6 +173,29 @@ pub(super) fn takes_rope(kernel: &str) -> bool {
     matches!(kernel, "mul_mat_q" | "mul_mat_cm" | "mul_mat_cm256")
 }
 
+/// Bindings 3-11 of the mat-mats [`takes_rope`] names: the rotation's tables and caches
+/// (3-6, include/mul_mat_rope.glsl), the expert grouping's slots and first slots (7, 8,
+/// include/mul_mat_ids.glsl) and the rotation's prologue (9-11), each from `rope` and
+/// `groups` where given, else the weight `w` (or C, `c`, for the caches) bound in its
+/// place, unread.
+pub(super) fn epilogue_bindings<'a>(
+    w: &'a vkml_hal::Buffer,
+    c: BufferArg<'a>,
+    rope: Option<&RopeKv<'a>>,
+    groups: Option<&super::ExpertGroups<'a>>,
+) -> [BufferArg<'a>; 9] {
+    let [cos, sin, k, v]: [BufferArg<'a>; 4] = match rope {
+        Some(r) => [r.rope.cos.into(), r.rope.sin.into(), r.caches.0.buffer().into(), r.caches.1.buffer().into()],
+        None => [w.into(), w.into(), c, c],
+    };
+    let [slots, first]: [BufferArg<'a>; 2] = match groups {
+        Some(g) => [g.slots.into(), g.first.into()],
+        None => [w.into(), w.into()],
+    };
+    let [bias, q_norm, k_norm] = rope.map_or_else(QkvPrologue::default, |r| r.prologue).bindings(w);
+    [cos, sin, k, v, slots, first, bias, q_norm, k_norm]
+}
+
 /// [`RopeKv`]'s specialization constants (include/mul_mat_rope.glsl): 6 = the style
 /// (1 neox, 2 interleaved), 7 = query heads, 8 = KV heads, 9 = head dim, 10 = rotated
 /// dims, 11 = cache slots; its prologue's 14 = bits (1 bias, 2 query norm, 4 key norm),
@@ -526,24 +549,10 @@ fn mat_mat_store(
         };
         let mut bindings: Vec<BufferArg<'_>> = vec![(&part.buffer).into(), x_arg.into(), c_arg];
         if takes_rope(name) {
-            // The rotation's push constant and bindings (include/mul_mat_rope.glsl): the
-            // tables and caches, or without it the weight and C bound in their place; then
-            // the expert grouping's (include/mul_mat_ids.glsl), unused here; then the
-            // rotation's prologue (absent ones: the weight).
+            // The rotation's push constant (pos0) and the grouping's (x_slots, unused
+            // here), then bindings 3-11.
             words.extend([rope.map_or(0, |r| r.pos0 as u32), 1]);
-            match rope {
-                Some(r) => bindings.extend::<[BufferArg<'_>; 4]>([
-                    r.rope.cos.into(),
-                    r.rope.sin.into(),
-                    r.caches.0.buffer().into(),
-                    r.caches.1.buffer().into(),
-                ]),
-                None => {
-                    bindings.extend::<[BufferArg<'_>; 4]>([(&part.buffer).into(), (&part.buffer).into(), c_arg, c_arg])
-                }
-            }
-            bindings.extend::<[BufferArg<'_>; 2]>([(&part.buffer).into(), (&part.buffer).into()]);
-            bindings.extend(rope.map_or_else(QkvPrologue::default, |r| r.prologue).bindings(&part.buffer));
+            bindings.extend(epilogue_bindings(&part.buffer, c_arg, rope, None));
         }
         let groups = [part.rows.div_ceil(tile_rows) as u32, gy as u32, splits as u32];
         s.dispatch(&p, &bindings, &push_words(&words), groups)?;

@@ -5,7 +5,10 @@
 
 use vkml_hal::{Buffer, BufferArg, PipelineOptions, Stream};
 
-use super::{convert_x_f16, kernel_spec_constants, mat_mat_kernel, type_kernels, MatMatGlu, MatMatPath, QMatrix};
+use super::{
+    convert_x_f16, epilogue_bindings, kernel_spec_constants, mat_mat_kernel, type_kernels, MatMatGlu, MatMatPath,
+    QMatrix,
+};
 use crate::error::{OpsError, Result};
 use crate::launch::push_words;
 use crate::tuning;
@@ -118,21 +121,8 @@ pub fn mat_mat_id(
     let words =
         [0, m.row_bytes as u32, m.k as u32, rows as u32, n_slots as u32, 0, m.k as u32, rows as u32, 0, x_slots as u32];
     let w = &m.parts[0].buffer;
-    // (3-6 and 9-11: the rotation's, unused here.)
-    let bindings: [BufferArg<'_>; 12] = [
-        w.into(),
-        x_arg.into(),
-        y.into(),
-        w.into(),
-        w.into(),
-        y.into(),
-        y.into(),
-        groups.slots.into(),
-        groups.first.into(),
-        w.into(),
-        w.into(),
-        w.into(),
-    ];
+    let mut bindings: Vec<BufferArg<'_>> = vec![w.into(), x_arg.into(), y.into()];
+    bindings.extend(epilogue_bindings(w, y.into(), None, Some(groups)));
     s.dispatch(&p, &bindings, &push_words(&words), [gx as u32, gy as u32, n_expert as u32])?;
     Ok(())
 }
