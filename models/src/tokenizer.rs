@@ -99,6 +99,11 @@ fn strings<'a>(f: &'a GgufFile, key: &str) -> Result<&'a [String]> {
     }
 }
 
+/// The id of token `s` in `tokens` (its first, where it repeats).
+fn token_id(tokens: &[String], s: &str) -> Option<u32> {
+    tokens.iter().position(|t| t == s).map(|i| i as u32)
+}
+
 fn id(f: &GgufFile, key: &str, n: usize) -> Result<Option<u32>> {
     match f.get(key).map(GgufValue::as_u64) {
         None => Ok(None),
@@ -239,7 +244,7 @@ impl GgufTokenizer {
             Some(GgufValue::Bool(b)) => *b,
             _ => model == "llama",
         };
-        let find = |s: &str| tokens.iter().position(|t| t == s).map(|i| i as u32);
+        let find = |s: &str| token_id(tokens, s);
         let harmony = find("<|return|>").is_some() && find("<|call|>").is_some();
         let mut stop: Vec<u32> = eos.into_iter().collect();
         for s in ["<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "<|return|>", "<|call|>"] {
@@ -282,7 +287,7 @@ impl GgufTokenizer {
 
     /// The id of the vocabulary's token `s` (its first, where it repeats).
     pub fn id_of(&self, s: &str) -> Option<u32> {
-        self.tokens.iter().position(|t| t == s).map(|i| i as u32)
+        token_id(&self.tokens, s)
     }
 
     /// The token's string as stored in the vocabulary.
