@@ -483,39 +483,56 @@ fn ffn_chunk(
     }
     let h = scratch(4 * slots * n_ff)?;
     let nf = fold.map(|n| (n.weight, n.eps));
-    // One expert mat-vec over gate or up rows (or both, stacked) of every slot.
-    let product = |s: &mut Stream, m: &crate::quant::QMatrix, out: &Buffer, act| match nf {
-        Some(n) => mat_vec_id_rms_norm(s, m, r.n_expert, &ids, slots, &xc, n, out, act),
-        None if act.is_some() => mat_vec_id_glu(s, m, r.n_expert, &ids, slots, &xc, k, out, act.unwrap()),
+    // One expert mat-vec over gate or up rows (or both, stacked, with the gated product
+    // where `fused`) of every slot.
+    let product = |s: &mut Stream, m: &crate::quant::QMatrix, out: &Buffer, fused: bool| match nf {
+        Some(n) => mat_vec_id_rms_norm(s, m, r.n_expert, &ids, slots, &xc, n, out, fused.then_some(act)),
+        None if fused => mat_vec_id_glu(s, m, r.n_expert, &ids, slots, &xc, k, out, act),
         None => mat_vec_id(s, m, r.n_expert, &ids, slots, &xc, k, out),
     };
-    let eb = |s: &mut Stream, y: &Buffer, rows: usize, b: &Buffer, stride: usize, off: usize| {
-        add_id(s, y, (slots, rows), b, (r.n_expert, stride, off), &ids)
-    };
-    match (w.gate_up, w.biases) {
-        (ExpertGateUp::Stacked(m), None) => product(s, m, &h, Some(act))?,
-        (ExpertGateUp::Stacked(m), Some(b)) => {
-            // The biases go before the activation: the products, then biases and gated
-            // products in one pass.
-            let both = scratch(8 * slots * n_ff)?;
-            product(s, m, &both, None)?;
-            glu_biased(s, act, &both, (slots, n_ff), (b.gate_up, r.n_expert), &ids, &h)?;
-        }
-        (ExpertGateUp::Split(gate, up), biases) => {
-            let (g, u) = (scratch(4 * slots * n_ff)?, scratch(4 * slots * n_ff)?);
-            product(s, gate, &g, None)?;
-            product(s, up, &u, None)?;
-            if let Some(b) = biases {
-                eb(s, &g, n_ff, b.gate_up, 2 * n_ff, 0)?;
-                eb(s, &u, n_ff, b.gate_up, 2 * n_ff, n_ff)?;
-            }
-            crate::nn::glu(s, crate::Dtype::F32, act, &g, &u, slots * n_ff, &h)?;
-        }
-    }
+    gated_products(s, w, act, (slots, n_ff, r.n_expert), &ids, &h, product)?;
     let d = scratch(4 * slots * n_embd)?;
     mat_vec_id(s, w.down, r.n_expert, &ids, slots, &h, 1, &d)?;
     let down_bias = w.biases.map(|b| (&ids, b.down));
     weighted_sums(s, &weights, (&d, down_bias), tc, k, n_embd, yc, accumulate)
+}
+
+/// The experts' gated products `h` (`[n_slots, n_ff]`) of [`ffn`]'s slots: `product(s,
+/// matrix, out, fused)` writes `matrix`'s rows of every slot's expert into `out` (f32), or
+/// with `fused` (a stacked gate|up without biases) the gated products themselves into `h`;
+/// the rest runs here: the biases where `w` has them ([`glu_biased`], or [`add_id`] on
+/// split gate and up), the activation (`nn::glu` for split gate and up).
+fn gated_products(
+    s: &mut Stream,
+    w: &MoeWeights<'_>,
+    act: crate::nn::GluActivation,
+    (n_slots, n_ff, n_expert): (usize, usize, usize),
+    ids: &Buffer,
+    h: &Buffer,
+    product: impl Fn(&mut Stream, &crate::quant::QMatrix, &Buffer, bool) -> Result<()>,
+) -> Result<()> {
+    let dev = s.device().clone();
+    let scratch = |bytes: usize| dev.alloc(bytes.max(4) as u64, vkml_hal::MemoryKind::DeviceLocal);
+    match (w.gate_up, w.biases) {
+        (ExpertGateUp::Stacked(m), None) => product(s, m, h, true),
+        (ExpertGateUp::Stacked(m), Some(b)) => {
+            // The biases go before the activation: the products, then biases and gated
+            // products in one pass.
+            let both = scratch(8 * n_slots * n_ff)?;
+            product(s, m, &both, false)?;
+            glu_biased(s, act, &both, (n_slots, n_ff), (b.gate_up, n_expert), ids, h)
+        }
+        (ExpertGateUp::Split(gate, up), biases) => {
+            let (g, u) = (scratch(4 * n_slots * n_ff)?, scratch(4 * n_slots * n_ff)?);
+            product(s, gate, &g, false)?;
+            product(s, up, &u, false)?;
+            if let Some(b) = biases {
+                add_id(s, &g, (n_slots, n_ff), b.gate_up, (n_expert, 2 * n_ff, 0), ids)?;
+                add_id(s, &u, (n_slots, n_ff), b.gate_up, (n_expert, 2 * n_ff, n_ff), ids)?;
+            }
+            crate::nn::glu(s, crate::Dtype::F32, act, &g, &u, n_slots * n_ff, h)
+        }
+    }
 }
 
 /// Whether the router's and the experts' gate and up mat-mats of `t` tokens all read f16 x
@@ -562,30 +579,11 @@ fn grouped(
         && MatMatPath::best(dev.caps(), w.down).reads_f16_x()
         && n_ff.is_multiple_of(2);
     let h = scratch((if h_f16 { 2 } else { 4 }) * n_slots * n_ff)?;
-    let eb = |s: &mut Stream, y: &Buffer, rows: usize, b: &Buffer, stride: usize, off: usize| {
-        add_id(s, y, (n_slots, rows), b, (r.n_expert, stride, off), ids)
+    let product = |s: &mut Stream, m: &crate::quant::QMatrix, out: &Buffer, fused: bool| {
+        let glu = fused.then_some(MatMatGlu { act, y_f16: h_f16 });
+        mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), out, glu)
     };
-    match (w.gate_up, w.biases) {
-        (ExpertGateUp::Stacked(m), None) => {
-            let glu = Some(MatMatGlu { act, y_f16: h_f16 });
-            mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), &h, glu)?;
-        }
-        (ExpertGateUp::Stacked(m), Some(b)) => {
-            let both = scratch(8 * n_slots * n_ff)?;
-            mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), &both, None)?;
-            glu_biased(s, act, &both, (n_slots, n_ff), (b.gate_up, r.n_expert), ids, &h)?;
-        }
-        (ExpertGateUp::Split(gate, up), biases) => {
-            let (gp, up_p) = (scratch(4 * n_slots * n_ff)?, scratch(4 * n_slots * n_ff)?);
-            mat_mat_id(s, gate, r.n_expert, &g, x, (k, x_f16), &gp, None)?;
-            mat_mat_id(s, up, r.n_expert, &g, x, (k, x_f16), &up_p, None)?;
-            if let Some(b) = biases {
-                eb(s, &gp, n_ff, b.gate_up, 2 * n_ff, 0)?;
-                eb(s, &up_p, n_ff, b.gate_up, 2 * n_ff, n_ff)?;
-            }
-            crate::nn::glu(s, crate::Dtype::F32, act, &gp, &up_p, n_slots * n_ff, &h)?;
-        }
-    }
+    gated_products(s, w, act, (n_slots, n_ff, r.n_expert), ids, &h, product)?;
     let d = scratch(4 * n_slots * n_embd)?;
     mat_mat_id(s, w.down, r.n_expert, &g, &h, (1, h_f16), &d, None)?;
     weighted_sums(s, weights, (&d, w.biases.map(|b| (ids, b.down))), t, k, n_embd, y, accumulate)
