@@ -26,6 +26,13 @@ pub trait ModelTensor<S: ModelStorage>: Sized {
     /// As [`ModelStorage::qmatmul_add`].
     fn qmatmul_add_(&mut self, x: &Self, w: &S::QWeight) -> CResult<()>;
 
+    /// `self += x Wᵀ + b` in place (`b: f32[rows]`, the projection's bias):
+    /// [`ModelStorage::qmatmul_add`] with the bias, on Vulkan in the mat-vec's store.
+    ///
+    /// # Errors
+    /// As [`ModelStorage::qmatmul_add`].
+    fn qmatmul_bias_add_(&mut self, x: &Self, w: &S::QWeight, b: &Self) -> CResult<()>;
+
     /// `self += rms_norm(x Wᵀ) · nw` in place for `self: f32[t, rows]`, `x: f32[t, k]`,
     /// `nw: f32[rows]` (Gemma's sandwich norms with their residual adds): one
     /// [`ModelStorage::qmatmul_norm_add`] where [`ModelStorage::fuses_qmatmul_norm_add`]
@@ -174,7 +181,26 @@ where
         }
         let (acc, layout) = self.storage_mut()?;
         let layout = layout.clone();
-        x.storage().qmatmul_add(x.layout(), w, acc, &layout)
+        x.storage().qmatmul_add(x.layout(), w, None, acc, &layout)
+    }
+
+    fn qmatmul_bias_add_(&mut self, x: &Self, w: &S::QWeight, b: &Self) -> CResult<()> {
+        let (rows, k) = S::qweight_dims(w);
+        if x.dims().len() != 2 || x.dims()[1] != k || self.dims() != [x.dims()[0], rows] || b.dims() != [rows] {
+            candle_core::bail!(
+                "qmatmul_bias_add: acc {:?} += x {:?} times a [{rows}, {k}] weight plus a bias {:?}",
+                self.dims(),
+                x.dims(),
+                b.dims()
+            )
+        }
+        let b = b.contiguous()?;
+        if b.layout().start_offset() != 0 {
+            candle_core::bail!("qmatmul_bias_add: the bias at an offset into its storage")
+        }
+        let (acc, layout) = self.storage_mut()?;
+        let layout = layout.clone();
+        x.storage().qmatmul_add(x.layout(), w, Some(b.storage()), acc, &layout)
     }
 
     fn rms_norm_glu_down_add_(

@@ -2,10 +2,12 @@
 //! (src/llama-graph.cpp): [`route`] (kernel `moe_route.<gating>`: each token's top-k
 //! experts and their weights from the router's logits), [`group`] (`moe_group`: a batch's
 //! slots sorted by expert) and [`ffn`] / [`ffn_with`], the whole block: the router, the
-//! routing, the chosen experts' products (expert-indexed mat-vecs for decode,
-//! `quant::mat_vec_id*`; grouped mat-mats for prompts, `quant::mat_mat_id`) and the
-//! weighted sums (`moe_weighted_sum`), with gpt-oss's biases ([`ExpertBiases`]: the router's
-//! in the routing, gate and up by [`add_id`], down in the weighted sums). The ids stay on the device throughout.
+//! routing, the chosen experts' products and the weighted sums: for decode three
+//! dispatches (the router's mat-vec; the gate|up expert mat-vec routing its own token,
+//! `quant::mat_vec_id_fused`; the down expert mat-vec with the weighted sums), for prompts
+//! grouped mat-mats (`quant::mat_mat_id`) and `moe_weighted_sum`; with gpt-oss's biases
+//! ([`ExpertBiases`]: the router's in the routing, gate and up before the activation, down
+//! in the weighted sums). The ids stay on the device throughout.
 
 use vkml_hal::{Buffer, Stream};
 
@@ -306,16 +308,18 @@ pub fn glu_biased(
 /// Records the mixture-of-experts feed-forward of `t` tokens, `y_n = Σ_j w_nj
 /// down_{e_nj}(act(gate_{e_nj} x_n) * up_{e_nj} x_n)` over the `r.k` experts `e_nj`
 /// [`route`] chooses from `router x_n` (llama.cpp's `build_moe_ffn`, without a shared
-/// expert): `x, y: f32[t, n_embd]` (packed; `y` overwritten). Dispatches per chunk of at
-/// most 65 535 / k tokens: the router product ([`crate::quant::linear`]), the routing, the
-/// gate and up expert mat-vecs of the chunk's `t k` slots with the gated product in the
-/// store ([`crate::quant::mat_vec_id_glu`], each slot reading its token's x; for
-/// [`ExpertGateUp::Split`] two [`crate::quant::mat_vec_id`] and `nn::glu`), the down expert
-/// mat-vec on each slot's product, and the weighted sums (`moe_weighted_sum`): 5
-/// dispatches. From `LinearOptions::mat_mat_from` tokens on (prompts) the slots
-/// are grouped by expert ([`group`]) and the expert products are grouped mat-mats
-/// ([`crate::quant::mat_mat_id`]: each expert's matrix read once per tile of its tokens),
-/// the gated products written as the down mat-mat's f16 x where it reads f16.
+/// expert): `x, y: f32[t, n_embd]` (packed; `y` overwritten). Decode (below
+/// `LinearOptions::mat_mat_from` tokens), per chunk of at most 65 535 / k tokens: the
+/// router product ([`crate::quant::linear`]); the gate|up expert mat-vec of the chunk's `t
+/// k` slots, each workgroup routing its token itself, with the biases and the gated
+/// product in its store ([`crate::quant::mat_vec_id_fused`] with `route`); the down expert
+/// mat-vec with the weighted sums (and the down bias) in its store (`sum`): 3 dispatches.
+/// Split gate and up ([`ExpertGateUp::Split`]) take the routing pass ([`route`]), two
+/// expert mat-vecs, [`add_id`] for biases and `nn::glu` before the down. From
+/// `mat_mat_from` tokens on (prompts) the slots are grouped by expert ([`group`]) and the
+/// expert products are grouped mat-mats ([`crate::quant::mat_mat_id`]: each expert's
+/// matrix read once per tile of its tokens), the gated products written as the down
+/// mat-mat's f16 x where it reads f16, then `moe_weighted_sum`.
 ///
 /// # Errors
 /// [`OpsError::Shape`] for matrices that do not fit `r` and each other or buffers too small;
@@ -440,7 +444,7 @@ fn ffn_chunk(
     (yc, accumulate): (&Buffer, bool),
     opts: &crate::quant::LinearOptions,
 ) -> Result<()> {
-    use crate::quant::{linear, mat_vec_id, mat_vec_id_glu, mat_vec_id_rms_norm, LinearEpilogue};
+    use crate::quant::{linear, mat_vec_id_fused, ExpertMatVec, LinearEpilogue, RoutedSlots, WeightedSlots};
     let dev = s.device().clone();
     let scratch = |bytes: usize| dev.alloc(bytes.max(4) as u64, vkml_hal::MemoryKind::DeviceLocal);
     let (k, n_embd, n_ff) = (r.k, w.router.k(), w.down.k());
@@ -477,24 +481,56 @@ fn ffn_chunk(
         _ => (xc.clone(), norm),
     };
     linear(s, w.router, &xc, tc, fold, &logits, LinearEpilogue::Store, opts)?;
-    route(s, (&logits, w.biases.map(|b| b.router)), tc, r, None, &ids, &weights)?;
-    if grouped_path {
-        return grouped(s, w, r, act, (&xc, false), tc, &ids, &weights, yc, accumulate);
-    }
     let h = scratch(4 * slots * n_ff)?;
     let nf = fold.map(|n| (n.weight, n.eps));
-    // One expert mat-vec over gate or up rows (or both, stacked, with the gated product
-    // where `fused`) of every slot.
-    let product = |s: &mut Stream, m: &crate::quant::QMatrix, out: &Buffer, fused: bool| match nf {
-        Some(n) => mat_vec_id_rms_norm(s, m, r.n_expert, &ids, slots, &xc, n, out, fused.then_some(act)),
-        None if fused => mat_vec_id_glu(s, m, r.n_expert, &ids, slots, &xc, k, out, act),
-        None => mat_vec_id(s, m, r.n_expert, &ids, slots, &xc, k, out),
+    let expert = |n_slots, x_slots| ExpertMatVec {
+        n_expert: r.n_expert,
+        ids: &ids,
+        n_slots,
+        x_slots,
+        norm: nf,
+        glu: None,
+        bias: None,
+        route: None,
+        sum: None,
     };
-    gated_products(s, w, act, (slots, n_ff, r.n_expert), &ids, &h, product)?;
-    let d = scratch(4 * slots * n_embd)?;
-    mat_vec_id(s, w.down, r.n_expert, &ids, slots, &h, 1, &d)?;
-    let down_bias = w.biases.map(|b| (&ids, b.down));
-    weighted_sums(s, &weights, (&d, down_bias), tc, k, n_embd, yc, accumulate)
+    // Decode with a stacked gate|up: the routing (where it folds), the biases and the gated
+    // product in its kernel (`include/mat_vec_moe.glsl`).
+    let fold_route =
+        !grouped_path && matches!(w.gate_up, ExpertGateUp::Stacked(_)) && crate::tuning::moe_route_in_gate_up();
+    if !fold_route {
+        route(s, (&logits, w.biases.map(|b| b.router)), tc, r, None, &ids, &weights)?;
+        if grouped_path {
+            return grouped(s, w, r, act, (&xc, false), tc, &ids, &weights, yc, accumulate);
+        }
+    }
+    let x_slots = if nf.is_some() { 0 } else { k };
+    match w.gate_up {
+        ExpertGateUp::Stacked(m) => {
+            let route =
+                RoutedSlots { logits: &logits, logit_bias: w.biases.map(|b| b.router), routing: r, weights: &weights };
+            let e = ExpertMatVec {
+                glu: Some(act),
+                bias: w.biases.map(|b| b.gate_up),
+                route: fold_route.then_some(route),
+                ..expert(slots, x_slots)
+            };
+            mat_vec_id_fused(s, m, &xc, &h, &e)?;
+        }
+        ExpertGateUp::Split(..) => {
+            // One expert mat-vec over gate or up rows of every slot.
+            let product = |s: &mut Stream, m: &crate::quant::QMatrix, out: &Buffer, fused: bool| {
+                let e = ExpertMatVec { glu: fused.then_some(act), ..expert(slots, x_slots) };
+                mat_vec_id_fused(s, m, &xc, out, &e)
+            };
+            gated_products(s, w, act, (slots, n_ff, r.n_expert), &ids, &h, product)?;
+        }
+    }
+    // The down products and the weighted sums (with the down bias and the residual add) in
+    // one kernel.
+    let sum = WeightedSlots { k, weights: &weights, accumulate };
+    let e = ExpertMatVec { norm: None, bias: w.biases.map(|b| b.down), sum: Some(sum), ..expert(slots, 1) };
+    mat_vec_id_fused(s, w.down, &h, yc, &e)
 }
 
 /// The experts' gated products `h` (`[n_slots, n_ff]`) of [`ffn`]'s slots: `product(s,

@@ -75,10 +75,12 @@ pub fn block_rows_per_subgroup(caps: &Capabilities, cfg: &MatVecConfig, rows: us
     nr
 }
 
-/// Storage buffers the block-wise mat-vec kernels bind (`include/mul_mat_vec_block.glsl`:
-/// matrix, x, y, norm weight, the post-norm epilogue's residual, weight and count, and the
-/// expert ids of `quant::mat_vec_id`).
-pub const BLOCK_MAT_VEC_BINDINGS: u32 = 8;
+/// Storage buffers the block-wise and integer-dot mat-vec kernels bind
+/// (`include/mul_mat_vec_block.glsl`: matrix, x, y, norm weight, the post-norm epilogue's
+/// residual, weight and count, the expert ids of `quant::mat_vec_id` and the four MoE
+/// buffers of `include/mat_vec_moe.glsl`; the integer-dot kernels one more, their Q8_1
+/// output).
+pub const BLOCK_MAT_VEC_BINDINGS: u32 = 13;
 
 /// The subgroup size the block-wise mat-vec kernels run with, and whether the pipeline must
 /// require it: a fixed size (`min == max`), else the largest size where the device can
@@ -100,6 +102,14 @@ pub fn row_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
     } else {
         None
     }
+}
+
+/// Whether a MoE decode step's stacked gate|up expert mat-vec routes its own token
+/// (`include/mat_vec_moe.glsl`, `quant::RoutedSlots`) instead of a `moe_route` pass before
+/// it: yes, unless the environment sets `VKML_MOE_ROUTE=pass` (a switch for benchmarks
+/// comparing the two in one build).
+pub fn moe_route_in_gate_up() -> bool {
+    std::env::var("VKML_MOE_ROUTE").map_or(true, |v| v != "pass")
 }
 
 /// Invocations per workgroup of the element-wise kernels (dequantize, get_rows, and the

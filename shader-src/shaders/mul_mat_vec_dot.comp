@@ -27,7 +27,9 @@
 // kernels' include/mul_mat_vec_block.glsl): W holds experts of `rows` rows (2 rows with the
 // gated products, gate then up), workgroup z = slot j multiplies expert ids[j] (binding
 // 8, u32; y stands in otherwise) with x row j / MV_IDS_X (constant 18; 0: row 0), which each
-// workgroup quantizes, into y row j; NB 1, no norm, no Q8_1 output, no post-norm.
+// workgroup quantizes, into y row j; NB 1, no Q8_1 output, no post-norm. Bindings 9-12:
+// include/mat_vec_moe.glsl's (routing, expert biases, weighted sums: each workgroup then
+// quantizes its token's k slot rows), also a plain product's bias.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -65,7 +67,10 @@ shared uint xs[MAX_XBLOCKS * 9u];
 
 layout(constant_id = 17) const bool MV_IDS = false;
 layout(constant_id = 18) const uint MV_IDS_X = 0u;
-layout(std430, set = 0, binding = 8) readonly buffer IDS { uint expert_ids[]; };
+// (Written by the routing of include/mat_vec_moe.glsl.)
+layout(std430, set = 0, binding = 8) buffer IDS { uint expert_ids[]; };
+#define MV_MOE_B 9
+#include "mat_vec_moe.glsl"
 
 // Max and sum over the 8 lanes 8c .. 8c + 7 of a subgroup (all active), by xor shuffles:
 // exact, so every lane gets the same value in any order.
@@ -124,10 +129,11 @@ void store_q8_1_out(uint wg_row0) {
     }
 }
 
-// x (normalised where MV_NORM) quantized into xs: 8 consecutive lanes make one block,
-// one vec4 each, its amax and quant sum reduced over those 8 lanes. Every invocation
-// calls it from uniform control flow (it holds barriers).
-void quantize_x(uint xrow) {
+// Rows xrow .. xrow + nrows of x (normalised where MV_NORM, one row) quantized into xs,
+// one after another: 8 consecutive lanes make one block, one vec4 each, its amax and quant
+// sum reduced over those 8 lanes. Every invocation calls it from uniform control flow (it
+// holds barriers).
+void quantize_x(uint xrow, uint nrows) {
     uint k4 = p.k / 4u;
     uint x0 = xrow * k4;
     float scale = 1.0;
@@ -141,9 +147,9 @@ void quantize_x(uint xrow) {
     }
     uint sgs = gl_SubgroupSize, lane = gl_SubgroupInvocationID;
     // Whole groups of 8 lanes in or out: k4, the subgroup size and i0 are multiples of 8.
-    for (uint i0 = gl_SubgroupID * sgs; i0 < k4; i0 += gl_NumSubgroups * sgs) {
+    for (uint i0 = gl_SubgroupID * sgs; i0 < nrows * k4; i0 += gl_NumSubgroups * sgs) {
         uint i = i0 + lane;
-        if (i < k4) {
+        if (i < nrows * k4) {
             vec4 v = x4[x0 + i];
             if (MV_NORM) v = v * scale * nw4[i];
             uvec2 w = q8_1_part(v);
@@ -180,16 +186,18 @@ int block_dot(uint blk, uint xv[8], int xsum) {
 }
 
 
-// The NR rows from r0 (< p.rows) of the subgroup: dot products, subgroup sums, stores.
-// w_base: byte of the matrix's row 0; slot: the expert slot (0 without MV_IDS), its y row.
-void mv_rows(uint r0, uint w_base, uint slot) {
+// Dot products of the NR rows from r0 (< p.rows) of the matrix at byte w_base with the
+// Q8_1 x blocks from block xb0 (each batch row b < NB after it), summed over the subgroup:
+// mv_t[rr * NB + b], and mv_u the up rows' with the gated products (0 otherwise).
+float mv_t[NR * NB], mv_u[NR * NB];
+void mv_dots(uint r0, uint w_base, uint xb0) {
     uint lane = gl_SubgroupInvocationID;
     uint nblocks = p.k / 32u;
     float acc[NR * NB], acc2[NR * NB]; // acc2: the up rows of the gated products
     [[unroll]] for (uint i = 0; i < NR * NB; i++) { acc[i] = 0.0; acc2[i] = 0.0; }
     for (uint ib = lane; ib < nblocks; ib += gl_SubgroupSize) {
         [[unroll]] for (uint b = 0; b < NB; b++) {
-            uint xb = (b * nblocks + ib) * 9u;
+            uint xb = (xb0 + b * nblocks + ib) * 9u;
             float dx = unpackHalf2x16(XQ(xb)).x;
             uint xv[8];
             [[unroll]] for (uint i = 0; i < 8u; i++) xv[i] = XQ(xb + 1u + i);
@@ -208,21 +216,53 @@ void mv_rows(uint r0, uint w_base, uint slot) {
             }
         }
     }
+    [[unroll]] for (uint i = 0; i < NR * NB; i++) {
+        mv_t[i] = subgroupAdd(acc[i]);
+        mv_u[i] = MV_GLU ? subgroupAdd(acc2[i]) : 0.0;
+    }
+}
+
+// The NR rows from r0 (< p.rows) of the subgroup: dot products and stores. w_base: byte of
+// the matrix's row 0; slot: the expert slot (0 without MV_IDS; the token with MV_SUM), its y
+// row; e: its expert (MV_IDS without MV_SUM).
+void mv_rows(uint r0, uint w_base, uint slot, uint e) {
+#ifdef X_F32
+    if (MV_SUM > 0u) {
+        // The token's k experts, each on its own slot's x row (xs holds the k rows), weighted.
+        float tot[NR * NB];
+        [[unroll]] for (uint i = 0; i < NR * NB; i++) tot[i] = 0.0;
+        for (uint j = 0u; j < MV_SUM; j++) {
+            uint sj = slot * MV_SUM + j, ej = expert_ids[sj];
+            mv_dots(r0, p.w_offset + ej * p.rows * p.row_bytes, j * (p.k / 32u));
+            [[unroll]] for (uint rr = 0; rr < NR; rr++) tot[rr] += mv_sum_term(sj, ej, min(r0 + rr, p.rows - 1u), p.rows, mv_t[rr]);
+        }
+        [[unroll]] for (uint i = 0; i < NR * NB; i++) mv_t[i] = tot[i];
+    } else
+#endif
+    {
+        mv_dots(r0, w_base, 0u);
+    }
+    if (gl_SubgroupInvocationID != 0u) return;
     [[unroll]] for (uint rr = 0; rr < NR; rr++) {
         [[unroll]] for (uint b = 0; b < NB; b++) {
-            float t = subgroupAdd(acc[rr * NB + b]);
-            float u = MV_GLU ? subgroupAdd(acc2[rr * NB + b]) : 0.0;
-            if (lane == 0 && r0 + rr < p.rows) {
+            if (r0 + rr < p.rows) {
+                float g = mv_t[rr * NB + b], v = mv_u[rr * NB + b];
 #ifdef X_F32
+                if (MV_GLU) {
+                    vec2 gu = mv_glu_bias(e, r0 + rr, p.rows, g, v);
+                    g = gu.x;
+                    v = gu.y;
+                }
                 if (MV_GLU && MV_Q8_1_OUT) {
-                    wg_out[gl_SubgroupID * NR + rr] = mv_glu(t, u);
+                    wg_out[gl_SubgroupID * NR + rr] = mv_glu(g, v);
                     continue;
                 }
+                if (!MV_GLU) g = mv_row_bias(r0 + rr, g);
 #endif
                 if (MV_GLU) {
-                    mv_store_glu(b + slot, r0 + rr, t, u);
+                    mv_store_glu(b + slot, r0 + rr, g, v);
                 } else {
-                    mv_store(b + slot, r0 + rr, t);
+                    mv_store(b + slot, r0 + rr, g);
                 }
             }
         }
@@ -231,20 +271,29 @@ void mv_rows(uint r0, uint w_base, uint slot) {
 
 void main() {
     uint wg0 = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups;
-    uint slot = 0u, w_base = p.w_offset;
+    uint slot = 0u, w_base = p.w_offset, e = 0u;
 #ifdef X_F32
-    // The whole workgroup, before quantize_x's barriers (with the post-norm epilogue every
-    // workgroup goes on: all of them count).
+    // The whole workgroup, before quantize_x's and the routing's barriers (with the
+    // post-norm epilogue every workgroup goes on: all of them count).
     if (!MV_POST && wg0 * NR >= p.rows) return;
     if (MV_IDS) {
-        // (An expert of the gated products holds its gate rows, then its up rows.)
         slot = gl_WorkGroupID.z;
-        w_base += expert_ids[slot] * (MV_GLU ? 2u : 1u) * p.rows * p.row_bytes;
+        // (With MV_SUM each of the token's slots has its own expert, read in mv_rows.)
+        if (MV_SUM == 0u) {
+            e = mv_slot_expert(slot);
+            // (An expert of the gated products holds its gate rows, then its up rows.)
+            w_base += e * (MV_GLU ? 2u : 1u) * p.rows * p.row_bytes;
+        }
     }
-    quantize_x(MV_IDS_X > 0u ? slot / MV_IDS_X : 0u);
+    // (MV_SUM: the token's k slot rows, one after another.)
+    if (MV_SUM > 0u) {
+        quantize_x(slot * MV_SUM, MV_SUM);
+    } else {
+        quantize_x(MV_IDS_X > 0u ? slot / MV_IDS_X : 0u, 1u);
+    }
 #endif
     uint r0 = (wg0 + gl_SubgroupID) * NR;
-    if (r0 < p.rows) mv_rows(r0, w_base, slot); // uniform across the subgroup
+    if (r0 < p.rows) mv_rows(r0, w_base, slot, e); // uniform across the subgroup
 #ifdef X_F32
     if (MV_GLU && MV_Q8_1_OUT) store_q8_1_out(wg0 * NR);
     if (MV_POST) mv_post_norm_add();

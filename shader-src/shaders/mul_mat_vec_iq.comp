@@ -30,7 +30,7 @@
 //     of 8 elements each one grid entry (two for IQ3_*) (8 lanes per block). IQ1_S and
 //     IQ1_M stay on mul_mat_vec.comp: lavapipe takes many minutes to compile an unrolled
 //     kernel indexing their 2048-entry grid as a constant array.
-// Code-book values (kvalues_iq4nl, kvalues_mxfp4) are copied to shared memory by each
+// Code-book values (kvalues_iq4nl, NVFP4's kvalues_mxfp4) are copied to shared memory by each
 // workgroup; the packed grids are read from iq_tables.glsl's constant arrays, a grid entry
 // (one 32-bit read) decoded to vec4s at once (its 2- or 3-bit codes mapped arithmetically
 // to the grid values), and ksigns_iq2xs[i] is computed as i with an even-parity bit 7.
@@ -60,7 +60,7 @@ layout(constant_id = 2) const uint NR = 1;
 #else
 #define XV 8
 #endif
-#if QTYPE == 20 || QTYPE == 23 || QTYPE == 39 || QTYPE == 40
+#if QTYPE == 20 || QTYPE == 23 || QTYPE == 40
 #define SHARED_INIT
 #define KV_TABLE
 #elif QTYPE == 16 || QTYPE == 17 || QTYPE == 18 || QTYPE == 21 || QTYPE == 22
@@ -87,7 +87,7 @@ void init_shared() {
 #if QTYPE == 20 || QTYPE == 23
         kv_sh[i] = float(KVALUES_IQ4NL[i]);
 #else
-        kv_sh[i] = float(KVALUES_FP4[i]);
+        kv_sh[i] = float(KVALUES_FP4[i]); // (NVFP4's E2M1 codes)
 #endif
     }
 }
@@ -161,12 +161,27 @@ float slice_dot(uint blk, uint s, vec4 xv[XV]) {
     return dl * nib_dot(q, xv);
 }
 #elif QTYPE == 39
+// Two E2M1 codes (bits 0..3 and 16..19 of u) as the f16 pair whose bits are the sign (code
+// bit 3) at bit 15 and the exponent and mantissa (code bits 0..2) at bits 9..11: the f16
+// of a code is its E2M1 value times 2^-14, exactly (code 1, E2M1's subnormal 0.5, is f16's
+// subnormal 2^-15). No table: the shared-memory lookups of kv4 shared the L1's data path
+// with the x loads (H100: 38 % of copy bandwidth).
+vec2 fp4x2(uint u) { return unpackHalf2x16(((u & 0x00080008u) << 12) | ((u & 0x00070007u) << 9)); }
+// The codes in the four bytes of u (each < 16), in byte order.
+vec4 fp4x4(uint u) {
+    vec2 a = fp4x2(u), b = fp4x2(u >> 8);
+    return vec4(a.x, b.x, a.y, b.y);
+}
 float slice_dot(uint blk, uint s, vec4 xv[XV]) {
     uint e = q_u8(blk);
-    float d = uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
     uint q[4];
     LOAD_SPAN(q, 4u, blk + 1u);
-    return d * nib_dot(q, xv);
+    float sum = 0.0;
+    [[unroll]] for (uint i = 0; i < 4u; i++) sum += dot(fp4x4(q[i] & 0x0F0F0F0Fu), xv[i]) + dot(fp4x4((q[i] >> 4) & 0x0F0F0F0Fu), xv[4u + i]);
+    // ggml: 2^(e - 128) times kvalues_mxfp4 (twice E2M1), i.e. 2^(e - 113) times these f16
+    // values. Powers of two scale exactly, so the sum and product round as ggml's do.
+    if (e <= 240u) return uintBitsToFloat((e + 14u) << 23) * sum;
+    return uintBitsToFloat((e - 1u) << 23) * (sum * 32768.0);
 }
 #elif QTYPE == 40
 // ggml_ue4m3_to_fp32 times 0.5 (quant.glsl's dq).

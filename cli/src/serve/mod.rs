@@ -209,24 +209,27 @@ async fn collect(mut rx: UnboundedReceiver<Event>) -> Result<(String, &'static s
             Event::Piece(p) => text.push_str(&p),
             Event::Done(finish, usage, reasoning) => return Ok((text, finish.as_str(), usage, reasoning)),
             Event::Failed(e) => return Err(e),
-            Event::Started => {}
+            Event::Started | Event::Reasoning(_) => {}
         }
     }
     Err(ApiError::server("the model's thread ended the request"))
 }
 
-/// Server-sent events: `first` (if any), `chunk(piece)` for each piece, `last(finish)`
-/// at the end (an error body instead, if the model fails midway), then `[DONE]`.
+/// Server-sent events: `first` (if any), `chunk(piece)` for each piece (`reason(piece)`
+/// for each piece of reasoning, where it gives a chunk), `last(finish)` at the end (an
+/// error body instead, if the model fails midway), then `[DONE]`.
 fn stream(
     rx: UnboundedReceiver<Event>,
     first: Option<Value>,
     chunk: impl Fn(&str) -> Value + Send + 'static,
+    reason: impl Fn(&str) -> Option<Value> + Send + 'static,
     last: impl Fn(&str) -> Value + Send + 'static,
 ) -> Response {
     let event = |v: Value| Ok::<_, Infallible>(SseEvent::default().data(v.to_string()));
     let head = tokio_stream::iter(first.map(event));
     let body = UnboundedReceiverStream::new(rx).filter_map(move |ev| match ev {
         Event::Piece(p) => Some(event(chunk(&p))),
+        Event::Reasoning(p) => reason(&p).map(event),
         Event::Done(finish, ..) => Some(event(last(finish.as_str()))),
         Event::Failed(e) => Some(event(e.body())),
         Event::Started => None,
@@ -257,11 +260,13 @@ async fn chat_completions(State(s): State<Shared>, body: Bytes) -> Result<Respon
             v
         };
         let first = with(&base, json!({"role": "assistant", "content": ""}), Value::Null);
-        let (b1, b2) = (base.clone(), base);
+        let (b1, b2, b3) = (base.clone(), base.clone(), base);
         return Ok(stream(
             rx,
             Some(first),
             move |p| with(&b1, json!({"content": p}), Value::Null),
+            // (gpt-oss's analysis text, as llama.cpp's server streams it)
+            move |p| Some(with(&b3, json!({"reasoning_content": p}), Value::Null)),
             move |f| with(&b2, json!({}), json!(f)),
         ));
     }
@@ -305,7 +310,7 @@ async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Response, A
     };
     if sampling.stream {
         let (b1, b2) = (base.clone(), base);
-        return Ok(stream(rx, None, move |p| with(&b1, p, Value::Null), move |f| with(&b2, "", json!(f))));
+        return Ok(stream(rx, None, move |p| with(&b1, p, Value::Null), |_| None, move |f| with(&b2, "", json!(f))));
     }
     let (text, finish, usage, _) = collect(rx).await?;
     let mut v = with(&base, &text, json!(finish));

@@ -41,6 +41,8 @@ pub enum Event {
     Started,
     /// Generated text.
     Piece(String),
+    /// Generated reasoning (gpt-oss's text outside its final messages), as it is made.
+    Reasoning(String),
     /// The end, with why, the token counts and the reasoning (gpt-oss's text outside its
     /// final messages, `Generation::reasoning`; empty for other models).
     Done(FinishReason, Usage, String),
@@ -129,10 +131,20 @@ where
     if job.events.send(Event::Started).is_err() {
         return;
     }
-    for piece in &mut generation {
+    // (bytes of the reasoning sent so far)
+    let mut said = 0;
+    while let Some(piece) = generation.next() {
         match piece {
             Ok(p) => {
-                if job.events.send(Event::Piece(p)).is_err() {
+                let reasoning = generation.reasoning();
+                if reasoning.len() > said {
+                    let delta = reasoning[said..].to_string();
+                    said = reasoning.len();
+                    if job.events.send(Event::Reasoning(delta)).is_err() {
+                        return;
+                    }
+                }
+                if !p.is_empty() && job.events.send(Event::Piece(p)).is_err() {
                     return; // the client went away: stop generating
                 }
             }

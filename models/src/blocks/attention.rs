@@ -158,9 +158,9 @@ where
     /// # Errors
     /// Shape mismatches, device errors.
     pub fn output_residual(&self, x: &mut Tensor<S>, a: &Tensor<S>) -> Result<()> {
-        x.qmatmul_add_(a, &self.wo)?;
-        if let Some(b) = &self.wo_bias {
-            *x = x.broadcast_add(b)?;
+        match &self.wo_bias {
+            Some(b) => x.qmatmul_bias_add_(a, &self.wo, b)?,
+            None => x.qmatmul_add_(a, &self.wo)?,
         }
         Ok(())
     }

@@ -244,11 +244,29 @@ impl ModelStorage for CpuStorage {
         Ok(CpuStorage::F32(w.matmul(self, l)?))
     }
 
-    fn qmatmul_add(&self, l: &Layout, w: &CpuWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
+    fn qmatmul_add(
+        &self,
+        l: &Layout,
+        w: &CpuWeight,
+        bias: Option<&Self>,
+        acc: &mut Self,
+        acc_l: &Layout,
+    ) -> CResult<()> {
         let y = w.matmul(self, l)?;
+        let b = match bias {
+            Some(CpuStorage::F32(b)) => Some(b),
+            Some(_) => candle_core::bail!("qmatmul_add: the bias is not f32"),
+            None => None,
+        };
         match (acc, acc_l.contiguous_offsets()) {
             (CpuStorage::F32(a), Some((0, n))) if n == y.len() => {
                 a.iter_mut().zip(&y).for_each(|(a, y)| *a += y);
+                if let Some(b) = b.filter(|b| !b.is_empty()) {
+                    if y.len() % b.len() != 0 {
+                        candle_core::bail!("qmatmul_add: a bias of {} over rows of {}", b.len(), y.len());
+                    }
+                    a.chunks_mut(b.len()).for_each(|r| r.iter_mut().zip(b).for_each(|(a, b)| *a += b));
+                }
                 Ok(())
             }
             _ => candle_core::bail!("qmatmul_add: the sum is not f32[{}] contiguous from 0", y.len()),

@@ -226,7 +226,7 @@ pub fn rms_norm_glu_down_add_composed<S: ModelStorage>(
 ) -> CResult<()> {
     let g = x.rms_norm_linear(l, nw, nwl, eps, gate_up, Some(act))?;
     let n = S::qweight_dims(gate_up).0 / 2;
-    g.qmatmul_add(&Layout::contiguous((l.dims()[0], n)), down, x, l)
+    g.qmatmul_add(&Layout::contiguous((l.dims()[0], n)), down, None, x, l)
 }
 
 /// [`ModelStorage::rms_norm_linear_softcap`] as [`ModelStorage::rms_norm_linear`] then
@@ -318,12 +318,20 @@ pub trait ModelStorage: BackendStorage + 'static {
     fn qmatmul(&self, l: &Layout, w: &Self::QWeight) -> CResult<Self>;
 
     /// `acc += x Wᵀ` in place for `x = self: f32[t, k]` (`l`) and `acc: f32[t, rows]`
-    /// (contiguous from element 0): a residual add folded into the projection that
-    /// produces it (candle: `acc = (acc + x.apply(&w))`).
+    /// (contiguous from element 0), plus the projection's bias `b: f32[rows]` (contiguous
+    /// from element 0) where given: a residual add folded into the projection that
+    /// produces it (candle: `acc = (acc + x.apply(&w)).broadcast_add(b)`).
     ///
     /// # Errors
-    /// Shape mismatches, a strided `acc`, device errors.
-    fn qmatmul_add(&self, l: &Layout, w: &Self::QWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()>;
+    /// Shape mismatches, a strided `acc` or bias, device errors.
+    fn qmatmul_add(
+        &self,
+        l: &Layout,
+        w: &Self::QWeight,
+        bias: Option<&Self>,
+        acc: &mut Self,
+        acc_l: &Layout,
+    ) -> CResult<()>;
 
     /// Whether [`ModelStorage::qmatmul_norm_add`] runs for `t` rows of x against `w` (on
     /// Vulkan always: `vkml_ops::quant::linear`, in one mat-vec dispatch where

@@ -255,11 +255,25 @@ impl ModelStorage for VulkanStorage {
         Ok(self.device().storage(y, DType::F32, t * w.rows()))
     }
 
-    /// `linear` with the `Add` epilogue: the mat-vec's, or the mat-mat's `accumulate`.
-    fn qmatmul_add(&self, l: &Layout, w: &Self::QWeight, acc: &mut Self, acc_l: &Layout) -> CResult<()> {
+    /// `linear` with the `Add` epilogue (the mat-vec's, or the mat-mat's `accumulate`), or
+    /// `AddBias` (the bias in the mat-vec's store).
+    fn qmatmul_add(
+        &self,
+        l: &Layout,
+        w: &Self::QWeight,
+        bias: Option<&Self>,
+        acc: &mut Self,
+        acc_l: &Layout,
+    ) -> CResult<()> {
         f32_only(acc, "qmatmul_add")?;
         check_accumulator("qmatmul_add", acc_l, l.dims()[0], w.rows())?;
-        linear(self, l, w, None, acc.buffer(), LinearEpilogue::Add)
+        match bias {
+            Some(b) => {
+                f32_only(b, "qmatmul_add")?;
+                linear(self, l, w, None, acc.buffer(), LinearEpilogue::AddBias(b.buffer()))
+            }
+            None => linear(self, l, w, None, acc.buffer(), LinearEpilogue::Add),
+        }
     }
 
     /// One pass (`vkml_ops::elementwise::softcap`, kernel `unary.f32`'s softcap op).

@@ -10,9 +10,9 @@
 use vkml_hal::{Buffer, MemoryKind, Stream};
 
 use super::{
-    glu_writes_q8_1, mat_mat_rope_kv, mat_mat_with, mat_vec_fused, mat_vec_fuses_norm_add, mat_vec_norm_add,
-    mat_vec_q8_1_fused, mat_vec_uses_q8_1, rms_norm_mat_vec, rms_norm_mat_vec_scratch, MatMatGlu, MatMatOptions,
-    MatMatPath, MatVecEpilogue, QMatrix,
+    glu_writes_q8_1, mat_mat_rope_kv, mat_mat_with, mat_vec_bias, mat_vec_fused, mat_vec_fuses_norm_add,
+    mat_vec_norm_add, mat_vec_q8_1_fused, mat_vec_uses_q8_1, rms_norm_mat_vec, rms_norm_mat_vec_scratch, MatMatGlu,
+    MatMatOptions, MatMatPath, MatVecEpilogue, QMatrix,
 };
 use crate::attention::RopeKv;
 use crate::elementwise::{binary, BinaryOp, View};
@@ -37,6 +37,10 @@ pub enum LinearEpilogue<'a> {
     Store,
     /// `y += p` (a residual add).
     Add,
+    /// `y += p + b` (a residual add with the projection's bias `b: f32[rows]`, gpt-oss's
+    /// `attn_output.bias`): in the mat-vec's store ([`mat_vec_bias`]); after the mat-mat,
+    /// `nn::add_bias`.
+    AddBias(&'a Buffer),
     /// `y = act(p_gate) * p_up` over the stacked `[gate; up]` rows, `y: f32[t, rows / 2]`.
     Glu(GluActivation),
     /// `y += rms_norm(p) * weight` (Gemma's post-norms: the product normalised, then added),
@@ -140,10 +144,24 @@ pub fn linear(
     }
     let caps = s.device().caps().clone();
     let cfg = tuning::mat_vec_config(&caps);
+    if let LinearEpilogue::AddBias(b) = epilogue {
+        if b.size() < 4 * w.rows as u64 {
+            return bad(format!("the bias holds {} bytes, less than {} f32", b.size(), w.rows));
+        }
+        if t < opts.mat_mat_from {
+            let x = match norm {
+                Some(n) => normalised(s, x, n, t, w.k)?,
+                None => x.clone(),
+            };
+            return mat_vec_bias(s, w, &x, t, y, b, cfg, MatVecEpilogue::Add);
+        }
+        linear(s, w, x, t, norm, y, LinearEpilogue::Add, opts)?;
+        return crate::nn::add_bias(s, crate::Dtype::F32, y, b, t, w.rows);
+    }
     if t < opts.mat_mat_from {
         let ep = match epilogue {
             LinearEpilogue::Store => MatVecEpilogue::Store,
-            LinearEpilogue::Add => MatVecEpilogue::Add,
+            LinearEpilogue::Add | LinearEpilogue::AddBias(_) => MatVecEpilogue::Add,
             LinearEpilogue::Glu(a) => MatVecEpilogue::Glu(a),
             LinearEpilogue::Softcap(cap) => MatVecEpilogue::Softcap(cap),
             LinearEpilogue::RopeKv(r) => {
@@ -241,6 +259,10 @@ fn linear_mat_mat(
     match epilogue {
         LinearEpilogue::Store => mat_mat(s, y, false),
         LinearEpilogue::Add => mat_mat(s, y, true),
+        LinearEpilogue::AddBias(b) => {
+            mat_mat(s, y, true)?;
+            crate::nn::add_bias(s, crate::Dtype::F32, y, b, t, w.rows)
+        }
         LinearEpilogue::Glu(act) => {
             let glu = Some(MatMatGlu { act, y_f16: false });
             mat_mat_with(s, w, &x, t, y, MatMatOptions { x_f16, glu, ..MatMatOptions::new(path) })

@@ -99,7 +99,7 @@ pub fn mat_vec_fused(
     cfg: MatVecConfig,
     epilogue: MatVecEpilogue,
 ) -> Result<()> {
-    mat_vec_core(s, m, x, false, None, batch, y, cfg, epilogue, None)
+    mat_vec_core(s, m, x, false, None, batch, y, cfg, epilogue, None, None)
 }
 
 /// The integer-dot mat-vec on activations already quantized to Q8_1 by [`quantize_q8_1`]
@@ -136,7 +136,7 @@ pub fn mat_vec_q8_1_fused(
     epilogue: MatVecEpilogue,
 ) -> Result<()> {
     let cfg = MatVecConfig { integer_dot: true, ..cfg };
-    mat_vec_core(s, m, xq, true, None, batch, y, cfg, epilogue, None)
+    mat_vec_core(s, m, xq, true, None, batch, y, cfg, epilogue, None, None)
 }
 
 /// Whether [`mat_vec_fused`] with `cfg` runs `m` on the integer-dot kernel, quantizing x
@@ -309,7 +309,7 @@ pub fn rms_norm_mat_vec(
     }
     let path = norm_path(dev.caps(), m, batch, &cfg);
     if matches!(path, NormPath::InKernel | NormPath::InDotKernel | NormPath::InVec4Kernel) {
-        return mat_vec_core(s, m, x, false, Some((nw, eps)), batch, y, cfg, epilogue, None);
+        return mat_vec_core(s, m, x, false, Some((nw, eps)), batch, y, cfg, epilogue, None, None);
     }
     let need = rms_norm_mat_vec_scratch(dev.caps(), m, batch, &cfg);
     let Some(scratch) = scratch.filter(|b| b.size() >= need) else {
@@ -396,7 +396,7 @@ pub fn mat_vec_norm_add(
         }
     };
     let post = PostNorm { residual, weight: nw, eps, count };
-    mat_vec_core(s, m, x, false, None, batch, y, cfg, MatVecEpilogue::Store, Some(post))
+    mat_vec_core(s, m, x, false, None, batch, y, cfg, MatVecEpilogue::Store, Some(post), None)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -411,8 +411,18 @@ fn mat_vec_core(
     cfg: MatVecConfig,
     epilogue: MatVecEpilogue,
     post: Option<PostNorm<'_>>,
+    bias: Option<&vkml_hal::Buffer>,
 ) -> Result<()> {
     let dev = s.device().clone();
+    if let Some(b) = bias {
+        let plain = matches!(epilogue, MatVecEpilogue::Store | MatVecEpilogue::Add) && post.is_none();
+        if !plain || b.size() < 4 * m.rows as u64 {
+            return Err(OpsError::Shape {
+                op: "mat_vec",
+                reason: format!("a bias goes with the store and add epilogues and holds {} f32", m.rows),
+            });
+        }
+    }
     let q8_1_out = matches!(epilogue, MatVecEpilogue::GluQ8_1(_));
     let glu = q8_1_out || matches!(epilogue, MatVecEpilogue::Glu(_));
     if glu && !m.rows.is_multiple_of(2) {
@@ -480,7 +490,7 @@ fn mat_vec_core(
         // The gate and up rows of a split matrix lie in different parts: both halves into
         // a scratch [batch, 2 out_rows], then act(gate) * up on its strided halves.
         let both = dev.alloc(4 * (batch * m.rows) as u64, MemoryKind::DeviceLocal)?;
-        mat_vec_core(s, m, x, pre_quantized, norm, batch, &both, cfg, MatVecEpilogue::Store, None)?;
+        mat_vec_core(s, m, x, pre_quantized, norm, batch, &both, cfg, MatVecEpilogue::Store, None, None)?;
         let MatVecEpilogue::Glu(act) = epilogue else { unreachable!("glu is a Glu epilogue") };
         return crate::nn::glu_halves(s, act, &both, batch, out_rows, y);
     }
@@ -550,6 +560,7 @@ fn mat_vec_core(
                         }
                         if !use_dot || dot_x {
                             spec.push((11, u32::from(norm.is_some())));
+                            spec.push((24, u32::from(bias.is_some())));
                         }
                         spec
                     },
@@ -646,6 +657,12 @@ fn mat_vec_core(
                 // Binding 8: the integer-dot kernels' expert ids (mat_vec_id), unused here.
                 args.push(y_arg);
             }
+            if row_sg.is_some() && (!use_dot || dot_x) {
+                // The next four: include/mat_vec_moe.glsl's weights, logits, router bias
+                // (mat_vec_id_fused; unused here) and the bias, the part's rows.
+                args.extend([y_arg; 3]);
+                args.push(bias.map_or(y_arg, |b| BufferArg::range(b, 4 * part.row0 as u64, 4 * rows as u64)));
+            }
             if vec4 && cfg.subgroup_reduce {
                 // Binding 3 of the vec4 subgroup kernels: the norm weight (x stands in).
                 args.push(match norm {
@@ -656,7 +673,32 @@ fn mat_vec_core(
             s.dispatch(&p, &args, &pc, groups(rows)?)?;
         }
     }
+    // Kernels without the bias binding: a pass after.
+    if let Some(b) = bias.filter(|_| row_sg.is_none() || (use_dot && !dot_x)) {
+        crate::nn::add_bias(s, crate::Dtype::F32, y, b, batch, out_rows)?;
+    }
     Ok(())
+}
+
+/// `y (+)= W x + b` (the store or, with [`MatVecEpilogue::Add`], the add epilogue of
+/// [`mat_vec_fused`]) with a bias `b: f32[rows]` added in the store of the block-wise and
+/// integer-dot kernels (`include/mat_vec_moe.glsl`'s plain bias; gpt-oss's
+/// `attn_output.bias` with the residual add), and by `nn::add_bias` after the others.
+///
+/// # Errors
+/// As [`mat_vec_fused`]; another epilogue, a bias shorter than `rows`.
+#[allow(clippy::too_many_arguments)]
+pub fn mat_vec_bias(
+    s: &mut Stream,
+    m: &QMatrix,
+    x: &vkml_hal::Buffer,
+    batch: usize,
+    y: &vkml_hal::Buffer,
+    b: &vkml_hal::Buffer,
+    cfg: MatVecConfig,
+    epilogue: MatVecEpilogue,
+) -> Result<()> {
+    mat_vec_core(s, m, x, false, None, batch, y, cfg, epilogue, None, Some(b))
 }
 
 /// The integer-dot mat-vec kernel for `ty`: on Q8_1 `x` quantized before it, or

@@ -95,7 +95,6 @@ pub fn mat_vec_id_rms_norm(
     mat_vec_id_with(s, m, n_expert, ids, n_slots, x, 0, y, glu, Some((nw, eps)))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn mat_vec_id_with(
     s: &mut Stream,
     m: &QMatrix,
@@ -108,7 +107,78 @@ fn mat_vec_id_with(
     glu: Option<GluActivation>,
     norm: Option<(&Buffer, f32)>,
 ) -> Result<()> {
+    let e = ExpertMatVec { n_expert, ids, n_slots, x_slots, norm, glu, bias: None, route: None, sum: None };
+    mat_vec_id_fused(s, m, x, y, &e)
+}
+
+/// The routing an expert-indexed gate|up mat-vec folds in ([`ExpertMatVec::route`]):
+/// each workgroup ranks its token's experts from the router's logits itself
+/// (`include/moe_route.glsl`, the arithmetic of [`crate::moe::route`] without a selection
+/// bias), so the routing needs no dispatch of its own.
+#[derive(Debug, Clone, Copy)]
+pub struct RoutedSlots<'a> {
+    /// The router's logits, `f32[tokens, routing.n_expert]`.
+    pub logits: &'a Buffer,
+    /// The router's own bias, `f32[n_expert]` (gpt-oss's `ffn_gate_inp.bias`).
+    pub logit_bias: Option<&'a Buffer>,
+    /// Experts, experts per token (the slots of token `n` are `n k .. n k + k`), gating,
+    /// normalisation and scale of the weights.
+    pub routing: crate::moe::Routing,
+    /// Where each slot's weight goes, `f32[n_slots]` (the ids go to [`ExpertMatVec::ids`]).
+    pub weights: &'a Buffer,
+}
+
+/// The weighted sums an expert-indexed down mat-vec folds in ([`ExpertMatVec::sum`]).
+#[derive(Debug, Clone, Copy)]
+pub struct WeightedSlots<'a> {
+    /// Slots per token: `y` row `n` is the sum over slots `n k .. n k + k`.
+    pub k: usize,
+    /// Each slot's weight, `f32[n_slots]`.
+    pub weights: &'a Buffer,
+    /// Add the sums to `y` (the block's residual add) instead of storing them.
+    pub accumulate: bool,
+}
+
+/// One expert-indexed mat-vec of a MoE decode step and what it folds in
+/// (`include/mat_vec_moe.glsl`), for [`mat_vec_id_fused`].
+#[derive(Debug, Clone, Copy)]
+pub struct ExpertMatVec<'a> {
+    /// Experts in the matrix (its rows are `n_expert` experts of equal rows).
+    pub n_expert: usize,
+    /// Each slot's expert, `u32[n_slots]` (below `n_expert`); written here where `route`.
+    pub ids: &'a Buffer,
+    /// Slots (at most 65 535).
+    pub n_slots: usize,
+    /// Slot `j` reads x row `j / x_slots` (0: row 0 for every slot).
+    pub x_slots: usize,
+    /// An RMS norm `(weight f32[k], eps)` of the one row x, computed in each workgroup.
+    pub norm: Option<(&'a Buffer, f32)>,
+    /// The gated product: each expert holds its gate rows, then its up rows.
+    pub glu: Option<GluActivation>,
+    /// Expert biases, f32: `[n_expert, 2 n]` (gate then up) with `glu`, added before the
+    /// activation; `[n_expert, rows]` with `sum`, added before the weight. Not without one
+    /// of them.
+    pub bias: Option<&'a Buffer>,
+    /// The routing, in the kernel (with `glu`, as the gate|up product of a decode step).
+    pub route: Option<RoutedSlots<'a>>,
+    /// The weighted sums over each token's slots into `y: f32[n_slots / k, rows]` (not with
+    /// `glu` or `norm`).
+    pub sum: Option<WeightedSlots<'a>>,
+}
+
+/// Records the expert-indexed mat-vec `e` describes: `y[j, :] = W_{ids[j]} x_j` for each
+/// slot `j` (as [`mat_vec_id`]), with the gated product ([`mat_vec_id_glu`]), the norm
+/// ([`mat_vec_id_rms_norm`]), the experts' biases, the routing (the ids and weights written
+/// by the kernel itself) or the weighted sums as `e` says. A MoE decode step's block is then
+/// three dispatches: the router's mat-vec, gate|up routed, down summed.
+///
+/// # Errors
+/// As [`mat_vec_id`]; a combination the kernels do not take (`sum` with `glu` or `norm`,
+/// `route` without `glu`, a bias without either, `k` not dividing the slots), routing out
+/// of [`crate::moe::MAX_EXPERTS`] / [`crate::moe::MAX_USED`], buffers too small.
+pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: &ExpertMatVec<'_>) -> Result<()> {
     let bad = |reason: String| Err(OpsError::Shape { op: "mat_vec_id", reason });
+    let ExpertMatVec { n_expert, ids, n_slots, x_slots, norm, glu, bias, route, sum } = *e;
     if n_expert == 0 || !m.rows.is_multiple_of(n_expert) {
         return bad(format!("{} rows are not {n_expert} experts of equal rows", m.rows));
     }
@@ -119,20 +189,74 @@ fn mat_vec_id_with(
     if glu.is_some() && !per_expert.is_multiple_of(2) {
         return bad(format!("{per_expert} rows per expert are not gate and up rows of equal count"));
     }
+    if let Some(w) = sum {
+        if glu.is_some() || norm.is_some() || route.is_some() || w.k == 0 || !n_slots.is_multiple_of(w.k) {
+            return bad(format!(
+                "weighted sums of {n_slots} slots, {} per token, with a gated product, norm or routing",
+                w.k
+            ));
+        }
+    }
+    if (route.is_some() && glu.is_none()) || (bias.is_some() && glu.is_none() && sum.is_none()) {
+        return bad("the routing and biases go with the gated products (biases also with the sums)".into());
+    }
+    if norm.is_some_and(|(nw, _)| nw.size() < 4 * m.k as u64) {
+        return bad(format!("the norm weight holds less than {} f32", m.k));
+    }
     // Output rows per slot: the expert's, or half of them for the gated products.
     let rows = if glu.is_some() { per_expert / 2 } else { per_expert };
-    let x_rows = if x_slots == 0 { 1 } else { n_slots.div_ceil(x_slots) };
-    if ids.size() < 4 * n_slots as u64 || x.size() < 4 * (x_rows * m.k) as u64 || y.size() < 4 * (n_slots * rows) as u64
+    let x_rows = if sum.is_some() {
+        n_slots
+    } else if x_slots == 0 {
+        1
+    } else {
+        n_slots.div_ceil(x_slots)
+    };
+    let y_rows = sum.map_or(n_slots, |w| n_slots / w.k);
+    if ids.size() < 4 * n_slots as u64 || x.size() < 4 * (x_rows * m.k) as u64 || y.size() < 4 * (y_rows * rows) as u64
     {
         return bad(format!(
             "{n_slots} slots of {rows} rows need {} bytes of ids, {} of x and {} of y, got {}, {} and {}",
             4 * n_slots,
             4 * x_rows * m.k,
-            4 * n_slots * rows,
+            4 * y_rows * rows,
             ids.size(),
             x.size(),
             y.size()
         ));
+    }
+    if let Some(b) = bias {
+        let need = 4 * (n_expert * if glu.is_some() { 2 * rows } else { rows }) as u64;
+        if b.size() < need {
+            return bad(format!("the expert biases hold {} bytes, {need} needed", b.size()));
+        }
+    }
+    if let Some(r) = route {
+        let rt = r.routing;
+        if rt.n_expert != n_expert || rt.k == 0 || rt.k > crate::moe::MAX_USED || rt.k > n_expert {
+            return bad(format!("routing {} of {} experts for a matrix of {n_expert}", rt.k, rt.n_expert));
+        }
+        if n_expert > crate::moe::MAX_EXPERTS || !n_slots.is_multiple_of(rt.k) {
+            return bad(format!(
+                "{n_slots} slots of {} per token, {n_expert} experts: at most {}",
+                rt.k,
+                crate::moe::MAX_EXPERTS
+            ));
+        }
+        let tokens = (n_slots / rt.k) as u64;
+        if r.logits.size() < 4 * tokens * n_expert as u64
+            || r.weights.size() < 4 * n_slots as u64
+            || r.logit_bias.is_some_and(|b| b.size() < 4 * n_expert as u64)
+        {
+            return bad(format!(
+                "{tokens} tokens' routing needs logits of {} bytes and weights of {}",
+                4 * tokens * n_expert as u64,
+                4 * n_slots
+            ));
+        }
+    }
+    if sum.is_some_and(|w| w.weights.size() < 4 * n_slots as u64) {
+        return bad(format!("the weights of {n_slots} slots need {} bytes", 4 * n_slots));
     }
     if n_slots > u16::MAX as usize {
         return bad(format!("{n_slots} slots: at most 65535"));
@@ -150,33 +274,75 @@ fn mat_vec_id_with(
         return Ok(());
     }
     // The integer-dot kernel where the dense mat-vec would quantize x itself
-    // (`dot_quantizes_x`): each workgroup quantizes its slot's x row to Q8_1.
-    let dot = super::dot_quantizes_x(caps, m, 1, &cfg);
+    // (`dot_quantizes_x`): each workgroup quantizes its slot's x row (with the sums, its
+    // token's k rows) to Q8_1.
+    let x_blocks = sum.map_or(1, |w| w.k) * m.k / 32;
+    let dot = super::dot_quantizes_x(caps, m, 1, &cfg) && x_blocks <= super::DOT_X_MAX_BLOCKS;
     let (kernel, workgroup) = if dot {
         (super::dot_kernel(m.ty, true)?, cfg.dot_x_workgroup.max(sg))
     } else {
         (kernel, cfg.workgroup.max(sg))
     };
-    // Rows per subgroup for the whole dispatch (every slot's rows), not one expert's: the
-    // slots already spread the grid over the GPU.
+    // Rows per subgroup for the whole dispatch (every slot's rows, each token's with the
+    // sums), not one expert's: the slots already spread the grid over the GPU.
+    let grid_rows = rows * y_rows;
     let nr = if dot {
-        tuning::dot_x_rows_per_subgroup(&cfg, rows * n_slots, m.k)
+        tuning::dot_x_rows_per_subgroup(&cfg, grid_rows, m.k)
     } else {
-        tuning::block_rows_per_subgroup(caps, &cfg, rows * n_slots, m.k, workgroup / sg)
+        tuning::block_rows_per_subgroup(caps, &cfg, grid_rows, m.k, workgroup / sg)
     };
     // The gated products read two matrix rows per output row: half the rows per subgroup
     // (H100, qwen3moe-30b-a3b Q4_0 tg128: 4 rows 187.2 t/s, 2 rows 198.8, 1 row 188.7;
     // benches/RESULTS.md).
     let nr = if glu.is_some() { (nr / 2).max(1) } else { nr };
+    // The weighted sums: one workgroup per row group of the token's k experts, so fewer
+    // rows per subgroup, until the grid holds two workgroups per compute unit (H200,
+    // gpt-oss-20b's MXFP4 down, 4 experts of 2880 x 2880: 180 workgroups took 45 us).
+    let nr = match sum {
+        Some(_) => {
+            let per_wg = (workgroup / sg) as usize;
+            let target = 2 * caps.compute_units.count.max(1) as usize;
+            let mut nr = nr;
+            while nr > 1 && rows.div_ceil(per_wg * nr as usize) * y_rows < target {
+                nr /= 2;
+            }
+            nr
+        }
+        None => nr,
+    };
+    let epilogue = match (glu, sum) {
+        (Some(a), _) => MatVecEpilogue::Glu(a).spec(),
+        (None, Some(w)) if w.accumulate => MatVecEpilogue::Add.spec(),
+        _ => 0,
+    };
+    let (gating, flags, scale, n_route, k_route) = match route {
+        Some(r) => {
+            let g = match r.routing.gating {
+                crate::moe::ExpertGating::Softmax => 1,
+                crate::moe::ExpertGating::Sigmoid => 2,
+                crate::moe::ExpertGating::SoftmaxWeight => 3,
+            };
+            let flags = u32::from(r.routing.norm_w) | u32::from(r.logit_bias.is_some()) << 1;
+            (g, flags, r.routing.w_scale.to_bits(), n_expert as u32, r.routing.k as u32)
+        }
+        None => (0, 0, 0, 1, 1),
+    };
     let options = PipelineOptions {
         spec_constants: vec![
             (0, workgroup),
             (1, 1),
             (2, nr),
-            (10, glu.map_or(0, |a| MatVecEpilogue::Glu(a).spec())),
+            (10, epilogue),
             (11, u32::from(norm.is_some())),
             (17, 1),
             (18, x_slots as u32),
+            (19, gating),
+            (20, n_route),
+            (21, k_route),
+            (22, flags),
+            (23, scale),
+            (24, u32::from(bias.is_some())),
+            (25, sum.map_or(0, |w| w.k as u32)),
         ],
         required_subgroup_size: require.then_some(sg),
         full_subgroups: caps.subgroup.full_subgroups,
@@ -187,16 +353,21 @@ fn mat_vec_id_with(
     let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, 1, rows as u32, eps]);
     let (xa, ya) = (BufferArg::from(x), BufferArg::from(y));
     // Binding 3 the norm weight (x stands in without one); 4-6 (post-norm residual, weight,
-    // count) unused: stand-ins; the
-    // ids at 7 (block kernels) or 8 (integer-dot kernels, whose 7 is their unused Q8_1
-    // output).
+    // count) unused: stand-ins; the ids at 7 (block kernels) or 8 (integer-dot kernels,
+    // whose 7 is their unused Q8_1 output); then include/mat_vec_moe.glsl's weights,
+    // logits, router bias and expert biases (y stands in for those not used).
     let nwa = norm.map_or(xa, |(nw, _)| BufferArg::range(nw, 0, 4 * m.k as u64));
     let mut args = vec![(&m.parts[0].buffer).into(), xa, ya, nwa, ya, xa, ya];
     if dot {
         args.push(ya);
     }
     args.push(ids.into());
-    s.dispatch(&p, &args, &pc, [gx, gy, n_slots as u32])?;
+    let weights = route.map(|r| r.weights).or(sum.map(|w| w.weights));
+    args.push(weights.map_or(ya, BufferArg::from));
+    args.push(route.map_or(ya, |r| r.logits.into()));
+    args.push(route.and_then(|r| r.logit_bias).map_or(ya, BufferArg::from));
+    args.push(bias.map_or(ya, BufferArg::from));
+    s.dispatch(&p, &args, &pc, [gx, gy, y_rows as u32])?;
     Ok(())
 }
 

@@ -7,7 +7,8 @@
 //           products each subgroup also computes the NR up rows beside its gate rows),
 //           3 = the norm weight (include/mat_vec_norm.glsl), 4-6 = the post-norm epilogue's
 //           residual, weight and count (include/mat_vec_post_norm.glsl; stand-ins otherwise),
-//           7 = expert ids (below).
+//           7 = expert ids (below), 8-11 = the MoE folds' buffers and a plain product's
+//           bias (include/mat_vec_moe.glsl; stand-ins otherwise).
 // Push constants: w_offset, row_bytes, k, rows (output rows), batch (unused: NB), y_stride
 // (include/mat_vec_out.glsl), eps (include/mat_vec_norm.glsl: x normalised first with
 // specialization constant 11; then binding 3 = the norm weight).
@@ -65,13 +66,17 @@ void init_shared();
 
 layout(constant_id = 17) const bool MV_IDS = false;
 layout(constant_id = 18) const uint MV_IDS_X = 0u;
-layout(std430, set = 0, binding = 7) readonly buffer IDS { uint expert_ids[]; };
+// (Written by the routing of include/mat_vec_moe.glsl.)
+layout(std430, set = 0, binding = 7) buffer IDS { uint expert_ids[]; };
+#define MV_MOE_B 8
+#include "mat_vec_moe.glsl"
 
-// The NR rows from r0 (< p.rows) of the subgroup: dot products, subgroup sums, stores.
-// w_base: byte of the matrix's row 0; slot: the expert slot (0 without MV_IDS), whose x row
-// (slot / MV_IDS_X) and y row it takes.
-void mv_rows(uint r0, uint w_base, uint slot) {
-    uint xoff = MV_IDS_X > 0u ? slot / MV_IDS_X * (p.k / 4u) : 0u;
+// Dot products of the NR rows from r0 (< p.rows) of the matrix at byte w_base with x row
+// xrow (each batch row b < NB after it where NB > 1), summed over the subgroup into
+// mv_t[rr * NB + b], and mv_u the up rows' with the gated products (0 otherwise).
+float mv_t[NR * NB], mv_u[NR * NB];
+void mv_dots(uint r0, uint w_base, uint xrow) {
+    uint xoff = xrow * (p.k / 4u);
     uint lane = gl_SubgroupInvocationID;
     uint nslices = p.k / uint(QK) * uint(SPB);
     float acc[NR * NB], acc2[NR * NB]; // acc2: the up rows of the gated products
@@ -90,15 +95,38 @@ void mv_rows(uint r0, uint w_base, uint slot) {
             }
         }
     }
+    [[unroll]] for (uint i = 0; i < NR * NB; i++) {
+        mv_t[i] = subgroupAdd(acc[i]);
+        mv_u[i] = MV_GLU ? subgroupAdd(acc2[i]) : 0.0;
+    }
+}
+
+// The NR rows from r0 (< p.rows) of the subgroup: dot products and stores. w_base: byte of
+// the matrix's row 0; slot: the expert slot (0 without MV_IDS; the token with MV_SUM), whose
+// x row (slot / MV_IDS_X) and y row it takes; e: its expert (MV_IDS without MV_SUM).
+void mv_rows(uint r0, uint w_base, uint slot, uint e) {
+    if (MV_SUM > 0u) {
+        // The token's k experts, each on its own slot's x row, weighted.
+        float tot[NR * NB];
+        [[unroll]] for (uint i = 0; i < NR * NB; i++) tot[i] = 0.0;
+        for (uint j = 0u; j < MV_SUM; j++) {
+            uint sj = slot * MV_SUM + j, ej = expert_ids[sj];
+            mv_dots(r0, p.w_offset + ej * p.rows * p.row_bytes, sj);
+            [[unroll]] for (uint rr = 0; rr < NR; rr++) tot[rr] += mv_sum_term(sj, ej, min(r0 + rr, p.rows - 1u), p.rows, mv_t[rr]);
+        }
+        [[unroll]] for (uint i = 0; i < NR * NB; i++) mv_t[i] = tot[i];
+    } else {
+        mv_dots(r0, w_base, MV_IDS_X > 0u ? slot / MV_IDS_X : 0u);
+    }
+    if (gl_SubgroupInvocationID != 0u) return;
     [[unroll]] for (uint rr = 0; rr < NR; rr++) {
         [[unroll]] for (uint b = 0; b < NB; b++) {
-            float t = subgroupAdd(acc[rr * NB + b]);
-            float u = MV_GLU ? subgroupAdd(acc2[rr * NB + b]) : 0.0;
-            if (lane == 0 && r0 + rr < p.rows) {
+            if (r0 + rr < p.rows) {
                 if (MV_GLU) {
-                    mv_store_glu(b + slot, r0 + rr, t, u);
+                    vec2 gu = mv_glu_bias(e, r0 + rr, p.rows, mv_t[rr * NB + b], mv_u[rr * NB + b]);
+                    mv_store_glu(b + slot, r0 + rr, gu.x, gu.y);
                 } else {
-                    mv_store(b + slot, r0 + rr, t);
+                    mv_store(b + slot, r0 + rr, mv_row_bias(r0 + rr, mv_t[rr * NB + b]));
                 }
             }
         }
@@ -111,15 +139,16 @@ void main() {
     barrier();
 #endif
     uint wg0 = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups;
-    if (MV_NORM) {
-        if (wg0 * NR >= p.rows) return; // the whole workgroup, before the norm's barriers
-        mv_norm_scales();
-    }
+    // The whole workgroup, before the norm's and the routing's barriers.
+    if ((MV_NORM || MV_ROUTE != 0u) && wg0 * NR >= p.rows) return;
+    if (MV_NORM) mv_norm_scales();
     uint r0 = (wg0 + gl_SubgroupID) * NR;
     uint slot = MV_IDS ? gl_WorkGroupID.z : 0u;
+    // (With MV_SUM each of the token's slots has its own expert, read in mv_rows.)
+    uint e = MV_IDS && MV_SUM == 0u ? mv_slot_expert(slot) : 0u;
     // (An expert of the gated products holds its gate rows, then its up rows.)
-    uint w_base = p.w_offset + (MV_IDS ? expert_ids[slot] * (MV_GLU ? 2u : 1u) * p.rows * p.row_bytes : 0u);
-    if (r0 < p.rows) mv_rows(r0, w_base, slot); // uniform across the subgroup
+    uint w_base = p.w_offset + e * (MV_GLU ? 2u : 1u) * p.rows * p.row_bytes;
+    if (r0 < p.rows) mv_rows(r0, w_base, slot, e); // uniform across the subgroup
     // (With the post-norm epilogue every workgroup reaches it; the host never combines it
     // with the norm prologue.)
     if (MV_POST) mv_post_norm_add();

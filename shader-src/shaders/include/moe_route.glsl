@@ -1,0 +1,166 @@
+// Mixture-of-experts routing of one token by one workgroup (llama.cpp's build_moe_ffn, its
+// gating functions LLAMA_EXPERT_GATING_FUNC_TYPE_*), shared by moe_route.comp (a dispatch
+// of its own) and the expert-indexed gate|up mat-vecs (include/mat_vec_moe.glsl: each
+// workgroup routes its token itself, no routing dispatch before it). From the logits l [n]
+// (route_logit(e): the router's bias already added where the model has one):
+//   probs = softmax(l) (ROUTE_SOFTMAX), sigmoid(l) (ROUTE_SIGMOID), or l itself
+//   (ROUTE_SOFTMAX_WEIGHT);
+//   the k experts of largest probs + bias (route_sel_bias(e): the selection bias
+//   exp_probs_b where the model has one; ties to the lower index, NaN last), in
+//   decreasing order;
+//   their weights probs[id] (ROUTE_SOFTMAX_WEIGHT: the softmax of those k logits), divided
+//   by their sum clamped to at least 2^-14 where norm_w, times w_scale where it is not 0.
+// route_token leaves the ids in route_ids[0 .. k) and the weights in route_w[0 .. k).
+// The includer includes reduce.glsl first (the softmax's max and sum are its workgroup
+// reductions), defines ROUTE_N (a constant expression at least n: the shared arrays'
+// length) and declares
+//   float route_logit(uint e);      float route_sel_bias(uint e);
+#ifndef VKML_MOE_ROUTE_GLSL
+#define VKML_MOE_ROUTE_GLSL
+#include "order_key.glsl"
+#define ROUTE_SOFTMAX 1u
+#define ROUTE_SIGMOID 2u
+#define ROUTE_SOFTMAX_WEIGHT 3u
+// Most experts per token (ops' moe::MAX_USED).
+#define ROUTE_MAX_K 64u
+
+shared float route_probs[ROUTE_N];
+shared float route_sel[ROUTE_N];
+shared uint route_ids[ROUTE_MAX_K];
+shared float route_w[ROUTE_MAX_K];
+
+float route_logit(uint e);
+float route_sel_bias(uint e);
+
+// Whether (v, i) ranks before (w, j): larger value, then lower index (NaN last).
+bool route_before(float v, uint i, float w, uint j) {
+    if (isnan(w)) return !isnan(v) || i < j;
+    if (isnan(v)) return false;
+    return v > w || (v == w && i < j);
+}
+
+// The chosen experts' weights in route_w[0 .. k) (their probs on entry): the softmax over
+// the k for ROUTE_SOFTMAX_WEIGHT, normalised, scaled. One invocation.
+void route_weights(uint gating, uint k, bool norm_w, float w_scale) {
+    if (gating == ROUTE_SOFTMAX_WEIGHT) {
+        float wm = route_w[0];
+        for (uint j = 1u; j < k; j++) wm = max(wm, route_w[j]);
+        float ws = 0.0;
+        for (uint j = 0u; j < k; j++) {
+            route_w[j] = exp(route_w[j] - wm);
+            ws += route_w[j];
+        }
+        for (uint j = 0u; j < k; j++) route_w[j] = route_w[j] / ws;
+    }
+    if (norm_w) {
+        float sum = 0.0;
+        for (uint j = 0u; j < k; j++) sum += route_w[j];
+        sum = max(sum, 6.103515625e-5);
+        for (uint j = 0u; j < k; j++) route_w[j] = route_w[j] / sum;
+    }
+    if (w_scale != 0.0) {
+        for (uint j = 0u; j < k; j++) route_w[j] = route_w[j] * w_scale;
+    }
+}
+
+// Routes one token: n experts, k of them chosen (gating one of ROUTE_*; has_sel_bias:
+// route_sel_bias joins the ranking). Every invocation of the workgroup calls it from
+// uniform control flow (it holds barriers); all see route_ids and route_w after it.
+void route_token(uint gating, uint n, uint k, bool has_sel_bias, bool norm_w, float w_scale) {
+    uint t = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
+    float m = -1.0 / 0.0;
+    for (uint e = t; e < n; e += wg) {
+        float l = route_logit(e);
+        route_probs[e] = l;
+        m = max(m, l);
+    }
+    if (gating == ROUTE_SOFTMAX) {
+        m = wg_max(m);
+        float s = 0.0;
+        for (uint e = t; e < n; e += wg) {
+            float v = exp(route_probs[e] - m);
+            route_probs[e] = v;
+            s += v;
+        }
+        s = wg_sum(s);
+        for (uint e = t; e < n; e += wg) route_probs[e] = route_probs[e] / s;
+    } else if (gating == ROUTE_SIGMOID) {
+        for (uint e = t; e < n; e += wg) route_probs[e] = 1.0 / (1.0 + exp(-route_probs[e]));
+    }
+    for (uint e = t; e < n; e += wg) route_sel[e] = has_sel_bias ? route_probs[e] + route_sel_bias(e) : route_probs[e];
+    barrier();
+    // The k largest in one pass: each expert's rank is the number of experts ranking
+    // before it (a total order); the experts of rank < k take their slot. The count runs
+    // over all n (independent loads, no early exit). (k rounds of a workgroup arg-max took
+    // 18 us for 8 of 128 on the H100.)
+    for (uint e = t; e < n; e += wg) {
+        float v = route_sel[e];
+        uint r = 0u;
+        for (uint f = 0u; f < n; f++) r += route_before(route_sel[f], f, v, e) ? 1u : 0u;
+        if (r < k) {
+            route_ids[r] = e;
+            route_w[r] = route_probs[e];
+        }
+    }
+    barrier();
+    if (t == 0u) route_weights(gating, k, norm_w, w_scale);
+    barrier();
+}
+
+#ifdef ROUTE_SUBGROUP
+// route_token by the workgroup's first subgroup alone (the includer enables subgroup
+// arithmetic and defines ROUTE_SUBGROUP; no selection bias): the softmax's max and sum are
+// subgroup reductions, and the k experts are taken one by one, each the largest of those
+// left (an order key per expert in route_key; NaN ranks last, a taken expert below it; ties
+// to the lower index by a subgroup minimum over the indices holding the maximum). k rounds of
+// two subgroup reductions: a few microseconds less than route_token's n^2 / workgroup
+// comparisons behind barriers, which the expert mat-vec that routes its own token waits
+// for. The other subgroups wait at the closing barrier.
+shared uint route_key[ROUTE_N];
+void route_token_sg(uint gating, uint n, uint k, bool norm_w, float w_scale) {
+    if (gl_SubgroupID == 0u) {
+        uint lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
+        float m = -1.0 / 0.0;
+        for (uint e = lane; e < n; e += sgs) {
+            float l = route_logit(e);
+            route_probs[e] = l;
+            m = max(m, l);
+        }
+        if (gating == ROUTE_SOFTMAX) {
+            m = subgroupMax(m);
+            float s = 0.0;
+            for (uint e = lane; e < n; e += sgs) {
+                float v = exp(route_probs[e] - m);
+                route_probs[e] = v;
+                s += v;
+            }
+            s = subgroupAdd(s);
+            for (uint e = lane; e < n; e += sgs) route_probs[e] = route_probs[e] / s;
+        } else if (gating == ROUTE_SIGMOID) {
+            for (uint e = lane; e < n; e += sgs) route_probs[e] = 1.0 / (1.0 + exp(-route_probs[e]));
+        }
+        // (order keys of finite values and infinities are at least 2^23)
+        for (uint e = lane; e < n; e += sgs) route_key[e] = isnan(route_probs[e]) ? 1u : order_key(route_probs[e]);
+        for (uint j = 0u; j < k; j++) {
+            uint bk = 0u, bi = 0xFFFFFFFFu;
+            for (uint e = lane; e < n; e += sgs) {
+                uint key = route_key[e];
+                if (key > bk) {
+                    bk = key;
+                    bi = e;
+                }
+            }
+            uint top = subgroupMax(bk);
+            uint at = subgroupMin(bk == top ? bi : 0xFFFFFFFFu);
+            if (at % sgs == lane) route_key[at] = 0u; // (each lane reads only its own experts' keys)
+            if (lane == 0u) {
+                route_ids[j] = at;
+                route_w[j] = route_probs[at];
+            }
+        }
+        if (lane == 0u) route_weights(gating, k, norm_w, w_scale);
+    }
+    barrier();
+}
+#endif
+#endif
