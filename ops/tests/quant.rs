@@ -2196,3 +2196,45 @@ fn mat_mat_rope_kv_equals_product_then_rope_kv() {
     drop(s);
     assert_clean(&dev);
 }
+
+/// `mat_vec_bias`: `y += W x + b` with the bias in the store of the block-wise and
+/// integer-dot kernels (`include/mat_vec_moe.glsl`'s plain bias) or a pass after the
+/// others: for every path of `mat_vec_configs` and types of each kernel family, the result
+/// is, bit for bit, the residual plus the product of `mat_vec_fused` (store) and the bias,
+/// added in the kernel's order (y + (p + b)) or the pass's ((y + p) + b).
+#[test]
+fn mat_vec_bias_adds_the_bias_in_the_store() {
+    let dev = device();
+    let (rows, k, batch) = (70usize, 256usize, 2usize);
+    for cfg in mat_vec_configs(&dev) {
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::MXFP4] {
+            let bytes = encode(ty, &weights(rows, k, 31));
+            let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+            let (x, y0, b) = (weights(batch, k, 32), weights(batch, rows, 33), weights(1, rows, 34));
+            let (xb, bb, yb) = (dev.upload(&x).unwrap(), dev.upload(&b).unwrap(), dev.upload(&y0).unwrap());
+            let p = dev.alloc(4 * (batch * rows) as u64, MemoryKind::DeviceLocal).unwrap();
+            let mut s = Stream::new(&dev).unwrap();
+            quant::mat_vec_fused(&mut s, &m, &xb, batch, &p, cfg, MatVecEpilogue::Store).unwrap();
+            quant::mat_vec_bias(&mut s, &m, &xb, batch, &yb, &bb, cfg, MatVecEpilogue::Add).unwrap();
+            // A bias with another epilogue, or too short, is refused.
+            let e = quant::mat_vec_bias(&mut s, &m, &xb, batch, &p, &bb, cfg, MatVecEpilogue::Softcap(30.0));
+            assert!(e.unwrap_err().to_string().contains("bias"));
+            let short = dev.upload(&b[..rows / 2]).unwrap();
+            assert!(quant::mat_vec_bias(&mut s, &m, &xb, batch, &p, &short, cfg, MatVecEpilogue::Add).is_err());
+            s.finish_and_wait().unwrap();
+            let (pv, got) = (p.to_vec::<f32>().unwrap(), yb.to_vec::<f32>().unwrap());
+            for i in 0..batch * rows {
+                let (y, p, b) = (y0[i], pv[i], b[i % rows]);
+                let (fused, after) = (y + (p + b), (y + p) + b);
+                assert!(
+                    got[i].to_bits() == fused.to_bits() || got[i].to_bits() == after.to_bits(),
+                    "{ty:?} {cfg:?} [{}, {}]: {} against {fused} or {after}",
+                    i / rows,
+                    i % rows,
+                    got[i]
+                );
+            }
+        }
+    }
+    assert_clean(&dev);
+}

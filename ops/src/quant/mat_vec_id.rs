@@ -278,8 +278,15 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     // token's k rows) to Q8_1.
     let x_blocks = sum.map_or(1, |w| w.k) * m.k / 32;
     let dot = super::dot_quantizes_x(caps, m, 1, &cfg) && x_blocks <= super::DOT_X_MAX_BLOCKS;
+    // The weighted sums on the block kernels: one subgroup per expert of the token, so that
+    // each subgroup's rows share their x loads (H200, gpt-oss-20b's MXFP4 down, 4 experts
+    // of 2880 x 2880: 35 us with the experts in turn in each subgroup, one row each).
+    let split = !dot
+        && sum.is_some_and(|w| w.k as u64 * u64::from(sg) <= u64::from(caps.limits.max_workgroup_invocations.min(1024)));
     let (kernel, workgroup) = if dot {
         (super::dot_kernel(m.ty, true)?, cfg.dot_x_workgroup.max(sg))
+    } else if let (true, Some(w)) = (split, sum) {
+        (kernel, w.k as u32 * sg)
     } else {
         (kernel, cfg.workgroup.max(sg))
     };
@@ -299,6 +306,7 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     // rows per subgroup, until the grid holds two workgroups per compute unit (H200,
     // gpt-oss-20b's MXFP4 down, 4 experts of 2880 x 2880: 180 workgroups took 45 us).
     let nr = match sum {
+        Some(_) if split => tuning::block_rows_per_subgroup(caps, &cfg, grid_rows, m.k, 1),
         Some(_) => {
             let per_wg = (workgroup / sg) as usize;
             let target = 2 * caps.compute_units.count.max(1) as usize;
@@ -347,8 +355,15 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
         required_subgroup_size: require.then_some(sg),
         full_subgroups: caps.subgroup.full_subgroups,
     };
+    let mut options = options;
+    if !dot {
+        // (the block kernels' split sums; the integer-dot kernels have no constant 26)
+        options.spec_constants.push((26, u32::from(split)));
+    }
     let p = dev.pipeline(&dev.kernel(kernel)?, &options)?;
-    let [gx, gy, _] = grid(&dev, "mat_vec_id", (rows as u64).div_ceil(u64::from(workgroup / sg * nr)))?;
+    // (rows per workgroup: each subgroup's, or with the split sums the workgroup's)
+    let wg_rows = if split { nr } else { workgroup / sg * nr };
+    let [gx, gy, _] = grid(&dev, "mat_vec_id", (rows as u64).div_ceil(u64::from(wg_rows)))?;
     let eps = norm.map_or(0, |n| n.1.to_bits());
     let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, 1, rows as u32, eps]);
     let (xa, ya) = (BufferArg::from(x), BufferArg::from(y));

@@ -133,11 +133,40 @@ void mv_rows(uint r0, uint w_base, uint slot, uint e) {
     }
 }
 
+// Weighted sums with the experts split over the subgroups (specialization constant 26,
+// MV_SUM_SPLIT; a workgroup of MV_SUM subgroups): every subgroup takes the workgroup's NR
+// rows of one of the token's experts (subgroup j, slot n k + j), so NR rows share each x
+// load as in one expert's mat-vec, and the first subgroup adds the k terms in order j = 0,
+// 1, .. (the bits of mv_rows' sums). Every invocation calls it (it holds a barrier).
+layout(constant_id = 26) const bool MV_SUM_SPLIT = false;
+shared float mv_sum_part[(MV_SUM + 1u) * NR];
+void mv_rows_split(uint r0, uint token) {
+    uint j = gl_SubgroupID, sj = token * MV_SUM + j;
+    if (r0 < p.rows && j < MV_SUM) {
+        uint ej = expert_ids[sj];
+        mv_dots(r0, p.w_offset + ej * p.rows * p.row_bytes, sj);
+        if (gl_SubgroupInvocationID == 0u) {
+            [[unroll]] for (uint rr = 0; rr < NR; rr++) mv_sum_part[j * NR + rr] = mv_sum_term(sj, ej, min(r0 + rr, p.rows - 1u), p.rows, mv_t[rr]);
+        }
+    }
+    barrier();
+    if (r0 >= p.rows || gl_LocalInvocationIndex != 0u) return;
+    [[unroll]] for (uint rr = 0; rr < NR; rr++) {
+        float tot = 0.0;
+        for (uint i = 0u; i < MV_SUM; i++) tot += mv_sum_part[i * NR + rr];
+        if (r0 + rr < p.rows) mv_store(token, r0 + rr, tot);
+    }
+}
+
 void main() {
 #ifdef SHARED_INIT
     init_shared();
     barrier();
 #endif
+    if (MV_SUM_SPLIT) {
+        mv_rows_split((gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * NR, gl_WorkGroupID.z);
+        return;
+    }
     uint wg0 = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups;
     // The whole workgroup, before the norm's and the routing's barriers.
     if ((MV_NORM || MV_ROUTE != 0u) && wg0 * NR >= p.rows) return;
