@@ -282,7 +282,8 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     // each subgroup's rows share their x loads (H200, gpt-oss-20b's MXFP4 down, 4 experts
     // of 2880 x 2880: 35 us with the experts in turn in each subgroup, one row each).
     let split = !dot
-        && sum.is_some_and(|w| w.k as u64 * u64::from(sg) <= u64::from(caps.limits.max_workgroup_invocations.min(1024)));
+        && sum
+            .is_some_and(|w| w.k as u64 * u64::from(sg) <= u64::from(caps.limits.max_workgroup_invocations.min(1024)));
     let (kernel, workgroup) = if dot {
         (super::dot_kernel(m.ty, true)?, cfg.dot_x_workgroup.max(sg))
     } else if let (true, Some(w)) = (split, sum) {
