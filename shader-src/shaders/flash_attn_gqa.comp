@@ -8,6 +8,8 @@
 //! variant rope_interleaved_f32_wide256 ATTN_COMBINE_IN_PLACE=1 ROPE_IN=1 INTERLEAVED=1 MAX_SG=16u MAX_GD=256u
 //! variant rope_neox_f32_wide512 ATTN_COMBINE_IN_PLACE=1 ROPE_IN=1 MAX_SG=16u MAX_GD=512u
 //! variant rope_interleaved_f32_wide512 ATTN_COMBINE_IN_PLACE=1 ROPE_IN=1 INTERLEAVED=1 MAX_SG=16u MAX_GD=512u
+//! variant rope_neox_f32_wide1024 ATTN_COMBINE_IN_PLACE=1 ROPE_IN=1 MAX_SG=8u MAX_GD=1024u
+//! variant rope_interleaved_f32_wide1024 ATTN_COMBINE_IN_PLACE=1 ROPE_IN=1 INTERLEAVED=1 MAX_SG=8u MAX_GD=1024u
 // Flash attention with the query heads of one KV head together (grouped-query attention):
 // the same function, layouts, bindings, push constants and split outputs as
 // flash_attn.comp, but one workgroup per (KV head, query token, split) takes all
@@ -46,7 +48,9 @@
 // (one per p.split_positions keys seen, as ops' tuning::attn_splits chooses them) and merge.
 // The *_wide{256,512} variants are the rope_* ones with up to 16 subgroups per workgroup
 // (MAX_SG) for groups of at most 256 or 512 query values (MAX_GD): more keys of a split
-// in flight at once, fewer splits to merge (ops' tuning::DECODE_ATTN_WIDE).
+// in flight at once, fewer splits to merge (ops' tuning::DECODE_ATTN_WIDE); *_wide1024
+// the same with 8 subgroups for groups of up to 1024 (Qwen3-30B-A3B's 8 heads of 128 per
+// KV head), whose merge buffer 16 subgroups would take past 48 KiB of shared memory.
 // Sinks (p.has_sinks, include/flash_attn_io.glsl) at binding 6, 7 (combine_*) or 15 (rope_*).
 // Specialization constants: 0 = workgroup size (at most MAX_SG subgroups), 1 = GQ (G, at
 // most 8), 2 = NPL (pairs per lane per head: at least ceil(d / 2 / subgroup size)).

@@ -9,21 +9,25 @@ use crate::error::{OpsError, Result};
 use crate::launch::{pipeline_spec, push_words};
 use crate::tuning;
 
-/// The wide decode attention (`flash_attn_gqa.rope_*_wide{256,512}`,
-/// [`tuning::DECODE_ATTN_WIDE`]) for `g` query heads per KV head of dim `d`: its group size
-/// (query values, 256 or 512) and workgroup (invocations), where the architecture takes it
-/// ([`tuning::decode_attn_wide`]), the group fits, and the device has the workgroup and the
-/// smallest variant's shared memory; else `None` (the narrow `rope_*` variants).
+/// The wide decode attention (`flash_attn_gqa.rope_*_wide{256,512,1024}`,
+/// [`tuning::DECODE_ATTN_WIDE`]'s split rule) for `g` query heads per KV head of dim `d`:
+/// its group size (query values: 256 or 512 with 16 subgroups, 1024 with 8) and workgroup
+/// (invocations), where the architecture takes it ([`tuning::decode_attn_wide`]), the
+/// group fits, and the device has the workgroup and the variant's shared memory; else
+/// `None` (the narrow `rope_*` variants).
 pub(super) fn decode_wide_group(caps: &Capabilities, d: usize, g: usize) -> Option<(usize, u32)> {
-    let sg = tuning::DECODE_ATTN_WIDE.subgroups;
-    let invocations = sg * caps.subgroup.min_size as usize;
-    if !tuning::decode_attn_wide(caps) || invocations > caps.limits.max_workgroup_invocations as usize {
+    if !tuning::decode_attn_wide(caps) {
         return None;
     }
-    [256, 512]
+    let wide = tuning::DECODE_ATTN_WIDE.subgroups;
+    [(256, wide), (512, wide), (1024, wide / 2)]
         .into_iter()
-        .find(|&gd| g * d <= gd && caps.limits.max_shared_memory as usize >= gqa_shared(gd, sg) + ROPE_IN_SHARED)
-        .map(|gd| (gd, invocations as u32))
+        .find(|&(gd, sg)| {
+            g * d <= gd
+                && sg * caps.subgroup.min_size as usize <= caps.limits.max_workgroup_invocations as usize
+                && caps.limits.max_shared_memory as usize >= gqa_shared(gd, sg) + ROPE_IN_SHARED
+        })
+        .map(|(gd, sg)| (gd, (sg * caps.subgroup.min_size as usize) as u32))
 }
 
 /// The split rule of the wide or the narrow decode attention.
@@ -143,8 +147,10 @@ pub fn flash_attn_rope_decode(
         (Interleaved, None) => "flash_attn_gqa.rope_interleaved_f32",
         (Neox, Some(256)) => "flash_attn_gqa.rope_neox_f32_wide256",
         (Interleaved, Some(256)) => "flash_attn_gqa.rope_interleaved_f32_wide256",
-        (Neox, Some(_)) => "flash_attn_gqa.rope_neox_f32_wide512",
-        (Interleaved, Some(_)) => "flash_attn_gqa.rope_interleaved_f32_wide512",
+        (Neox, Some(512)) => "flash_attn_gqa.rope_neox_f32_wide512",
+        (Interleaved, Some(512)) => "flash_attn_gqa.rope_interleaved_f32_wide512",
+        (Neox, Some(_)) => "flash_attn_gqa.rope_neox_f32_wide1024",
+        (Interleaved, Some(_)) => "flash_attn_gqa.rope_interleaved_f32_wide1024",
     };
     let p = pipeline_spec(&dev, name, wg, &[(1, g as u32), (2, npl)])?;
     let split_len = sh.visible_len().div_ceil(splits).max(1);

@@ -95,6 +95,7 @@ pub fn mat_vec_id_rms_norm(
     mat_vec_id_with(s, m, n_expert, ids, n_slots, x, 0, y, glu, Some((nw, eps)))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn mat_vec_id_with(
     s: &mut Stream,
     m: &QMatrix,
