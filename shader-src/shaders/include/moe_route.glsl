@@ -63,30 +63,46 @@ void route_weights(uint gating, uint k, bool norm_w, float w_scale) {
     }
 }
 
-// Routes one token: n experts, k of them chosen (gating one of ROUTE_*; has_sel_bias:
-// route_sel_bias joins the ranking). Every invocation of the workgroup calls it from
-// uniform control flow (it holds barriers); all see route_ids and route_w after it.
-void route_token(uint gating, uint n, uint k, bool has_sel_bias, bool norm_w, float w_scale) {
-    uint t = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
+// The gating of the logits into route_probs, each invocation taking experts first, first +
+// step, ..: the softmax's max and sum reduced over the workgroup (wg_max, wg_sum: every
+// invocation calls it from uniform control flow) or, with sg (ROUTE_SUBGROUP), over one
+// subgroup (subgroupMax, subgroupAdd: the whole subgroup calls it).
+void route_gate(uint gating, uint n, uint first, uint step, bool sg) {
     float m = -1.0 / 0.0;
-    for (uint e = t; e < n; e += wg) {
+    for (uint e = first; e < n; e += step) {
         float l = route_logit(e);
         route_probs[e] = l;
         m = max(m, l);
     }
     if (gating == ROUTE_SOFTMAX) {
+#ifdef ROUTE_SUBGROUP
+        m = sg ? subgroupMax(m) : wg_max(m);
+#else
         m = wg_max(m);
+#endif
         float s = 0.0;
-        for (uint e = t; e < n; e += wg) {
+        for (uint e = first; e < n; e += step) {
             float v = exp(route_probs[e] - m);
             route_probs[e] = v;
             s += v;
         }
+#ifdef ROUTE_SUBGROUP
+        s = sg ? subgroupAdd(s) : wg_sum(s);
+#else
         s = wg_sum(s);
-        for (uint e = t; e < n; e += wg) route_probs[e] = route_probs[e] / s;
+#endif
+        for (uint e = first; e < n; e += step) route_probs[e] = route_probs[e] / s;
     } else if (gating == ROUTE_SIGMOID) {
-        for (uint e = t; e < n; e += wg) route_probs[e] = 1.0 / (1.0 + exp(-route_probs[e]));
+        for (uint e = first; e < n; e += step) route_probs[e] = 1.0 / (1.0 + exp(-route_probs[e]));
     }
+}
+
+// Routes one token: n experts, k of them chosen (gating one of ROUTE_*; has_sel_bias:
+// route_sel_bias joins the ranking). Every invocation of the workgroup calls it from
+// uniform control flow (it holds barriers); all see route_ids and route_w after it.
+void route_token(uint gating, uint n, uint k, bool has_sel_bias, bool norm_w, float w_scale) {
+    uint t = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
+    route_gate(gating, n, t, wg, false);
     for (uint e = t; e < n; e += wg) route_sel[e] = has_sel_bias ? route_probs[e] + route_sel_bias(e) : route_probs[e];
     barrier();
     // The k largest in one pass: each expert's rank is the number of experts ranking
@@ -120,25 +136,7 @@ shared uint route_key[ROUTE_N];
 void route_token_sg(uint gating, uint n, uint k, bool norm_w, float w_scale) {
     if (gl_SubgroupID == 0u) {
         uint lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
-        float m = -1.0 / 0.0;
-        for (uint e = lane; e < n; e += sgs) {
-            float l = route_logit(e);
-            route_probs[e] = l;
-            m = max(m, l);
-        }
-        if (gating == ROUTE_SOFTMAX) {
-            m = subgroupMax(m);
-            float s = 0.0;
-            for (uint e = lane; e < n; e += sgs) {
-                float v = exp(route_probs[e] - m);
-                route_probs[e] = v;
-                s += v;
-            }
-            s = subgroupAdd(s);
-            for (uint e = lane; e < n; e += sgs) route_probs[e] = route_probs[e] / s;
-        } else if (gating == ROUTE_SIGMOID) {
-            for (uint e = lane; e < n; e += sgs) route_probs[e] = 1.0 / (1.0 + exp(-route_probs[e]));
-        }
+        route_gate(gating, n, lane, sgs, true);
         // (order keys of finite values and infinities are at least 2^23)
         for (uint e = lane; e < n; e += sgs) route_key[e] = isnan(route_probs[e]) ? 1u : order_key(route_probs[e]);
         for (uint j = 0u; j < k; j++) {
