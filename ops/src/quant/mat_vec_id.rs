@@ -86,12 +86,6 @@ pub fn mat_vec_id_rms_norm(
     y: &Buffer,
     glu: Option<GluActivation>,
 ) -> Result<()> {
-    if nw.size() < 4 * m.k as u64 {
-        return Err(OpsError::Shape {
-            op: "mat_vec_id_rms_norm",
-            reason: format!("the norm weight holds {} bytes, less than {} f32", nw.size(), m.k),
-        });
-    }
     mat_vec_id_with(s, m, n_expert, ids, n_slots, x, 0, y, glu, Some((nw, eps)))
 }
 
@@ -201,8 +195,8 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     if (route.is_some() && glu.is_none()) || (bias.is_some() && glu.is_none() && sum.is_none()) {
         return bad("the routing and biases go with the gated products (biases also with the sums)".into());
     }
-    if norm.is_some_and(|(nw, _)| nw.size() < 4 * m.k as u64) {
-        return bad(format!("the norm weight holds less than {} f32", m.k));
+    if let Some((nw, _)) = norm.filter(|(nw, _)| nw.size() < 4 * m.k as u64) {
+        return bad(format!("the norm weight holds {} bytes, less than {} f32", nw.size(), m.k));
     }
     // Output rows per slot: the expert's, or half of them for the gated products.
     let rows = if glu.is_some() { per_expert / 2 } else { per_expert };
@@ -337,7 +331,7 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
         }
         None => (0, 0, 0, 1, 1),
     };
-    let options = PipelineOptions {
+    let mut options = PipelineOptions {
         spec_constants: vec![
             (0, workgroup),
             (1, 1),
@@ -357,7 +351,6 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
         required_subgroup_size: require.then_some(sg),
         full_subgroups: caps.subgroup.full_subgroups,
     };
-    let mut options = options;
     if !dot {
         // (the block kernels' split sums; the integer-dot kernels have no constant 26)
         options.spec_constants.push((26, u32::from(split)));
