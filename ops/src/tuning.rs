@@ -107,9 +107,10 @@ pub fn row_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
 /// Whether a MoE decode step's stacked gate|up expert mat-vec routes its own token
 /// (`include/mat_vec_moe.glsl`, `quant::RoutedSlots`) instead of a `moe_route` pass before
 /// it: yes, unless the environment sets `VKML_MOE_ROUTE=pass` (a switch for benchmarks
-/// comparing the two in one build).
+/// comparing the two in one build; read once per process, not per recorded layer).
 pub fn moe_route_in_gate_up() -> bool {
-    std::env::var("VKML_MOE_ROUTE").map_or(true, |v| v != "pass")
+    static FOLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FOLD.get_or_init(|| std::env::var("VKML_MOE_ROUTE").map_or(true, |v| v != "pass"))
 }
 
 /// Invocations per workgroup of the element-wise kernels (dequantize, get_rows, and the
