@@ -122,9 +122,12 @@ bool ge64(uvec2 a, uvec2 b) {
 }
 
 // A token's weight in 32.32 fixed point: exp((l - m) / T) <= 1 times 2^32, 2^32 - 1 at most.
+// The maximum (w = 1) is clamped as an integer: 2^32 - 1 is not an f32 (it rounds to 2^32)
+// and converting 2^32 to uint is undefined (llvmpipe on some CPUs gives 0, which dropped
+// the top token from the top-p mass).
 uint fixed_weight(float l, float m) {
     float w = exp((l - m) * p.inv_temp);
-    return uint(min(w * 4294967296.0, 4294967295.0));
+    return w < 1.0 ? uint(w * 4294967296.0) : 0xFFFFFFFFu;
 }
 
 // Adds the 64-bit `v` (lo, hi) to bin `d`, exactly, with 32-bit shared atomics.
