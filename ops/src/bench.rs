@@ -411,6 +411,67 @@ pub fn mat_vec_id(ty: GgmlType, n_expert: usize, rows: usize, k: usize, slots: u
     })
 }
 
+/// A MoE decode step's gate|up kernel ([`quant::mat_vec_id_fused`]): one token routed in
+/// the kernel from random logits over `n_expert` experts (softmax, `k` chosen, weights
+/// normalised), each slot's stacked gate|up rows (`2 rows x k` per expert) multiplied into
+/// its SwiGLU products. Calls rotate through copies of the logits that choose disjoint
+/// expert sets where `n_expert / k` allows (the chosen weights come from memory). Bytes:
+/// the chosen experts' weights, x, the logits and the products.
+pub fn mat_vec_id_routed_glu(ty: GgmlType, n_expert: usize, rows: usize, k: usize, slots: usize) -> Spec {
+    Spec::new("mat_vec_id_glu", format!("{ty:?} {slots} of {n_expert} experts 2x{rows}x{k} routed"), move |dev| {
+        let blocks = random_blocks(ty, n_expert * 2 * rows, k, 13);
+        let m = QMatrix::upload(dev, ty, n_expert * 2 * rows, k, &blocks)?;
+        let copies = (n_expert / slots.max(1)).max(1);
+        // Logits that put experts c k .. c k + k on top for copy c.
+        let logits = (0..copies)
+            .map(|c| {
+                let l: Vec<f32> = (0..n_expert)
+                    .map(|e| {
+                        if (c * slots..(c + 1) * slots).contains(&e) {
+                            4.0 + e as f32 * 1e-3
+                        } else {
+                            -(e as f32) * 1e-3
+                        }
+                    })
+                    .collect();
+                Ok(dev.upload(&l)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let x = random_buffer(dev, Dtype::F32, k, 3)?;
+        let ids = alloc(dev, 4 * slots)?;
+        let weights = alloc(dev, 4 * slots)?;
+        let ys = (0..copies).map(|_| alloc(dev, 4 * slots * rows)).collect::<Result<Vec<_>>>()?;
+        let routing = crate::moe::Routing {
+            n_expert,
+            k: slots,
+            gating: crate::moe::ExpertGating::Softmax,
+            norm_w: true,
+            w_scale: 0.0,
+        };
+        Ok(Parts {
+            bytes: (blocks.len() / n_expert * slots + 4 * k + 4 * n_expert + 4 * slots * rows) as f64,
+            flops: 4.0 * (slots * rows * k) as f64,
+            limit: Limit::Bandwidth,
+            copies,
+            record: Box::new(move |s, i| {
+                let route = quant::RoutedSlots { logits: &logits[i], logit_bias: None, routing, weights: &weights };
+                let e = quant::ExpertMatVec {
+                    n_expert,
+                    ids: &ids,
+                    n_slots: slots,
+                    x_slots: 0,
+                    norm: None,
+                    glu: Some(nn::GluActivation::Silu),
+                    bias: None,
+                    route: Some(route),
+                    sum: None,
+                };
+                quant::mat_vec_id_fused(s, &m, &x, &ys[i], &e)
+            }),
+        })
+    })
+}
+
 /// The operands of the batch-1 mat-vec workloads: one random `rows x k` weight of `ty`
 /// uploaded as often as `scale`'s rotation needs ([`Scale::rotation_bytes`]), an f32 `x`
 /// of `k` values and one f32 `y` of `rows` per copy.
@@ -659,7 +720,8 @@ pub fn attention(t_q: usize, kv_len: usize, n_heads: usize, n_kv_heads: usize, d
 /// [`tuning::coopmat_int8`] holds), the expert-indexed mat-vec, float matmul (f32, and f16
 /// where the device has 16-bit storage), quantizing to every type of
 /// [`quant::GPU_QUANTIZED`], add, softmax, rms_norm and attention (prefill and decode), at
-/// `scale`'s shapes.
+/// `scale`'s shapes. The expert-indexed mat-vecs run plain and as a decode step's routed
+/// gate|up kernel.
 pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
     let full = scale == Scale::Full;
     let mut v =
@@ -683,8 +745,11 @@ pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
     if full {
         v.push(mat_vec_id(GgmlType::MXFP4, 32, 2880, 2880, 4));
         v.push(mat_vec_id(GgmlType::Q4_0, 128, 768, 2048, 8));
+        v.push(mat_vec_id_routed_glu(GgmlType::MXFP4, 32, 2880, 2880, 4));
+        v.push(mat_vec_id_routed_glu(GgmlType::Q4_0, 128, 768, 2048, 8));
     } else {
         v.push(mat_vec_id(GgmlType::MXFP4, 8, 256, 256, 2));
+        v.push(mat_vec_id_routed_glu(GgmlType::MXFP4, 8, 256, 256, 2));
     }
     // Both shapes of a Llama-3-8B feed-forward (gate / up, and down: the issue's
     // 4096x14336x512).

@@ -158,7 +158,7 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         ArchClass::NvidiaTensorCore | ArchClass::Nvidia => (1024, 1, 4),
         _ => (256, 2, 2),
     };
-    MatVecConfig {
+    let cfg = MatVecConfig {
         workgroup,
         subgroup_reduce,
         vec4: true,
@@ -175,7 +175,61 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         dot_x_rows_per_subgroup_wide,
         // The largest power of two the device allows, if it is below the table's.
         dot_x_workgroup: dot_x_workgroup.min(1 << caps.limits.max_workgroup_invocations.max(1).ilog2()),
+    };
+    mat_vec_overrides(cfg, std::env::var("VKML_MAT_VEC").ok().as_deref(), caps)
+}
+
+/// `cfg` with the launch parameters that `spec` sets (the environment's `VKML_MAT_VEC`, a
+/// switch for benchmark sweeps: comma-separated `name=value` of `workgroup`,
+/// `rows_per_subgroup`, `dot_rows_per_subgroup`, `dot_x_workgroup`,
+/// `dot_x_rows_per_subgroup`, `dot_x_rows_per_subgroup_wide`). A value outside its field's
+/// range (rows 1..=8; workgroups powers of two from the subgroup size to 128, or to the
+/// device's limit and 1024 for `dot_x_workgroup`) or an unknown name is reported on
+/// stderr and ignored.
+pub fn mat_vec_overrides(mut cfg: MatVecConfig, spec: Option<&str>, caps: &Capabilities) -> MatVecConfig {
+    let Some(spec) = spec else { return cfg };
+    let sg = caps.subgroup.size.next_power_of_two().max(1);
+    let max_wg = 1u32 << caps.limits.max_workgroup_invocations.max(1).ilog2();
+    for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let parsed = item.split_once('=').and_then(|(k, v)| Some((k.trim(), v.trim().parse::<u32>().ok()?)));
+        let pow2_in = |v: u32, hi: u32| v.is_power_of_two() && v >= sg && v <= hi;
+        let ok = match parsed {
+            Some(("workgroup", v)) if pow2_in(v, 128) => {
+                cfg.workgroup = v;
+                true
+            }
+            Some(("dot_x_workgroup", v)) if pow2_in(v, max_wg.min(1024)) => {
+                cfg.dot_x_workgroup = v;
+                true
+            }
+            Some((name, v)) if (1..=8).contains(&v) => match name {
+                "rows_per_subgroup" => {
+                    cfg.rows_per_subgroup = v;
+                    true
+                }
+                "dot_rows_per_subgroup" => {
+                    cfg.dot_rows_per_subgroup = v;
+                    true
+                }
+                "dot_x_rows_per_subgroup" => {
+                    cfg.dot_x_rows_per_subgroup = v;
+                    true
+                }
+                "dot_x_rows_per_subgroup_wide" => {
+                    cfg.dot_x_rows_per_subgroup_wide = v;
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        };
+        if !ok {
+            eprintln!(
+                "warning: VKML_MAT_VEC: ignoring `{item}` (a name of mat_vec_overrides with a value in its range)"
+            );
+        }
     }
+    cfg
 }
 
 /// Invocations of a `sample` workgroup (one per row of logits,
@@ -787,5 +841,21 @@ mod tests {
         caps.limits.max_storage_buffers_per_stage = BLOCK_MAT_VEC_BINDINGS - 1;
         assert_eq!(row_subgroup_size(&caps), None);
         assert!(!mat_vec_config(&caps).subgroup_rows);
+    }
+
+    /// `VKML_MAT_VEC` sets the fields it names within their ranges and ignores the rest.
+    #[test]
+    fn mat_vec_overrides_set_named_fields_in_range() {
+        let caps = fake(ArchClass::NvidiaTensorCore, Vendor::Nvidia, (32, 32, 32), true);
+        let base = mat_vec_config(&caps);
+        assert_eq!(mat_vec_overrides(base, None, &caps), base);
+        let c =
+            mat_vec_overrides(base, Some("dot_x_workgroup=256, dot_x_rows_per_subgroup=2,rows_per_subgroup=8"), &caps);
+        assert_eq!((c.dot_x_workgroup, c.dot_x_rows_per_subgroup, c.rows_per_subgroup), (256, 2, 8));
+        assert_eq!(c.workgroup, base.workgroup);
+        // Out of range (not a power of two, below the subgroup, rows 0 or 9), unknown or
+        // malformed: ignored.
+        let bad = "dot_x_workgroup=384,workgroup=16,dot_x_rows_per_subgroup=9,rows_per_subgroup=0,colour=3,workgroup";
+        assert_eq!(mat_vec_overrides(base, Some(bad), &caps), base);
     }
 }

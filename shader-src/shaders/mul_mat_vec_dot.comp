@@ -131,9 +131,10 @@ void store_q8_1_out(uint wg_row0) {
 
 // Rows xrow .. xrow + nrows of x (normalised where MV_NORM, one row) quantized into xs,
 // one after another: 8 consecutive lanes make one block, one vec4 each, its amax and quant
-// sum reduced over those 8 lanes. Every invocation calls it from uniform control flow (it
-// holds barriers).
-void quantize_x(uint xrow, uint nrows) {
+// sum reduced over those 8 lanes. With `route` the first subgroup routes the token
+// meanwhile (mv_route; the others quantize, unless it is the only one). Every invocation
+// calls it from uniform control flow (it holds barriers).
+void quantize_x(uint xrow, uint nrows, bool route, uint slot) {
     uint k4 = p.k / 4u;
     uint x0 = xrow * k4;
     float scale = 1.0;
@@ -146,8 +147,11 @@ void quantize_x(uint xrow, uint nrows) {
         scale = 1.0 / sqrt(wg_sum(s) / float(p.k) + p.eps);
     }
     uint sgs = gl_SubgroupSize, lane = gl_SubgroupInvocationID;
+    if (route && gl_SubgroupID == 0u) mv_route(slot);
+    // The subgroups quantizing: all but the router's where there are others.
+    uint q0 = route && gl_NumSubgroups > 1u ? 1u : 0u;
     // Whole groups of 8 lanes in or out: k4, the subgroup size and i0 are multiples of 8.
-    for (uint i0 = gl_SubgroupID * sgs; i0 < nrows * k4; i0 += gl_NumSubgroups * sgs) {
+    for (uint i0 = (gl_SubgroupID - q0) * sgs; gl_SubgroupID >= q0 && i0 < nrows * k4; i0 += (gl_NumSubgroups - q0) * sgs) {
         uint i = i0 + lane;
         if (i < nrows * k4) {
             vec4 v = x4[x0 + i];
@@ -276,20 +280,20 @@ void main() {
     // The whole workgroup, before quantize_x's and the routing's barriers (with the
     // post-norm epilogue every workgroup goes on: all of them count).
     if (!MV_POST && wg0 * NR >= p.rows) return;
-    if (MV_IDS) {
-        slot = gl_WorkGroupID.z;
-        // (With MV_SUM each of the token's slots has its own expert, read in mv_rows.)
-        if (MV_SUM == 0u) {
-            e = mv_slot_expert(slot);
-            // (An expert of the gated products holds its gate rows, then its up rows.)
-            w_base += e * (MV_GLU ? 2u : 1u) * p.rows * p.row_bytes;
-        }
-    }
+    if (MV_IDS) slot = gl_WorkGroupID.z;
+    // The routing (MV_ROUTE) runs while x is quantized.
+    bool route = MV_IDS && MV_SUM == 0u && MV_ROUTE != 0u;
     // (MV_SUM: the token's k slot rows, one after another.)
     if (MV_SUM > 0u) {
-        quantize_x(slot * MV_SUM, MV_SUM);
+        quantize_x(slot * MV_SUM, MV_SUM, false, 0u);
     } else {
-        quantize_x(MV_IDS_X > 0u ? slot / MV_IDS_X : 0u, 1u);
+        quantize_x(MV_IDS_X > 0u ? slot / MV_IDS_X : 0u, 1u, route, slot);
+    }
+    // (With MV_SUM each of the token's slots has its own expert, read in mv_rows.)
+    if (MV_IDS && MV_SUM == 0u) {
+        e = route ? mv_routed_expert(slot) : expert_ids[slot];
+        // (An expert of the gated products holds its gate rows, then its up rows.)
+        w_base += e * (MV_GLU ? 2u : 1u) * p.rows * p.row_bytes;
     }
 #endif
     uint r0 = (wg0 + gl_SubgroupID) * NR;

@@ -161,23 +161,25 @@ float slice_dot(uint blk, uint s, vec4 xv[XV]) {
     return dl * nib_dot(q, xv);
 }
 #elif QTYPE == 39
-// Two E2M1 codes (bits 0..3 and 16..19 of u) as the f16 pair whose bits are the sign (code
-// bit 3) at bit 15 and the exponent and mantissa (code bits 0..2) at bits 9..11: the f16
-// of a code is its E2M1 value times 2^-14, exactly (code 1, E2M1's subnormal 0.5, is f16's
-// subnormal 2^-15). No table: the shared-memory lookups of kv4 shared the L1's data path
-// with the x loads (H100: 38 % of copy bandwidth).
-vec2 fp4x2(uint u) { return unpackHalf2x16(((u & 0x00080008u) << 12) | ((u & 0x00070007u) << 9)); }
-// The codes in the four bytes of u (each < 16), in byte order.
-vec4 fp4x4(uint u) {
-    vec2 a = fp4x2(u), b = fp4x2(u >> 8);
-    return vec4(a.x, b.x, a.y, b.y);
-}
+// E2M1 codes as f16: the sign (code bit 3) at bit 15, the exponent and mantissa (code bits
+// 0..2) at bits 9..11; the f16 of a code is its E2M1 value times 2^-14, exactly (code 1,
+// E2M1's subnormal 0.5, is f16's subnormal 2^-15). No table: the shared-memory lookups of
+// a code book shared the L1's data path with the x loads (H100: 38 % of copy bandwidth).
+// FP4_PAIR(q, P): the codes at bits P..P+3 and P+16..P+19 of q as an f16 pair, by two
+// shifts and masks straight from the loaded word (no masking into bytes first).
+#define FP4_PAIR(q, P) unpackHalf2x16((((q) << (12u - (P))) & 0x80008000u) | (((q) << (9u - (P))) & 0x0E000E00u))
+#define FP4_PAIR12(q) unpackHalf2x16(((q) & 0x80008000u) | (((q) >> 3) & 0x0E000E00u))
 float slice_dot(uint blk, uint s, vec4 xv[XV]) {
     uint e = q_u8(blk);
     uint q[4];
     LOAD_SPAN(q, 4u, blk + 1u);
     float sum = 0.0;
-    [[unroll]] for (uint i = 0; i < 4u; i++) sum += dot(fp4x4(q[i] & 0x0F0F0F0Fu), xv[i]) + dot(fp4x4((q[i] >> 4) & 0x0F0F0F0Fu), xv[4u + i]);
+    [[unroll]] for (uint i = 0; i < 4u; i++) {
+        // Nibble 2j of q[i] is element 4i + j, nibble 2j + 1 element 4i + 16 + j: the pairs
+        // at bits 0 and 8 are elements 4i + (0, 2) and (1, 3), at 4 and 12 the high half's.
+        vec2 a = FP4_PAIR(q[i], 0u), b = FP4_PAIR(q[i], 8u), c = FP4_PAIR(q[i], 4u), d = FP4_PAIR12(q[i]);
+        sum += dot(vec4(a.x, b.x, a.y, b.y), xv[i]) + dot(vec4(c.x, d.x, c.y, d.y), xv[4u + i]);
+    }
     // ggml: 2^(e - 128) times kvalues_mxfp4 (twice E2M1), i.e. 2^(e - 113) times these f16
     // values. Powers of two scale exactly, so the sum and product round as ggml's do.
     if (e <= 240u) return uintBitsToFloat((e + 14u) << 23) * sum;

@@ -238,6 +238,28 @@ fn stream(
     Sse::new(head.chain(body).chain(done)).keep_alive(KeepAlive::default()).into_response()
 }
 
+/// A streamed chat completion: chunks `base` (id, object, created, model) with one choice
+/// whose `delta` is the assistant's role first, then each piece as `content` and each piece
+/// of reasoning as `reasoning_content` (gpt-oss's analysis text, as llama.cpp's server
+/// streams it), in the order the model made them; the last chunk has an empty delta and the
+/// `finish_reason`.
+fn chat_stream(rx: UnboundedReceiver<Event>, base: Value) -> Response {
+    let with = |base: &Value, delta: Value, finish: Value| {
+        let mut v = base.clone();
+        v["choices"] = json!([{"index": 0, "delta": delta, "finish_reason": finish}]);
+        v
+    };
+    let first = with(&base, json!({"role": "assistant", "content": ""}), Value::Null);
+    let (b1, b2, b3) = (base.clone(), base.clone(), base);
+    stream(
+        rx,
+        Some(first),
+        move |p| with(&b1, json!({"content": p}), Value::Null),
+        move |p| Some(with(&b3, json!({"reasoning_content": p}), Value::Null)),
+        move |f| with(&b2, json!({}), json!(f)),
+    )
+}
+
 async fn chat_completions(State(s): State<Shared>, body: Bytes) -> Result<Response, ApiError> {
     let req: ChatRequest = parse(&body)?;
     let sampling: Sampling = parse(&body)?;
@@ -253,21 +275,9 @@ async fn chat_completions(State(s): State<Shared>, body: Bytes) -> Result<Respon
     let created = now();
     let model = s.model.clone();
     if sampling.stream {
-        let base = json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model});
-        let with = |base: &Value, delta: Value, finish: Value| {
-            let mut v = base.clone();
-            v["choices"] = json!([{"index": 0, "delta": delta, "finish_reason": finish}]);
-            v
-        };
-        let first = with(&base, json!({"role": "assistant", "content": ""}), Value::Null);
-        let (b1, b2, b3) = (base.clone(), base.clone(), base);
-        return Ok(stream(
+        return Ok(chat_stream(
             rx,
-            Some(first),
-            move |p| with(&b1, json!({"content": p}), Value::Null),
-            // (gpt-oss's analysis text, as llama.cpp's server streams it)
-            move |p| Some(with(&b3, json!({"reasoning_content": p}), Value::Null)),
-            move |f| with(&b2, json!({}), json!(f)),
+            json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model}),
         ));
     }
     let (text, finish, usage, reasoning) = collect(rx).await?;
@@ -316,4 +326,72 @@ async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Response, A
     let mut v = with(&base, &text, json!(finish));
     v["usage"] = json!(usage);
     Ok(Json(v).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vkml_models::FinishReason;
+
+    /// The `data:` payloads of a server-sent-events body.
+    fn sse_data(body: &[u8]) -> Vec<String> {
+        String::from_utf8(body.to_vec())
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// gpt-oss's reasoning reaches a streaming client as `delta.reasoning_content` chunks,
+    /// in order with the reply's `delta.content` chunks (the events a Harmony generation
+    /// sends: reasoning first, then the final message).
+    #[test]
+    fn chat_stream_sends_reasoning_as_reasoning_content_deltas() {
+        let (tx, rx) = unbounded_channel();
+        let usage = api::Usage { prompt_tokens: 5, completion_tokens: 4, total_tokens: 9 };
+        for ev in [
+            Event::Started,
+            Event::Reasoning("The user greets; ".into()),
+            Event::Reasoning("answer briefly.".into()),
+            Event::Piece("Hello".into()),
+            Event::Piece("!".into()),
+            Event::Done(FinishReason::Stop, usage, "The user greets; answer briefly.".into()),
+        ] {
+            tx.send(ev).unwrap();
+        }
+        drop(tx);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let base = json!({"id": "chatcmpl-7", "object": "chat.completion.chunk", "created": 1, "model": "m"});
+        // (The keep-alive timer needs the runtime when the response is made.)
+        let body =
+            rt.block_on(async { axum::body::to_bytes(chat_stream(rx, base).into_body(), usize::MAX).await }).unwrap();
+        let data = sse_data(&body);
+        assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
+        let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+        let deltas: Vec<(String, String)> = chunks
+            .iter()
+            .map(|c| {
+                assert_eq!(c["id"], "chatcmpl-7");
+                assert_eq!(c["object"], "chat.completion.chunk");
+                let d = c["choices"][0]["delta"].as_object().unwrap();
+                match d.iter().find(|(k, _)| *k != "role") {
+                    Some((k, v)) => (k.clone(), v.as_str().unwrap().to_string()),
+                    None => (String::new(), String::new()),
+                }
+            })
+            .collect();
+        let want = [
+            ("content", ""),
+            ("reasoning_content", "The user greets; "),
+            ("reasoning_content", "answer briefly."),
+            ("content", "Hello"),
+            ("content", "!"),
+            ("", ""),
+        ];
+        assert_eq!(deltas.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<Vec<_>>(), want);
+        assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+        assert!(chunks[..5].iter().all(|c| c["choices"][0]["finish_reason"].is_null()));
+        assert_eq!(chunks[5]["choices"][0]["finish_reason"], "stop");
+    }
 }

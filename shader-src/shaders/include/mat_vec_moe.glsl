@@ -3,9 +3,9 @@
 // routing, down with the weighted sums (llama.cpp's build_moe_ffn).
 //   Routing (specialization constant 19, MV_ROUTE: the gating, ROUTE_* of
 //     include/moe_route.glsl; 0 off): each workgroup routes its token (slot / MV_ROUTE_K)
-//     from the router's logits itself (route_token_sg: its first subgroup ranks, the
-//     others wait) and multiplies the expert of its slot; the workgroups of grid x = y = 0
-//     write their slot's id (binding 7 or 8, the ids) and weight (binding MV_MOE_B) for the
+//     from the router's logits itself (route_token_sg: its first subgroup ranks while
+//     the others wait, or, on the integer-dot kernels, quantize x) and multiplies the
+//     expert of its slot; the workgroups of grid x = y = 0 write their slot's id (binding 7 or 8, the ids) and weight (binding MV_MOE_B) for the
 //     down mat-vec. Constants 20 = experts (at most 1024: the shared arrays' length), 21 =
 //     k, 22 = flags (bit 0 norm_w, bit 1 the router's bias at binding MV_MOE_B + 2), 23 =
 //     w_scale (f32; 0 none).
@@ -47,18 +47,31 @@ float route_logit(uint e) {
 }
 float route_sel_bias(uint e) { return 0.0; }
 
-// The expert of the workgroup's slot: routed here (MV_ROUTE, every invocation calling from
-// uniform control flow) or read from the ids.
-uint mv_slot_expert(uint slot) {
-    if (MV_ROUTE == 0u) return expert_ids[slot];
+// Routes the token of the workgroup's slot (MV_ROUTE): the first subgroup alone calls it;
+// mv_routed_expert reads the result after a barrier.
+void mv_route(uint slot) {
     mv_route_row = slot / MV_ROUTE_K;
     route_token_sg(MV_ROUTE, MV_ROUTE_N, MV_ROUTE_K, (MV_ROUTE_FLAGS & 1u) != 0u, MV_ROUTE_SCALE);
+}
+
+// The expert of the slot that mv_route chose (after the barrier that follows it); the
+// workgroups of grid x = y = 0 write the slot's id and weight for the down mat-vec.
+uint mv_routed_expert(uint slot) {
     uint j = slot % MV_ROUTE_K;
     if (gl_WorkGroupID.x == 0u && gl_WorkGroupID.y == 0u && gl_LocalInvocationIndex == 0u) {
         expert_ids[slot] = route_ids[j];
         mv_moe_w[slot] = route_w[j];
     }
     return route_ids[j];
+}
+
+// The expert of the workgroup's slot: routed here (MV_ROUTE, every invocation calling from
+// uniform control flow; the other subgroups wait for the first) or read from the ids.
+uint mv_slot_expert(uint slot) {
+    if (MV_ROUTE == 0u) return expert_ids[slot];
+    if (gl_SubgroupID == 0u) mv_route(slot);
+    barrier();
+    return mv_routed_expert(slot);
 }
 
 // Gate and up products of row r of expert e (of `rows` gate rows) with its biases.

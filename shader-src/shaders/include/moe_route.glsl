@@ -131,10 +131,11 @@ void route_token(uint gating, uint n, uint k, bool has_sel_bias, bool norm_w, fl
 // to the lower index by a subgroup minimum over the indices holding the maximum). k rounds of
 // two subgroup reductions: a few microseconds less than route_token's n^2 / workgroup
 // comparisons behind barriers, which the expert mat-vec that routes its own token waits
-// for. The other subgroups wait at the closing barrier.
+// for. Called by the first subgroup alone; the others may work meanwhile (the integer-dot
+// mat-vec quantizes x) and all see route_ids and route_w after a barrier.
 shared uint route_key[ROUTE_N];
 void route_token_sg(uint gating, uint n, uint k, bool norm_w, float w_scale) {
-    if (gl_SubgroupID == 0u) {
+    {
         uint lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
         route_gate(gating, n, lane, sgs, true);
         // (order keys of finite values and infinities are at least 2^23)
@@ -158,7 +159,6 @@ void route_token_sg(uint gating, uint n, uint k, bool norm_w, float w_scale) {
         }
         if (lane == 0u) route_weights(gating, k, norm_w, w_scale);
     }
-    barrier();
 }
 #endif
 #endif
