@@ -7,7 +7,9 @@
 //! `quant::mat_vec_id_fused`; the down expert mat-vec with the weighted sums), for prompts
 //! grouped mat-mats (`quant::mat_mat_id`) and `moe_weighted_sum`; with gpt-oss's biases
 //! ([`ExpertBiases`]: the router's in the routing, gate and up before the activation, down
-//! in the weighted sums). The ids stay on the device throughout.
+//! in the weighted sums) and Qwen2-MoE's shared expert ([`SharedExpert`]: its logit,
+//! gate|up and down products, and `moe_weighted_sum` adding it with the sigmoid of its
+//! logit). The ids stay on the device throughout.
 
 use vkml_hal::{Buffer, Stream};
 
@@ -178,6 +180,21 @@ pub struct MoeWeights<'a> {
     pub down: &'a crate::quant::QMatrix,
     /// Biases of the router and the experts (gpt-oss), if any.
     pub biases: Option<ExpertBiases<'a>>,
+    /// The shared expert (Qwen2-MoE), if any.
+    pub shared: Option<SharedExpert<'a>>,
+}
+
+/// A shared expert that every token takes besides its routed ones (Qwen2-MoE,
+/// llama.cpp's `qwen2moe.cpp`): `y += sigmoid(gate_inp x) * down(act(gate x) * up x)`,
+/// with the block's activation.
+#[derive(Debug, Clone, Copy)]
+pub struct SharedExpert<'a> {
+    /// `ffn_gate_inp_shexp`, `[1, n_embd]`: the logit of the expert's weight.
+    pub gate_inp: &'a crate::quant::QMatrix,
+    /// `ffn_gate_shexp` and `ffn_up_shexp` stacked, `[2 n_ff_shexp, n_embd]`: gate rows, then up rows.
+    pub gate_up: &'a crate::quant::QMatrix,
+    /// `ffn_down_shexp`, `[n_embd, n_ff_shexp]`.
+    pub down: &'a crate::quant::QMatrix,
 }
 
 /// The biases of a mixture-of-experts block (gpt-oss's `ffn_gate_inp.bias`,
@@ -307,8 +324,9 @@ pub fn glu_biased(
 
 /// Records the mixture-of-experts feed-forward of `t` tokens, `y_n = Σ_j w_nj
 /// down_{e_nj}(act(gate_{e_nj} x_n) * up_{e_nj} x_n)` over the `r.k` experts `e_nj`
-/// [`route`] chooses from `router x_n` (llama.cpp's `build_moe_ffn`, without a shared
-/// expert): `x, y: f32[t, n_embd]` (packed; `y` overwritten). Decode (below
+/// [`route`] chooses from `router x_n` (llama.cpp's `build_moe_ffn`; plus a shared
+/// expert's `sigmoid(gate_inp x_n) down(act(gate x_n) up x_n)` where `w.shared` has one,
+/// 4 dispatches more): `x, y: f32[t, n_embd]` (packed; `y` overwritten). Decode (below
 /// `LinearOptions::mat_mat_from` tokens), per chunk of at most 65 535 / k tokens: the
 /// router product ([`crate::quant::linear`]); the gate|up expert mat-vec of the chunk's `t
 /// k` slots, each workgroup routing its token itself, with the biases and the gated
@@ -363,21 +381,37 @@ pub fn ffn_with(
     let n_embd = w.router.k();
     let (gu_rows, gu_k) = w.gate_up.dims();
     let n_ff = gu_rows / r.n_expert.max(1);
+    let shared_fits = w.shared.is_none_or(|sh| {
+        (sh.gate_inp.rows(), sh.gate_inp.k()) == (1, n_embd)
+            && sh.gate_up.k() == n_embd
+            && sh.gate_up.rows() == 2 * sh.down.k()
+            && sh.down.rows() == n_embd
+    });
     let fits = w.router.rows() == r.n_expert
         && gu_k == n_embd
         && gu_rows == r.n_expert * n_ff
         && w.down.k() == n_ff
-        && w.down.rows() == r.n_expert * n_embd;
+        && w.down.rows() == r.n_expert * n_embd
+        && shared_fits;
     if !fits {
         return Err(OpsError::Shape {
             op: "moe::ffn",
             reason: format!(
-                "router [{}, {}], gate and up {:?}, down [{}, {}] do not make {} experts",
+                "router [{}, {}], gate and up {:?}, down [{}, {}]{} do not make {} experts",
                 w.router.rows(),
                 w.router.k(),
                 w.gate_up,
                 w.down.rows(),
                 w.down.k(),
+                w.shared.map_or(String::new(), |sh| format!(
+                    ", shared gate [{}, {}], gate|up [{}, {}], down [{}, {}]",
+                    sh.gate_inp.rows(),
+                    sh.gate_inp.k(),
+                    sh.gate_up.rows(),
+                    sh.gate_up.k(),
+                    sh.down.rows(),
+                    sh.down.k()
+                )),
                 r.n_expert
             ),
         });
@@ -433,8 +467,48 @@ pub fn ffn_with(
 
 /// One chunk of [`ffn_with`]: `tc` tokens of `xc` (normalised by `norm`) through the router,
 /// the routing, the experts and the weighted sums into `yc` (added where `accumulate`).
+/// A shared expert's products come first (they read `xc`, which may be `yc`), its weighted
+/// output is added last: its weight's logit, gate|up (the gated product in the store) and
+/// down are [`crate::quant::linear`]s, the norm folded for one token as the router's;
+/// `moe_weighted_sum` adds `sigmoid(logit) * down` (4 dispatches more in a decode step).
 #[allow(clippy::too_many_arguments)]
 fn ffn_chunk(
+    s: &mut Stream,
+    w: &MoeWeights<'_>,
+    r: Routing,
+    act: crate::nn::GluActivation,
+    (xc, norm): (&Buffer, Option<crate::quant::PreNorm<'_>>),
+    tc: usize,
+    (yc, accumulate): (&Buffer, bool),
+    opts: &crate::quant::LinearOptions,
+) -> Result<()> {
+    use crate::quant::{linear, LinearEpilogue};
+    let Some(sh) = w.shared else {
+        return ffn_chunk_routed(s, w, r, act, (xc, norm), tc, (yc, accumulate), opts);
+    };
+    let dev = s.device().clone();
+    let scratch = |bytes: usize| dev.alloc(bytes.max(4) as u64, vkml_hal::MemoryKind::DeviceLocal);
+    let (n_embd, n_sh) = (w.router.k(), sh.down.k());
+    // Prompts: one norm pass for the shared expert's two products.
+    let (xs, fold) = match norm {
+        Some(n) if tc > 1 => {
+            let xn = scratch(4 * tc * n_embd)?;
+            crate::nn::rms_norm(s, crate::Dtype::F32, xc, Some(n.weight), tc, n_embd, n.eps, &xn)?;
+            (xn, None)
+        }
+        _ => (xc.clone(), norm),
+    };
+    let (logit, h, d) = (scratch(4 * tc)?, scratch(4 * tc * n_sh)?, scratch(4 * tc * n_embd)?);
+    linear(s, sh.gate_inp, &xs, tc, fold, &logit, LinearEpilogue::Store, opts)?;
+    linear(s, sh.gate_up, &xs, tc, fold, &h, LinearEpilogue::Glu(act), opts)?;
+    linear(s, sh.down, &h, tc, None, &d, LinearEpilogue::Store, opts)?;
+    ffn_chunk_routed(s, w, r, act, (xc, norm), tc, (yc, accumulate), opts)?;
+    weighted_sums(s, (&logit, true), (&d, None), tc, 1, n_embd, yc, true)
+}
+
+/// [`ffn_chunk`]'s routed experts.
+#[allow(clippy::too_many_arguments)]
+fn ffn_chunk_routed(
     s: &mut Stream,
     w: &MoeWeights<'_>,
     r: Routing,
@@ -622,16 +696,17 @@ fn grouped(
     gated_products(s, w, act, (n_slots, n_ff, r.n_expert), ids, &h, product)?;
     let d = scratch(4 * n_slots * n_embd)?;
     mat_mat_id(s, w.down, r.n_expert, &g, &h, (1, h_f16), &d, None)?;
-    weighted_sums(s, weights, (&d, w.biases.map(|b| (ids, b.down))), t, k, n_embd, y, accumulate)
+    weighted_sums(s, (weights, false), (&d, w.biases.map(|b| (ids, b.down))), t, k, n_embd, y, accumulate)
 }
 
 /// `y[n] (+)= Σ_j weights[n, j] (d[n k + j] (+ b[ids[n k + j]]))` over `[n_embd]` rows for
 /// each token `n` (added to `y` where `accumulate`; each slot's expert bias `b: f32[n_expert,
-/// n_embd]` where `bias` gives `(ids, b)`, gpt-oss's down bias): `moe_weighted_sum`, one pass.
+/// n_embd]` where `bias` gives `(ids, b)`, gpt-oss's down bias; each weight's sigmoid
+/// instead where `sigmoid`, a shared expert's): `moe_weighted_sum`, one pass.
 #[allow(clippy::too_many_arguments)]
 fn weighted_sums(
     s: &mut Stream,
-    weights: &Buffer,
+    (weights, sigmoid): (&Buffer, bool),
     (d, bias): (&Buffer, Option<(&Buffer, &Buffer)>),
     t: usize,
     k: usize,
@@ -641,7 +716,8 @@ fn weighted_sums(
 ) -> Result<()> {
     let dev = s.device().clone();
     let p = pipeline(&dev, "moe_weighted_sum", 256)?;
-    let pc = push_words(&[k as u32, n_embd as u32, u32::from(accumulate), u32::from(bias.is_some())]);
+    let pc =
+        push_words(&[k as u32, n_embd as u32, u32::from(accumulate), u32::from(bias.is_some()), u32::from(sigmoid)]);
     let groups = [n_embd.div_ceil(256) as u32, t as u32, 1];
     let (ids, b) = bias.unwrap_or((weights, weights));
     s.dispatch(&p, &[weights.into(), d.into(), y.into(), ids.into(), b.into()], &pc, groups)?;

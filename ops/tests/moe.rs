@@ -434,7 +434,13 @@ fn ffn_on(dev: &'static vkml_hal::Device) {
         let stacked_b: Vec<u8> =
             (0..n_expert).flat_map(|e| [&gate_b[e * eb..(e + 1) * eb], &up_b[e * eb..(e + 1) * eb]].concat()).collect();
         let stacked = QMatrix::upload(dev, ty, n_expert * 2 * n_ff, n_embd, &stacked_b).unwrap();
-        let w = MoeWeights { router: &router, gate_up: ExpertGateUp::Stacked(&stacked), down: &down, biases: None };
+        let w = MoeWeights {
+            router: &router,
+            gate_up: ExpertGateUp::Stacked(&stacked),
+            down: &down,
+            biases: None,
+            shared: None,
+        };
         let w_split = MoeWeights { gate_up: ExpertGateUp::Split(&gate, &up), ..w };
         let x = uniform(t * n_embd, 5, 1.0);
         let xb = dev.upload(&x).unwrap();
@@ -634,7 +640,8 @@ fn gpt_oss_moe_block_matches_build_moe_ffn() {
             (uniform(n_expert, 15, 2.0), uniform(n_expert * 2 * n_ff, 16, 3.0), uniform(n_expert * n_embd, 17, 0.5));
         let (rbb, gubb, dbb) = (dev.upload(&rb).unwrap(), dev.upload(&gub).unwrap(), dev.upload(&db).unwrap());
         let biases = Some(ExpertBiases { router: &rbb, gate_up: &gubb, down: &dbb });
-        let w = MoeWeights { router: &router, gate_up: ExpertGateUp::Stacked(&stacked), down: &down, biases };
+        let w =
+            MoeWeights { router: &router, gate_up: ExpertGateUp::Stacked(&stacked), down: &down, biases, shared: None };
         let w_split = MoeWeights { gate_up: ExpertGateUp::Split(&gate, &up), ..w };
         let (gd, ud, dd) = (
             vkml_quant::dequantize_to_vec(ty, &gate_q).unwrap(),
@@ -729,7 +736,13 @@ fn float_experts_decode_on_grouped_mat_mats() {
             (vkml_quant::dequantize_to_vec(ty, &guq).unwrap(), vkml_quant::dequantize_to_vec(ty, &dnq).unwrap());
         let stacked = QMatrix::upload(dev, ty, n_expert * 2 * n_ff, n_embd, &guq).unwrap();
         let down = QMatrix::upload(dev, ty, n_expert * n_embd, n_ff, &dnq).unwrap();
-        let w = MoeWeights { router: &router, gate_up: ExpertGateUp::Stacked(&stacked), down: &down, biases: None };
+        let w = MoeWeights {
+            router: &router,
+            gate_up: ExpertGateUp::Stacked(&stacked),
+            down: &down,
+            biases: None,
+            shared: None,
+        };
         let raw: Vec<f32> = uniform(n_embd, 34, 2.0);
         let nw: Vec<f32> = uniform(n_embd, 35, 0.5).iter().map(|v| 1.0 + v).collect();
         let (rawb, nwb) = (dev.upload(&raw).unwrap(), dev.upload(&nw).unwrap());
@@ -940,6 +953,109 @@ fn expert_grouped_mat_mat_is_each_experts_mat_mat() {
                         );
                     }
                 }
+            }
+        }
+    }
+    let errs = dev.instance().take_validation_errors();
+    assert!(errs.is_empty(), "validation errors: {errs:#?}");
+}
+
+/// Qwen2-MoE's shared expert (`moe::SharedExpert`, llama.cpp's `qwen2moe.cpp`): the block
+/// with it, its norm folded and its residual added in place, equals the block without it
+/// (routed experts only, on x normalised here) plus `sigmoid(gate_inp · n) · down(silu(gate
+/// n) · up n)` computed here in f64 on the dequantized weights, for one token (the decode
+/// step: 4 dispatches more than the routed block's) and for 40 (the grouped prompt path).
+#[test]
+fn shared_expert_adds_its_sigmoid_weighted_output() {
+    use vkml_ops::moe::{ffn_with, ExpertGateUp, MoeWeights, SharedExpert};
+    use vkml_ops::nn::GluActivation;
+    use vkml_ops::quant::{LinearOptions, PreNorm, QMatrix};
+    use vkml_quant::GgmlType;
+    let dev = device();
+    if vkml_ops::tuning::row_subgroup_size(dev.caps()).is_none() {
+        eprintln!("skipped: no block-wise mat-vec kernels on this device");
+        return;
+    }
+    let (n_expert, n_embd, n_ff, n_sh, k, ty) = (8usize, 64usize, 96usize, 128usize, 2usize, GgmlType::Q8_0);
+    let r = Routing { n_expert, k, gating: ExpertGating::Softmax, norm_w: false, w_scale: 0.0 };
+    let f32_matrix = |rows: usize, v: &[f32]| {
+        let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        QMatrix::upload(dev, GgmlType::F32, rows, n_embd, &b).unwrap()
+    };
+    let router = f32_matrix(n_expert, &uniform(n_expert * n_embd, 21, 0.5));
+    let quantized = |n: usize, seed: u64| vkml_quant::quantize(ty, &uniform(n, seed, 0.3)).unwrap();
+    let stacked =
+        QMatrix::upload(dev, ty, n_expert * 2 * n_ff, n_embd, &quantized(n_expert * 2 * n_ff * n_embd, 22)).unwrap();
+    let down = QMatrix::upload(dev, ty, n_expert * n_embd, n_ff, &quantized(n_expert * n_embd * n_ff, 23)).unwrap();
+    let gate_inp_w = uniform(n_embd, 24, 0.5);
+    let (sh_gu_b, sh_down_b) = (quantized(2 * n_sh * n_embd, 25), quantized(n_embd * n_sh, 26));
+    let gate_inp = f32_matrix(1, &gate_inp_w);
+    let sh_gate_up = QMatrix::upload(dev, ty, 2 * n_sh, n_embd, &sh_gu_b).unwrap();
+    let sh_down = QMatrix::upload(dev, ty, n_embd, n_sh, &sh_down_b).unwrap();
+    let plain = MoeWeights {
+        router: &router,
+        gate_up: ExpertGateUp::Stacked(&stacked),
+        down: &down,
+        biases: None,
+        shared: None,
+    };
+    let shared = SharedExpert { gate_inp: &gate_inp, gate_up: &sh_gate_up, down: &sh_down };
+    let with = MoeWeights { shared: Some(shared), ..plain };
+    let (gud, dd) =
+        (vkml_quant::dequantize_to_vec(ty, &sh_gu_b).unwrap(), vkml_quant::dequantize_to_vec(ty, &sh_down_b).unwrap());
+    let nw: Vec<f32> = uniform(n_embd, 27, 1.0).iter().map(|v| 1.0 + 0.5 * v).collect();
+    let (nwb, eps) = (dev.upload(&nw).unwrap(), 1e-6f32);
+    let cfg = vkml_ops::tuning::mat_vec_config(dev.caps());
+    for (t, opts) in [(1usize, LinearOptions::new(dev.caps())), (40, LinearOptions { mat_mat_from: 4 })] {
+        let raw: Vec<f32> = uniform(t * n_embd, 28 + t as u64, 1.0).iter().map(|v| 3.0 * v + 0.25).collect();
+        let xn: Vec<f32> = raw
+            .chunks(n_embd)
+            .flat_map(|row| {
+                let sc = 1.0 / (row.iter().map(|v| v * v).sum::<f32>() / n_embd as f32 + eps).sqrt();
+                row.iter().zip(&nw).map(move |(v, w)| v * sc * w).collect::<Vec<f32>>()
+            })
+            .collect();
+        let (rawb, xnb) = (dev.upload(&raw).unwrap(), dev.upload(&xn).unwrap());
+        let routed = dev.alloc(4 * (t * n_embd) as u64, MemoryKind::DeviceLocal).unwrap();
+        let mut s = Stream::new(dev).unwrap();
+        ffn_with(&mut s, plain, r, GluActivation::Silu, (&xnb, None), t, (&routed, false), &opts).unwrap();
+        let norm = PreNorm { weight: &nwb, eps };
+        // (the routed block alone with the same folds, for its dispatch count)
+        let alone = dev.upload(&raw).unwrap();
+        let d0 = s.stats().dispatches;
+        ffn_with(&mut s, plain, r, GluActivation::Silu, (&alone, Some(norm)), t, (&alone, true), &opts).unwrap();
+        let d_plain = s.stats().dispatches - d0;
+        let d1 = s.stats().dispatches;
+        ffn_with(&mut s, with, r, GluActivation::Silu, (&rawb, Some(norm)), t, (&rawb, true), &opts).unwrap();
+        let d_with = s.stats().dispatches - d1;
+        if t == 1 {
+            assert_eq!(d_with, d_plain + 4, "the shared expert's logit, gate|up, down and weighted add");
+        }
+        s.finish_and_wait().unwrap();
+        let (got, routed) = (rawb.to_vec::<f32>().unwrap(), routed.to_vec::<f32>().unwrap());
+        let q8 = t == 1 && vkml_ops::quant::dot_quantizes_x(dev.caps(), &sh_down, 1, &cfg);
+        let tol = if q8 { 3e-2 } else { 1e-3 };
+        for n in 0..t {
+            let x: Vec<f64> = xn[n * n_embd..(n + 1) * n_embd].iter().map(|&v| f64::from(v)).collect();
+            let dot = |w: &[f32]| w.iter().zip(&x).map(|(&a, b)| f64::from(a) * b).sum::<f64>();
+            let sg = 1.0 / (1.0 + (-dot(&gate_inp_w)).exp());
+            let h: Vec<f64> = (0..n_sh)
+                .map(|i| {
+                    let g = dot(&gud[i * n_embd..(i + 1) * n_embd]);
+                    g / (1.0 + (-g).exp()) * dot(&gud[(n_sh + i) * n_embd..(n_sh + i + 1) * n_embd])
+                })
+                .collect();
+            let want: Vec<f64> = (0..n_embd)
+                .map(|o| sg * dd[o * n_sh..(o + 1) * n_sh].iter().zip(&h).map(|(&a, b)| f64::from(a) * b).sum::<f64>())
+                .collect();
+            let scale = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+            for (o, want) in want.iter().enumerate() {
+                let i = n * n_embd + o;
+                let shared_part = f64::from(got[i]) - f64::from(raw[i]) - f64::from(routed[i]);
+                assert!(
+                    (shared_part - want).abs() <= tol * scale + 1e-3 * f64::from(routed[i].abs()),
+                    "{t} tokens, token {n} output {o}: the shared expert's part {shared_part} against {want}"
+                );
             }
         }
     }

@@ -8,10 +8,10 @@ use vkml_candle::front::Tensor;
 use vkml_ops::moe::{ExpertGating, Routing};
 use vkml_ops::nn::GluActivation;
 
-use super::{FeedForward, RmsNorm, Weights};
+use super::{FeedForward, RmsNorm, Stacked, Weights};
 use crate::config::MoeHparams;
 use crate::error::Result;
-use crate::storage::{ExpertGateUp, ModelStorage, MoeBiases, MoeFfn};
+use crate::storage::{ExpertGateUp, ModelStorage, MoeBiases, MoeFfn, MoeShared};
 use crate::tensor::ModelTensor;
 
 /// The experts' gate and up projections as loaded ([`MoeFeedForward::gate_up`]).
@@ -117,9 +117,25 @@ where
             gate_up: gu.storage(),
             down: d.storage(),
         });
-        let w =
-            MoeFfn { router: &self.router, gate_up, down: &self.down, routing: self.routing, act: self.act, biases };
-        if let Some((gate, ffn)) = &self.shared {
+        // The shared expert inside the block's op where its gate and up are one matrix with
+        // the experts' activation (on Vulkan 4 dispatches more in a decode step).
+        let shared = match &self.shared {
+            Some((gate_inp, FeedForward { gate_up: Stacked::One(gate_up), down, act, .. })) if *act == self.act => {
+                Some(MoeShared { gate_inp, gate_up, down })
+            }
+            _ => None,
+        };
+        let folds = shared.is_some();
+        let w = MoeFfn {
+            router: &self.router,
+            gate_up,
+            down: &self.down,
+            routing: self.routing,
+            act: self.act,
+            biases,
+            shared,
+        };
+        if let Some((gate, ffn)) = self.shared.as_ref().filter(|_| !folds) {
             // n = norm(x); x += moe(n) + sigmoid(gate · n) * ffn(n), by tensor ops.
             let n = norm.forward(x)?;
             let logit = n.qmatmul(gate)?;

@@ -191,9 +191,16 @@ impl ModelStorage for CpuStorage {
         let r = w.routing;
         let gu = w.gate_up.dims().unwrap_or((usize::MAX, 0));
         let n_ff = gu.0 / n_expert.max(1);
+        let n_sh = w.shared.as_ref().map_or(0, |sh| Self::qweight_dims(sh.down).1);
+        let shared_fits = w.shared.as_ref().is_none_or(|sh| {
+            Self::qweight_dims(sh.gate_inp) == (1, n_embd)
+                && Self::qweight_dims(sh.gate_up) == (2 * n_sh, n_embd)
+                && Self::qweight_dims(sh.down) == (n_embd, n_sh)
+        });
         let fits = n_expert == r.n_expert
             && gu == (n_expert * n_ff, n_embd)
-            && Self::qweight_dims(w.down) == (n_expert * n_embd, n_ff);
+            && Self::qweight_dims(w.down) == (n_expert * n_embd, n_ff)
+            && shared_fits;
         if !fits || l.dims().len() != 2 || l.dims()[1] != n_embd {
             candle_core::bail!(
                 "moe_ffn: x {:?} and the router, gate, up and down weights do not make {} experts",
@@ -234,6 +241,15 @@ impl ModelStorage for CpuStorage {
                     d.iter_mut().zip(&db[e * n_embd..(e + 1) * n_embd]).for_each(|(d, b)| *d += b);
                 }
                 acc.iter_mut().zip(&d).for_each(|(a, &d)| *a += we * f64::from(d));
+            }
+            // The shared expert: its output weighted by the sigmoid of its gate's logit.
+            if let Some(sh) = &w.shared {
+                let logit = f64::from(sh.gate_inp.rows_times(0, 1, xr)?[0]);
+                let gu = sh.gate_up.rows_times(0, 2 * n_sh, xr)?;
+                let h: Vec<f32> = gu[..n_sh].iter().zip(&gu[n_sh..]).map(|(&g, &u)| act(g, u)).collect();
+                let d = sh.down.rows_times(0, n_embd, &h)?;
+                let ws = 1.0 / (1.0 + (-logit).exp());
+                acc.iter_mut().zip(&d).for_each(|(a, &d)| *a += ws * f64::from(d));
             }
             y[n * n_embd..(n + 1) * n_embd].iter_mut().zip(&acc).for_each(|(y, &a)| *y = a as f32);
         }
@@ -385,6 +401,61 @@ mod tests {
         (ids, out)
     }
 
+    /// Qwen2-MoE's shared expert in the CPU's MoE block (the conformance oracle's) against
+    /// llama.cpp's `qwen2moe.cpp` restated in f64: the block with it minus the block without
+    /// it is `sigmoid(gate_inp · x) · down(silu(gate x) · up x)` for each of three tokens.
+    #[test]
+    fn moe_shared_expert_matches_qwen2moe() {
+        let (n_expert, k, n_embd, n_ff, n_sh, t) = (4usize, 2usize, 16usize, 8usize, 24usize, 3usize);
+        let seed = &mut 11u64;
+        let mut m = |rows: usize, cols: usize| {
+            let v = uniform(seed, rows * cols, 1.0);
+            (dense(v.clone(), rows, cols), v)
+        };
+        let ((router, _), (gate_up, _), (down, _)) =
+            (m(n_expert, n_embd), m(n_expert * 2 * n_ff, n_embd), m(n_expert * n_embd, n_ff));
+        let ((gi, giw), (sgu, sguw), (sd, sdw), (_, x)) =
+            (m(1, n_embd), m(2 * n_sh, n_embd), m(n_embd, n_sh), m(t, n_embd));
+        let routing = Routing { n_expert, k, gating: ExpertGating::Softmax, norm_w: false, w_scale: 0.0 };
+        let plain = MoeFfn::<CpuStorage> {
+            router: &router,
+            gate_up: super::super::ExpertGateUp::Stacked(&gate_up),
+            down: &down,
+            routing,
+            act: GluActivation::Silu,
+            biases: None,
+            shared: None,
+        };
+        let with =
+            MoeFfn { shared: Some(super::super::MoeShared { gate_inp: &gi, gate_up: &sgu, down: &sd }), ..plain };
+        let run = |w: &MoeFfn<'_, CpuStorage>| match CpuStorage::F32(x.clone())
+            .moe_ffn(&Layout::contiguous((t, n_embd)), w)
+            .unwrap()
+        {
+            CpuStorage::F32(v) => v,
+            _ => unreachable!(),
+        };
+        let (a, b) = (run(&plain), run(&with));
+        for n in 0..t {
+            let xn: Vec<f64> = x[n * n_embd..(n + 1) * n_embd].iter().map(|&v| f64::from(v)).collect();
+            let sg = 1.0 / (1.0 + (-dot(&giw, &xn)).exp());
+            let h: Vec<f64> = (0..n_sh)
+                .map(|i| {
+                    let (g, u) = (
+                        dot(&sguw[i * n_embd..(i + 1) * n_embd], &xn),
+                        dot(&sguw[(n_sh + i) * n_embd..(n_sh + i + 1) * n_embd], &xn),
+                    );
+                    g / (1.0 + (-g).exp()) * u
+                })
+                .collect();
+            for o in 0..n_embd {
+                let want = sg * dot(&sdw[o * n_sh..(o + 1) * n_sh], &h);
+                let got = f64::from(b[n * n_embd + o]) - f64::from(a[n * n_embd + o]);
+                assert!((got - want).abs() <= 1e-5 * (1.0 + want.abs()), "token {n} output {o}: {got} against {want}");
+            }
+        }
+    }
+
     /// The CPU's MoE block (the conformance oracle's) against llama.cpp's `build_moe_ffn`
     /// (src/llama-graph.cpp) restated here in f64 for three tokens: `probs = softmax(x
     /// routerᵀ)`, the k largest, their probabilities normalised to sum 1, each expert's
@@ -415,6 +486,7 @@ mod tests {
             routing,
             act: GluActivation::Silu,
             biases: None,
+            shared: None,
         };
         let got = match CpuStorage::F32(x.clone()).moe_ffn(&Layout::contiguous((t, n_embd)), &w).unwrap() {
             CpuStorage::F32(v) => v,
@@ -481,6 +553,7 @@ mod tests {
             routing,
             act: GluActivation::SwigluOai,
             biases: Some(super::super::MoeBiases { router: &rbs, gate_up: &gubs, down: &dbs }),
+            shared: None,
         };
         let got = match CpuStorage::F32(x.clone()).moe_ffn(&Layout::contiguous((t, n_embd)), &w).unwrap() {
             CpuStorage::F32(v) => v,

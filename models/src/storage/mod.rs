@@ -69,6 +69,21 @@ pub struct MoeFfn<'a, S: ModelStorage> {
     pub act: GluActivation,
     /// The router's and the experts' biases (gpt-oss), if any.
     pub biases: Option<MoeBiases<'a, S>>,
+    /// The shared expert (Qwen2-MoE), if any.
+    pub shared: Option<MoeShared<'a, S>>,
+}
+
+/// A [`MoeFfn`]'s shared expert (Qwen2-MoE, llama.cpp's `qwen2moe.cpp`), which every token
+/// takes besides its routed ones: `sigmoid(gate_inp · x) · down(act(gate x) · up x)`
+/// added to the block's output, with the block's activation.
+#[derive(Debug)]
+pub struct MoeShared<'a, S: ModelStorage> {
+    /// `ffn_gate_inp_shexp`, `[1, n_embd]`.
+    pub gate_inp: &'a S::QWeight,
+    /// `ffn_gate_shexp` and `ffn_up_shexp` stacked, `[2 n_ff_shexp, n_embd]`.
+    pub gate_up: &'a S::QWeight,
+    /// `ffn_down_shexp`, `[n_embd, n_ff_shexp]`.
+    pub down: &'a S::QWeight,
 }
 
 /// A [`MoeFfn`]'s biases (gpt-oss), f32, contiguous from element 0: the router's added to

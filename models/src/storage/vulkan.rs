@@ -116,7 +116,12 @@ fn moe_ffn_into(
         gate_up: b.gate_up.buffer(),
         down: b.down.buffer(),
     });
-    let mw = vkml_ops::moe::MoeWeights { router: w.router, gate_up, down: w.down, biases };
+    let shared = w.shared.as_ref().map(|sh| vkml_ops::moe::SharedExpert {
+        gate_inp: sh.gate_inp,
+        gate_up: sh.gate_up,
+        down: sh.down,
+    });
+    let mw = vkml_ops::moe::MoeWeights { router: w.router, gate_up, down: w.down, biases, shared };
     let opts = linear_options(dev);
     let out = (y, accumulate);
     dev.with_stream(|s| {
