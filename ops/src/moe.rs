@@ -456,7 +456,12 @@ pub fn ffn_with(
                 s.copy(y, t0 as u64 * row_bytes, &yc, 0, tc as u64 * row_bytes)?;
             }
         }
+        // A shared expert: its products first, its sigmoid-weighted output added last.
+        let shared = w.shared.map(|sh| shared_products(s, sh, act, (&xc, norm), tc, opts)).transpose()?;
         ffn_chunk(s, &w, r, act, (&xc, norm), tc, (&yc, accumulate), opts)?;
+        if let Some((logit, d)) = shared {
+            weighted_sums(s, (&logit, true), (&d, None), tc, 1, n_embd, &yc, true)?;
+        }
         if !whole {
             s.copy(&yc, 0, y, t0 as u64 * row_bytes, tc as u64 * row_bytes)?;
         }
@@ -465,31 +470,22 @@ pub fn ffn_with(
     Ok(())
 }
 
-/// One chunk of [`ffn_with`]: `tc` tokens of `xc` (normalised by `norm`) through the router,
-/// the routing, the experts and the weighted sums into `yc` (added where `accumulate`).
-/// A shared expert's products come first (they read `xc`, which may be `yc`), its weighted
-/// output is added last: its weight's logit, gate|up (the gated product in the store) and
-/// down are [`crate::quant::linear`]s, the norm folded for one token as the router's;
-/// `moe_weighted_sum` adds `sigmoid(logit) * down` (4 dispatches more in a decode step).
-#[allow(clippy::too_many_arguments)]
-fn ffn_chunk(
+/// A shared expert's products for `tc` tokens of `xc` (normalised by `norm`): its weight's
+/// logit `f32[tc]` and its output `down(act(gate x) up x)` `f32[tc, n_embd]`, three
+/// [`crate::quant::linear`]s (the norm folded for one token, as the router's; one norm pass
+/// for more), recorded before the routed experts (they read `xc`, which may be the output).
+fn shared_products(
     s: &mut Stream,
-    w: &MoeWeights<'_>,
-    r: Routing,
+    sh: SharedExpert<'_>,
     act: crate::nn::GluActivation,
     (xc, norm): (&Buffer, Option<crate::quant::PreNorm<'_>>),
     tc: usize,
-    (yc, accumulate): (&Buffer, bool),
     opts: &crate::quant::LinearOptions,
-) -> Result<()> {
+) -> Result<(Buffer, Buffer)> {
     use crate::quant::{linear, LinearEpilogue};
-    let Some(sh) = w.shared else {
-        return ffn_chunk_routed(s, w, r, act, (xc, norm), tc, (yc, accumulate), opts);
-    };
     let dev = s.device().clone();
     let scratch = |bytes: usize| dev.alloc(bytes.max(4) as u64, vkml_hal::MemoryKind::DeviceLocal);
-    let (n_embd, n_sh) = (w.router.k(), sh.down.k());
-    // Prompts: one norm pass for the shared expert's two products.
+    let (n_embd, n_sh) = (sh.down.rows(), sh.down.k());
     let (xs, fold) = match norm {
         Some(n) if tc > 1 => {
             let xn = scratch(4 * tc * n_embd)?;
@@ -502,13 +498,13 @@ fn ffn_chunk(
     linear(s, sh.gate_inp, &xs, tc, fold, &logit, LinearEpilogue::Store, opts)?;
     linear(s, sh.gate_up, &xs, tc, fold, &h, LinearEpilogue::Glu(act), opts)?;
     linear(s, sh.down, &h, tc, None, &d, LinearEpilogue::Store, opts)?;
-    ffn_chunk_routed(s, w, r, act, (xc, norm), tc, (yc, accumulate), opts)?;
-    weighted_sums(s, (&logit, true), (&d, None), tc, 1, n_embd, yc, true)
+    Ok((logit, d))
 }
 
-/// [`ffn_chunk`]'s routed experts.
+/// One chunk of [`ffn_with`]: `tc` tokens of `xc` (normalised by `norm`) through the router,
+/// the routing, the experts and the weighted sums into `yc` (added where `accumulate`).
 #[allow(clippy::too_many_arguments)]
-fn ffn_chunk_routed(
+fn ffn_chunk(
     s: &mut Stream,
     w: &MoeWeights<'_>,
     r: Routing,
