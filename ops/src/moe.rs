@@ -8,8 +8,8 @@
 //! grouped mat-mats (`quant::mat_mat_id`) and `moe_weighted_sum`; with gpt-oss's biases
 //! ([`ExpertBiases`]: the router's in the routing, gate and up before the activation, down
 //! in the weighted sums) and Qwen2-MoE's shared expert ([`SharedExpert`]: its logit,
-//! gate|up and down products, and `moe_weighted_sum` adding it with the sigmoid of its
-//! logit). The ids stay on the device throughout.
+//! gate|up and down products, its output added with the sigmoid of its logit as weight:
+//! for one token in the down mat-vec's store, else by `moe_weighted_sum`). The ids stay on the device throughout.
 
 use vkml_hal::{Buffer, Stream};
 
@@ -326,7 +326,7 @@ pub fn glu_biased(
 /// down_{e_nj}(act(gate_{e_nj} x_n) * up_{e_nj} x_n)` over the `r.k` experts `e_nj`
 /// [`route`] chooses from `router x_n` (llama.cpp's `build_moe_ffn`; plus a shared
 /// expert's `sigmoid(gate_inp x_n) down(act(gate x_n) up x_n)` where `w.shared` has one,
-/// 4 dispatches more): `x, y: f32[t, n_embd]` (packed; `y` overwritten). Decode (below
+/// 3 dispatches more): `x, y: f32[t, n_embd]` (packed; `y` overwritten). Decode (below
 /// `LinearOptions::mat_mat_from` tokens), per chunk of at most 65 535 / k tokens: the
 /// router product ([`crate::quant::linear`]); the gate|up expert mat-vec of the chunk's `t
 /// k` slots, each workgroup routing its token itself, with the biases and the gated
@@ -459,8 +459,8 @@ pub fn ffn_with(
         // A shared expert: its products first, its sigmoid-weighted output added last.
         let shared = w.shared.map(|sh| shared_products(s, sh, act, (&xc, norm), tc, opts)).transpose()?;
         ffn_chunk(s, &w, r, act, (&xc, norm), tc, (&yc, accumulate), opts)?;
-        if let Some((logit, d)) = shared {
-            weighted_sums(s, (&logit, true), (&d, None), tc, 1, n_embd, &yc, true)?;
+        if let (Some(sh), Some((logit, h))) = (w.shared, shared) {
+            shared_add(s, sh, (&logit, &h), tc, &yc, opts)?;
         }
         if !whole {
             s.copy(&yc, 0, y, t0 as u64 * row_bytes, tc as u64 * row_bytes)?;
@@ -471,7 +471,7 @@ pub fn ffn_with(
 }
 
 /// A shared expert's products for `tc` tokens of `xc` (normalised by `norm`): its weight's
-/// logit `f32[tc]` and its output `down(act(gate x) up x)` `f32[tc, n_embd]`, three
+/// logit `f32[tc]` and its gated product `act(gate x) up x` `f32[tc, n_ff_shexp]`, two
 /// [`crate::quant::linear`]s (the norm folded for one token, as the router's; one norm pass
 /// for more), recorded before the routed experts (they read `xc`, which may be the output).
 fn shared_products(
@@ -494,11 +494,46 @@ fn shared_products(
         }
         _ => (xc.clone(), norm),
     };
-    let (logit, h, d) = (scratch(4 * tc)?, scratch(4 * tc * n_sh)?, scratch(4 * tc * n_embd)?);
+    let (logit, h) = (scratch(4 * tc)?, scratch(4 * tc * n_sh)?);
     linear(s, sh.gate_inp, &xs, tc, fold, &logit, LinearEpilogue::Store, opts)?;
     linear(s, sh.gate_up, &xs, tc, fold, &h, LinearEpilogue::Glu(act), opts)?;
-    linear(s, sh.down, &h, tc, None, &d, LinearEpilogue::Store, opts)?;
-    Ok((logit, d))
+    Ok((logit, h))
+}
+
+/// Adds a shared expert's output `sigmoid(logit) down(h)` to `y` (`f32[tc, n_embd]`): for
+/// one token the down mat-vec weighs its product and adds it in its store (an expert-indexed
+/// mat-vec of one expert with a sigmoid-weighted sum, [`crate::quant::WeightedSlots`]);
+/// else the down [`crate::quant::linear`] and `moe_weighted_sum` with sigmoid weights.
+fn shared_add(
+    s: &mut Stream,
+    sh: SharedExpert<'_>,
+    (logit, h): (&Buffer, &Buffer),
+    tc: usize,
+    y: &Buffer,
+    opts: &crate::quant::LinearOptions,
+) -> Result<()> {
+    use crate::quant::{linear, mat_vec_id_fused, mat_vec_id_runs, ExpertMatVec, LinearEpilogue, WeightedSlots};
+    let dev = s.device().clone();
+    let n_embd = sh.down.rows();
+    if tc == 1 && mat_vec_id_runs(dev.caps(), sh.down.ty()) {
+        let ids = dev.upload(&[0u32])?;
+        let sum = WeightedSlots { k: 1, weights: logit, accumulate: true, sigmoid: true };
+        let e = ExpertMatVec {
+            n_expert: 1,
+            ids: &ids,
+            n_slots: 1,
+            x_slots: 1,
+            norm: None,
+            glu: None,
+            bias: None,
+            route: None,
+            sum: Some(sum),
+        };
+        return mat_vec_id_fused(s, sh.down, h, y, &e);
+    }
+    let d = dev.alloc(4 * (tc * n_embd) as u64, vkml_hal::MemoryKind::DeviceLocal)?;
+    linear(s, sh.down, h, tc, None, &d, LinearEpilogue::Store, opts)?;
+    weighted_sums(s, (logit, true), (&d, None), tc, 1, n_embd, y, true)
 }
 
 /// One chunk of [`ffn_with`]: `tc` tokens of `xc` (normalised by `norm`) through the router,
@@ -598,7 +633,7 @@ fn ffn_chunk(
     }
     // The down products and the weighted sums (with the down bias and the residual add) in
     // one kernel.
-    let sum = WeightedSlots { k, weights: &weights, accumulate };
+    let sum = WeightedSlots { k, weights: &weights, accumulate, sigmoid: false };
     let e = ExpertMatVec { norm: None, bias: w.biases.map(|b| b.down), sum: Some(sum), ..expert(slots, 1) };
     mat_vec_id_fused(s, w.down, &h, yc, &e)
 }

@@ -224,7 +224,7 @@ fn routed_and_summed_on(dev: &'static vkml_hal::Device) {
         let (dbb, y) = (dev.upload(&db).unwrap(), dev.upload(&res).unwrap());
         let d = alloc(4 * slots * n_embd);
         let mut s = Stream::new(dev).unwrap();
-        let sum = WeightedSlots { k, weights: &w, accumulate: true };
+        let sum = WeightedSlots { k, weights: &w, accumulate: true, sigmoid: false };
         let e = ExpertMatVec { glu: None, route: None, bias: Some(&dbb), sum: Some(sum), x_slots: 1, ..e };
         quant::mat_vec_id_fused(&mut s, &down, &h, &y, &e).unwrap();
         quant::mat_vec_id(&mut s, &down, n, &ids, slots, &h, 1, &d).unwrap();
@@ -964,14 +964,21 @@ fn expert_grouped_mat_mat_is_each_experts_mat_mat() {
 /// with it, its norm folded and its residual added in place, equals the block without it
 /// (routed experts only, on x normalised here) plus `sigmoid(gate_inp · n) · down(silu(gate
 /// n) · up n)` computed here in f64 on the dequantized weights, for one token (the decode
-/// step: 4 dispatches more than the routed block's) and for 40 (the grouped prompt path).
+/// step: 3 dispatches more than the routed block's) and for 40 (the grouped prompt path).
+/// Also where integer dot products count as accelerated (decode on Q8_1 x).
 #[test]
 fn shared_expert_adds_its_sigmoid_weighted_output() {
+    shared_on(device());
+    if device().caps().integer_dot.supported {
+        shared_on(common::integer_dot_device());
+    }
+}
+
+fn shared_on(dev: &'static vkml_hal::Device) {
     use vkml_ops::moe::{ffn_with, ExpertGateUp, MoeWeights, SharedExpert};
     use vkml_ops::nn::GluActivation;
     use vkml_ops::quant::{LinearOptions, PreNorm, QMatrix};
     use vkml_quant::GgmlType;
-    let dev = device();
     if vkml_ops::tuning::row_subgroup_size(dev.caps()).is_none() {
         eprintln!("skipped: no block-wise mat-vec kernels on this device");
         return;
@@ -1029,7 +1036,7 @@ fn shared_expert_adds_its_sigmoid_weighted_output() {
         ffn_with(&mut s, with, r, GluActivation::Silu, (&rawb, Some(norm)), t, (&rawb, true), &opts).unwrap();
         let d_with = s.stats().dispatches - d1;
         if t == 1 {
-            assert_eq!(d_with, d_plain + 4, "the shared expert's logit, gate|up, down and weighted add");
+            assert_eq!(d_with, d_plain + 3, "the shared expert's logit, gate|up, and down with the weighted add");
         }
         s.finish_and_wait().unwrap();
         let (got, routed) = (rawb.to_vec::<f32>().unwrap(), routed.to_vec::<f32>().unwrap());

@@ -132,6 +132,8 @@ pub struct WeightedSlots<'a> {
     pub weights: &'a Buffer,
     /// Add the sums to `y` (the block's residual add) instead of storing them.
     pub accumulate: bool,
+    /// Weigh by each weight's sigmoid instead (a shared expert's gate logit, Qwen2-MoE).
+    pub sigmoid: bool,
 }
 
 /// One expert-indexed mat-vec of a MoE decode step and what it folds in
@@ -329,7 +331,7 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
             let flags = u32::from(r.routing.norm_w) | u32::from(r.logit_bias.is_some()) << 1;
             (g, flags, r.routing.w_scale.to_bits(), n_expert as u32, r.routing.k as u32)
         }
-        None => (0, 0, 0, 1, 1),
+        None => (0, u32::from(sum.is_some_and(|w| w.sigmoid)) << 2, 0, 1, 1),
     };
     let mut options = PipelineOptions {
         spec_constants: vec![

@@ -19,7 +19,8 @@
 //   Weighted sums (constant 25, MV_SUM = k; 0 off): workgroup z = token n multiplies the
 //     experts of its k slots n k + j (each x row its own slot's) and stores
 //     sum_j w[n k + j] * (W_{ids[n k + j]} x_{n k + j} + b) into y row n, added to y where
-//     the epilogue is 1, in order j = 0, 1, .. (as moe_weighted_sum.comp sums).
+//     the epilogue is 1, in order j = 0, 1, .. (as moe_weighted_sum.comp sums). Flag bit 2
+//     (constant 22): each weight is the sigmoid of w (a shared expert's gate logit).
 // Bindings from MV_MOE_B (defined by the includer): + 0 = weights f32 [slots] (written by
 // the routing, read by the sums), + 1 = logits f32 [tokens, experts], + 2 = the router's
 // bias f32 [experts], + 3 = the expert biases; unused ones bound to stand-ins. Include after
@@ -87,6 +88,7 @@ float mv_row_bias(uint r, float t) { return MV_EXPERT_BIAS && !MV_IDS ? t + mv_e
 // plus the expert's bias).
 float mv_sum_term(uint slot, uint e, uint r, uint rows, float t) {
     float v = MV_EXPERT_BIAS ? t + mv_expert_bias[e * rows + r] : t;
-    return mv_moe_w[slot] * v;
+    float w = mv_moe_w[slot];
+    return ((MV_ROUTE_FLAGS & 4u) != 0u ? 1.0 / (1.0 + exp(-w)) : w) * v;
 }
 #endif
