@@ -9,7 +9,8 @@
 //! ([`ExpertBiases`]: the router's in the routing, gate and up before the activation, down
 //! in the weighted sums) and Qwen2-MoE's shared expert ([`SharedExpert`]: its logit,
 //! gate|up and down products, its output added with the sigmoid of its logit as weight:
-//! for one token in the down mat-vec's store, else by `moe_weighted_sum`). The ids stay on the device throughout.
+//! for one token in the down mat-vec's store, else by `moe_weighted_sum`). The ids stay
+//! on the device throughout.
 
 use vkml_hal::{Buffer, Stream};
 
@@ -516,11 +517,11 @@ fn shared_add(
     let dev = s.device().clone();
     let n_embd = sh.down.rows();
     if tc == 1 && mat_vec_id_runs(dev.caps(), sh.down.ty()) {
-        let ids = dev.upload(&[0u32])?;
         let sum = WeightedSlots { k: 1, weights: logit, accumulate: true, sigmoid: true };
         let e = ExpertMatVec {
             n_expert: 1,
-            ids: &ids,
+            // (one expert: the kernel reads no ids, the logit stands in)
+            ids: logit,
             n_slots: 1,
             x_slots: 1,
             norm: None,

@@ -236,7 +236,7 @@ void mv_rows(uint r0, uint w_base, uint slot, uint e) {
         float tot[NR * NB];
         [[unroll]] for (uint i = 0; i < NR * NB; i++) tot[i] = 0.0;
         for (uint j = 0u; j < MV_SUM; j++) {
-            uint sj = slot * MV_SUM + j, ej = expert_ids[sj];
+            uint sj = slot * MV_SUM + j, ej = mv_expert_id(sj);
             mv_dots(r0, p.w_offset + ej * p.rows * p.row_bytes, j * (p.k / 32u));
             [[unroll]] for (uint rr = 0; rr < NR; rr++) tot[rr] += mv_sum_term(sj, ej, min(r0 + rr, p.rows - 1u), p.rows, mv_t[rr]);
         }
@@ -291,7 +291,7 @@ void main() {
     }
     // (With MV_SUM each of the token's slots has its own expert, read in mv_rows.)
     if (MV_IDS && MV_SUM == 0u) {
-        e = route ? mv_routed_expert(slot) : expert_ids[slot];
+        e = route ? mv_routed_expert(slot) : mv_expert_id(slot);
         // (An expert of the gated products holds its gate rows, then its up rows.)
         w_base += e * (MV_GLU ? 2u : 1u) * p.rows * p.row_bytes;
     }

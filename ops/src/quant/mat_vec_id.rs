@@ -143,6 +143,8 @@ pub struct ExpertMatVec<'a> {
     /// Experts in the matrix (its rows are `n_expert` experts of equal rows).
     pub n_expert: usize,
     /// Each slot's expert, `u32[n_slots]` (below `n_expert`); written here where `route`.
+    /// Not read for a matrix of one expert (expert 0), where any buffer of `n_slots` words
+    /// stands in.
     pub ids: &'a Buffer,
     /// Slots (at most 65 535).
     pub n_slots: usize,
@@ -333,6 +335,8 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
         }
         None => (0, u32::from(sum.is_some_and(|w| w.sigmoid)) << 2, 0, 1, 1),
     };
+    // (a matrix of one expert: the kernel takes expert 0 and reads no ids)
+    let flags = flags | u32::from(n_expert == 1) << 3;
     let mut options = PipelineOptions {
         spec_constants: vec![
             (0, workgroup),

@@ -5,9 +5,10 @@
 //     include/moe_route.glsl; 0 off): each workgroup routes its token (slot / MV_ROUTE_K)
 //     from the router's logits itself (route_token_sg: its first subgroup ranks while
 //     the others wait, or, on the integer-dot kernels, quantize x) and multiplies the
-//     expert of its slot; the workgroups of grid x = y = 0 write their slot's id (binding 7 or 8, the ids) and weight (binding MV_MOE_B) for the
-//     down mat-vec. Constants 20 = experts (at most 1024: the shared arrays' length), 21 =
-//     k, 22 = flags (bit 0 norm_w, bit 1 the router's bias at binding MV_MOE_B + 2), 23 =
+//     expert of its slot; the workgroups of grid x = y = 0 write their slot's id (binding
+//     7 or 8, the ids) and weight (binding MV_MOE_B) for the down mat-vec. Constants 20 = experts (at most 1024: the shared arrays' length), 21 =
+//     k, 22 = flags (bit 0 norm_w, bit 1 the router's bias at binding MV_MOE_B + 2; bit 3
+//     with or without routing: one expert, whose ids are not read), 23 =
 //     w_scale (f32; 0 none).
 //   Expert biases (constant 24, MV_EXPERT_BIAS; binding MV_MOE_B + 3, f32): with the gated
 //     products, each expert's gate and up biases ([n_expert, 2 rows]: gate rows then up
@@ -66,10 +67,14 @@ uint mv_routed_expert(uint slot) {
     return route_ids[j];
 }
 
+// Slot `slot`'s expert from the ids; 0 for a matrix of one expert (flag bit 3 of constant
+// 22: the ids are not read).
+uint mv_expert_id(uint slot) { return (MV_ROUTE_FLAGS & 8u) != 0u ? 0u : expert_ids[slot]; }
+
 // The expert of the workgroup's slot: routed here (MV_ROUTE, every invocation calling from
 // uniform control flow; the other subgroups wait for the first) or read from the ids.
 uint mv_slot_expert(uint slot) {
-    if (MV_ROUTE == 0u) return expert_ids[slot];
+    if (MV_ROUTE == 0u) return mv_expert_id(slot);
     if (gl_SubgroupID == 0u) mv_route(slot);
     barrier();
     return mv_routed_expert(slot);

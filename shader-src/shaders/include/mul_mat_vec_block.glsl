@@ -110,7 +110,7 @@ void mv_rows(uint r0, uint w_base, uint slot, uint e) {
         float tot[NR * NB];
         [[unroll]] for (uint i = 0; i < NR * NB; i++) tot[i] = 0.0;
         for (uint j = 0u; j < MV_SUM; j++) {
-            uint sj = slot * MV_SUM + j, ej = expert_ids[sj];
+            uint sj = slot * MV_SUM + j, ej = mv_expert_id(sj);
             mv_dots(r0, p.w_offset + ej * p.rows * p.row_bytes, sj);
             [[unroll]] for (uint rr = 0; rr < NR; rr++) tot[rr] += mv_sum_term(sj, ej, min(r0 + rr, p.rows - 1u), p.rows, mv_t[rr]);
         }
@@ -143,7 +143,7 @@ shared float mv_sum_part[(MV_SUM + 1u) * NR];
 void mv_rows_split(uint r0, uint token) {
     uint j = gl_SubgroupID, sj = token * MV_SUM + j;
     if (r0 < p.rows && j < MV_SUM) {
-        uint ej = expert_ids[sj];
+        uint ej = mv_expert_id(sj);
         mv_dots(r0, p.w_offset + ej * p.rows * p.row_bytes, sj);
         if (gl_SubgroupInvocationID == 0u) {
             [[unroll]] for (uint rr = 0; rr < NR; rr++) mv_sum_part[j * NR + rr] = mv_sum_term(sj, ej, min(r0 + rr, p.rows - 1u), p.rows, mv_t[rr]);
