@@ -176,7 +176,9 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         // The largest power of two the device allows, if it is below the table's.
         dot_x_workgroup: dot_x_workgroup.min(1 << caps.limits.max_workgroup_invocations.max(1).ilog2()),
     };
-    mat_vec_overrides(cfg, std::env::var("VKML_MAT_VEC").ok().as_deref(), caps)
+    // (read once per process: mat_vec_config runs for every mat-vec recorded)
+    static SPEC: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    mat_vec_overrides(cfg, SPEC.get_or_init(|| std::env::var("VKML_MAT_VEC").ok()).as_deref(), caps)
 }
 
 /// `cfg` with the launch parameters that `spec` sets (the environment's `VKML_MAT_VEC`, a
@@ -184,9 +186,10 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
 /// `rows_per_subgroup`, `dot_rows_per_subgroup`, `dot_x_workgroup`,
 /// `dot_x_rows_per_subgroup`, `dot_x_rows_per_subgroup_wide`). A value outside its field's
 /// range (rows 1..=8; workgroups powers of two from the subgroup size to 128, or to the
-/// device's limit and 1024 for `dot_x_workgroup`) or an unknown name is reported on
-/// stderr and ignored.
+/// device's limit and 1024 for `dot_x_workgroup`) or an unknown name is ignored, the first
+/// one reported on stderr.
 pub fn mat_vec_overrides(mut cfg: MatVecConfig, spec: Option<&str>, caps: &Capabilities) -> MatVecConfig {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let Some(spec) = spec else { return cfg };
     let sg = caps.subgroup.size.next_power_of_two().max(1);
     let max_wg = 1u32 << caps.limits.max_workgroup_invocations.max(1).ilog2();
@@ -223,7 +226,8 @@ pub fn mat_vec_overrides(mut cfg: MatVecConfig, spec: Option<&str>, caps: &Capab
             },
             _ => false,
         };
-        if !ok {
+        // (once per process, not at every mat-vec)
+        if !ok && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
             eprintln!(
                 "warning: VKML_MAT_VEC: ignoring `{item}` (a name of mat_vec_overrides with a value in its range)"
             );
