@@ -75,6 +75,22 @@ pub fn block_rows_per_subgroup(caps: &Capabilities, cfg: &MatVecConfig, rows: us
     nr
 }
 
+/// Rows per subgroup of an expert mat-vec with the gated products (two matrix rows, gate
+/// and up, per output row) where the plain one would take `nr`: half as many, so that a
+/// subgroup reads as many matrix rows (H100, qwen3moe-30b-a3b tg128 on the Q4_0 block
+/// kernel: 4 rows 187.2 t/s, 2 rows 198.8, 1 row 188.7; benches/RESULTS.md), except for
+/// MXFP4 on NVIDIA, whose f32 x loads cost more than its 4.25-bit weights and pay to be
+/// shared by more rows (H200, gpt-oss-20b tg128: its routed gate|up 56.9 µs per layer at 2
+/// rows, 45.8 at 4; benches/RESULTS.md, issue 31, twenty-first session).
+pub fn expert_glu_rows_per_subgroup(caps: &Capabilities, ty: vkml_quant::GgmlType, nr: u32) -> u32 {
+    let nvidia = matches!(caps.arch, ArchClass::NvidiaTensorCore | ArchClass::Nvidia);
+    if nvidia && ty == vkml_quant::GgmlType::MXFP4 {
+        nr.max(1)
+    } else {
+        (nr / 2).max(1)
+    }
+}
+
 /// Storage buffers the block-wise and integer-dot mat-vec kernels bind
 /// (`include/mul_mat_vec_block.glsl`: matrix, x, y, norm weight, the post-norm epilogue's
 /// residual, weight and count, the expert ids of `quant::mat_vec_id` and the four MoE
@@ -766,6 +782,17 @@ mod tests {
         assert_eq!([1, 8, 9, 64, 256, 257, 4096].map(|n| DECODE_ATTN_NARROW.splits(n)), [1, 1, 2, 8, 32, 32, 32]);
         assert_eq!([1, 16, 17, 64, 256, 257, 4096].map(|n| DECODE_ATTN_WIDE.splits(n)), [1, 1, 2, 4, 16, 16, 16]);
         assert_eq!(attn_splits(1, 64), DECODE_ATTN_NARROW.splits(64));
+    }
+
+    #[test]
+    fn expert_glu_rows_halve_but_for_mxfp4_on_nvidia() {
+        use vkml_quant::GgmlType;
+        let nv = fake(ArchClass::NvidiaTensorCore, Vendor::Nvidia, (32, 32, 32), true);
+        let amd = fake(ArchClass::AmdRdna, Vendor::Amd, (32, 32, 64), false);
+        assert_eq!(expert_glu_rows_per_subgroup(&nv, GgmlType::MXFP4, 4), 4);
+        assert_eq!(expert_glu_rows_per_subgroup(&nv, GgmlType::Q4_K, 4), 2);
+        assert_eq!(expert_glu_rows_per_subgroup(&nv, GgmlType::Q4_0, 1), 1);
+        assert_eq!(expert_glu_rows_per_subgroup(&amd, GgmlType::MXFP4, 4), 2);
     }
 
     #[test]

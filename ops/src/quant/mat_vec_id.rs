@@ -298,10 +298,7 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     } else {
         tuning::block_rows_per_subgroup(caps, &cfg, grid_rows, m.k, workgroup / sg)
     };
-    // The gated products read two matrix rows per output row: half the rows per subgroup
-    // (H100, qwen3moe-30b-a3b Q4_0 tg128: 4 rows 187.2 t/s, 2 rows 198.8, 1 row 188.7;
-    // benches/RESULTS.md).
-    let nr = if glu.is_some() { (nr / 2).max(1) } else { nr };
+    let nr = if glu.is_some() { tuning::expert_glu_rows_per_subgroup(caps, m.ty, nr) } else { nr };
     // The weighted sums: one workgroup per row group of the token's k experts, so fewer
     // rows per subgroup, until the grid holds two workgroups per compute unit (H200,
     // gpt-oss-20b's MXFP4 down, 4 experts of 2880 x 2880: 180 workgroups took 45 us).
