@@ -415,10 +415,20 @@ pub fn mat_vec_id(ty: GgmlType, n_expert: usize, rows: usize, k: usize, slots: u
 /// the kernel from random logits over `n_expert` experts (softmax, `k` chosen, weights
 /// normalised), each slot's stacked gate|up rows (`2 rows x k` per expert) multiplied into
 /// its SwiGLU products. Calls rotate through copies of the logits that choose disjoint
-/// expert sets where `n_expert / k` allows (the chosen weights come from memory). Bytes:
+/// expert sets where `n_expert / k` allows (the chosen weights come from memory), each
+/// with its own ids and weights for the kernel to write, so that calls are independent as
+/// in [`mat_vec`]. Bytes:
 /// the chosen experts' weights, x, the logits and the products.
 pub fn mat_vec_id_routed_glu(ty: GgmlType, n_expert: usize, rows: usize, k: usize, slots: usize) -> Spec {
-    Spec::new("mat_vec_id_glu", format!("{ty:?} {slots} of {n_expert} experts 2x{rows}x{k} routed"), move |dev| {
+    mat_vec_id_glu(ty, n_expert, rows, k, slots, true)
+}
+
+/// [`mat_vec_id_routed_glu`], or with `routed` false the same kernel given the chosen
+/// experts' ids (the same sets, uploaded), without the routing: the difference is what
+/// routing in the kernel costs.
+pub fn mat_vec_id_glu(ty: GgmlType, n_expert: usize, rows: usize, k: usize, slots: usize, routed: bool) -> Spec {
+    let tag = if routed { " routed" } else { "" };
+    Spec::new("mat_vec_id_glu", format!("{ty:?} {slots} of {n_expert} experts 2x{rows}x{k}{tag}"), move |dev| {
         let blocks = random_blocks(ty, n_expert * 2 * rows, k, 13);
         let m = QMatrix::upload(dev, ty, n_expert * 2 * rows, k, &blocks)?;
         let copies = (n_expert / slots.max(1)).max(1);
@@ -438,8 +448,15 @@ pub fn mat_vec_id_routed_glu(ty: GgmlType, n_expert: usize, rows: usize, k: usiz
             })
             .collect::<Result<Vec<_>>>()?;
         let x = random_buffer(dev, Dtype::F32, k, 3)?;
-        let ids = alloc(dev, 4 * slots)?;
-        let weights = alloc(dev, 4 * slots)?;
+        // (per copy, so that calls stay independent: routed, written by the kernel; else
+        // copy c's experts c k .. c k + k)
+        let weights = (0..copies).map(|_| alloc(dev, 4 * slots)).collect::<Result<Vec<_>>>()?;
+        let ids = (0..copies)
+            .map(|c| {
+                let v: Vec<u32> = (0..slots).map(|j| ((c * slots + j) % n_expert) as u32).collect();
+                Ok(if routed { alloc(dev, 4 * slots)? } else { dev.upload(&v)? })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let ys = (0..copies).map(|_| alloc(dev, 4 * slots * rows)).collect::<Result<Vec<_>>>()?;
         let routing = crate::moe::Routing {
             n_expert,
@@ -454,16 +471,16 @@ pub fn mat_vec_id_routed_glu(ty: GgmlType, n_expert: usize, rows: usize, k: usiz
             limit: Limit::Bandwidth,
             copies,
             record: Box::new(move |s, i| {
-                let route = quant::RoutedSlots { logits: &logits[i], logit_bias: None, routing, weights: &weights };
+                let route = quant::RoutedSlots { logits: &logits[i], logit_bias: None, routing, weights: &weights[i] };
                 let e = quant::ExpertMatVec {
                     n_expert,
-                    ids: &ids,
+                    ids: &ids[i],
                     n_slots: slots,
                     x_slots: 0,
                     norm: None,
                     glu: Some(nn::GluActivation::Silu),
                     bias: None,
-                    route: Some(route),
+                    route: routed.then_some(route),
                     sum: None,
                 };
                 quant::mat_vec_id_fused(s, &m, &x, &ys[i], &e)
@@ -720,8 +737,8 @@ pub fn attention(t_q: usize, kv_len: usize, n_heads: usize, n_kv_heads: usize, d
 /// [`tuning::coopmat_int8`] holds), the expert-indexed mat-vec, float matmul (f32, and f16
 /// where the device has 16-bit storage), quantizing to every type of
 /// [`quant::GPU_QUANTIZED`], add, softmax, rms_norm and attention (prefill and decode), at
-/// `scale`'s shapes. The expert-indexed mat-vecs run plain and as a decode step's routed
-/// gate|up kernel.
+/// `scale`'s shapes. The expert-indexed mat-vecs run plain, as gated products on given ids
+/// and as a decode step's routed gate|up kernel.
 pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
     let full = scale == Scale::Full;
     let mut v =
@@ -745,8 +762,10 @@ pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
     if full {
         v.push(mat_vec_id(GgmlType::MXFP4, 32, 2880, 2880, 4));
         v.push(mat_vec_id(GgmlType::Q4_0, 128, 768, 2048, 8));
-        v.push(mat_vec_id_routed_glu(GgmlType::MXFP4, 32, 2880, 2880, 4));
-        v.push(mat_vec_id_routed_glu(GgmlType::Q4_0, 128, 768, 2048, 8));
+        for routed in [false, true] {
+            v.push(mat_vec_id_glu(GgmlType::MXFP4, 32, 2880, 2880, 4, routed));
+            v.push(mat_vec_id_glu(GgmlType::Q4_0, 128, 768, 2048, 8, routed));
+        }
     } else {
         v.push(mat_vec_id(GgmlType::MXFP4, 8, 256, 256, 2));
         v.push(mat_vec_id_routed_glu(GgmlType::MXFP4, 8, 256, 256, 2));
