@@ -109,6 +109,18 @@ pub(crate) struct PipelineKey {
     options: PipelineOptions,
 }
 
+/// ` {id=value ..}` of the non-zero constants of `spec` other than 0, in id order; empty
+/// where there are none.
+fn spec_label(spec: &[(u32, u32)]) -> String {
+    let mut v: Vec<_> = spec.iter().filter(|&&(id, value)| id != 0 && value != 0).collect();
+    v.sort();
+    if v.is_empty() {
+        return String::new();
+    }
+    let items: Vec<String> = v.iter().map(|(id, value)| format!("{id}={value}")).collect();
+    format!(" {{{}}}", items.join(" "))
+}
+
 /// A compute pipeline. Lives as long as its device (destroyed at device teardown).
 #[derive(Debug)]
 pub struct Pipeline {
@@ -118,6 +130,10 @@ pub struct Pipeline {
     pub(crate) push_descriptors: bool,
     pub(crate) kernel: Kernel,
     pub(crate) device_id: usize,
+    /// The non-zero specialization constants other than 0 (the workgroup size), as
+    /// ` {id=value ..}` (empty without any): the profile's labels tell the pipelines of one
+    /// kernel apart by it.
+    pub(crate) spec_label: String,
 }
 
 impl Pipeline {
@@ -304,6 +320,7 @@ impl Pipeline {
             push_descriptors,
             kernel: kernel.clone(),
             device_id: Arc::as_ptr(dev) as usize,
+            spec_label: spec_label(&key.options.spec_constants),
         })
     }
 
@@ -332,5 +349,17 @@ impl Device {
     /// lacks; [`Error::Vulkan`] when the driver rejects the pipeline.
     pub fn pipeline(&self, kernel: &Kernel, options: &PipelineOptions) -> Result<Arc<Pipeline>> {
         self.get_pipeline(kernel, PipelineKey { kernel: kernel.inner.hash, options: options.clone() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spec_label;
+
+    #[test]
+    fn spec_label_lists_the_non_zero_constants_but_the_workgroup() {
+        assert_eq!(spec_label(&[(0, 256), (25, 8), (2, 1), (11, 0), (10, 1)]), " {2=1 10=1 25=8}");
+        assert_eq!(spec_label(&[(0, 128), (11, 0)]), "");
+        assert_eq!(spec_label(&[]), "");
     }
 }

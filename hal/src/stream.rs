@@ -449,7 +449,7 @@ impl Stream {
             batch.pipelines.push(pipeline.clone());
         }
         self.stats.dispatches += 1;
-        self.stamp(|| format!("{} [{}x{}x{}]", kernel.name(), groups[0], groups[1], groups[2]));
+        self.stamp(|| format!("{} [{}x{}x{}]{}", kernel.name(), groups[0], groups[1], groups[2], pipeline.spec_label));
         Ok(())
     }
 
