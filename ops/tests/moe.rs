@@ -157,21 +157,27 @@ fn routed_and_summed_on(dev: &'static vkml_hal::Device) {
         eprintln!("skipped: no block-wise mat-vec kernels on this device");
         return;
     }
-    // (experts, per token, gating, norm, scale, router bias, type)
+    // (experts, per token, gating, norm, scale, router bias, type, tied logits: five levels,
+    // so that exact ties rank by the lower id)
     let cases = [
-        (128usize, 8usize, ExpertGating::Softmax, true, 0.0f32, false, GgmlType::Q4_0),
-        (32, 4, ExpertGating::SoftmaxWeight, false, 0.0, true, GgmlType::MXFP4),
-        (256, 8, ExpertGating::Sigmoid, true, 2.5, false, GgmlType::Q8_0),
-        (300, 3, ExpertGating::Softmax, false, 0.0, true, GgmlType::Q4_K),
-        (5, 5, ExpertGating::Softmax, true, 0.0, false, GgmlType::Q4_0),
+        (128usize, 8usize, ExpertGating::Softmax, true, 0.0f32, false, GgmlType::Q4_0, false),
+        (32, 4, ExpertGating::SoftmaxWeight, false, 0.0, true, GgmlType::MXFP4, false),
+        (256, 8, ExpertGating::Sigmoid, true, 2.5, false, GgmlType::Q8_0, false),
+        (300, 3, ExpertGating::Softmax, false, 0.0, true, GgmlType::Q4_K, false),
+        (5, 5, ExpertGating::Softmax, true, 0.0, false, GgmlType::Q4_0, false),
+        (64, 6, ExpertGating::Softmax, true, 0.0, false, GgmlType::Q4_0, true),
     ];
     let (n_embd, n_ff, t) = (64usize, 64usize, 3usize);
-    for (n, k, gating, norm_w, w_scale, with_lb, ty) in cases {
-        let what = format!("{ty:?}, {n} experts, {k} per token, {gating:?}");
+    for (n, k, gating, norm_w, w_scale, with_lb, ty, tied) in cases {
+        let what = format!("{ty:?}, {n} experts, {k} per token, {gating:?}, tied {tied}");
         let k_in = n_embd.max(ty.block_size());
         let r = Routing { n_expert: n, k, gating, norm_w, w_scale };
         let slots = t * k;
-        let l = logits(t, n, 7 + n as u64);
+        let l = if tied {
+            (0..t * n).map(|i| ((i % n + i / n) * 7 % 5) as f32 * 0.5).collect()
+        } else {
+            logits(t, n, 7 + n as u64)
+        };
         let lbias: Vec<f32> = (0..n).map(|i| if i % 4 == 1 { 0.3 } else { 0.0 }).collect();
         let gu = vkml_quant::quantize(ty, &uniform(n * 2 * n_ff * k_in, 11, 1.0)).unwrap();
         let gu = QMatrix::upload(dev, ty, n * 2 * n_ff, k_in, &gu).unwrap();
