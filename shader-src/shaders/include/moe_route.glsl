@@ -131,34 +131,35 @@ void route_token(uint gating, uint n, uint k, bool has_sel_bias, bool norm_w, fl
 // to the lower index by a subgroup minimum over the indices holding the maximum). k rounds of
 // two subgroup reductions: a few microseconds less than route_token's n^2 / workgroup
 // comparisons behind barriers, which the expert mat-vec that routes its own token waits
-// for. Called by the first subgroup alone; the others may work meanwhile (the integer-dot
-// mat-vec quantizes x) and all see route_ids and route_w after a barrier.
+// for; and faster than counting each expert's rank over broadcast keys, one pass of n
+// reads (H200, qwen3moe-30b-a3b tg128 283.1 against 290.6 t/s; benches/RESULTS.md, issue
+// 31, twenty-first session). Called by the first subgroup alone; the others may work
+// meanwhile (the integer-dot mat-vec quantizes x) and all see route_ids and route_w after
+// a barrier.
 shared uint route_key[ROUTE_N];
 void route_token_sg(uint gating, uint n, uint k, bool norm_w, float w_scale) {
-    {
-        uint lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
-        route_gate(gating, n, lane, sgs, true);
-        // (order keys of finite values and infinities are at least 2^23)
-        for (uint e = lane; e < n; e += sgs) route_key[e] = isnan(route_probs[e]) ? 1u : order_key(route_probs[e]);
-        for (uint j = 0u; j < k; j++) {
-            uint bk = 0u, bi = 0xFFFFFFFFu;
-            for (uint e = lane; e < n; e += sgs) {
-                uint key = route_key[e];
-                if (key > bk) {
-                    bk = key;
-                    bi = e;
-                }
-            }
-            uint top = subgroupMax(bk);
-            uint at = subgroupMin(bk == top ? bi : 0xFFFFFFFFu);
-            if (at % sgs == lane) route_key[at] = 0u; // (each lane reads only its own experts' keys)
-            if (lane == 0u) {
-                route_ids[j] = at;
-                route_w[j] = route_probs[at];
+    uint lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
+    route_gate(gating, n, lane, sgs, true);
+    // (order keys of finite values and infinities are at least 2^23)
+    for (uint e = lane; e < n; e += sgs) route_key[e] = isnan(route_probs[e]) ? 1u : order_key(route_probs[e]);
+    for (uint j = 0u; j < k; j++) {
+        uint bk = 0u, bi = 0xFFFFFFFFu;
+        for (uint e = lane; e < n; e += sgs) {
+            uint key = route_key[e];
+            if (key > bk) {
+                bk = key;
+                bi = e;
             }
         }
-        if (lane == 0u) route_weights(gating, k, norm_w, w_scale);
+        uint top = subgroupMax(bk);
+        uint at = subgroupMin(bk == top ? bi : 0xFFFFFFFFu);
+        if (at % sgs == lane) route_key[at] = 0u; // (each lane reads only its own experts' keys)
+        if (lane == 0u) {
+            route_ids[j] = at;
+            route_w[j] = route_probs[at];
+        }
     }
+    if (lane == 0u) route_weights(gating, k, norm_w, w_scale);
 }
 #endif
 #endif
