@@ -320,6 +320,43 @@ pub const DECODE_ATTN_NARROW: DecodeAttnConfig =
 /// 16 splits): hence per 16 with at most 16 splits.
 pub const DECODE_ATTN_WIDE: DecodeAttnConfig = DecodeAttnConfig { subgroups: 16, split_positions: 16, max_splits: 16 };
 
+/// `cfg` with the split rule that `spec` sets (the environment's `VKML_DECODE_ATTN`, a switch
+/// for benchmark sweeps: comma-separated `split_positions=N`, 1..=4096, and `max_splits=N`,
+/// 1..=[`MAX_ATTN_SPLITS`]). The workgroup's subgroups stay: the kernels' shared memory is
+/// sized for them. An item out of range or unknown is ignored, the first one reported on
+/// stderr.
+pub fn decode_attn_overrides(mut cfg: DecodeAttnConfig, spec: Option<&str>) -> DecodeAttnConfig {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let Some(spec) = spec else { return cfg };
+    for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let parsed = item.split_once('=').and_then(|(k, v)| Some((k.trim(), v.trim().parse::<usize>().ok()?)));
+        let ok = match parsed {
+            Some(("split_positions", v)) if (1..=4096).contains(&v) => {
+                cfg.split_positions = v;
+                true
+            }
+            Some(("max_splits", v)) if (1..=MAX_ATTN_SPLITS).contains(&v) => {
+                cfg.max_splits = v;
+                true
+            }
+            _ => false,
+        };
+        // (once per process, not at every layer recorded)
+        if !ok && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!("warning: VKML_DECODE_ATTN: ignoring `{item}` (split_positions=1..=4096 or max_splits=1..={MAX_ATTN_SPLITS})");
+        }
+    }
+    cfg
+}
+
+/// The decode attention's split rule from `base` ([`DECODE_ATTN_WIDE`] or
+/// [`DECODE_ATTN_NARROW`]) with the overrides of `VKML_DECODE_ATTN`
+/// ([`decode_attn_overrides`]; read once per process).
+pub fn decode_attn_rule(base: DecodeAttnConfig) -> DecodeAttnConfig {
+    static SPEC: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    decode_attn_overrides(base, SPEC.get_or_init(|| std::env::var("VKML_DECODE_ATTN").ok()).as_deref())
+}
+
 /// Whether the decode attention takes [`DECODE_ATTN_WIDE`] on this architecture where its
 /// group fits (`crate::attention` checks the workgroup and shared memory): measured on
 /// NVIDIA; on CPU implementations (lavapipe) so that the tests run it; elsewhere not
@@ -782,6 +819,17 @@ mod tests {
         assert_eq!([1, 8, 9, 64, 256, 257, 4096].map(|n| DECODE_ATTN_NARROW.splits(n)), [1, 1, 2, 8, 32, 32, 32]);
         assert_eq!([1, 16, 17, 64, 256, 257, 4096].map(|n| DECODE_ATTN_WIDE.splits(n)), [1, 1, 2, 4, 16, 16, 16]);
         assert_eq!(attn_splits(1, 64), DECODE_ATTN_NARROW.splits(64));
+    }
+
+    #[test]
+    fn decode_attn_overrides_set_the_split_rule_in_range() {
+        let w = DECODE_ATTN_WIDE;
+        assert_eq!(decode_attn_overrides(w, None), w);
+        let o = decode_attn_overrides(w, Some("split_positions=32, max_splits=8"));
+        assert_eq!((o.subgroups, o.split_positions, o.max_splits), (16, 32, 8));
+        assert_eq!([1, 32, 33, 256, 4096].map(|n| o.splits(n)), [1, 1, 2, 8, 8]);
+        // Out of range or unknown: ignored.
+        assert_eq!(decode_attn_overrides(w, Some("max_splits=33,split_positions=0,subgroups=4,x")), w);
     }
 
     #[test]

@@ -30,13 +30,10 @@ pub(super) fn decode_wide_group(caps: &Capabilities, d: usize, g: usize) -> Opti
         .map(|(gd, sg)| (gd, (sg * caps.subgroup.min_size as usize) as u32))
 }
 
-/// The split rule of the wide or the narrow decode attention.
+/// The split rule of the wide or the narrow decode attention (with `VKML_DECODE_ATTN`'s
+/// overrides, [`tuning::decode_attn_rule`]).
 pub(super) fn decode_config(wide: bool) -> tuning::DecodeAttnConfig {
-    if wide {
-        tuning::DECODE_ATTN_WIDE
-    } else {
-        tuning::DECODE_ATTN_NARROW
-    }
+    tuning::decode_attn_rule(if wide { tuning::DECODE_ATTN_WIDE } else { tuning::DECODE_ATTN_NARROW })
 }
 
 /// The form [`flash_attn_rope_decode`] runs in for `g` query heads per KV head of dim `d`
