@@ -2,6 +2,8 @@
 //! nothing else about the device, so tests drive every table entry with a fake
 //! `Capabilities`.
 
+use std::sync::atomic::AtomicBool;
+
 use vkml_hal::caps::ArchClass;
 use vkml_hal::{Capabilities, PipelineOptions};
 
@@ -205,51 +207,58 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
 /// device's limit and 1024 for `dot_x_workgroup`) or an unknown name is ignored, the first
 /// one reported on stderr.
 pub fn mat_vec_overrides(mut cfg: MatVecConfig, spec: Option<&str>, caps: &Capabilities) -> MatVecConfig {
-    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    static WARNED: AtomicBool = AtomicBool::new(false);
     let Some(spec) = spec else { return cfg };
     let sg = caps.subgroup.size.next_power_of_two().max(1);
     let max_wg = 1u32 << caps.limits.max_workgroup_invocations.max(1).ilog2();
+    let pow2_in = |v: u32, hi: u32| v.is_power_of_two() && v >= sg && v <= hi;
+    let hint = "a name of mat_vec_overrides with a value in its range";
+    apply_switch(("VKML_MAT_VEC", hint, &WARNED), spec, |name, v| match (name, v) {
+        ("workgroup", v) if pow2_in(v, 128) => {
+            cfg.workgroup = v;
+            true
+        }
+        ("dot_x_workgroup", v) if pow2_in(v, max_wg.min(1024)) => {
+            cfg.dot_x_workgroup = v;
+            true
+        }
+        (name, v) if (1..=8).contains(&v) => match name {
+            "rows_per_subgroup" => {
+                cfg.rows_per_subgroup = v;
+                true
+            }
+            "dot_rows_per_subgroup" => {
+                cfg.dot_rows_per_subgroup = v;
+                true
+            }
+            "dot_x_rows_per_subgroup" => {
+                cfg.dot_x_rows_per_subgroup = v;
+                true
+            }
+            "dot_x_rows_per_subgroup_wide" => {
+                cfg.dot_x_rows_per_subgroup_wide = v;
+                true
+            }
+            _ => false,
+        },
+        _ => false,
+    });
+    cfg
+}
+
+/// Applies each comma-separated `name=value` item of a benchmark switch's `spec` with
+/// `set(name, value)`, which says whether it took the item. The first item not taken (an
+/// unknown name, a value out of range or not a number) is reported on stderr with the
+/// switch's `var` name and `hint`, once per `warned` (once per switch and process, not at
+/// every kernel recorded).
+fn apply_switch((var, hint, warned): (&str, &str, &AtomicBool), spec: &str, mut set: impl FnMut(&str, u32) -> bool) {
     for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let parsed = item.split_once('=').and_then(|(k, v)| Some((k.trim(), v.trim().parse::<u32>().ok()?)));
-        let pow2_in = |v: u32, hi: u32| v.is_power_of_two() && v >= sg && v <= hi;
-        let ok = match parsed {
-            Some(("workgroup", v)) if pow2_in(v, 128) => {
-                cfg.workgroup = v;
-                true
-            }
-            Some(("dot_x_workgroup", v)) if pow2_in(v, max_wg.min(1024)) => {
-                cfg.dot_x_workgroup = v;
-                true
-            }
-            Some((name, v)) if (1..=8).contains(&v) => match name {
-                "rows_per_subgroup" => {
-                    cfg.rows_per_subgroup = v;
-                    true
-                }
-                "dot_rows_per_subgroup" => {
-                    cfg.dot_rows_per_subgroup = v;
-                    true
-                }
-                "dot_x_rows_per_subgroup" => {
-                    cfg.dot_x_rows_per_subgroup = v;
-                    true
-                }
-                "dot_x_rows_per_subgroup_wide" => {
-                    cfg.dot_x_rows_per_subgroup_wide = v;
-                    true
-                }
-                _ => false,
-            },
-            _ => false,
-        };
-        // (once per process, not at every mat-vec)
-        if !ok && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            eprintln!(
-                "warning: VKML_MAT_VEC: ignoring `{item}` (a name of mat_vec_overrides with a value in its range)"
-            );
+        let ok = parsed.is_some_and(|(name, v)| set(name, v));
+        if !ok && !warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!("warning: {var}: ignoring `{item}` ({hint})");
         }
     }
-    cfg
 }
 
 /// Invocations of a `sample` workgroup (one per row of logits,
@@ -326,26 +335,18 @@ pub const DECODE_ATTN_WIDE: DecodeAttnConfig = DecodeAttnConfig { subgroups: 16,
 /// sized for them. An item out of range or unknown is ignored, the first one reported on
 /// stderr.
 pub fn decode_attn_overrides(mut cfg: DecodeAttnConfig, spec: Option<&str>) -> DecodeAttnConfig {
-    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    static WARNED: AtomicBool = AtomicBool::new(false);
     let Some(spec) = spec else { return cfg };
-    for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let parsed = item.split_once('=').and_then(|(k, v)| Some((k.trim(), v.trim().parse::<usize>().ok()?)));
-        let ok = match parsed {
-            Some(("split_positions", v)) if (1..=4096).contains(&v) => {
-                cfg.split_positions = v;
-                true
-            }
-            Some(("max_splits", v)) if (1..=MAX_ATTN_SPLITS).contains(&v) => {
-                cfg.max_splits = v;
-                true
-            }
-            _ => false,
-        };
-        // (once per process, not at every layer recorded)
-        if !ok && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            eprintln!("warning: VKML_DECODE_ATTN: ignoring `{item}` (split_positions=1..=4096 or max_splits=1..={MAX_ATTN_SPLITS})");
+    let hint = format!("split_positions=1..=4096 or max_splits=1..={MAX_ATTN_SPLITS}");
+    apply_switch(("VKML_DECODE_ATTN", &hint, &WARNED), spec, |name, v| {
+        let v = v as usize;
+        match name {
+            "split_positions" if (1..=4096).contains(&v) => cfg.split_positions = v,
+            "max_splits" if (1..=MAX_ATTN_SPLITS).contains(&v) => cfg.max_splits = v,
+            _ => return false,
         }
-    }
+        true
+    });
     cfg
 }
 
