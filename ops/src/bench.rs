@@ -453,8 +453,11 @@ pub fn mat_vec_id_glu(ty: GgmlType, n_expert: usize, rows: usize, k: usize, slot
         let weights = (0..copies).map(|_| alloc(dev, 4 * slots)).collect::<Result<Vec<_>>>()?;
         let ids = (0..copies)
             .map(|c| {
+                if routed {
+                    return alloc(dev, 4 * slots);
+                }
                 let v: Vec<u32> = (0..slots).map(|j| ((c * slots + j) % n_expert) as u32).collect();
-                Ok(if routed { alloc(dev, 4 * slots)? } else { dev.upload(&v)? })
+                Ok(dev.upload(&v)?)
             })
             .collect::<Result<Vec<_>>>()?;
         let ys = (0..copies).map(|_| alloc(dev, 4 * slots * rows)).collect::<Result<Vec<_>>>()?;
