@@ -13,8 +13,8 @@
 // a quarter of four X rows beside it (16-byte stores; shared memory is uvec4 throughout).
 // On the H100 the L1 / shared-memory pipe, not the tensor cores, bounds this kernel, so
 // the design counts its wavefronts (one per cache line an instruction touches):
-//   - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K and Q6_K weights are read coalesced: a
-//     subgroup reads its 32 rows' step bytes (RW words per row) with consecutive
+//   - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, Q2_K, Q4_K, Q5_K and Q6_K weights are read
+//     coalesced: a subgroup reads its 32 rows' step bytes (RW words per row) with consecutive
 //     invocations on consecutive words (an instruction touches ~32 / RW rows instead of
 //     32), passes them through a per-subgroup scratch in shared memory (odd row stride
 //     RWP: no bank conflicts; Q5_K and Q6_K, 20 words per row, stage in place in their own
@@ -33,8 +33,9 @@
 // step s. Every other type (Q3_K, the IQ types) decodes element by element through
 // dq() (on the H100 about ten times slower: benches/RESULTS.md).
 // Each weight is f16(dq()): Q4_1, Q5_1, Q2_K, Q4_K, Q5_K and Q6_K repeat dq()'s f32 arithmetic
-// before one rounding, and the packed f16 products of Q4_0, Q5_0 and Q8_0 ((q - 8) * d, (q - 16) * d,
-// q * d) are exact before their one rounding; results equal sum(f16(w) * x) accumulated
+// before one rounding, MXFP4's f32 product (decode_row) equals dq()'s, and the packed f16
+// products of Q4_0, Q5_0 and Q8_0 ((q - 8) * d, (q - 16) * d, q * d) are exact before their
+// one rounding; results equal sum(f16(w) * x) accumulated
 // in f32.
 //
 // Split-K: workgroup z sums k in [z * k_chunk, min(k, (z + 1) * k_chunk)) and writes its
@@ -101,7 +102,7 @@ layout(push_constant) uniform P { uint w_offset; uint row_bytes; uint k; uint ro
 #elif QTYPE == 12
 #define RWN 12
 #define RWP 13u
-#elif QTYPE == 3
+#elif QTYPE == 3 || QTYPE == 39
 #define RWN 5
 #define RWP 5u
 #elif QTYPE == 6 || QTYPE == 7
@@ -141,7 +142,8 @@ uint nwords;
 // Word w of row r's bytes for the step at column k0.
 uint raw_word(uint r, uint w, uint k0) {
     uint row = mm_w_offset + r * p.row_bytes;
-#if QTYPE == 2 || QTYPE == 8 || QTYPE == 3 || QTYPE == 6 || QTYPE == 7
+#if QTYPE == 2 || QTYPE == 8 || QTYPE == 3 || QTYPE == 6 || QTYPE == 7 || QTYPE == 39
+    // (MXFP4's 17-byte block starts at any byte: its 5 words from the one holding it.)
     uint a = ((row + (k0 >> 5) * QBYTES) >> 2) + w;
 #elif QTYPE == 12
     uint blk = row + (k0 >> 8) * QBYTES;
@@ -246,6 +248,36 @@ void decode_row(uint o, uint q[RW > 0u ? RW : 1u], uint blk, uint k0) {
         precise vec4 vb = bytes_f32(bb) * dm.x + dm.y;
         sm[o + c2] = pack8(f16vec4(va), f16vec4(vb));
 #endif
+    }
+#elif QTYPE == 39
+    // MXFP4 { u8 e; u8 qs[16] } (17 bytes from byte blk % 4 of q[0]): weight j < 16 is the
+    // low nibble of qs[j], 16 + j the high one. Each E2M1 code becomes the f16 bits of its
+    // value times 2^-14 by shifts (sign to bit 15, exponent and mantissa to bits 9-11:
+    // exact, the zero exponent a subnormal), two codes per word; the f32 of that, times
+    // 2^(e - 113), is dq()'s kvalues_fp4[code] * 2^(e - 128) exactly, rounded once to f16.
+    // (e is clamped at 200: past it every non-zero weight is an f16 infinity either way,
+    // and the zero codes stay zero instead of 0 * inf.)
+    uint s = blk & 3u;
+    float sc = ldexp(1.0, int(min((q[0] >> (8u * s)) & 0xFFu, 200u)) - 113);
+    uint sh = 8u * ((s + 1u) & 3u);
+    uint qs[4];
+    [[unroll]] for (uint j = 0; j < 4u; j++) {
+        uint a = s == 3u ? q[j + 1u] : q[j];
+        uint b = s == 3u ? q[min(j + 2u, 4u)] : q[j + 1u];
+        qs[j] = sh == 0u ? a : (a >> sh) | (b << (32u - sh));
+    }
+    [[unroll]] for (uint c2 = 0; c2 < 4u; c2++) {
+        // Weights 8 c2 .. 8 c2 + 7: nibble c2 / 2 of qs words 2 (c2 % 2) and + 1.
+        vec4 v[2];
+        [[unroll]] for (uint h = 0; h < 2u; h++) {
+            uint w = qs[2u * (c2 & 1u) + h] >> (4u * (c2 >> 1));
+            uint e02 = w & 0x000F000Fu, e13 = (w >> 8) & 0x000F000Fu;
+            vec2 a = unpackHalf2x16(((e02 & 0x00070007u) << 9) | ((e02 & 0x00080008u) << 12));
+            vec2 b = unpackHalf2x16(((e13 & 0x00070007u) << 9) | ((e13 & 0x00080008u) << 12));
+            precise vec4 x = vec4(a.x, b.x, a.y, b.y) * sc;
+            v[h] = x;
+        }
+        sm[o + c2] = pack8(f16vec4(v[0]), f16vec4(v[1]));
     }
 #elif QTYPE == 10
     // Q2_K: x = (d * sc) * q - dmin * m in f32 as dq() (no fused multiply-add), rounded
