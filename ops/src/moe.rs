@@ -326,8 +326,9 @@ pub fn glu_biased(
 /// Records the mixture-of-experts feed-forward of `t` tokens, `y_n = Σ_j w_nj
 /// down_{e_nj}(act(gate_{e_nj} x_n) * up_{e_nj} x_n)` over the `r.k` experts `e_nj`
 /// [`route`] chooses from `router x_n` (llama.cpp's `build_moe_ffn`; plus a shared
-/// expert's `sigmoid(gate_inp x_n) down(act(gate x_n) up x_n)` where `w.shared` has one,
-/// 3 dispatches more): `x, y: f32[t, n_embd]` (packed; `y` overwritten). Decode (below
+/// expert's `sigmoid(gate_inp x_n) down(act(gate x_n) up x_n)` where `w.shared` has one:
+/// 3 dispatches more, in a decode step each beside a routed one, its output added in the
+/// routed sums): `x, y: f32[t, n_embd]` (packed; `y` overwritten). Decode (below
 /// `LinearOptions::mat_mat_from` tokens), per chunk of at most 65 535 / k tokens: the
 /// router product ([`crate::quant::linear`]); the gate|up expert mat-vec of the chunk's `t
 /// k` slots, each workgroup routing its token itself, with the biases and the gated
@@ -457,11 +458,14 @@ pub fn ffn_with(
                 s.copy(y, t0 as u64 * row_bytes, &yc, 0, tc as u64 * row_bytes)?;
             }
         }
-        // A shared expert: its products first, its sigmoid-weighted output added last.
+        // A shared expert: its products first; its sigmoid-weighted output made beside the
+        // routed gate|up and added in the routed sums (a decode step on the expert
+        // mat-vecs), else added last.
         let shared = w.shared.map(|sh| shared_products(s, sh, act, (&xc, norm), tc, opts)).transpose()?;
-        ffn_chunk(s, &w, r, act, (&xc, norm), tc, (&yc, accumulate), opts)?;
-        if let (Some(sh), Some((logit, h))) = (w.shared, shared) {
-            shared_add(s, sh, (&logit, &h), tc, &yc, opts)?;
+        let pending = w.shared.zip(shared.as_ref()).map(|(sh, (logit, h))| (sh, logit, h));
+        let added = ffn_chunk(s, &w, r, act, (&xc, norm), tc, (&yc, accumulate), pending, opts)?;
+        if let Some((sh, logit, h)) = pending.filter(|_| !added) {
+            shared_add(s, sh, (logit, h), tc, &yc, opts)?;
         }
         if !whole {
             s.copy(&yc, 0, y, t0 as u64 * row_bytes, tc as u64 * row_bytes)?;
@@ -501,10 +505,37 @@ fn shared_products(
     Ok((logit, h))
 }
 
+/// A shared expert's output `sigmoid(logit) down(h)` for one token into `y` (`f32[n_embd]`,
+/// added where `accumulate`): the down mat-vec weighs its product in its store (an
+/// expert-indexed mat-vec of one expert with a sigmoid-weighted sum,
+/// [`crate::quant::WeightedSlots`]). Where it runs: [`crate::quant::mat_vec_id_runs`].
+fn shared_down(
+    s: &mut Stream,
+    sh: SharedExpert<'_>,
+    (logit, h): (&Buffer, &Buffer),
+    y: &Buffer,
+    accumulate: bool,
+) -> Result<()> {
+    use crate::quant::{mat_vec_id_fused, ExpertMatVec, WeightedSlots};
+    let sum = WeightedSlots { k: 1, weights: logit, accumulate, sigmoid: true, addend: None };
+    let e = ExpertMatVec {
+        n_expert: 1,
+        // (one expert: the kernel reads no ids, the logit stands in)
+        ids: logit,
+        n_slots: 1,
+        x_slots: 1,
+        norm: None,
+        glu: None,
+        bias: None,
+        route: None,
+        sum: Some(sum),
+    };
+    mat_vec_id_fused(s, sh.down, h, y, &e)
+}
+
 /// Adds a shared expert's output `sigmoid(logit) down(h)` to `y` (`f32[tc, n_embd]`): for
-/// one token the down mat-vec weighs its product and adds it in its store (an expert-indexed
-/// mat-vec of one expert with a sigmoid-weighted sum, [`crate::quant::WeightedSlots`]);
-/// else the down [`crate::quant::linear`] and `moe_weighted_sum` with sigmoid weights.
+/// one token [`shared_down`] adding in its store; else the down [`crate::quant::linear`]
+/// and `moe_weighted_sum` with sigmoid weights.
 fn shared_add(
     s: &mut Stream,
     sh: SharedExpert<'_>,
@@ -513,24 +544,11 @@ fn shared_add(
     y: &Buffer,
     opts: &crate::quant::LinearOptions,
 ) -> Result<()> {
-    use crate::quant::{linear, mat_vec_id_fused, mat_vec_id_runs, ExpertMatVec, LinearEpilogue, WeightedSlots};
+    use crate::quant::{linear, mat_vec_id_runs, LinearEpilogue};
     let dev = s.device().clone();
     let n_embd = sh.down.rows();
     if tc == 1 && mat_vec_id_runs(dev.caps(), sh.down.ty()) {
-        let sum = WeightedSlots { k: 1, weights: logit, accumulate: true, sigmoid: true };
-        let e = ExpertMatVec {
-            n_expert: 1,
-            // (one expert: the kernel reads no ids, the logit stands in)
-            ids: logit,
-            n_slots: 1,
-            x_slots: 1,
-            norm: None,
-            glu: None,
-            bias: None,
-            route: None,
-            sum: Some(sum),
-        };
-        return mat_vec_id_fused(s, sh.down, h, y, &e);
+        return shared_down(s, sh, (logit, h), y, true);
     }
     let d = dev.alloc(4 * (tc * n_embd) as u64, vkml_hal::MemoryKind::DeviceLocal)?;
     linear(s, sh.down, h, tc, None, &d, LinearEpilogue::Store, opts)?;
@@ -539,6 +557,12 @@ fn shared_add(
 
 /// One chunk of [`ffn_with`]: `tc` tokens of `xc` (normalised by `norm`) through the router,
 /// the routing, the experts and the weighted sums into `yc` (added where `accumulate`).
+/// With `shared` (a shared expert, its gate logit and gated product), a decode step on the
+/// expert mat-vecs whose shared down runs there too records it after the routed gate|up
+/// (no barrier between them: neither reads what the other writes) into a scratch that the
+/// routed sums add ([`crate::quant::WeightedSlots::addend`]): the block's dependent
+/// dispatches are then the routed block's. Returns whether it added the shared expert's
+/// output (else the caller does).
 #[allow(clippy::too_many_arguments)]
 fn ffn_chunk(
     s: &mut Stream,
@@ -548,8 +572,9 @@ fn ffn_chunk(
     (xc, norm): (&Buffer, Option<crate::quant::PreNorm<'_>>),
     tc: usize,
     (yc, accumulate): (&Buffer, bool),
+    shared: Option<(SharedExpert<'_>, &Buffer, &Buffer)>,
     opts: &crate::quant::LinearOptions,
-) -> Result<()> {
+) -> Result<bool> {
     use crate::quant::{linear, mat_vec_id_fused, ExpertMatVec, LinearEpilogue, RoutedSlots, WeightedSlots};
     let dev = s.device().clone();
     let scratch = |bytes: usize| dev.alloc(bytes.max(4) as u64, vkml_hal::MemoryKind::DeviceLocal);
@@ -574,7 +599,7 @@ fn ffn_chunk(
         crate::nn::rms_norm_f16_out(s, xc, Some(n.weight), tc, n_embd, n.eps, &xn16)?;
         crate::quant::linear_f16(s, w.router, &xn16, tc, &logits, LinearEpilogue::Store, opts)?;
         route(s, (&logits, w.biases.map(|b| b.router)), tc, r, None, &ids, &weights)?;
-        return grouped(s, w, r, act, (&xn16, true), tc, &ids, &weights, yc, accumulate);
+        return grouped(s, w, r, act, (&xn16, true), tc, &ids, &weights, yc, accumulate).map(|()| false);
     }
     // One token on the expert mat-vecs: the norm in the router's and the gate|up kernels;
     // else a pass.
@@ -607,7 +632,7 @@ fn ffn_chunk(
     if !fold_route {
         route(s, (&logits, w.biases.map(|b| b.router)), tc, r, None, &ids, &weights)?;
         if grouped_path {
-            return grouped(s, w, r, act, (&xc, false), tc, &ids, &weights, yc, accumulate);
+            return grouped(s, w, r, act, (&xc, false), tc, &ids, &weights, yc, accumulate).map(|()| false);
         }
     }
     let x_slots = if nf.is_some() { 0 } else { k };
@@ -632,11 +657,21 @@ fn ffn_chunk(
             gated_products(s, w, act, (slots, n_ff, r.n_expert), &ids, &h, product)?;
         }
     }
-    // The down products and the weighted sums (with the down bias and the residual add) in
-    // one kernel.
-    let sum = WeightedSlots { k, weights: &weights, accumulate, sigmoid: false };
+    // A shared expert's down for one token, beside the routed gate|up.
+    let addend = match shared {
+        Some((sh, logit, hs)) if tc == 1 && crate::quant::mat_vec_id_runs(dev.caps(), sh.down.ty()) => {
+            let sd = scratch(4 * n_embd)?;
+            shared_down(s, sh, (logit, hs), &sd, false)?;
+            Some(sd)
+        }
+        _ => None,
+    };
+    // The down products and the weighted sums (with the down bias, the shared expert's
+    // output and the residual add) in one kernel.
+    let sum = WeightedSlots { k, weights: &weights, accumulate, sigmoid: false, addend: addend.as_ref() };
     let e = ExpertMatVec { norm: None, bias: w.biases.map(|b| b.down), sum: Some(sum), ..expert(slots, 1) };
-    mat_vec_id_fused(s, w.down, &h, yc, &e)
+    mat_vec_id_fused(s, w.down, &h, yc, &e)?;
+    Ok(addend.is_some())
 }
 
 /// The experts' gated products `h` (`[n_slots, n_ff]`) of [`ffn`]'s slots: `product(s,

@@ -230,7 +230,7 @@ fn routed_and_summed_on(dev: &'static vkml_hal::Device) {
         let (dbb, y) = (dev.upload(&db).unwrap(), dev.upload(&res).unwrap());
         let d = alloc(4 * slots * n_embd);
         let mut s = Stream::new(dev).unwrap();
-        let sum = WeightedSlots { k, weights: &w, accumulate: true, sigmoid: false };
+        let sum = WeightedSlots { k, weights: &w, accumulate: true, sigmoid: false, addend: None };
         let e = ExpertMatVec { glu: None, route: None, bias: Some(&dbb), sum: Some(sum), x_slots: 1, ..e };
         quant::mat_vec_id_fused(&mut s, &down, &h, &y, &e).unwrap();
         quant::mat_vec_id(&mut s, &down, n, &ids, slots, &h, 1, &d).unwrap();
@@ -249,6 +249,23 @@ fn routed_and_summed_on(dev: &'static vkml_hal::Device) {
                 let got = f64::from(yv[tok * n_embd + c]);
                 assert!((got - want).abs() <= 1e-5 * want.abs().max(1.0), "{what}: y[{tok}, {c}] {got} against {want}");
             }
+        }
+        // The same sums with an addend (a shared expert's output) joining each after its
+        // terms; one shorter than the sums is refused.
+        let add = uniform(t * n_embd, 16, 1.0);
+        let (ab, y2, short) = (dev.upload(&add).unwrap(), dev.upload(&res).unwrap(), dev.upload(&add[1..]).unwrap());
+        let mut s = Stream::new(dev).unwrap();
+        let with = |a| ExpertMatVec { sum: Some(WeightedSlots { addend: Some(a), ..sum }), ..e };
+        quant::mat_vec_id_fused(&mut s, &down, &h, &y2, &with(&ab)).unwrap();
+        let err = quant::mat_vec_id_fused(&mut s, &down, &h, &y2, &with(&short)).unwrap_err().to_string();
+        assert!(err.contains("addend"), "{what}: {err}");
+        s.finish_and_wait().unwrap();
+        for (i, (&got, &y)) in y2.to_vec::<f32>().unwrap().iter().zip(&yv).enumerate() {
+            let want = f64::from(y) + f64::from(add[i]);
+            assert!(
+                (f64::from(got) - want).abs() <= 1e-5 * want.abs().max(1.0),
+                "{what}: y[{i}] with the addend {got} against {want}"
+            );
         }
     }
     let errs = dev.instance().take_validation_errors();
@@ -970,7 +987,8 @@ fn expert_grouped_mat_mat_is_each_experts_mat_mat() {
 /// with it, its norm folded and its residual added in place, equals the block without it
 /// (routed experts only, on x normalised here) plus `sigmoid(gate_inp · n) · down(silu(gate
 /// n) · up n)` computed here in f64 on the dequantized weights, for one token (the decode
-/// step: 3 dispatches more than the routed block's) and for 40 (the grouped prompt path).
+/// step: 3 dispatches more than the routed block's, no barrier more) and for 40 (the
+/// grouped prompt path).
 /// Also where integer dot products count as accelerated (decode on Q8_1 x).
 #[test]
 fn shared_expert_adds_its_sigmoid_weighted_output() {
@@ -1035,14 +1053,17 @@ fn shared_on(dev: &'static vkml_hal::Device) {
         let norm = PreNorm { weight: &nwb, eps };
         // (the routed block alone with the same folds, for its dispatch count)
         let alone = dev.upload(&raw).unwrap();
-        let d0 = s.stats().dispatches;
+        let (d0, b0) = (s.stats().dispatches, s.stats().barriers);
         ffn_with(&mut s, plain, r, GluActivation::Silu, (&alone, Some(norm)), t, (&alone, true), &opts).unwrap();
-        let d_plain = s.stats().dispatches - d0;
-        let d1 = s.stats().dispatches;
+        let (d_plain, b_plain) = (s.stats().dispatches - d0, s.stats().barriers - b0);
+        let (d1, b1) = (s.stats().dispatches, s.stats().barriers);
         ffn_with(&mut s, with, r, GluActivation::Silu, (&rawb, Some(norm)), t, (&rawb, true), &opts).unwrap();
-        let d_with = s.stats().dispatches - d1;
+        let (d_with, b_with) = (s.stats().dispatches - d1, s.stats().barriers - b1);
         if t == 1 {
-            assert_eq!(d_with, d_plain + 3, "the shared expert's logit, gate|up, and down with the weighted add");
+            assert_eq!(d_with, d_plain + 3, "the shared expert's logit, gate|up and down");
+            // Its logit and gate|up beside the router, its down beside the routed gate|up
+            // (the routed sums add its output): no barrier more than the routed block's.
+            assert_eq!(b_with, b_plain, "barriers with the shared expert");
         }
         s.finish_and_wait().unwrap();
         let (got, routed) = (rawb.to_vec::<f32>().unwrap(), routed.to_vec::<f32>().unwrap());

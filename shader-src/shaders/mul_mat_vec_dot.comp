@@ -240,6 +240,7 @@ void mv_rows(uint r0, uint w_base, uint slot, uint e) {
             mv_dots(r0, p.w_offset + ej * p.rows * p.row_bytes, j * (p.k / 32u));
             [[unroll]] for (uint rr = 0; rr < NR; rr++) tot[rr] += mv_sum_term(sj, ej, min(r0 + rr, p.rows - 1u), p.rows, mv_t[rr]);
         }
+        [[unroll]] for (uint rr = 0; rr < NR; rr++) tot[rr] = mv_sum_addend(slot, min(r0 + rr, p.rows - 1u), p.rows, tot[rr]);
         [[unroll]] for (uint i = 0; i < NR * NB; i++) mv_t[i] = tot[i];
     } else
 #endif

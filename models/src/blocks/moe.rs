@@ -118,7 +118,8 @@ where
             down: d.storage(),
         });
         // The shared expert inside the block's op where its gate and up are one matrix with
-        // the experts' activation (on Vulkan 3 dispatches more in a decode step).
+        // the experts' activation (on Vulkan 3 dispatches more in a decode step, each
+        // beside one of the routed block's: no dependent dispatch more).
         let shared = match &self.shared {
             Some((gate_inp, FeedForward { gate_up: Stacked::One(gate_up), down, act, .. })) if *act == self.act => {
                 Some(MoeShared { gate_inp, gate_up, down })

@@ -134,6 +134,10 @@ pub struct WeightedSlots<'a> {
     pub accumulate: bool,
     /// Weigh by each weight's sigmoid instead (a shared expert's gate logit, Qwen2-MoE).
     pub sigmoid: bool,
+    /// A term added to each sum after the slots' (`f32[n_slots / k, rows]`, before the
+    /// residual where `accumulate`): Qwen2-MoE's shared expert output, made beside the
+    /// routed products, so that the sums need not wait for a pass of its own after them.
+    pub addend: Option<&'a Buffer>,
 }
 
 /// One expert-indexed mat-vec of a MoE decode step and what it folds in
@@ -257,6 +261,9 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     if sum.is_some_and(|w| w.weights.size() < 4 * n_slots as u64) {
         return bad(format!("the weights of {n_slots} slots need {} bytes", 4 * n_slots));
     }
+    if let Some(a) = sum.and_then(|w| w.addend).filter(|a| a.size() < 4 * (y_rows * rows) as u64) {
+        return bad(format!("the sums' addend holds {} bytes, {} needed", a.size(), 4 * y_rows * rows));
+    }
     if n_slots > u16::MAX as usize {
         return bad(format!("{n_slots} slots: at most 65535"));
     }
@@ -330,7 +337,10 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
             let flags = u32::from(r.routing.norm_w) | u32::from(r.logit_bias.is_some()) << 1;
             (g, flags, r.routing.w_scale.to_bits(), n_expert as u32, r.routing.k as u32)
         }
-        None => (0, u32::from(sum.is_some_and(|w| w.sigmoid)) << 2, 0, 1, 1),
+        None => {
+            let (sigmoid, addend) = sum.map_or((false, false), |w| (w.sigmoid, w.addend.is_some()));
+            (0, u32::from(sigmoid) << 2 | u32::from(addend) << 4, 0, 1, 1)
+        }
     };
     // (a matrix of one expert: the kernel takes expert 0 and reads no ids)
     let flags = flags | u32::from(n_expert == 1) << 3;
@@ -368,7 +378,8 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     // Binding 3 the norm weight (x stands in without one); 4-6 (post-norm residual, weight,
     // count) unused: stand-ins; the ids at 7 (block kernels) or 8 (integer-dot kernels,
     // whose 7 is their unused Q8_1 output); then include/mat_vec_moe.glsl's weights,
-    // logits, router bias and expert biases (y stands in for those not used).
+    // logits, router bias (or the sums' addend) and expert biases (y stands in for those
+    // not used).
     let nwa = norm.map_or(xa, |(nw, _)| BufferArg::range(nw, 0, 4 * m.k as u64));
     let mut args = vec![(&m.parts[0].buffer).into(), xa, ya, nwa, ya, xa, ya];
     if dot {
@@ -378,7 +389,9 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     let weights = route.map(|r| r.weights).or(sum.map(|w| w.weights));
     args.push(weights.map_or(ya, BufferArg::from));
     args.push(route.map_or(ya, |r| r.logits.into()));
-    args.push(route.and_then(|r| r.logit_bias).map_or(ya, BufferArg::from));
+    // (the router's bias; the sums' addend at the same binding)
+    let bias_or_addend = route.and_then(|r| r.logit_bias).or(sum.and_then(|w| w.addend));
+    args.push(bias_or_addend.map_or(ya, BufferArg::from));
     args.push(bias.map_or(ya, BufferArg::from));
     s.dispatch(&p, &args, &pc, [gx, gy, y_rows as u32])?;
     Ok(())

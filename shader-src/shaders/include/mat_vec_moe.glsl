@@ -21,10 +21,13 @@
 //     experts of its k slots n k + j (each x row its own slot's) and stores
 //     sum_j w[n k + j] * (W_{ids[n k + j]} x_{n k + j} + b) into y row n, added to y where
 //     the epilogue is 1, in order j = 0, 1, .. (as moe_weighted_sum.comp sums). Flag bit 2
-//     (constant 22): each weight is the sigmoid of w (a shared expert's gate logit).
+//     (constant 22): each weight is the sigmoid of w (a shared expert's gate logit). Flag
+//     bit 4: an addend f32 [tokens, rows] at binding MV_MOE_B + 2 (the router bias's, which
+//     a sum never routes with) joins each row's sum after its k terms (Qwen2-MoE's shared
+//     expert output, computed beside the routed gate|up): y (+)= (sum_j ...) + a[n, r].
 // Bindings from MV_MOE_B (defined by the includer): + 0 = weights f32 [slots] (written by
 // the routing, read by the sums), + 1 = logits f32 [tokens, experts], + 2 = the router's
-// bias f32 [experts], + 3 = the expert biases; unused ones bound to stand-ins. Include after
+// bias f32 [experts] (with the sums: their addend), + 3 = the expert biases; unused ones bound to stand-ins. Include after
 // reduce.glsl (the routing's softmax reductions) and the ids' buffer (expert_ids[]).
 #ifndef VKML_MAT_VEC_MOE_GLSL
 #define VKML_MAT_VEC_MOE_GLSL
@@ -88,6 +91,12 @@ vec2 mv_glu_bias(uint e, uint r, uint rows, float g, float u) {
 
 // A plain product's row r with its bias.
 float mv_row_bias(uint r, float t) { return MV_EXPERT_BIAS && !MV_IDS ? t + mv_expert_bias[r] : t; }
+
+// Token n's weighted sum tot of row r with its addend where flag bit 4 asks for one (of
+// `rows` per token).
+float mv_sum_addend(uint n, uint r, uint rows, float tot) {
+    return (MV_ROUTE_FLAGS & 16u) != 0u ? tot + mv_logit_bias[n * rows + r] : tot;
+}
 
 // One term of the weighted sums: slot's weight times (its product t of row r of expert e,
 // plus the expert's bias).

@@ -114,6 +114,7 @@ void mv_rows(uint r0, uint w_base, uint slot, uint e) {
             mv_dots(r0, p.w_offset + ej * p.rows * p.row_bytes, sj);
             [[unroll]] for (uint rr = 0; rr < NR; rr++) tot[rr] += mv_sum_term(sj, ej, min(r0 + rr, p.rows - 1u), p.rows, mv_t[rr]);
         }
+        [[unroll]] for (uint rr = 0; rr < NR; rr++) tot[rr] = mv_sum_addend(slot, min(r0 + rr, p.rows - 1u), p.rows, tot[rr]);
         [[unroll]] for (uint i = 0; i < NR * NB; i++) mv_t[i] = tot[i];
     } else {
         mv_dots(r0, w_base, MV_IDS_X > 0u ? slot / MV_IDS_X : 0u);
@@ -154,7 +155,7 @@ void mv_rows_split(uint r0, uint token) {
     [[unroll]] for (uint rr = 0; rr < NR; rr++) {
         float tot = 0.0;
         for (uint i = 0u; i < MV_SUM; i++) tot += mv_sum_part[i * NR + rr];
-        if (r0 + rr < p.rows) mv_store(token, r0 + rr, tot);
+        if (r0 + rr < p.rows) mv_store(token, r0 + rr, mv_sum_addend(token, r0 + rr, p.rows, tot));
     }
 }
 
