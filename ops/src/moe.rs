@@ -750,19 +750,25 @@ fn grouped(
     let (first, slots) = (scratch(4 * (r.n_expert + 1))?, scratch(4 * n_slots)?);
     group(s, ids, t, k, r.n_expert, &first, &slots)?;
     let g = ExpertGroups { slots: &slots, first: &first, n_slots, max_per_expert: t };
-    // (split gate and up, or biases: f32 products, the down mat-mat converting them)
+    // A stacked gate|up: the gated products (with the biases where there are some) in the
+    // mat-mat's store, f16 where the down mat-mat reads f16; split gate and up: f32
+    // products, the down mat-mat converting them.
     let h_f16 = matches!(w.gate_up, ExpertGateUp::Stacked(_))
-        && w.biases.is_none()
         && MatMatPath::best(dev.caps(), w.down).reads_f16_x()
         && n_ff.is_multiple_of(2);
     let h = scratch((if h_f16 { 2 } else { 4 }) * n_slots * n_ff)?;
-    let product = |s: &mut Stream, m: &crate::quant::QMatrix, out: &Buffer, fused: bool| {
-        let glu = fused.then_some(MatMatGlu { act, y_f16: h_f16 });
-        mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), out, glu)
-    };
-    gated_products(s, w, act, (n_slots, n_ff, r.n_expert), ids, &h, product)?;
+    if let ExpertGateUp::Stacked(m) = w.gate_up {
+        let glu = MatMatGlu { act, y_f16: h_f16 };
+        mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), &h, Some(glu), w.biases.map(|b| b.gate_up))?;
+    } else {
+        let product = |s: &mut Stream, m: &crate::quant::QMatrix, out: &Buffer, fused: bool| {
+            let glu = fused.then_some(MatMatGlu { act, y_f16: h_f16 });
+            mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), out, glu, None)
+        };
+        gated_products(s, w, act, (n_slots, n_ff, r.n_expert), ids, &h, product)?;
+    }
     let d = scratch(4 * n_slots * n_embd)?;
-    mat_mat_id(s, w.down, r.n_expert, &g, &h, (1, h_f16), &d, None)?;
+    mat_mat_id(s, w.down, r.n_expert, &g, &h, (1, h_f16), &d, None, None)?;
     weighted_sums(s, (weights, false), (&d, w.biases.map(|b| (ids, b.down))), t, k, n_embd, y, accumulate)
 }
 

@@ -875,7 +875,8 @@ fn grouping_by_expert_is_a_stable_counting_sort() {
 /// (`mat_mat_with` on the path it picks, without split-K) over the rows its slots read,
 /// bit for bit: plain products (x rows per slot and per token), the gated product in
 /// f32 and (where the down path reads it) f16, every type with a quantizer; and against an
-/// f64 reference.
+/// f64 reference. The gated product with expert biases against the plain products and the
+/// biased gated-product pass, bit for bit.
 #[test]
 fn expert_grouped_mat_mat_is_each_experts_mat_mat() {
     use vkml_ops::moe::group;
@@ -914,7 +915,7 @@ fn expert_grouped_mat_mat_is_each_experts_mat_mat() {
             let out = if glu.is_some() { rows / 2 } else { rows };
             let ybytes = if glu.is_some_and(|g| g.y_f16) { 2 } else { 4 };
             let y = dev.alloc((ybytes * t * k * out) as u64, MemoryKind::DeviceLocal).unwrap();
-            quant::mat_mat_id(&mut s, &m, n_expert, &g, &xb, (x_slots, false), &y, glu).unwrap();
+            quant::mat_mat_id(&mut s, &m, n_expert, &g, &xb, (x_slots, false), &y, glu, None).unwrap();
             // Each expert's mat-mat over its slots' x rows.
             let mut dense = Vec::new();
             for e in 0..n_expert {
@@ -978,6 +979,28 @@ fn expert_grouped_mat_mat_is_each_experts_mat_mat() {
                 }
             }
         }
+        // The gated product with each expert's gate and up biases (gpt-oss's) in the store:
+        // the bits of the plain products, then `moe::glu_biased`. Biases without a gated
+        // product, or short of the experts' rows, are refused.
+        let (h, act) = (rows / 2, GluActivation::SwigluOai);
+        let bias = uniform(n_expert * rows, 31, 0.5);
+        let (xb, bb, short) = (
+            dev.upload(&uniform(t * kk, 21, 1.0)).unwrap(),
+            dev.upload(&bias).unwrap(),
+            dev.upload(&bias[1..]).unwrap(),
+        );
+        let alloc = |n: usize| dev.alloc(4 * n as u64, MemoryKind::DeviceLocal).unwrap();
+        let (both, want, got) = (alloc(t * k * rows), alloc(t * k * h), alloc(t * k * h));
+        quant::mat_mat_id(&mut s, &m, n_expert, &g, &xb, (k, false), &both, None, None).unwrap();
+        vkml_ops::moe::glu_biased(&mut s, act, &both, (t * k, h), (&bb, n_expert), &idb, &want).unwrap();
+        let gated = Some(MatMatGlu { act, y_f16: false });
+        quant::mat_mat_id(&mut s, &m, n_expert, &g, &xb, (k, false), &got, gated, Some(&bb)).unwrap();
+        assert!(quant::mat_mat_id(&mut s, &m, n_expert, &g, &xb, (k, false), &both, None, Some(&bb)).is_err());
+        assert!(quant::mat_mat_id(&mut s, &m, n_expert, &g, &xb, (k, false), &got, gated, Some(&short)).is_err());
+        s.finish_and_wait().unwrap();
+        let (gv, wv) = (got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+        let same = gv.iter().zip(&wv).filter(|(a, b)| a.to_bits() == b.to_bits()).count();
+        assert_eq!(same, gv.len(), "{ty:?} on {path:?}: biased gated products equal to the bit");
     }
     let errs = dev.instance().take_validation_errors();
     assert!(errs.is_empty(), "validation errors: {errs:#?}");

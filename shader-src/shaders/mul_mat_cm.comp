@@ -49,7 +49,7 @@
 // (include/mul_mat_ids.glsl): grouped by expert, workgroup z an expert's tokens.
 // w_offset must be a multiple of 4 and row_bytes even (every block size here is).
 // Grid: x = ceil(rows / 128), y = ceil(n_tok / 128), z = ceil(k / k_chunk).
-// Specialization constants 4 and 5 (include/mul_mat_glu.glsl): the gated-product
+// Specialization constants 4, 5 and 17, binding 12 (include/mul_mat_glu.glsl): the gated-product
 // epilogue over a stacked [gate; up] weight, each tile's rows 0-63 gate and 64-127 up
 // (GLU_STORE of include/mul_mat_cm.glsl); then accumulate and ldc are unused and there is
 // no split-K. Specialization constants 6-11, bindings 3-6 and push constant pos0

@@ -10,7 +10,7 @@
 // (C's row stride: rows, or the whole matrix's where the op runs one part of a split
 // matrix).
 // Grid: x = ceil(rows / 64), y = ceil(n_tok / 64).
-// Specialization constants 4 and 5 (include/mul_mat_glu.glsl): the gated-product epilogue,
+// Specialization constants 4, 5 and 17, binding 12 (include/mul_mat_glu.glsl): the gated-product epilogue,
 // y = act(gate) * up over a stacked [gate; up] weight (each tile's first 32 rows gate, its
 // last 32 the matching up rows), f32 [n_tok, rows / 2] (stride rows / 2), or packed f16
 // staged through shared memory; accumulate and ldc unused. Specialization constants 6-11,
@@ -76,7 +76,7 @@ void main() {
         if (MM_GLU_F16) {
             // Staged in ws (its [32][65] floats: 32 outputs x 64 tokens), then written
             // two rows to a word.
-            for (uint i = 0; i < 2u; i++) for (uint j = 0; j < 4u; j++) ws[tr + 16u * i][tn + 16u * j] = mm_glu(acc[i][j], acc[i + 2u][j]);
+            for (uint i = 0; i < 2u; i++) for (uint j = 0; j < 4u; j++) ws[tr + 16u * i][tn + 16u * j] = mm_glu(acc[i][j], acc[i + 2u][j], h0 + tr + 16u * i);
             barrier();
             for (uint e = tid; e < 32u * BN / 2u; e += 256u) {
                 uint rp = e % 16u, tok = e / 16u;
@@ -90,7 +90,7 @@ void main() {
             if (row >= h) continue;
             for (uint j = 0; j < 4u; j++) {
                 uint n = n0 + tn + 16u * j;
-                if (n < mm_n_tok) c[mm_out_row(n) * h + row] = mm_glu(acc[i][j], acc[i + 2u][j]);
+                if (n < mm_n_tok) c[mm_out_row(n) * h + row] = mm_glu(acc[i][j], acc[i + 2u][j], row);
             }
         }
         return;

@@ -168,22 +168,24 @@ fn folds_glu(path: MatMatPath, m: &QMatrix) -> bool {
 }
 
 /// Whether the mat-mat `kernel` has the rotation's and the expert grouping's push constants
-/// and bindings (include/mul_mat_rope.glsl: 3-6, 9-11; include/mul_mat_ids.glsl: 7, 8).
+/// and bindings (include/mul_mat_rope.glsl: 3-6, 9-11; include/mul_mat_ids.glsl: 7, 8;
+/// include/mul_mat_glu.glsl's biases: 12).
 pub(super) fn takes_rope(kernel: &str) -> bool {
     matches!(kernel, "mul_mat_q" | "mul_mat_cm" | "mul_mat_cm256")
 }
 
-/// Bindings 3-11 of the mat-mats [`takes_rope`] names: the rotation's tables and caches
+/// Bindings 3-12 of the mat-mats [`takes_rope`] names: the rotation's tables and caches
 /// (3-6, include/mul_mat_rope.glsl), the expert grouping's slots and first slots (7, 8,
-/// include/mul_mat_ids.glsl) and the rotation's prologue (9-11), each from `rope` and
-/// `groups` where given, else the weight `w` (or C, `c`, for the caches) bound in its
-/// place, unread.
+/// include/mul_mat_ids.glsl), the rotation's prologue (9-11) and the gated product's
+/// biases (12, include/mul_mat_glu.glsl), each from `rope`, `groups` and `glu_bias` where
+/// given, else the weight `w` (or C, `c`, for the caches) bound in its place, unread.
 pub(super) fn epilogue_bindings<'a>(
     w: &'a vkml_hal::Buffer,
     c: BufferArg<'a>,
     rope: Option<&RopeKv<'a>>,
     groups: Option<&super::ExpertGroups<'a>>,
-) -> [BufferArg<'a>; 9] {
+    glu_bias: Option<&'a vkml_hal::Buffer>,
+) -> [BufferArg<'a>; 10] {
     let [cos, sin, k, v]: [BufferArg<'a>; 4] = match rope {
         Some(r) => [r.rope.cos.into(), r.rope.sin.into(), r.caches.0.buffer().into(), r.caches.1.buffer().into()],
         None => [w.into(), w.into(), c, c],
@@ -193,7 +195,7 @@ pub(super) fn epilogue_bindings<'a>(
         None => [w.into(), w.into()],
     };
     let [bias, q_norm, k_norm] = rope.map_or_else(QkvPrologue::default, |r| r.prologue).bindings(w);
-    [cos, sin, k, v, slots, first, bias, q_norm, k_norm]
+    [cos, sin, k, v, slots, first, bias, q_norm, k_norm, glu_bias.unwrap_or(w).into()]
 }
 
 /// [`RopeKv`]'s specialization constants (include/mul_mat_rope.glsl): 6 = the style
@@ -552,7 +554,7 @@ fn mat_mat_store(
             // The rotation's push constant (pos0) and the grouping's (x_slots, unused
             // here), then bindings 3-11.
             words.extend([rope.map_or(0, |r| r.pos0 as u32), 1]);
-            bindings.extend(epilogue_bindings(&part.buffer, c_arg, rope, None));
+            bindings.extend(epilogue_bindings(&part.buffer, c_arg, rope, None, None));
         }
         let groups = [part.rows.div_ceil(tile_rows) as u32, gy as u32, splits as u32];
         s.dispatch(&p, &bindings, &push_words(&words), groups)?;

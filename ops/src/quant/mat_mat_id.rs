@@ -36,10 +36,14 @@ pub struct ExpertGroups<'a> {
 /// up rows) `[n_slots, rows / n_expert / 2]` of `act(gate) * up`, f32 or packed f16 as
 /// [`MatMatGlu`] says. Each row's sums are those of [`super::mat_mat_with`] on the expert's
 /// matrix on the same path, bit for bit (each output depends on its token and row only).
+/// With `glu_bias` (f32 `[n_expert, rows / n_expert]`: each expert's gate biases, then its
+/// up biases; gpt-oss's), the biases join the gate and up sums before the activation, as
+/// the product, then `moe`'s biased gated-product pass, would make them (its bits).
 ///
 /// # Errors
 /// [`OpsError::Shape`] for rows not a multiple of `n_expert` (or an odd gate|up), a matrix
-/// in several parts, buffers too small for the shapes or a grid past the device's limits;
+/// in several parts, buffers too small for the shapes (the biases too), biases without
+/// `glu`, or a grid past the device's limits;
 /// [`OpsError::UnsupportedType`]; HAL errors. The groups' contents are not checked on the
 /// device: `crate::moe::group` writes them.
 #[allow(clippy::too_many_arguments)]
@@ -52,6 +56,7 @@ pub fn mat_mat_id(
     (x_slots, x_f16): (usize, bool),
     y: &Buffer,
     glu: Option<MatMatGlu>,
+    glu_bias: Option<&Buffer>,
 ) -> Result<()> {
     let bad = |reason: String| Err(OpsError::Shape { op: "mat_mat_id", reason });
     if n_expert == 0 || !m.rows.is_multiple_of(n_expert) {
@@ -77,6 +82,11 @@ pub fn mat_mat_id(
         Some(_) => rows / 2,
         None => rows,
     };
+    if let Some(b) = glu_bias {
+        if glu.is_none() || b.size() < 4 * m.rows as u64 {
+            return bad(format!("gate and up biases ({} bytes) need a gated product and {} f32", b.size(), m.rows));
+        }
+    }
     let y_f16 = glu.is_some_and(|g| g.y_f16);
     let x_rows = n_slots.div_ceil(x_slots);
     let xb = (if x_f16 { 2 } else { 4 }) * (x_rows * m.k) as u64;
@@ -99,6 +109,9 @@ pub fn mat_mat_id(
     };
     let mut spec_constants = kernel_spec_constants(dev.caps(), path, name, m.ty, glu, None);
     spec_constants.push((13, 1)); // MM_IDS
+    if glu_bias.is_some() {
+        spec_constants.push((17, 1)); // MM_GLU_BIAS
+    }
     let options = match path {
         MatMatPath::Scalar => PipelineOptions { spec_constants, ..PipelineOptions::default() },
         _ => tuning::coopmat_pipeline_options(dev.caps(), spec_constants).ok_or_else(|| OpsError::Shape {
@@ -122,7 +135,7 @@ pub fn mat_mat_id(
         [0, m.row_bytes as u32, m.k as u32, rows as u32, n_slots as u32, 0, m.k as u32, rows as u32, 0, x_slots as u32];
     let w = &m.parts[0].buffer;
     let mut bindings: Vec<BufferArg<'_>> = vec![w.into(), x_arg.into(), y.into()];
-    bindings.extend(epilogue_bindings(w, y.into(), None, Some(groups)));
+    bindings.extend(epilogue_bindings(w, y.into(), None, Some(groups), glu_bias));
     s.dispatch(&p, &bindings, &push_words(&words), [gx as u32, gy as u32, n_expert as u32])?;
     Ok(())
 }

@@ -95,11 +95,11 @@ layout(constant_id = 12) const uint MM_EPI_TILES = 1u;
             if (row >= h || n >= MM_RUN_TOKENS) continue; \
             uint fg = ((sg_g * MM_EPI_TILES + (rr >> 4)) * 256u + (tt >> 4) * 64u) * 4u + (tt & 15u) * 16u + (rr & 15u); \
             uint fu = fg + (wrn_) / 2u * MM_EPI_TILES * 1024u; \
-            float v0 = mm_glu(uintBitsToFloat(sm[fg >> 2][fg & 3u]), uintBitsToFloat(sm[fu >> 2][fu & 3u])); \
+            float v0 = mm_glu(uintBitsToFloat(sm[fg >> 2][fg & 3u]), uintBitsToFloat(sm[fu >> 2][fu & 3u]), row); \
             if (MM_GLU_F16) { \
                 fg++; \
                 fu++; \
-                float v1 = mm_glu(uintBitsToFloat(sm[fg >> 2][fg & 3u]), uintBitsToFloat(sm[fu >> 2][fu & 3u])); \
+                float v1 = mm_glu(uintBitsToFloat(sm[fg >> 2][fg & 3u]), uintBitsToFloat(sm[fu >> 2][fu & 3u]), row + 1u); \
                 c16[(MM_C_ROW(n) * h + row) >> 1] = packHalf2x16(vec2(v0, v1)); \
             } else { \
                 c[MM_C_ROW(n) * h + row] = v0; \

@@ -10,15 +10,28 @@
 // unused), 1 = silu, 2 = gelu (tanh), 3 = gelu_erf (include/activation.glsl). Constant 5,
 // MM_GLU_F16: y is f16 [n_tok, h] packed two to a 32-bit word by packHalf2x16 (the bits of
 // glu.<act>_f32_to_f16: the x of a tensor-core mat-mat) instead of f32 [n_tok, h].
-// Include after the push constants `p` (p.rows is 2 h); the kernel defines BM.
+// Constant 17, MM_GLU_BIAS: gate and up biases join the products before the activation
+// (gpt-oss's ffn_{gate,up}_exps.bias, as glu.comp's *_bias variants add them): binding 12,
+// f32 [experts, 2 h], the expert's gate biases then its up biases; the expert is workgroup
+// z grouped (include/mul_mat_ids.glsl's MM_IDS), else 0. Bound but unread without it.
+// Include after the push constants `p` (p.rows is 2 h) and mul_mat_ids.glsl; the kernel
+// defines BM.
 #ifndef VKML_MUL_MAT_GLU_GLSL
 #define VKML_MUL_MAT_GLU_GLSL
 #include "activation.glsl"
 layout(constant_id = 4) const uint MM_GLU = 0u;
 layout(constant_id = 5) const bool MM_GLU_F16 = false;
 
-// The gated product of one output.
-float mm_glu(float g, float u) {
+layout(constant_id = 17) const bool MM_GLU_BIAS = false;
+layout(std430, set = 0, binding = 12) readonly buffer MmGluBias { float mm_glu_bias[]; };
+
+// The gated product of output column j (< h) from its gate and up sums.
+float mm_glu(float g, float u, uint j) {
+    if (MM_GLU_BIAS) {
+        uint h = p.rows >> 1, at = (MM_IDS ? gl_WorkGroupID.z : 0u) * 2u * h + min(j, h - 1u);
+        g += mm_glu_bias[at];
+        u += mm_glu_bias[at + h];
+    }
     if (MM_GLU == 4u) return glu_swiglu_oai(g, u);
     float a = MM_GLU == 1u ? act_silu(g) : (MM_GLU == 2u ? act_gelu(g) : act_gelu_erf(g));
     return a * u;
