@@ -35,8 +35,7 @@
 // Each weight is f16(dq()): Q4_1, Q5_1, Q2_K, Q4_K, Q5_K and Q6_K repeat dq()'s f32 arithmetic
 // before one rounding, MXFP4's f32 product (decode_row) equals dq()'s, and the packed f16
 // products of Q4_0, Q5_0 and Q8_0 ((q - 8) * d, (q - 16) * d, q * d) are exact before their
-// one rounding; results equal sum(f16(w) * x) accumulated
-// in f32.
+// one rounding; results equal sum(f16(w) * x) accumulated in f32.
 //
 // Split-K: workgroup z sums k in [z * k_chunk, min(k, (z + 1) * k_chunk)) and writes its
 // partial product to C + z * n_tok * ldc (k_chunk a multiple of 256); the op adds the
@@ -47,12 +46,13 @@
 // split over several bindings), pos0 (below), x_slots (below).
 // Specialization constant 13, bindings 7 and 8, push constant x_slots
 // (include/mul_mat_ids.glsl): grouped by expert, workgroup z an expert's tokens.
-// w_offset must be a multiple of 4 and row_bytes even (every block size here is).
+// w_offset must be a multiple of 4 and row_bytes even (every block size here is), but for
+// MXFP4, whose 17-byte blocks decode_row reads from any byte.
 // Grid: x = ceil(rows / 128), y = ceil(n_tok / 128), z = ceil(k / k_chunk).
-// Specialization constants 4, 5 and 17, binding 12 (include/mul_mat_glu.glsl): the gated-product
-// epilogue over a stacked [gate; up] weight, each tile's rows 0-63 gate and 64-127 up
-// (GLU_STORE of include/mul_mat_cm.glsl); then accumulate and ldc are unused and there is
-// no split-K. Specialization constants 6-11, bindings 3-6 and push constant pos0
+// Specialization constants 4, 5 and 17, binding 12 (include/mul_mat_glu.glsl): the
+// gated-product epilogue over a stacked [gate; up] weight, each tile's rows 0-63 gate and
+// 64-127 up (GLU_STORE of include/mul_mat_cm.glsl); then accumulate and ldc are unused and
+// there is no split-K. Specialization constants 6-11, bindings 3-6 and push constant pos0
 // (include/mul_mat_rope.glsl): the rotary embedding and KV-cache append of a Q|K|V
 // product in the store (ROPE_STORE of include/mul_mat_cm.glsl; head dim a divisor of 128),
 // the same conditions; spec constants 14-16 and bindings 9-11 its bias and head norms.

@@ -27,8 +27,9 @@
 // q * d product is exact before one rounding); results equal
 // sum(f16(w) * x) accumulated in f32, to the bit the same as mul_mat_cm.comp's without
 // split-K.
-// Specialization constants 4, 5 and 17, binding 12: the gated-product epilogue of include/mul_mat_glu.glsl
-// (each tile's rows 0-127 gate, 128-255 up; GLU_STORE of include/mul_mat_cm.glsl).
+// Specialization constants 4, 5 and 17, binding 12: the gated-product epilogue of
+// include/mul_mat_glu.glsl (each tile's rows 0-127 gate, 128-255 up; GLU_STORE of
+// include/mul_mat_cm.glsl).
 // Specialization constants 6-11, bindings 3-6 and push constant pos0: the rotary
 // embedding and KV-cache append of include/mul_mat_rope.glsl (ROPE_STORE); spec constants
 // 14-16 and bindings 9-11 its bias and head norms.

@@ -10,13 +10,14 @@
 // (C's row stride: rows, or the whole matrix's where the op runs one part of a split
 // matrix).
 // Grid: x = ceil(rows / 64), y = ceil(n_tok / 64).
-// Specialization constants 4, 5 and 17, binding 12 (include/mul_mat_glu.glsl): the gated-product epilogue,
-// y = act(gate) * up over a stacked [gate; up] weight (each tile's first 32 rows gate, its
-// last 32 the matching up rows), f32 [n_tok, rows / 2] (stride rows / 2), or packed f16
-// staged through shared memory; accumulate and ldc unused. Specialization constants 6-11,
-// bindings 3-6 and push constant pos0 (include/mul_mat_rope.glsl): the rotary embedding
-// and KV-cache append of a Q|K|V product in the store (head dim a divisor of 64), with
-// spec constants 14-16 and bindings 9-11 its bias and head norms.
+// Specialization constants 4, 5 and 17, binding 12 (include/mul_mat_glu.glsl): the
+// gated-product epilogue, y = act(gate) * up over a stacked [gate; up] weight (each tile's
+// first 32 rows gate, its last 32 the matching up rows), f32 [n_tok, rows / 2] (stride
+// rows / 2), or packed f16 staged through shared memory; accumulate and ldc unused.
+// Specialization constants 6-11, bindings 3-6 and push constant pos0
+// (include/mul_mat_rope.glsl): the rotary embedding and KV-cache append of a Q|K|V product
+// in the store (head dim a divisor of 64), with spec constants 14-16 and bindings 9-11 its
+// bias and head norms.
 // Specialization constant 13, bindings 7 and 8 and push constant x_slots
 // (include/mul_mat_ids.glsl): grouped by expert, workgroup z an expert's tokens.
 #version 450

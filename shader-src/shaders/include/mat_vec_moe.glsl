@@ -27,8 +27,9 @@
 //     expert output, computed beside the routed gate|up): y (+)= (sum_j ...) + a[n, r].
 // Bindings from MV_MOE_B (defined by the includer): + 0 = weights f32 [slots] (written by
 // the routing, read by the sums), + 1 = logits f32 [tokens, experts], + 2 = the router's
-// bias f32 [experts] (with the sums: their addend), + 3 = the expert biases; unused ones bound to stand-ins. Include after
-// reduce.glsl (the routing's softmax reductions) and the ids' buffer (expert_ids[]).
+// bias f32 [experts] (with the sums: their addend), + 3 = the expert biases; unused ones
+// bound to stand-ins. Include after reduce.glsl (the routing's softmax reductions) and the
+// ids' buffer (expert_ids[]).
 #ifndef VKML_MAT_VEC_MOE_GLSL
 #define VKML_MAT_VEC_MOE_GLSL
 layout(constant_id = 19) const uint MV_ROUTE = 0u;
