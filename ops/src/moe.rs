@@ -761,9 +761,9 @@ fn grouped(
         let glu = MatMatGlu { act, y_f16: h_f16 };
         mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), &h, Some(glu), w.biases.map(|b| b.gate_up))?;
     } else {
-        let product = |s: &mut Stream, m: &crate::quant::QMatrix, out: &Buffer, fused: bool| {
-            let glu = fused.then_some(MatMatGlu { act, y_f16: h_f16 });
-            mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), out, glu, None)
+        // (split gate and up: gated_products asks for plain products, never `fused`)
+        let product = |s: &mut Stream, m: &crate::quant::QMatrix, out: &Buffer, _fused: bool| {
+            mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), out, None, None)
         };
         gated_products(s, w, act, (n_slots, n_ff, r.n_expert), ids, &h, product)?;
     }
