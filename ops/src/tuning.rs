@@ -374,10 +374,11 @@ pub fn decode_attn_wide(caps: &Capabilities) -> bool {
 /// positions, SmolLM2 978 / 983 / 964 / 882 / 813 t/s, llama-1b 944 / 965 / 933 / 861 /
 /// 747, llama-8b 381 / 386 / 379 / 364 / 341; tg1024 (mostly at the cap) the same within
 /// 1 % at per 8 and per 16, and 4-10 % slower with at most 64 splits. (Earlier, H100 with
-/// the serial merge: per 16 best, 32 splits at most.)
+/// the serial merge: per 16 best, 32 splits at most.) `VKML_DECODE_ATTN` overrides the
+/// decode rule here too ([`decode_attn_rule`]), as it does for the fused decode attention.
 pub fn attn_splits(t_q: usize, kv_len: usize) -> usize {
     if t_q == 1 {
-        DECODE_ATTN_NARROW.splits(kv_len)
+        decode_attn_rule(DECODE_ATTN_NARROW).splits(kv_len)
     } else {
         1
     }
