@@ -2,12 +2,13 @@
 //! nothing else about the device, so tests drive every table entry with a fake
 //! `Capabilities`.
 
-use std::sync::atomic::AtomicBool;
-
 use vkml_hal::caps::ArchClass;
 use vkml_hal::{Capabilities, PipelineOptions};
 
 use crate::dtype::Dtype;
+
+mod switches;
+pub use switches::{decode_attn_overrides, decode_attn_rule, mat_vec_overrides, moe_route_in_gate_up};
 
 /// How to launch the fused quantized mat-vec (`mul_mat_vec*.comp`; see `quant`'s module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,15 +123,6 @@ pub fn row_subgroup_size(caps: &Capabilities) -> Option<(u32, bool)> {
     }
 }
 
-/// Whether a MoE decode step's stacked gate|up expert mat-vec routes its own token
-/// (`include/mat_vec_moe.glsl`, `quant::RoutedSlots`) instead of a `moe_route` pass before
-/// it: yes, unless the environment sets `VKML_MOE_ROUTE=pass` (a switch for benchmarks
-/// comparing the two in one build; read once per process, not per recorded layer).
-pub fn moe_route_in_gate_up() -> bool {
-    static FOLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FOLD.get_or_init(|| std::env::var("VKML_MOE_ROUTE").map_or(true, |v| v != "pass"))
-}
-
 /// Invocations per workgroup of the element-wise kernels (dequantize, get_rows, and the
 /// strided ops of [`crate::elementwise`]).
 pub const ELEMENTWISE_WORKGROUP: u32 = 256;
@@ -197,68 +189,6 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
     // (read once per process: mat_vec_config runs for every mat-vec recorded)
     static SPEC: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     mat_vec_overrides(cfg, SPEC.get_or_init(|| std::env::var("VKML_MAT_VEC").ok()).as_deref(), caps)
-}
-
-/// `cfg` with the launch parameters that `spec` sets (the environment's `VKML_MAT_VEC`, a
-/// switch for benchmark sweeps: comma-separated `name=value` of `workgroup`,
-/// `rows_per_subgroup`, `dot_rows_per_subgroup`, `dot_x_workgroup`,
-/// `dot_x_rows_per_subgroup`, `dot_x_rows_per_subgroup_wide`). A value outside its field's
-/// range (rows 1..=8; workgroups powers of two from the subgroup size to 128, or to the
-/// device's limit and 1024 for `dot_x_workgroup`) or an unknown name is ignored, the first
-/// one reported on stderr.
-pub fn mat_vec_overrides(mut cfg: MatVecConfig, spec: Option<&str>, caps: &Capabilities) -> MatVecConfig {
-    static WARNED: AtomicBool = AtomicBool::new(false);
-    let Some(spec) = spec else { return cfg };
-    let sg = caps.subgroup.size.next_power_of_two().max(1);
-    let max_wg = 1u32 << caps.limits.max_workgroup_invocations.max(1).ilog2();
-    let pow2_in = |v: u32, hi: u32| v.is_power_of_two() && v >= sg && v <= hi;
-    let hint = "a name of mat_vec_overrides with a value in its range";
-    apply_switch(("VKML_MAT_VEC", hint, &WARNED), spec, |name, v| match (name, v) {
-        ("workgroup", v) if pow2_in(v, 128) => {
-            cfg.workgroup = v;
-            true
-        }
-        ("dot_x_workgroup", v) if pow2_in(v, max_wg.min(1024)) => {
-            cfg.dot_x_workgroup = v;
-            true
-        }
-        (name, v) if (1..=8).contains(&v) => match name {
-            "rows_per_subgroup" => {
-                cfg.rows_per_subgroup = v;
-                true
-            }
-            "dot_rows_per_subgroup" => {
-                cfg.dot_rows_per_subgroup = v;
-                true
-            }
-            "dot_x_rows_per_subgroup" => {
-                cfg.dot_x_rows_per_subgroup = v;
-                true
-            }
-            "dot_x_rows_per_subgroup_wide" => {
-                cfg.dot_x_rows_per_subgroup_wide = v;
-                true
-            }
-            _ => false,
-        },
-        _ => false,
-    });
-    cfg
-}
-
-/// Applies each comma-separated `name=value` item of a benchmark switch's `spec` with
-/// `set(name, value)`, which says whether it took the item. The first item not taken (an
-/// unknown name, a value out of range or not a number) is reported on stderr with the
-/// switch's `var` name and `hint`, once per `warned` (once per switch and process, not at
-/// every kernel recorded).
-fn apply_switch((var, hint, warned): (&str, &str, &AtomicBool), spec: &str, mut set: impl FnMut(&str, u32) -> bool) {
-    for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let parsed = item.split_once('=').and_then(|(k, v)| Some((k.trim(), v.trim().parse::<u32>().ok()?)));
-        let ok = parsed.is_some_and(|(name, v)| set(name, v));
-        if !ok && !warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            eprintln!("warning: {var}: ignoring `{item}` ({hint})");
-        }
-    }
 }
 
 /// Invocations of a `sample` workgroup (one per row of logits,
@@ -328,35 +258,6 @@ pub const DECODE_ATTN_NARROW: DecodeAttnConfig =
 /// / 359 / 356 / 353; tg512 of llama-8b 321 against 345 (per 16, 32 splits) and 352 (per 32,
 /// 16 splits): hence per 16 with at most 16 splits.
 pub const DECODE_ATTN_WIDE: DecodeAttnConfig = DecodeAttnConfig { subgroups: 16, split_positions: 16, max_splits: 16 };
-
-/// `cfg` with the split rule that `spec` sets (the environment's `VKML_DECODE_ATTN`, a switch
-/// for benchmark sweeps: comma-separated `split_positions=N`, 1..=4096, and `max_splits=N`,
-/// 1..=[`MAX_ATTN_SPLITS`]). The workgroup's subgroups stay: the kernels' shared memory is
-/// sized for them. An item out of range or unknown is ignored, the first one reported on
-/// stderr.
-pub fn decode_attn_overrides(mut cfg: DecodeAttnConfig, spec: Option<&str>) -> DecodeAttnConfig {
-    static WARNED: AtomicBool = AtomicBool::new(false);
-    let Some(spec) = spec else { return cfg };
-    let hint = format!("split_positions=1..=4096 or max_splits=1..={MAX_ATTN_SPLITS}");
-    apply_switch(("VKML_DECODE_ATTN", &hint, &WARNED), spec, |name, v| {
-        let v = v as usize;
-        match name {
-            "split_positions" if (1..=4096).contains(&v) => cfg.split_positions = v,
-            "max_splits" if (1..=MAX_ATTN_SPLITS).contains(&v) => cfg.max_splits = v,
-            _ => return false,
-        }
-        true
-    });
-    cfg
-}
-
-/// The decode attention's split rule from `base` ([`DECODE_ATTN_WIDE`] or
-/// [`DECODE_ATTN_NARROW`]) with the overrides of `VKML_DECODE_ATTN`
-/// ([`decode_attn_overrides`]; read once per process).
-pub fn decode_attn_rule(base: DecodeAttnConfig) -> DecodeAttnConfig {
-    static SPEC: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    decode_attn_overrides(base, SPEC.get_or_init(|| std::env::var("VKML_DECODE_ATTN").ok()).as_deref())
-}
 
 /// Whether the decode attention takes [`DECODE_ATTN_WIDE`] on this architecture where its
 /// group fits (`crate::attention` checks the workgroup and shared memory): measured on
@@ -681,7 +582,7 @@ mod tests {
 
     /// A fake device of `arch` with subgroups `(default, min, max)`, subgroup arithmetic,
     /// and (with `coopmat`) an f16 and a bf16 16x16x16 cooperative-matrix shape.
-    fn fake(arch: ArchClass, vendor: Vendor, sg: (u32, u32, u32), coopmat: bool) -> Capabilities {
+    pub(super) fn fake(arch: ArchClass, vendor: Vendor, sg: (u32, u32, u32), coopmat: bool) -> Capabilities {
         let shape = |t: &'static str| CoopMatShape {
             m: 16,
             n: 16,
@@ -824,17 +725,6 @@ mod tests {
     }
 
     #[test]
-    fn decode_attn_overrides_set_the_split_rule_in_range() {
-        let w = DECODE_ATTN_WIDE;
-        assert_eq!(decode_attn_overrides(w, None), w);
-        let o = decode_attn_overrides(w, Some("split_positions=32, max_splits=8"));
-        assert_eq!((o.subgroups, o.split_positions, o.max_splits), (16, 32, 8));
-        assert_eq!([1, 32, 33, 256, 4096].map(|n| o.splits(n)), [1, 1, 2, 8, 8]);
-        // Out of range or unknown: ignored.
-        assert_eq!(decode_attn_overrides(w, Some("max_splits=33,split_positions=0,subgroups=4,x")), w);
-    }
-
-    #[test]
     fn expert_glu_rows_halve_but_for_mxfp4_on_nvidia() {
         use vkml_quant::GgmlType;
         let nv = fake(ArchClass::NvidiaTensorCore, Vendor::Nvidia, (32, 32, 32), true);
@@ -922,21 +812,5 @@ mod tests {
         caps.limits.max_storage_buffers_per_stage = BLOCK_MAT_VEC_BINDINGS - 1;
         assert_eq!(row_subgroup_size(&caps), None);
         assert!(!mat_vec_config(&caps).subgroup_rows);
-    }
-
-    /// `VKML_MAT_VEC` sets the fields it names within their ranges and ignores the rest.
-    #[test]
-    fn mat_vec_overrides_set_named_fields_in_range() {
-        let caps = fake(ArchClass::NvidiaTensorCore, Vendor::Nvidia, (32, 32, 32), true);
-        let base = mat_vec_config(&caps);
-        assert_eq!(mat_vec_overrides(base, None, &caps), base);
-        let c =
-            mat_vec_overrides(base, Some("dot_x_workgroup=256, dot_x_rows_per_subgroup=2,rows_per_subgroup=8"), &caps);
-        assert_eq!((c.dot_x_workgroup, c.dot_x_rows_per_subgroup, c.rows_per_subgroup), (256, 2, 8));
-        assert_eq!(c.workgroup, base.workgroup);
-        // Out of range (not a power of two, below the subgroup, rows 0 or 9), unknown or
-        // malformed: ignored.
-        let bad = "dot_x_workgroup=384,workgroup=16,dot_x_rows_per_subgroup=9,rows_per_subgroup=0,colour=3,workgroup";
-        assert_eq!(mat_vec_overrides(base, Some(bad), &caps), base);
     }
 }
