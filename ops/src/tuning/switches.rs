@@ -22,10 +22,10 @@ pub fn moe_route_in_gate_up() -> bool {
 /// `cfg` with the launch parameters that `spec` sets (the environment's `VKML_MAT_VEC`, a
 /// switch for benchmark sweeps: comma-separated `name=value` of `workgroup`,
 /// `rows_per_subgroup`, `dot_rows_per_subgroup`, `dot_x_workgroup`,
-/// `dot_x_rows_per_subgroup`, `dot_x_rows_per_subgroup_wide`). A value outside its field's
-/// range (rows 1..=8; workgroups powers of two from the subgroup size to 128, or to the
-/// device's limit and 1024 for `dot_x_workgroup`) or an unknown name is ignored, the first
-/// one reported on stderr.
+/// `dot_x_rows_per_subgroup`, `dot_x_rows_per_subgroup_wide`; and the flags `integer_dot`,
+/// `dot_x_in_kernel`, 0 or 1). A value outside its field's range (rows 1..=8; workgroups
+/// powers of two from the subgroup size to 128, or to the device's limit and 1024 for
+/// `dot_x_workgroup`) or an unknown name is ignored, the first one reported on stderr.
 pub fn mat_vec_overrides(mut cfg: MatVecConfig, spec: Option<&str>, caps: &Capabilities) -> MatVecConfig {
     static WARNED: AtomicBool = AtomicBool::new(false);
     let Some(spec) = spec else { return cfg };
@@ -40,6 +40,14 @@ pub fn mat_vec_overrides(mut cfg: MatVecConfig, spec: Option<&str>, caps: &Capab
         }
         ("dot_x_workgroup", v) if pow2_in(v, max_wg.min(1024)) => {
             cfg.dot_x_workgroup = v;
+            true
+        }
+        ("integer_dot", v @ (0 | 1)) => {
+            cfg.integer_dot = v == 1;
+            true
+        }
+        ("dot_x_in_kernel", v @ (0 | 1)) => {
+            cfg.dot_x_in_kernel = v == 1;
             true
         }
         (name, v) if (1..=8).contains(&v) => match name {
@@ -139,9 +147,14 @@ mod tests {
             mat_vec_overrides(base, Some("dot_x_workgroup=256, dot_x_rows_per_subgroup=2,rows_per_subgroup=8"), &caps);
         assert_eq!((c.dot_x_workgroup, c.dot_x_rows_per_subgroup, c.rows_per_subgroup), (256, 2, 8));
         assert_eq!(c.workgroup, base.workgroup);
+        let (off, on) = (
+            mat_vec_overrides(base, Some("integer_dot=0,dot_x_in_kernel=0"), &caps),
+            mat_vec_overrides(base, Some("integer_dot=1,dot_x_in_kernel=1"), &caps),
+        );
+        assert!(!off.integer_dot && !off.dot_x_in_kernel && on.integer_dot && on.dot_x_in_kernel);
         // Out of range (not a power of two, below the subgroup, rows 0 or 9), unknown or
         // malformed: ignored.
-        let bad = "dot_x_workgroup=384,workgroup=16,dot_x_rows_per_subgroup=9,rows_per_subgroup=0,colour=3,workgroup";
+        let bad = "dot_x_workgroup=384,workgroup=16,dot_x_rows_per_subgroup=9,rows_per_subgroup=0,colour=3,workgroup,integer_dot=2";
         assert_eq!(mat_vec_overrides(base, Some(bad), &caps), base);
     }
 }
