@@ -648,13 +648,12 @@ fn ffn_chunk(
             };
             mat_vec_id_fused(s, m, &xc, &h, &e)?;
         }
-        ExpertGateUp::Split(..) => {
+        ExpertGateUp::Split(gate, up) => {
             // One expert mat-vec over gate or up rows of every slot.
-            let product = |s: &mut Stream, m: &crate::quant::QMatrix, out: &Buffer, fused: bool| {
-                let e = ExpertMatVec { glu: fused.then_some(act), ..expert(slots, x_slots) };
-                mat_vec_id_fused(s, m, &xc, out, &e)
+            let product = |s: &mut Stream, m: &crate::quant::QMatrix, out: &Buffer| {
+                mat_vec_id_fused(s, m, &xc, out, &expert(slots, x_slots))
             };
-            gated_products(s, w, act, (slots, n_ff, r.n_expert), &ids, &h, product)?;
+            split_gated_products(s, (gate, up), w, act, (slots, n_ff, r.n_expert), &ids, &h, product)?;
         }
     }
     // A shared expert's down for one token, beside the routed gate|up.
@@ -674,42 +673,31 @@ fn ffn_chunk(
     Ok(addend.is_some())
 }
 
-/// The experts' gated products `h` (`[n_slots, n_ff]`) of [`ffn`]'s slots: `product(s,
-/// matrix, out, fused)` writes `matrix`'s rows of every slot's expert into `out` (f32), or
-/// with `fused` (a stacked gate|up without biases) the gated products themselves into `h`;
-/// the rest runs here: the biases where `w` has them ([`glu_biased`], or [`add_id`] on
-/// split gate and up), the activation (`nn::glu` for split gate and up).
-fn gated_products(
+/// The experts' gated products `h` (`[n_slots, n_ff]`) of [`ffn`]'s slots from split gate
+/// and up matrices (a stacked gate|up has them in its own kernel's store): `product(s,
+/// matrix, out)` writes `matrix`'s rows of every slot's expert into `out` (f32); then the
+/// biases where `w` has them ([`add_id`]) and the activation (`nn::glu`).
+#[allow(clippy::too_many_arguments)]
+fn split_gated_products(
     s: &mut Stream,
+    (gate, up): (&crate::quant::QMatrix, &crate::quant::QMatrix),
     w: &MoeWeights<'_>,
     act: crate::nn::GluActivation,
     (n_slots, n_ff, n_expert): (usize, usize, usize),
     ids: &Buffer,
     h: &Buffer,
-    product: impl Fn(&mut Stream, &crate::quant::QMatrix, &Buffer, bool) -> Result<()>,
+    product: impl Fn(&mut Stream, &crate::quant::QMatrix, &Buffer) -> Result<()>,
 ) -> Result<()> {
     let dev = s.device().clone();
     let scratch = |bytes: usize| dev.alloc(bytes.max(4) as u64, vkml_hal::MemoryKind::DeviceLocal);
-    match (w.gate_up, w.biases) {
-        (ExpertGateUp::Stacked(m), None) => product(s, m, h, true),
-        (ExpertGateUp::Stacked(m), Some(b)) => {
-            // The biases go before the activation: the products, then biases and gated
-            // products in one pass.
-            let both = scratch(8 * n_slots * n_ff)?;
-            product(s, m, &both, false)?;
-            glu_biased(s, act, &both, (n_slots, n_ff), (b.gate_up, n_expert), ids, h)
-        }
-        (ExpertGateUp::Split(gate, up), biases) => {
-            let (g, u) = (scratch(4 * n_slots * n_ff)?, scratch(4 * n_slots * n_ff)?);
-            product(s, gate, &g, false)?;
-            product(s, up, &u, false)?;
-            if let Some(b) = biases {
-                add_id(s, &g, (n_slots, n_ff), b.gate_up, (n_expert, 2 * n_ff, 0), ids)?;
-                add_id(s, &u, (n_slots, n_ff), b.gate_up, (n_expert, 2 * n_ff, n_ff), ids)?;
-            }
-            crate::nn::glu(s, crate::Dtype::F32, act, &g, &u, n_slots * n_ff, h)
-        }
+    let (g, u) = (scratch(4 * n_slots * n_ff)?, scratch(4 * n_slots * n_ff)?);
+    product(s, gate, &g)?;
+    product(s, up, &u)?;
+    if let Some(b) = w.biases {
+        add_id(s, &g, (n_slots, n_ff), b.gate_up, (n_expert, 2 * n_ff, 0), ids)?;
+        add_id(s, &u, (n_slots, n_ff), b.gate_up, (n_expert, 2 * n_ff, n_ff), ids)?;
     }
+    crate::nn::glu(s, crate::Dtype::F32, act, &g, &u, n_slots * n_ff, h)
 }
 
 /// Whether the router's and the experts' gate and up mat-mats of `t` tokens all read f16 x
@@ -757,15 +745,17 @@ fn grouped(
         && MatMatPath::best(dev.caps(), w.down).reads_f16_x()
         && n_ff.is_multiple_of(2);
     let h = scratch((if h_f16 { 2 } else { 4 }) * n_slots * n_ff)?;
-    if let ExpertGateUp::Stacked(m) = w.gate_up {
-        let glu = MatMatGlu { act, y_f16: h_f16 };
-        mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), &h, Some(glu), w.biases.map(|b| b.gate_up))?;
-    } else {
-        // (split gate and up: gated_products asks for plain products, never `fused`)
-        let product = |s: &mut Stream, m: &crate::quant::QMatrix, out: &Buffer, _fused: bool| {
-            mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), out, None, None)
-        };
-        gated_products(s, w, act, (n_slots, n_ff, r.n_expert), ids, &h, product)?;
+    match w.gate_up {
+        ExpertGateUp::Stacked(m) => {
+            let glu = MatMatGlu { act, y_f16: h_f16 };
+            mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), &h, Some(glu), w.biases.map(|b| b.gate_up))?;
+        }
+        ExpertGateUp::Split(gate, up) => {
+            let product = |s: &mut Stream, m: &crate::quant::QMatrix, out: &Buffer| {
+                mat_mat_id(s, m, r.n_expert, &g, x, (k, x_f16), out, None, None)
+            };
+            split_gated_products(s, (gate, up), w, act, (n_slots, n_ff, r.n_expert), ids, &h, product)?;
+        }
     }
     let d = scratch(4 * n_slots * n_embd)?;
     mat_mat_id(s, w.down, r.n_expert, &g, &h, (1, h_f16), &d, None, None)?;
