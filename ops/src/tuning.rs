@@ -53,6 +53,12 @@ pub struct MatVecConfig {
     /// Invocations per workgroup of the kernels that quantize `x` themselves (a power of
     /// two, 32..=1024, at least the subgroup size).
     pub dot_x_workgroup: u32,
+    /// The block-wise and vec4 mat-vecs that fold an RMS norm take it in one pass
+    /// (`include/mat_vec_norm.glsl`'s `MV_NORM_ONE_PASS`: x times the weight, the product
+    /// scaled at the end, the sum of squares from the same loads) instead of a workgroup
+    /// reduction over x before the product. On by default: on an H200 it gave qwen3moe-30b-a3b
+    /// tg128 +0.3 % and gpt-oss-20b +0.4 % (benches/RESULTS.md, twenty-fourth session).
+    pub norm_one_pass: bool,
 }
 
 /// Matrices of at most this many weights count as small for [`block_rows_per_subgroup`]:
@@ -185,6 +191,7 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         dot_x_rows_per_subgroup_wide,
         // The largest power of two the device allows, if it is below the table's.
         dot_x_workgroup: dot_x_workgroup.min(1 << caps.limits.max_workgroup_invocations.max(1).ilog2()),
+        norm_one_pass: true,
     };
     // (read once per process: mat_vec_config runs for every mat-vec recorded)
     static SPEC: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();

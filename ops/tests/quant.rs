@@ -180,6 +180,7 @@ fn mat_vec_configs(dev: &Device) -> Vec<MatVecConfig> {
                 dot_x_rows_per_subgroup: 1,
                 dot_x_rows_per_subgroup_wide: 1,
                 dot_x_workgroup: 64,
+                norm_one_pass: false,
             });
         }
     }
@@ -197,6 +198,7 @@ fn mat_vec_configs(dev: &Device) -> Vec<MatVecConfig> {
                 dot_x_rows_per_subgroup: 1,
                 dot_x_rows_per_subgroup_wide: 1,
                 dot_x_workgroup: 64,
+                norm_one_pass: false,
             });
         }
     }
@@ -673,6 +675,7 @@ fn tuning_table_per_architecture() {
                 dot_x_rows_per_subgroup: dot_x_nr,
                 dot_x_rows_per_subgroup_wide: dot_x_wide,
                 dot_x_workgroup: dot_x_wg,
+                norm_one_pass: true,
             },
             "{arch:?}"
         );
@@ -1261,19 +1264,28 @@ fn rms_norm_mat_vec_matches_cpu() {
     // The integer-dot kernel normalising and quantizing x itself (one row of x).
     let dot_x = MatVecConfig { dot_x_in_kernel: true, dot_x_rows_per_subgroup: 3, dot_x_workgroup: 64, ..dot };
     let plain = MatVecConfig { subgroup_rows: false, integer_dot: false, ..base };
+    // The block-wise and vec4 kernels' norm in two passes (a workgroup reduction over x
+    // first) and in one (x times the weight, the product scaled at the end).
+    let (block2, plain2) =
+        (MatVecConfig { norm_one_pass: false, ..block }, MatVecConfig { norm_one_pass: false, ..plain });
+    let (block1, plain1) =
+        (MatVecConfig { norm_one_pass: true, ..block }, MatVecConfig { norm_one_pass: true, ..plain });
     let silu = MatVecEpilogue::Glu(GluActivation::Silu);
     let (n, k, eps) = (37usize, 256usize, 1e-5f32);
     for (ty, cfg, ep, batch) in [
-        (GgmlType::Q4_1, block, MatVecEpilogue::Store, 3usize),
-        (GgmlType::Q4_K, block, silu, 1),
+        (GgmlType::Q4_1, block1, MatVecEpilogue::Store, 3usize),
+        (GgmlType::Q4_1, block2, MatVecEpilogue::Store, 3),
+        (GgmlType::Q4_K, block1, silu, 1),
+        (GgmlType::Q4_K, block2, silu, 1),
         (GgmlType::Q4_0, dot, MatVecEpilogue::Add, 2),
         (GgmlType::Q8_0, dot, silu, 1),
         (GgmlType::Q4_0, dot_x, MatVecEpilogue::Add, 1),
         (GgmlType::Q8_0, dot_x, silu, 1),
         (GgmlType::Q4_0, dot_x, MatVecEpilogue::Store, 2),
-        (GgmlType::Q4_1, plain, MatVecEpilogue::Add, 1),
+        (GgmlType::Q4_1, plain1, MatVecEpilogue::Add, 1),
+        (GgmlType::Q4_1, plain2, MatVecEpilogue::Add, 1),
         (GgmlType::Q8_0, dot_x, MatVecEpilogue::Softcap(4.0), 1),
-        (GgmlType::Q4_1, block, MatVecEpilogue::Softcap(4.0), 2),
+        (GgmlType::Q4_1, block1, MatVecEpilogue::Softcap(4.0), 2),
     ] {
         let glu = matches!(ep, MatVecEpilogue::Glu(_));
         let rows = if glu { 2 * n } else { n };

@@ -58,22 +58,38 @@ void row_dot(uint wr, out float res[MAX_BATCH]) {
     float acc[MAX_BATCH];
     for (uint b = 0; b < MAX_BATCH; b++) acc[b] = 0.0;
     uint row = p.w_offset + wr * p.row_bytes;
+    float ss = 0.0; // (the one-pass norm's sum of squares, batch 1)
     for (uint c4 = tid; c4 < k4; c4 += gl_WorkGroupSize.x) {
         uint c = c4 * 4u;
         vec4 w = dq4(row + (c / QK) * QBYTES, c % QK);
+#ifdef SUBGROUP
+        if (MV_NORM && MV_NORM_ONE_PASS) {
+            vec4 v = x4[c4];
+            ss += dot(v, v);
+        }
+#endif
         for (uint b = 0; b < nb; b++) acc[b] += dot(w, X4(b, c4));
     }
 #ifdef SUBGROUP
     for (uint b = 0; b < nb; b++) acc[b] = subgroupAdd(acc[b]);
+    bool one_pass = MV_NORM && MV_NORM_ONE_PASS;
+    if (one_pass) ss = subgroupAdd(ss);
     if (gl_SubgroupInvocationID == 0) {
         for (uint b = 0; b < nb; b++) partial[b * 128 + gl_SubgroupID] = acc[b];
+        if (one_pass) partial[(MAX_BATCH - 1u) * 128 + gl_SubgroupID] = ss;
     }
     barrier();
     if (tid == 0) {
+        float sc = 1.0;
+        if (one_pass) {
+            float t = 0.0;
+            for (uint g = 0; g < gl_NumSubgroups; g++) t += partial[(MAX_BATCH - 1u) * 128 + g];
+            sc = mv_norm_scale_of(t);
+        }
         for (uint b = 0; b < nb; b++) {
             float s = 0.0;
             for (uint g = 0; g < gl_NumSubgroups; g++) s += partial[b * 128 + g];
-            res[b] = s;
+            res[b] = one_pass ? s * sc : s;
         }
     }
 #else

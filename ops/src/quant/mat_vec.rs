@@ -560,6 +560,10 @@ fn mat_vec_core(
                         }
                         if !use_dot || dot_x {
                             spec.push((11, u32::from(norm.is_some())));
+                            if !use_dot {
+                                // (the block kernels' one-pass norm; the integer-dot kernels have none)
+                                spec.push((12, u32::from(cfg.norm_one_pass)));
+                            }
                             spec.push((24, u32::from(bias.is_some())));
                         }
                         spec
@@ -580,6 +584,7 @@ fn mat_vec_core(
                 if vec4 && cfg.subgroup_reduce {
                     // (the norm prologue of the vec4 subgroup kernels)
                     spec.push((11, u32::from(vec4_norm)));
+                    spec.push((12, u32::from(cfg.norm_one_pass)));
                 }
                 (kernel, PipelineOptions { spec_constants: spec, ..Default::default() })
             }

@@ -365,8 +365,10 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
         full_subgroups: caps.subgroup.full_subgroups,
     };
     if !dot {
-        // (the block kernels' split sums; the integer-dot kernels have no constant 26)
+        // (the block kernels' split sums and one-pass norm; the integer-dot kernels have
+        // no constant 26 or 12)
         options.spec_constants.push((26, u32::from(split)));
+        options.spec_constants.push((12, u32::from(cfg.norm_one_pass)));
     }
     let p = dev.pipeline(&dev.kernel(kernel)?, &options)?;
     // (rows per workgroup: each subgroup's, or with the split sums the workgroup's)

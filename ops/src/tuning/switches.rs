@@ -23,7 +23,7 @@ pub fn moe_route_in_gate_up() -> bool {
 /// switch for benchmark sweeps: comma-separated `name=value` of `workgroup`,
 /// `rows_per_subgroup`, `dot_rows_per_subgroup`, `dot_x_workgroup`,
 /// `dot_x_rows_per_subgroup`, `dot_x_rows_per_subgroup_wide`; and the flags `integer_dot`,
-/// `dot_x_in_kernel`, 0 or 1). A value outside its field's range (rows 1..=8; workgroups
+/// `dot_x_in_kernel`, `norm_one_pass`, 0 or 1). A value outside its field's range (rows 1..=8; workgroups
 /// powers of two from the subgroup size to 128, or to the device's limit and 1024 for
 /// `dot_x_workgroup`) or an unknown name is ignored, the first one reported on stderr.
 pub fn mat_vec_overrides(mut cfg: MatVecConfig, spec: Option<&str>, caps: &Capabilities) -> MatVecConfig {
@@ -48,6 +48,10 @@ pub fn mat_vec_overrides(mut cfg: MatVecConfig, spec: Option<&str>, caps: &Capab
         }
         ("dot_x_in_kernel", v @ (0 | 1)) => {
             cfg.dot_x_in_kernel = v == 1;
+            true
+        }
+        ("norm_one_pass", v @ (0 | 1)) => {
+            cfg.norm_one_pass = v == 1;
             true
         }
         (name, v) if (1..=8).contains(&v) => match name {

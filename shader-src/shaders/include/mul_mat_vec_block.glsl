@@ -81,6 +81,17 @@ void mv_dots(uint r0, uint w_base, uint xrow) {
     uint nslices = p.k / uint(QK) * uint(SPB);
     float acc[NR * NB], acc2[NR * NB]; // acc2: the up rows of the gated products
     [[unroll]] for (uint i = 0; i < NR * NB; i++) { acc[i] = 0.0; acc2[i] = 0.0; }
+    // (the one-pass norm: the subgroup's own sum of squares of x, its loads beside the product's)
+    float ss[NB];
+    [[unroll]] for (uint b = 0; b < NB; b++) {
+        ss[b] = 0.0;
+        if (MV_NORM && MV_NORM_ONE_PASS) {
+            for (uint i = lane; i < p.k / 4u; i += gl_SubgroupSize) {
+                vec4 v = MV_X4(b * (p.k / 4u) + i);
+                ss[b] += dot(v, v);
+            }
+        }
+    }
     for (uint i = lane; i < nslices; i += gl_SubgroupSize) {
         uint ib = i / uint(SPB), s = i % uint(SPB);
         uint x0 = ib * uint(QK / 4);
@@ -98,6 +109,15 @@ void mv_dots(uint r0, uint w_base, uint xrow) {
     [[unroll]] for (uint i = 0; i < NR * NB; i++) {
         mv_t[i] = subgroupAdd(acc[i]);
         mv_u[i] = MV_GLU ? subgroupAdd(acc2[i]) : 0.0;
+    }
+    if (MV_NORM && MV_NORM_ONE_PASS) {
+        [[unroll]] for (uint b = 0; b < NB; b++) {
+            float sc = mv_norm_scale_of(subgroupAdd(ss[b]));
+            [[unroll]] for (uint rr = 0; rr < NR; rr++) {
+                mv_t[rr * NB + b] *= sc;
+                mv_u[rr * NB + b] *= sc;
+            }
+        }
     }
 }
 
