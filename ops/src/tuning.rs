@@ -150,6 +150,11 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         // H100, batch 1, 4096x4096 Q4_0: 1 row 530 GB/s, 2 rows 960 GB/s, 4 rows 1580 GB/s
         // (benches/RESULTS.md): x loads, shared by the rows, dominate.
         ArchClass::NvidiaTensorCore | ArchClass::Nvidia | ArchClass::AmdRdna | ArchClass::AmdGcn => 4,
+        // lavapipe (2 cores), SmolLM2-135M Q4_1, ms of GPU time per decode step at 1 / 4 / 8
+        // rows: 1118 / 479 / 363, a 16-token prompt 6 800 / - / 1 324 (benches/RESULTS.md,
+        // twenty-fourth session): each lane's x loads are gathers there, so sharing them
+        // across rows is worth more than spreading rows over the 2 cores.
+        ArchClass::Cpu => 8,
         _ => 1,
     };
     let dot_rows_per_subgroup = match caps.arch {
@@ -765,7 +770,7 @@ mod tests {
             (ArchClass::Apple, Vendor::Apple, (32, 32, 32), 64, 1),
             (ArchClass::Adreno, Vendor::Qualcomm, (128, 64, 128), 128, 1),
             (ArchClass::Mali, Vendor::Arm, (16, 16, 16), 64, 1),
-            (ArchClass::Cpu, Vendor::Mesa, (8, 8, 8), 64, 1),
+            (ArchClass::Cpu, Vendor::Mesa, (8, 8, 8), 64, 8),
             (ArchClass::Other, Vendor::Other, (32, 32, 32), 64, 1),
         ];
         for (arch, vendor, sg, workgroup, rows) in cases {

@@ -648,6 +648,7 @@ fn tuning_table_per_architecture() {
         let cfg = vkml_ops::tuning::mat_vec_config(&caps);
         let nr = match arch {
             ArchClass::NvidiaTensorCore | ArchClass::Nvidia | ArchClass::AmdRdna | ArchClass::AmdGcn => 4,
+            ArchClass::Cpu => 8,
             _ => 1,
         };
         let dot_nr = match arch {
