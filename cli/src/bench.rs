@@ -71,10 +71,12 @@ struct ModelArgs {
     /// Timed repetitions of each test (after the warm-up).
     #[arg(long, short = 'r', default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     repetitions: u32,
-    /// Warm-up before each test's timed runs: untimed runs until at least one has run and
-    /// this many seconds have passed. A GPU that was idle runs at low clocks for a while
-    /// (the H100 took about ten 512-token prompts, 1 s, to reach its steady speed), so
-    /// figures taken straight after an idle spell understate the steady throughput.
+    /// Warm-up before each test's timed runs: one untimed run, then untimed runs until this
+    /// many seconds have passed since it ended. A GPU that was idle runs at low clocks for a
+    /// while (the H100 took about ten 512-token prompts, 1 s, to reach its steady speed), so
+    /// figures taken straight after an idle spell understate the steady throughput; the
+    /// first run does not count towards the seconds, as it creates the pipelines (seconds
+    /// on a cold cache, the GPU idle meanwhile).
     #[arg(long, default_value_t = 2.0)]
     warmup: f64,
     /// Output format.
@@ -223,6 +225,19 @@ fn choice(a: &ModelArgs) -> Option<TokenChoice> {
     }
 }
 
+/// The warm-up of a test: one untimed run, then untimed runs until `secs` seconds have
+/// passed since it ended (the first creates the pipelines, seconds on a cold cache during
+/// which the GPU idles at low clocks). Returns the number of runs.
+fn warm_up<E>(secs: f64, mut run: impl FnMut() -> Result<f64, E>) -> Result<usize, E> {
+    run()?;
+    let (start, mut runs) = (Instant::now(), 1);
+    while start.elapsed().as_secs_f64() < secs {
+        run()?;
+        runs += 1;
+    }
+    Ok(runs)
+}
+
 /// One test run from an empty cache: an `n_prompt`-token prompt, or `n_gen` one-token
 /// steps, each fed the token `how` chose (their host times added to `prof`); seconds.
 fn one_run<S: ModelStorage>(
@@ -367,15 +382,11 @@ fn models(a: ModelArgs) -> Result<(), String> {
             let run = |model: &mut Runner<VulkanStorage>, prof: &mut vkml_models::StepProfile| {
                 one_run(model, n_prompt, n_gen, vocab, choice(&a), prof).map_err(|e| format!("{label}: {e}"))
             };
-            // Warm-up runs until a.warmup seconds have passed (at least one), then `reps`
-            // timed ones; the counts and the GPU profile cover the timed runs only.
+            // Warm-up (one run, then runs until a.warmup seconds have passed since it
+            // ended), then `reps` timed ones; the counts and the GPU profile cover the timed
+            // runs only.
             let mut prof = vkml_models::StepProfile::default();
-            let warm_start = Instant::now();
-            let mut warm_runs = 0usize;
-            while warm_runs == 0 || warm_start.elapsed().as_secs_f64() < a.warmup {
-                run(&mut model, &mut prof)?;
-                warm_runs += 1;
-            }
+            let warm_runs = warm_up(a.warmup, || run(&mut model, &mut prof))?;
             prof = vkml_models::StepProfile::default();
             let stats0 = stream_stats();
             if a.profile {
@@ -646,12 +657,7 @@ fn models_cpu(a: &ModelArgs, list: &[Source]) -> Result<(), String> {
             let mut run = || {
                 one_run(&mut model, n_prompt, n_gen, vocab, choice(a), &mut prof).map_err(|e| format!("{label}: {e}"))
             };
-            let warm_start = Instant::now();
-            let mut warm_runs = 0usize;
-            while warm_runs == 0 || warm_start.elapsed().as_secs_f64() < a.warmup {
-                run()?;
-                warm_runs += 1;
-            }
+            let warm_runs = warm_up(a.warmup, &mut run)?;
             let samples = (0..reps).map(|_| run()).collect::<Result<Vec<f64>, String>>()?;
             let tokens = (n_prompt + n_gen) as f64;
             let ts: Vec<f64> = samples.iter().map(|s| tokens / s).collect();
