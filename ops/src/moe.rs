@@ -4,7 +4,9 @@
 //! slots sorted by expert) and [`ffn`] / [`ffn_with`], the whole block: the router, the
 //! routing, the chosen experts' products and the weighted sums: for decode three
 //! dispatches (the router's mat-vec; the gate|up expert mat-vec routing its own token,
-//! `quant::mat_vec_id_fused`; the down expert mat-vec with the weighted sums), for prompts
+//! `quant::mat_vec_id_fused`; the down expert mat-vec with the weighted sums), or four
+//! where the down runs on the integer-dot kernel (each slot's down row, then
+//! `moe_weighted_sum`: `tuning::moe_sums_in_down`), for prompts
 //! grouped mat-mats (`quant::mat_mat_id`) and `moe_weighted_sum`; with gpt-oss's biases
 //! ([`ExpertBiases`]: the router's in the routing, gate and up before the activation, down
 //! in the weighted sums) and Qwen2-MoE's shared expert ([`SharedExpert`]: its logit,
@@ -665,6 +667,15 @@ fn ffn_chunk(
         }
         _ => None,
     };
+    let on_dot = crate::quant::expert_sums_on_integer_dot(dev.caps(), w.down, k);
+    if addend.is_none() && !crate::tuning::moe_sums_in_down(on_dot) {
+        // Each slot's down row (the slots over the whole GPU), then the weighted sums (with
+        // the down bias and the residual add) in a pass.
+        let d = scratch(4 * slots * n_embd)?;
+        mat_vec_id_fused(s, w.down, &h, &d, &ExpertMatVec { norm: None, ..expert(slots, 1) })?;
+        weighted_sums(s, (&weights, false), (&d, w.biases.map(|b| (&ids, b.down))), tc, k, n_embd, yc, accumulate)?;
+        return Ok(false);
+    }
     // The down products and the weighted sums (with the down bias, the shared expert's
     // output and the residual add) in one kernel.
     let sum = WeightedSlots { k, weights: &weights, accumulate, sigmoid: false, addend: addend.as_ref() };

@@ -8,7 +8,9 @@ use vkml_hal::{Capabilities, PipelineOptions};
 use crate::dtype::Dtype;
 
 mod switches;
-pub use switches::{decode_attn_overrides, decode_attn_rule, mat_vec_overrides, moe_route_in_gate_up};
+pub use switches::{
+    decode_attn_overrides, decode_attn_rule, mat_vec_overrides, moe_route_in_gate_up, moe_sums_in_down,
+};
 
 /// How to launch the fused quantized mat-vec (`mul_mat_vec*.comp`; see `quant`'s module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -282,8 +282,7 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     // The integer-dot kernel where the dense mat-vec would quantize x itself
     // (`dot_quantizes_x`): each workgroup quantizes its slot's x row (with the sums, its
     // token's k rows) to Q8_1.
-    let x_blocks = sum.map_or(1, |w| w.k) * m.k / 32;
-    let dot = super::dot_quantizes_x(caps, m, 1, &cfg) && x_blocks <= super::DOT_X_MAX_BLOCKS;
+    let dot = quantizes_x(caps, &cfg, m, sum.map_or(1, |w| w.k));
     // The weighted sums on the block kernels: one subgroup per expert of the token, so that
     // each subgroup's rows share their x loads (H200, gpt-oss-20b's MXFP4 down, 4 experts
     // of 2880 x 2880: 35 us with the experts in turn in each subgroup, one row each).
@@ -397,6 +396,19 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     args.push(bias.map_or(ya, BufferArg::from));
     s.dispatch(&p, &args, &pc, [gx, gy, y_rows as u32])?;
     Ok(())
+}
+
+/// Whether the expert mat-vecs run `m` on the integer-dot kernel, each workgroup
+/// quantizing `x_rows` rows of x (a token's k rows with the weighted sums) to Q8_1.
+fn quantizes_x(caps: &vkml_hal::Capabilities, cfg: &tuning::MatVecConfig, m: &QMatrix, x_rows: usize) -> bool {
+    super::dot_quantizes_x(caps, m, 1, cfg) && x_rows * m.k / 32 <= super::DOT_X_MAX_BLOCKS
+}
+
+/// Whether [`mat_vec_id_fused`] takes the weighted sums of a token's `k` experts of `m`
+/// ([`WeightedSlots`]) on the integer-dot kernel, whose subgroups take the k experts in
+/// turn (the block kernels split them over the subgroups of a workgroup).
+pub fn expert_sums_on_integer_dot(caps: &vkml_hal::Capabilities, m: &QMatrix, k: usize) -> bool {
+    quantizes_x(caps, &tuning::mat_vec_config(caps), m, k)
 }
 
 /// The subgroup size (and whether the pipeline must require it) of the block-wise

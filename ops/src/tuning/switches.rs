@@ -19,6 +19,27 @@ pub fn moe_route_in_gate_up() -> bool {
     *FOLD.get_or_init(|| std::env::var("VKML_MOE_ROUTE").map_or(true, |v| v != "pass"))
 }
 
+/// Whether a MoE decode step's down expert mat-vec sums the token's experts with their
+/// weights in its own store (`include/mat_vec_moe.glsl`, `quant::WeightedSlots`), rather
+/// than writing each slot's row for a `moe_weighted_sum` pass after it, where the sums
+/// would run `on_integer_dot` (`quant::expert_sums_on_integer_dot`) or not. On the block
+/// kernels, which split the experts over a workgroup's subgroups, yes: H200, gpt-oss-20b
+/// MXFP4 tg128 347.8 folded against 339.3 with the pass. On the integer-dot kernels, whose
+/// subgroups take the experts in turn, no: qwen3moe-30b-a3b Q4_0, the down 15.0 µs per
+/// layer folded against 9.0 + 5.1 µs in two dispatches, tg128 291.2 against 299.1
+/// (benches/RESULTS.md, twenty-fourth session). The environment's `VKML_MOE_SUMS=fold` or
+/// `pass` sets it for both (a switch for benchmarks; read once per process). A shared
+/// expert's output joins the down's sums either way.
+pub fn moe_sums_in_down(on_integer_dot: bool) -> bool {
+    static SWITCH: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let switch = SWITCH.get_or_init(|| match std::env::var("VKML_MOE_SUMS").as_deref() {
+        Ok("fold") => Some(true),
+        Ok("pass") => Some(false),
+        _ => None,
+    });
+    switch.unwrap_or(!on_integer_dot)
+}
+
 /// `cfg` with the launch parameters that `spec` sets (the environment's `VKML_MAT_VEC`, a
 /// switch for benchmark sweeps: comma-separated `name=value` of `workgroup`,
 /// `rows_per_subgroup`, `dot_rows_per_subgroup`, `dot_x_workgroup`,
