@@ -44,9 +44,10 @@ pub fn moe_sums_in_down(on_integer_dot: bool) -> bool {
 /// switch for benchmark sweeps: comma-separated `name=value` of `workgroup`,
 /// `rows_per_subgroup`, `dot_rows_per_subgroup`, `dot_x_workgroup`,
 /// `dot_x_rows_per_subgroup`, `dot_x_rows_per_subgroup_wide`; and the flags `integer_dot`,
-/// `dot_x_in_kernel`, `norm_one_pass`, 0 or 1). A value outside its field's range (rows 1..=8; workgroups
-/// powers of two from the subgroup size to 128, or to the device's limit and 1024 for
-/// `dot_x_workgroup`) or an unknown name is ignored, the first one reported on stderr.
+/// `dot_x_in_kernel`, `norm_one_pass`, 0 or 1). A value outside its field's range (rows
+/// 1..=8; workgroups powers of two from the subgroup size to 128, or to the device's limit
+/// and 1024 for `dot_x_workgroup`) or an unknown name is ignored, the first one reported
+/// on stderr.
 pub fn mat_vec_overrides(mut cfg: MatVecConfig, spec: Option<&str>, caps: &Capabilities) -> MatVecConfig {
     static WARNED: AtomicBool = AtomicBool::new(false);
     let Some(spec) = spec else { return cfg };
@@ -177,6 +178,7 @@ mod tests {
             mat_vec_overrides(base, Some("integer_dot=1,dot_x_in_kernel=1"), &caps),
         );
         assert!(!off.integer_dot && !off.dot_x_in_kernel && on.integer_dot && on.dot_x_in_kernel);
+        assert!(base.norm_one_pass && !mat_vec_overrides(base, Some("norm_one_pass=0"), &caps).norm_one_pass);
         // Out of range (not a power of two, below the subgroup, rows 0 or 9), unknown or
         // malformed: ignored.
         let bad = "dot_x_workgroup=384,workgroup=16,dot_x_rows_per_subgroup=9,rows_per_subgroup=0,colour=3,workgroup,integer_dot=2";
