@@ -682,3 +682,27 @@ fn models_cpu(a: &ModelArgs, list: &[Source]) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::warm_up;
+    use std::time::Duration;
+
+    /// The warm-up's seconds count from the end of its first run: a first run longer than
+    /// them (pipeline creation) is still followed by runs until they have passed. Any
+    /// run's error ends it.
+    #[test]
+    fn warm_up_counts_its_seconds_after_the_first_run() {
+        let mut calls = 0;
+        let runs = warm_up(0.05, || -> Result<f64, ()> {
+            calls += 1;
+            std::thread::sleep(Duration::from_millis(if calls == 1 { 100 } else { 10 }));
+            Ok(0.0)
+        })
+        .unwrap();
+        assert_eq!(runs, calls);
+        assert!(runs >= 2, "{runs} runs: the first run's 100 ms counted towards the 50");
+        assert_eq!(warm_up(0.0, || Ok::<f64, ()>(0.0)), Ok(1));
+        assert_eq!(warm_up(1.0, || Err::<f64, &str>("no device")), Err("no device"));
+    }
+}
