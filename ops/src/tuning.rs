@@ -57,8 +57,8 @@ pub struct MatVecConfig {
     pub dot_x_workgroup: u32,
     /// The block-wise and vec4 mat-vecs that fold an RMS norm take it in one pass
     /// (`include/mat_vec_norm.glsl`'s `MV_NORM_ONE_PASS`: x times the weight, the product
-    /// scaled at the end, the sum of squares from the same loads) instead of a workgroup
-    /// reduction over x before the product. On by default: on an H200 it gave qwen3moe-30b-a3b
+    /// scaled at the end, the sum of squares taken by each subgroup, or in the vec4 kernel's
+    /// product loop) instead of a workgroup reduction over x before the product. On by default: on an H200 it gave qwen3moe-30b-a3b
     /// tg128 +0.3 % and gpt-oss-20b +0.4 % (benches/RESULTS.md, twenty-fourth session).
     pub norm_one_pass: bool,
 }

@@ -8,9 +8,10 @@
 // (batch rows one after another). The workgroup size is at most 128.
 // One pass (specialization constant 12, MV_NORM_ONE_PASS): x is used as x * w and the
 // product is scaled at the end, rms_norm(x) . W = s (x * w) . W with s = 1 / sqrt(mean(x²)
-// + eps), the sum of squares taken by the kernel from its own loads of x (no pass over x
-// and no workgroup reduction before the product: mv_norm_scales does nothing). Another
-// rounding than the two passes (s applied once, at the end).
+// + eps), the sum of squares taken without a workgroup reduction or barrier before the
+// product (mv_norm_scales does nothing): the block kernels' subgroups each sum it over x
+// in a loop of their own, the vec4 kernel in its product's loop. Another rounding than
+// the two passes (s applied once, at the end).
 #ifndef VKML_MAT_VEC_NORM_GLSL
 #define VKML_MAT_VEC_NORM_GLSL
 #define SUBGROUP_REDUCE 1

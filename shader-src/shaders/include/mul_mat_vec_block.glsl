@@ -81,7 +81,7 @@ void mv_dots(uint r0, uint w_base, uint xrow) {
     uint nslices = p.k / uint(QK) * uint(SPB);
     float acc[NR * NB], acc2[NR * NB]; // acc2: the up rows of the gated products
     [[unroll]] for (uint i = 0; i < NR * NB; i++) { acc[i] = 0.0; acc2[i] = 0.0; }
-    // (the one-pass norm: the subgroup's own sum of squares of x, its loads beside the product's)
+    // (the one-pass norm: the subgroup's own sum of squares of x, no workgroup barrier)
     float ss[NB];
     [[unroll]] for (uint b = 0; b < NB; b++) {
         ss[b] = 0.0;
