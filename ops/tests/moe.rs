@@ -383,6 +383,13 @@ fn quantizable() -> &'static [vkml_quant::GgmlType] {
     })
 }
 
+/// The dispatch a one-token MoE block adds where its down runs on the integer-dot kernel:
+/// each slot's down row, then the weighted sums' pass (`tuning::moe_sums_in_down`); 0 or 1.
+fn sums_pass(dev: &vkml_hal::Device, down: &vkml_ops::quant::QMatrix, k: usize) -> u64 {
+    let on_dot = vkml_ops::quant::expert_sums_on_integer_dot(dev.caps(), down, k);
+    u64::from(!vkml_ops::tuning::moe_sums_in_down(on_dot))
+}
+
 /// The experts' part of llama.cpp's `build_moe_ffn` for one token in f64: for the chosen
 /// `ids` and their `weights`, output `o` is `Σ w_e (down_e · h_e + bias(e, o))` with `h_e[i] =
 /// hidden(e, i)` and `down` the dequantized `[n_expert · n_embd, n_ff]` rows; also the
@@ -484,12 +491,7 @@ fn ffn_on(dev: &'static vkml_hal::Device) {
         vkml_ops::moe::ffn_with(&mut s, w, r, GluActivation::Silu, (&xpb, None), tp, (&yp, false), &grouped).unwrap();
         vkml_ops::moe::ffn_with(&mut s, w_split, r, GluActivation::Silu, (&xpb, None), tp, (&yp_split, true), &grouped)
             .unwrap();
-        // (the down on the integer-dot kernel: each slot's row, then the weighted sums' pass)
-        let sum_pass = u64::from(!vkml_ops::tuning::moe_sums_in_down(vkml_ops::quant::expert_sums_on_integer_dot(
-            dev.caps(),
-            &down,
-            k,
-        )));
+        let sum_pass = sums_pass(dev, &down, k);
         let d0 = s.stats().dispatches;
         ffn(&mut s, w, r, GluActivation::Silu, &xb, t, &y).unwrap();
         assert_eq!(
@@ -690,10 +692,11 @@ fn gpt_oss_moe_block_matches_build_moe_ffn() {
             if t < 4 {
                 // router; gate|up with the routing (the router's bias in), the gate and up
                 // biases and the gated products; down with the weighted sums (the down bias in)
-                let sum_pass = u64::from(!vkml_ops::tuning::moe_sums_in_down(
-                    vkml_ops::quant::expert_sums_on_integer_dot(dev.caps(), &down, k),
-                ));
-                assert_eq!(s.stats().dispatches - d0, 3 + sum_pass, "{ty:?}: decode dispatches with biases");
+                assert_eq!(
+                    s.stats().dispatches - d0,
+                    3 + sums_pass(dev, &down, k),
+                    "{ty:?}: decode dispatches with biases"
+                );
             }
             ffn_with(&mut s, w_split, r, GluActivation::SwigluOai, (&xb, None), t, (&outs[1], false), &opts).unwrap();
             s.finish_and_wait().unwrap();
@@ -1095,11 +1098,7 @@ fn shared_on(dev: &'static vkml_hal::Device) {
             // (the routed block alone on the integer-dot kernel: its down's sums in a pass
             // of their own; with the shared expert they stay in the down, which adds its
             // output)
-            let sum_pass = u64::from(!vkml_ops::tuning::moe_sums_in_down(vkml_ops::quant::expert_sums_on_integer_dot(
-                dev.caps(),
-                &down,
-                k,
-            )));
+            let sum_pass = sums_pass(dev, &down, k);
             assert_eq!(d_with, d_plain + 3 - sum_pass, "the shared expert's logit, gate|up and down");
             // Its logit and gate|up beside the router, its down beside the routed gate|up
             // (the routed sums add its output): no barrier more than the routed block's.
