@@ -4,10 +4,10 @@
 //! slots sorted by expert) and [`ffn`] / [`ffn_with`], the whole block: the router, the
 //! routing, the chosen experts' products and the weighted sums: for decode three
 //! dispatches (the router's mat-vec; the gate|up expert mat-vec routing its own token,
-//! `quant::mat_vec_id_fused`; the down expert mat-vec with the weighted sums), or four
-//! where the down runs on the integer-dot kernel (each slot's down row, then
-//! `moe_weighted_sum`: `tuning::moe_sums_in_down`), for prompts
-//! grouped mat-mats (`quant::mat_mat_id`) and `moe_weighted_sum`; with gpt-oss's biases
+//! `quant::mat_vec_id_fused`; the down expert mat-vec with the weighted sums: where it
+//! runs on the integer-dot kernel, each slot's row, summed by the last workgroup of each
+//! row group, `tuning::moe_sums`, which can also ask for a `moe_weighted_sum` pass), for
+//! prompts grouped mat-mats (`quant::mat_mat_id`) and `moe_weighted_sum`; with gpt-oss's biases
 //! ([`ExpertBiases`]: the router's in the routing, gate and up before the activation, down
 //! in the weighted sums) and Qwen2-MoE's shared expert ([`SharedExpert`]: its logit,
 //! gate|up and down products, its output added with the sigmoid of its logit as weight:
@@ -519,7 +519,7 @@ fn shared_down(
     accumulate: bool,
 ) -> Result<()> {
     use crate::quant::{mat_vec_id_fused, ExpertMatVec, WeightedSlots};
-    let sum = WeightedSlots { k: 1, weights: logit, accumulate, sigmoid: true, addend: None };
+    let sum = WeightedSlots { k: 1, weights: logit, accumulate, sigmoid: true, addend: None, slot_rows: None };
     let e = ExpertMatVec {
         n_expert: 1,
         // (one expert: the kernel reads no ids, the logit stands in)
@@ -667,8 +667,10 @@ fn ffn_chunk(
         }
         _ => None,
     };
+    use crate::tuning::MoeSums;
     let on_dot = crate::quant::expert_sums_on_integer_dot(dev.caps(), w.down, k);
-    if addend.is_none() && !crate::tuning::moe_sums_in_down(on_dot) {
+    let sums = crate::tuning::moe_sums(on_dot);
+    if addend.is_none() && sums == MoeSums::Pass {
         // Each slot's down row (the slots over the whole GPU), then the weighted sums (with
         // the down bias and the residual add) in a pass.
         let d = scratch(4 * slots * n_embd)?;
@@ -677,8 +679,20 @@ fn ffn_chunk(
         return Ok(false);
     }
     // The down products and the weighted sums (with the down bias, the shared expert's
-    // output and the residual add) in one kernel.
-    let sum = WeightedSlots { k, weights: &weights, accumulate, sigmoid: false, addend: addend.as_ref() };
+    // output and the residual add) in one kernel: in each workgroup, or each slot's row
+    // first and the sums by the last workgroup of its row group.
+    let d = match sums {
+        MoeSums::LastWorkgroup => Some(scratch(4 * slots * n_embd)?),
+        _ => None,
+    };
+    let sum = WeightedSlots {
+        k,
+        weights: &weights,
+        accumulate,
+        sigmoid: false,
+        addend: addend.as_ref(),
+        slot_rows: d.as_ref(),
+    };
     let e = ExpertMatVec { norm: None, bias: w.biases.map(|b| b.down), sum: Some(sum), ..expert(slots, 1) };
     mat_vec_id_fused(s, w.down, &h, yc, &e)?;
     Ok(addend.is_some())

@@ -9,7 +9,7 @@ use crate::dtype::Dtype;
 
 mod switches;
 pub use switches::{
-    decode_attn_overrides, decode_attn_rule, mat_vec_overrides, moe_route_in_gate_up, moe_sums_in_down,
+    decode_attn_overrides, decode_attn_rule, mat_vec_overrides, moe_route_in_gate_up, moe_sums, MoeSums,
 };
 
 /// How to launch the fused quantized mat-vec (`mul_mat_vec*.comp`; see `quant`'s module doc).

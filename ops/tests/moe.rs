@@ -230,7 +230,7 @@ fn routed_and_summed_on(dev: &'static vkml_hal::Device) {
         let (dbb, y) = (dev.upload(&db).unwrap(), dev.upload(&res).unwrap());
         let d = alloc(4 * slots * n_embd);
         let mut s = Stream::new(dev).unwrap();
-        let sum = WeightedSlots { k, weights: &w, accumulate: true, sigmoid: false, addend: None };
+        let sum = WeightedSlots { k, weights: &w, accumulate: true, sigmoid: false, addend: None, slot_rows: None };
         let e = ExpertMatVec { glu: None, route: None, bias: Some(&dbb), sum: Some(sum), x_slots: 1, ..e };
         quant::mat_vec_id_fused(&mut s, &down, &h, &y, &e).unwrap();
         quant::mat_vec_id(&mut s, &down, n, &ids, slots, &h, 1, &d).unwrap();
@@ -250,22 +250,43 @@ fn routed_and_summed_on(dev: &'static vkml_hal::Device) {
                 assert!((got - want).abs() <= 1e-5 * want.abs().max(1.0), "{what}: y[{tok}, {c}] {got} against {want}");
             }
         }
+        // The sums by the last workgroup of each row group over the slots' rows (where the
+        // down runs on the integer-dot kernel; elsewhere folded as above): the folded sums'
+        // arithmetic, so their values to f32 rounding; scratch too short is refused.
+        let (y3, d3, d_short) = (dev.upload(&res).unwrap(), alloc(4 * slots * n_embd), alloc(4 * slots * n_embd - 4));
+        let mut s = Stream::new(dev).unwrap();
+        let last = |d| ExpertMatVec { sum: Some(WeightedSlots { slot_rows: Some(d), ..sum }), ..e };
+        quant::mat_vec_id_fused(&mut s, &down, &h, &y3, &last(&d3)).unwrap();
+        let err = quant::mat_vec_id_fused(&mut s, &down, &h, &y3, &last(&d_short)).unwrap_err().to_string();
+        assert!(err.contains("slots' rows"), "{what}: {err}");
+        s.finish_and_wait().unwrap();
+        for (i, (&got, &want)) in y3.to_vec::<f32>().unwrap().iter().zip(&yv).enumerate() {
+            assert!(
+                (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+                "{what}: y[{i}] by the last workgroup {got} against {want} folded"
+            );
+        }
         // The same sums with an addend (a shared expert's output) joining each after its
-        // terms; one shorter than the sums is refused.
+        // terms, folded and by the last workgroup; one shorter than the sums is refused.
         let add = uniform(t * n_embd, 16, 1.0);
         let (ab, y2, short) = (dev.upload(&add).unwrap(), dev.upload(&res).unwrap(), dev.upload(&add[1..]).unwrap());
         let mut s = Stream::new(dev).unwrap();
         let with = |a| ExpertMatVec { sum: Some(WeightedSlots { addend: Some(a), ..sum }), ..e };
+        let y4 = dev.upload(&res).unwrap();
+        let with_last = ExpertMatVec { sum: Some(WeightedSlots { addend: Some(&ab), slot_rows: Some(&d3), ..sum }), ..e };
         quant::mat_vec_id_fused(&mut s, &down, &h, &y2, &with(&ab)).unwrap();
+        quant::mat_vec_id_fused(&mut s, &down, &h, &y4, &with_last).unwrap();
         let err = quant::mat_vec_id_fused(&mut s, &down, &h, &y2, &with(&short)).unwrap_err().to_string();
         assert!(err.contains("addend"), "{what}: {err}");
         s.finish_and_wait().unwrap();
-        for (i, (&got, &y)) in y2.to_vec::<f32>().unwrap().iter().zip(&yv).enumerate() {
-            let want = f64::from(y) + f64::from(add[i]);
-            assert!(
-                (f64::from(got) - want).abs() <= 1e-5 * want.abs().max(1.0),
-                "{what}: y[{i}] with the addend {got} against {want}"
-            );
+        for (y_add, how) in [(&y2, "folded"), (&y4, "by the last workgroup")] {
+            for (i, (&got, &y)) in y_add.to_vec::<f32>().unwrap().iter().zip(&yv).enumerate() {
+                let want = f64::from(y) + f64::from(add[i]);
+                assert!(
+                    (f64::from(got) - want).abs() <= 1e-5 * want.abs().max(1.0),
+                    "{what}: y[{i}] with the addend {how} {got} against {want}"
+                );
+            }
         }
     }
     let errs = dev.instance().take_validation_errors();
@@ -384,10 +405,10 @@ fn quantizable() -> &'static [vkml_quant::GgmlType] {
 }
 
 /// The dispatch a one-token MoE block adds where its down runs on the integer-dot kernel:
-/// each slot's down row, then the weighted sums' pass (`tuning::moe_sums_in_down`); 0 or 1.
+/// each slot's down row, then the weighted sums' pass (`tuning::moe_sums`); 0 or 1.
 fn sums_pass(dev: &vkml_hal::Device, down: &vkml_ops::quant::QMatrix, k: usize) -> u64 {
     let on_dot = vkml_ops::quant::expert_sums_on_integer_dot(dev.caps(), down, k);
-    u64::from(!vkml_ops::tuning::moe_sums_in_down(on_dot))
+    u64::from(vkml_ops::tuning::moe_sums(on_dot) == vkml_ops::tuning::MoeSums::Pass)
 }
 
 /// The experts' part of llama.cpp's `build_moe_ffn` for one token in f64: for the chosen

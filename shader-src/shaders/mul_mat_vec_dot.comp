@@ -30,6 +30,15 @@
 // workgroup quantizes, into y row j; NB 1, no Q8_1 output, no post-norm. Bindings 9-12:
 // include/mat_vec_moe.glsl's (routing, expert biases, weighted sums: each workgroup then
 // quantizes its token's k slot rows), also a plain product's bias.
+// *_x_f32, the weighted sums by the last workgroup (constant 27, MV_SUM_LAST, with MV_SUM =
+// k): workgroup z = slot j multiplies its own expert as without the sums and stores its
+// row into y row j (f32 [slots, rows]); then the last of a token's k workgroups of a row
+// group, counted on binding 6 (u32 [tokens, row groups], zero between dispatches, left
+// zero), stores the token's sums of those rows into binding 4 (f32 [tokens, rows]), in
+// the order and arithmetic of the folded sums (include/mat_vec_moe.glsl's weights,
+// sigmoid, expert biases and addend; added to binding 4 with flag bit 5 of constant 22).
+// The experts' products spread over k times the workgroups of the folded sums, with no
+// pass after them.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -67,10 +76,42 @@ shared uint xs[MAX_XBLOCKS * 9u];
 
 layout(constant_id = 17) const bool MV_IDS = false;
 layout(constant_id = 18) const uint MV_IDS_X = 0u;
+layout(constant_id = 27) const bool MV_SUM_LAST = false;
 // (Written by the routing of include/mat_vec_moe.glsl.)
 layout(std430, set = 0, binding = 8) buffer IDS { uint expert_ids[]; };
 #define MV_MOE_B 9
 #include "mat_vec_moe.glsl"
+// The token's k experts summed in each workgroup (mv_rows), unless the last workgroup sums.
+const uint MV_FOLD = MV_SUM_LAST ? 0u : MV_SUM;
+
+// MV_SUM_LAST: after the workgroup of slot `slot` has stored its rows from row0, counts it
+// among its token's k for the row group; the last one stores the token's weighted sums of
+// the group's rows (in order j = 0, 1, .., as mv_rows folds them). Every invocation calls
+// it from uniform control flow (it holds barriers).
+void mv_sums_last(uint row0, uint slot) {
+    uint tid = gl_LocalInvocationIndex, tok = slot / MV_SUM;
+    uint c = tok * gl_NumWorkGroups.x * gl_NumWorkGroups.y + gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    // Publish this workgroup's rows, then count it.
+    memoryBarrierBuffer();
+    barrier();
+    if (tid == 0u) mv_last = atomicAdd(mv_cnt[c], 1u) + 1u == MV_SUM ? 1u : 0u;
+    barrier();
+    if (mv_last == 0u) return;
+    memoryBarrierBuffer();
+    uint n = min(gl_NumSubgroups * NR, p.rows - row0);
+    for (uint i = tid; i < n; i += gl_WorkGroupSize.x) {
+        uint r = row0 + i;
+        float tot = 0.0;
+        for (uint j = 0u; j < MV_SUM; j++) {
+            uint sj = tok * MV_SUM + j;
+            tot += mv_sum_term(sj, mv_expert_id(sj), r, p.rows, y[sj * p.y_stride + r]);
+        }
+        tot = mv_sum_addend(tok, r, p.rows, tot);
+        uint at = tok * p.rows + r;
+        res[at] = (MV_ROUTE_FLAGS & 32u) != 0u ? res[at] + tot : tot;
+    }
+    if (tid == 0u) mv_cnt[c] = 0u;
+}
 
 // Max and sum over the 8 lanes 8c .. 8c + 7 of a subgroup (all active), by xor shuffles:
 // exact, so every lane gets the same value in any order.
@@ -227,16 +268,16 @@ void mv_dots(uint r0, uint w_base, uint xb0) {
 }
 
 // The NR rows from r0 (< p.rows) of the subgroup: dot products and stores. w_base: byte of
-// the matrix's row 0; slot: the expert slot (0 without MV_IDS; the token with MV_SUM), its y
-// row; e: its expert (MV_IDS without MV_SUM).
+// the matrix's row 0; slot: the expert slot (0 without MV_IDS; the token with MV_FOLD), its y
+// row; e: its expert (MV_IDS without MV_FOLD).
 void mv_rows(uint r0, uint w_base, uint slot, uint e) {
 #ifdef X_F32
-    if (MV_SUM > 0u) {
+    if (MV_FOLD > 0u) {
         // The token's k experts, each on its own slot's x row (xs holds the k rows), weighted.
         float tot[NR * NB];
         [[unroll]] for (uint i = 0; i < NR * NB; i++) tot[i] = 0.0;
-        for (uint j = 0u; j < MV_SUM; j++) {
-            uint sj = slot * MV_SUM + j, ej = mv_expert_id(sj);
+        for (uint j = 0u; j < MV_FOLD; j++) {
+            uint sj = slot * MV_FOLD + j, ej = mv_expert_id(sj);
             mv_dots(r0, p.w_offset + ej * p.rows * p.row_bytes, j * (p.k / 32u));
             [[unroll]] for (uint rr = 0; rr < NR; rr++) tot[rr] += mv_sum_term(sj, ej, min(r0 + rr, p.rows - 1u), p.rows, mv_t[rr]);
         }
@@ -284,14 +325,14 @@ void main() {
     if (MV_IDS) slot = gl_WorkGroupID.z;
     // The routing (MV_ROUTE) runs while x is quantized.
     bool route = MV_IDS && MV_SUM == 0u && MV_ROUTE != 0u;
-    // (MV_SUM: the token's k slot rows, one after another.)
-    if (MV_SUM > 0u) {
-        quantize_x(slot * MV_SUM, MV_SUM, false, 0u);
+    // (MV_FOLD: the token's k slot rows, one after another.)
+    if (MV_FOLD > 0u) {
+        quantize_x(slot * MV_FOLD, MV_FOLD, false, 0u);
     } else {
         quantize_x(MV_IDS_X > 0u ? slot / MV_IDS_X : 0u, 1u, route, slot);
     }
-    // (With MV_SUM each of the token's slots has its own expert, read in mv_rows.)
-    if (MV_IDS && MV_SUM == 0u) {
+    // (With MV_FOLD each of the token's slots has its own expert, read in mv_rows.)
+    if (MV_IDS && MV_FOLD == 0u) {
         e = route ? mv_routed_expert(slot) : mv_expert_id(slot);
         // (An expert of the gated products holds its gate rows, then its up rows.)
         w_base += e * (MV_GLU ? 2u : 1u) * p.rows * p.row_bytes;
@@ -302,5 +343,6 @@ void main() {
 #ifdef X_F32
     if (MV_GLU && MV_Q8_1_OUT) store_q8_1_out(wg0 * NR);
     if (MV_POST) mv_post_norm_add();
+    if (MV_IDS && MV_SUM_LAST) mv_sums_last(wg0 * NR, slot);
 #endif
 }

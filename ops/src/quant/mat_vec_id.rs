@@ -138,7 +138,19 @@ pub struct WeightedSlots<'a> {
     /// residual where `accumulate`): Qwen2-MoE's shared expert output, made beside the
     /// routed products, so that the sums need not wait for a pass of its own after them.
     pub addend: Option<&'a Buffer>,
+    /// Scratch for each slot's row, `f32[n_slots, rows]`: where given and the sums run on
+    /// the integer-dot kernel ([`expert_sums_on_integer_dot`]), each slot's workgroups
+    /// multiply its own expert into its row there, and the last of a token's k workgroups
+    /// of a row group (counted on a device-scope atomic) takes the group's sums: k times
+    /// the workgroups of the folded sums, and no pass after them. The sums' order and
+    /// arithmetic are the folded ones. Elsewhere (the block kernels, whose subgroups split
+    /// a token's experts; more than [`SLOT_COUNTS`] row groups of all tokens) unused.
+    pub slot_rows: Option<&'a Buffer>,
 }
+
+/// The counts of finished workgroups a matrix keeps for the weighted sums by the last
+/// workgroup ([`WeightedSlots::slot_rows`]): tokens times row groups of a dispatch, at most.
+pub const SLOT_COUNTS: usize = 4096;
 
 /// One expert-indexed mat-vec of a MoE decode step and what it folds in
 /// (`include/mat_vec_moe.glsl`), for [`mat_vec_id_fused`].
@@ -216,6 +228,9 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
         n_slots.div_ceil(x_slots)
     };
     let y_rows = sum.map_or(n_slots, |w| n_slots / w.k);
+    if let Some(d) = sum.and_then(|w| w.slot_rows).filter(|d| d.size() < 4 * (n_slots * rows) as u64) {
+        return bad(format!("the slots' rows hold {} bytes, {} needed", d.size(), 4 * n_slots * rows));
+    }
     if ids.size() < 4 * n_slots as u64 || x.size() < 4 * (x_rows * m.k) as u64 || y.size() < 4 * (y_rows * rows) as u64
     {
         return bad(format!(
@@ -283,6 +298,18 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     // (`dot_quantizes_x`): each workgroup quantizes its slot's x row (with the sums, its
     // token's k rows) to Q8_1.
     let dot = quantizes_x(caps, &cfg, m, sum.map_or(1, |w| w.k));
+    // The sums by the last workgroup of each token's row group (the experts' products as
+    // many workgroups as without the sums), where the caller gives the slots' rows and
+    // their counts fit the matrix's.
+    let last_rows = match sum.and_then(|w| w.slot_rows) {
+        Some(d) if dot => {
+            let wg_rows = (cfg.dot_x_workgroup.max(sg) / sg) as usize
+                * tuning::dot_x_rows_per_subgroup(&cfg, rows * n_slots, m.k) as usize;
+            (rows.div_ceil(wg_rows) * y_rows <= SLOT_COUNTS).then_some(d)
+        }
+        _ => None,
+    };
+    let sum_last = last_rows.is_some();
     // The weighted sums on the block kernels: one subgroup per expert of the token, so that
     // each subgroup's rows share their x loads (H200, gpt-oss-20b's MXFP4 down, 4 experts
     // of 2880 x 2880: 35 us with the experts in turn in each subgroup, one row each).
@@ -298,7 +325,7 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     };
     // Rows per subgroup for the whole dispatch (every slot's rows, each token's with the
     // sums), not one expert's: the slots already spread the grid over the GPU.
-    let grid_rows = rows * y_rows;
+    let grid_rows = rows * if sum_last { n_slots } else { y_rows };
     let nr = if dot {
         tuning::dot_x_rows_per_subgroup(&cfg, grid_rows, m.k)
     } else {
@@ -309,6 +336,7 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     // rows per subgroup, until the grid holds two workgroups per compute unit (H200,
     // gpt-oss-20b's MXFP4 down, 4 experts of 2880 x 2880: 180 workgroups took 45 us).
     let nr = match sum {
+        _ if sum_last => nr,
         Some(_) if split => tuning::block_rows_per_subgroup(caps, &cfg, grid_rows, m.k, 1),
         Some(_) => {
             let per_wg = (workgroup / sg) as usize;
@@ -323,7 +351,7 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     };
     let epilogue = match (glu, sum) {
         (Some(a), _) => MatVecEpilogue::Glu(a).spec(),
-        (None, Some(w)) if w.accumulate => MatVecEpilogue::Add.spec(),
+        (None, Some(w)) if w.accumulate && !sum_last => MatVecEpilogue::Add.spec(),
         _ => 0,
     };
     let (gating, flags, scale, n_route, k_route) = match route {
@@ -338,7 +366,9 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
         }
         None => {
             let (sigmoid, addend) = sum.map_or((false, false), |w| (w.sigmoid, w.addend.is_some()));
-            (0, u32::from(sigmoid) << 2 | u32::from(addend) << 4, 0, 1, 1)
+            // (bit 5: the last workgroup adds its sums to the residual)
+            let add_last = sum_last && sum.is_some_and(|w| w.accumulate);
+            (0, u32::from(sigmoid) << 2 | u32::from(addend) << 4 | u32::from(add_last) << 5, 0, 1, 1)
         }
     };
     // (a matrix of one expert: the kernel takes expert 0 and reads no ids)
@@ -363,7 +393,11 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
         required_subgroup_size: require.then_some(sg),
         full_subgroups: caps.subgroup.full_subgroups,
     };
-    if !dot {
+    if dot {
+        // (the integer-dot kernels' sums by the last workgroup; the block kernels have no
+        // constant 27)
+        options.spec_constants.push((27, u32::from(sum_last)));
+    } else {
         // (the block kernels' split sums and one-pass norm; the integer-dot kernels have
         // no constant 26 or 12)
         options.spec_constants.push((26, u32::from(split)));
@@ -375,14 +409,31 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     let [gx, gy, _] = grid(&dev, "mat_vec_id", (rows as u64).div_ceil(u64::from(wg_rows)))?;
     let eps = norm.map_or(0, |n| n.1.to_bits());
     let pc = push_words(&[0, m.row_bytes as u32, m.k as u32, rows as u32, 1, rows as u32, eps]);
-    let (xa, ya) = (BufferArg::from(x), BufferArg::from(y));
-    // Binding 3 the norm weight (x stands in without one); 4-6 (post-norm residual, weight,
-    // count) unused: stand-ins; the ids at 7 (block kernels) or 8 (integer-dot kernels,
-    // whose 7 is their unused Q8_1 output); then include/mat_vec_moe.glsl's weights,
-    // logits, router bias (or the sums' addend) and expert biases (y stands in for those
-    // not used).
+    let xa = BufferArg::from(x);
+    // Binding 2 the products (with the sums by the last workgroup, the slots' rows); 3 the
+    // norm weight (x stands in without one); 4-6 the post-norm residual, weight and count,
+    // which only the sums by the last workgroup use (y and the matrix's counts); the ids
+    // at 7 (block kernels) or 8 (integer-dot kernels, whose 7 is their unused Q8_1
+    // output); then include/mat_vec_moe.glsl's weights, logits, router bias (or the sums'
+    // addend) and expert biases (y stands in for those not used).
+    let (ya, counts) = match last_rows {
+        Some(d) => {
+            let need = (gx * gy) as usize * y_rows;
+            debug_assert!(need <= SLOT_COUNTS, "{need} counts of the sums by the last workgroup");
+            let c = match m.slot_counts.get() {
+                Some(c) => c,
+                None => {
+                    let c = dev.alloc(4 * SLOT_COUNTS as u64, vkml_hal::MemoryKind::DeviceLocal)?;
+                    s.fill(&c, 0, 4 * SLOT_COUNTS as u64, 0)?;
+                    m.slot_counts.get_or_init(|| c)
+                }
+            };
+            (BufferArg::from(d), BufferArg::from(c))
+        }
+        None => (BufferArg::from(y), BufferArg::from(y)),
+    };
     let nwa = norm.map_or(xa, |(nw, _)| BufferArg::range(nw, 0, 4 * m.k as u64));
-    let mut args = vec![(&m.parts[0].buffer).into(), xa, ya, nwa, ya, xa, ya];
+    let mut args = vec![(&m.parts[0].buffer).into(), xa, ya, nwa, y.into(), xa, counts];
     if dot {
         args.push(ya);
     }
@@ -394,7 +445,8 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
     let bias_or_addend = route.and_then(|r| r.logit_bias).or(sum.and_then(|w| w.addend));
     args.push(bias_or_addend.map_or(ya, BufferArg::from));
     args.push(bias.map_or(ya, BufferArg::from));
-    s.dispatch(&p, &args, &pc, [gx, gy, y_rows as u32])?;
+    let gz = if sum_last { n_slots } else { y_rows };
+    s.dispatch(&p, &args, &pc, [gx, gy, gz as u32])?;
     Ok(())
 }
 

@@ -20,6 +20,10 @@ pub struct QMatrix {
     /// the post-norm epilogue ([`super::mat_vec_norm_add`]), which its last one resets;
     /// made (and zeroed) by the first such mat-vec, so that other matrices cost nothing.
     pub(super) done_count: std::sync::OnceLock<vkml_hal::Buffer>,
+    /// [`super::SLOT_COUNTS`] u32, zero between dispatches: the counts of the expert
+    /// down's workgroups per token and row group where the last of them takes the weighted
+    /// sums ([`super::WeightedSlots::slot_rows`]); made by the first such mat-vec.
+    pub(super) slot_counts: std::sync::OnceLock<vkml_hal::Buffer>,
 }
 
 /// Rows `row0 .. row0 + rows` of a [`QMatrix`] in one buffer (raw blocks, row `i` of the
@@ -118,7 +122,7 @@ impl QMatrix {
         let row_bytes = row_bytes("QMatrix::alloc", ty, k)?;
         let per_part = rows_per_part(dev, "QMatrix::alloc", row_bytes, u64::MAX)?;
         let parts = alloc_parts(dev, rows, row_bytes, per_part)?;
-        Ok(QMatrix { parts, ty, rows, k, row_bytes, done_count: std::sync::OnceLock::new() })
+        Ok(QMatrix { parts, ty, rows, k, row_bytes, done_count: std::sync::OnceLock::new(), slot_counts: std::sync::OnceLock::new() })
     }
 
     /// [`QMatrix::upload`] with parts of at most `max_part_bytes` each (capped at the
@@ -148,7 +152,7 @@ impl QMatrix {
             let at = (part.row0 as u64 * row_bytes) as usize;
             part.buffer.write(0, &bytes[at..at + (part.rows as u64 * row_bytes) as usize])?;
         }
-        Ok(QMatrix { parts, ty, rows, k, row_bytes, done_count: std::sync::OnceLock::new() })
+        Ok(QMatrix { parts, ty, rows, k, row_bytes, done_count: std::sync::OnceLock::new(), slot_counts: std::sync::OnceLock::new() })
     }
 
     /// Uploads a GGUF tensor as a matrix of rows of `dims[0]` elements: `[k, rows]`; 1-D
@@ -255,6 +259,7 @@ impl QMatrix {
             row_bytes: rb,
             parts: out,
             done_count: std::sync::OnceLock::new(),
+            slot_counts: std::sync::OnceLock::new(),
         })
     }
 }

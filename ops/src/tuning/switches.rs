@@ -1,5 +1,5 @@
 //! The benchmark switches: environment variables that override [`super`]'s launch choices
-//! for sweeps without rebuilding (`VKML_MOE_ROUTE`, `VKML_MAT_VEC`, `VKML_DECODE_ATTN`),
+//! for sweeps without rebuilding (`VKML_MOE_ROUTE`, `VKML_MOE_SUMS`, `VKML_MAT_VEC`, `VKML_DECODE_ATTN`),
 //! each read once per process; unset, every choice is the table's.
 
 use std::sync::atomic::AtomicBool;
@@ -19,25 +19,39 @@ pub fn moe_route_in_gate_up() -> bool {
     *FOLD.get_or_init(|| std::env::var("VKML_MOE_ROUTE").map_or(true, |v| v != "pass"))
 }
 
-/// Whether a MoE decode step's down expert mat-vec sums the token's experts with their
-/// weights in its own store (`include/mat_vec_moe.glsl`, `quant::WeightedSlots`), rather
-/// than writing each slot's row for a `moe_weighted_sum` pass after it, where the sums
-/// would run `on_integer_dot` (`quant::expert_sums_on_integer_dot`) or not. On the block
-/// kernels, which split the experts over a workgroup's subgroups, yes: H200, gpt-oss-20b
-/// MXFP4 tg128 347.8 folded against 339.3 with the pass. On the integer-dot kernels, whose
-/// subgroups take the experts in turn, no: qwen3moe-30b-a3b Q4_0, the down 15.0 µs per
-/// layer folded against 9.0 + 5.1 µs in two dispatches, tg128 291.2 against 299.1
-/// (benches/RESULTS.md, twenty-fourth session). The environment's `VKML_MOE_SUMS=fold` or
-/// `pass` sets it for both (a switch for benchmarks; read once per process). A shared
-/// expert's output joins the down's sums either way.
-pub fn moe_sums_in_down(on_integer_dot: bool) -> bool {
-    static SWITCH: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+/// Where a MoE decode step's down expert mat-vec takes the token's weighted sums over its
+/// k experts (`quant::WeightedSlots`, `include/mat_vec_moe.glsl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoeSums {
+    /// In its own store: each workgroup multiplies the token's k experts for its rows and
+    /// sums them.
+    Fold,
+    /// Each slot's row, then a `moe_weighted_sum` pass.
+    Pass,
+    /// Each slot's row, the last of a token's k workgroups of a row group summing them
+    /// (`WeightedSlots::slot_rows`; the integer-dot kernels: elsewhere as `Fold`).
+    LastWorkgroup,
+}
+
+/// Where a MoE decode step's down takes its weighted sums, where they would run
+/// `on_integer_dot` (`quant::expert_sums_on_integer_dot`) or not. On the block kernels,
+/// which split the experts over a workgroup's subgroups, folded: H200, gpt-oss-20b MXFP4
+/// tg128 347.8 folded against 339.3 with the pass. On the integer-dot kernels, whose
+/// subgroups take the experts in turn, each slot's row first: qwen3moe-30b-a3b Q4_0, the
+/// down 15.0 µs per layer folded against 9.0 + 5.1 µs with the pass, tg128 291.2 against
+/// 299.1 (benches/RESULTS.md, twenty-fourth session); the last workgroup summing them
+/// saves the pass's dispatch. The environment's `VKML_MOE_SUMS=fold`, `pass` or `last`
+/// sets it for both (a switch for benchmarks; read once per process). A shared expert's
+/// output joins the sums either way.
+pub fn moe_sums(on_integer_dot: bool) -> MoeSums {
+    static SWITCH: std::sync::OnceLock<Option<MoeSums>> = std::sync::OnceLock::new();
     let switch = SWITCH.get_or_init(|| match std::env::var("VKML_MOE_SUMS").as_deref() {
-        Ok("fold") => Some(true),
-        Ok("pass") => Some(false),
+        Ok("fold") => Some(MoeSums::Fold),
+        Ok("pass") => Some(MoeSums::Pass),
+        Ok("last") => Some(MoeSums::LastWorkgroup),
         _ => None,
     });
-    switch.unwrap_or(!on_integer_dot)
+    switch.unwrap_or(if on_integer_dot { MoeSums::LastWorkgroup } else { MoeSums::Fold })
 }
 
 /// `cfg` with the launch parameters that `spec` sets (the environment's `VKML_MAT_VEC`, a
