@@ -61,6 +61,10 @@ pub struct MatVecConfig {
     /// product loop) instead of a workgroup reduction over x before the product. On by default: on an H200 it gave qwen3moe-30b-a3b
     /// tg128 +0.3 % and gpt-oss-20b +0.4 % (benches/RESULTS.md, twenty-fourth session).
     pub norm_one_pass: bool,
+    /// Invocations per workgroup of the vec4 mat-vec that normalises x itself (one row per
+    /// workgroup, few rows: a MoE router, [`crate::quant::vec4_fuses_norm`]); a power of
+    /// two from the subgroup size to 1024.
+    pub vec4_norm_workgroup: u32,
 }
 
 /// Matrices of at most this many weights count as small for [`block_rows_per_subgroup`]:
@@ -181,6 +185,16 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         ArchClass::NvidiaTensorCore | ArchClass::Nvidia => (1024, 1, 4),
         _ => (256, 2, 2),
     };
+    // The vec4 kernel normalising x itself, one row per workgroup (a MoE router: 128 rows
+    // of 2048 f32 for qwen3moe-30b-a3b): its x and the row are read once, so the more
+    // invocations the fewer serial rounds of loads. H200 tg128 (benches/RESULTS.md,
+    // twenty-fifth session), 128 / 256 / 512 / 1024 invocations: qwen3moe 306.8 / 312.6 /
+    // 315.2 / 315.5 t/s (the router 8.0 -> 6.2 µs per layer); gpt-oss 349.4 at 128, 358.6
+    // at 1024. Other GPUs: not measured, the mat-vec workgroup.
+    let vec4_norm_workgroup = match caps.arch {
+        ArchClass::NvidiaTensorCore | ArchClass::Nvidia => 1024u32.min(1 << caps.limits.max_workgroup_invocations.max(1).ilog2()),
+        _ => workgroup,
+    };
     let cfg = MatVecConfig {
         workgroup,
         subgroup_reduce,
@@ -199,6 +213,7 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         // The largest power of two the device allows, if it is below the table's.
         dot_x_workgroup: dot_x_workgroup.min(1 << caps.limits.max_workgroup_invocations.max(1).ilog2()),
         norm_one_pass: true,
+        vec4_norm_workgroup,
     };
     // (read once per process: mat_vec_config runs for every mat-vec recorded)
     static SPEC: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();

@@ -1127,8 +1127,18 @@ fn shared_on(dev: &'static vkml_hal::Device) {
         }
         s.finish_and_wait().unwrap();
         let (got, routed) = (rawb.to_vec::<f32>().unwrap(), routed.to_vec::<f32>().unwrap());
+        // (Q8_1 x of a decode step on the integer-dot kernels; a prompt's f16 x where its
+        // mat-mats read f16, the tensor-core paths: an H200's 0.18180 against 0.18150
+        // missed 1e-3)
         let q8 = t == 1 && vkml_ops::quant::dot_quantizes_x(dev.caps(), &sh_down, 1, &cfg);
-        let tol = if q8 { 3e-2 } else { 1e-3 };
+        let f16 = t > 1 && vkml_ops::quant::MatMatPath::best(dev.caps(), &sh_down).reads_f16_x();
+        let tol = if q8 {
+            3e-2
+        } else if f16 {
+            4e-3
+        } else {
+            1e-3
+        };
         for n in 0..t {
             let x: Vec<f64> = xn[n * n_embd..(n + 1) * n_embd].iter().map(|&v| f64::from(v)).collect();
             let dot = |w: &[f32]| w.iter().zip(&x).map(|(&a, b)| f64::from(a) * b).sum::<f64>();

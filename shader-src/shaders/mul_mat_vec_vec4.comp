@@ -21,7 +21,8 @@
 //           2 = y (f32[batch * rows]); epilogues (residual add, gated products) per
 //           include/mat_vec_out.glsl. Push constants: w_offset, row_bytes, k, rows, batch,
 //           y_stride.
-// One workgroup per row; workgroup size = specialization constant 0 (power of two ≤ 128).
+// One workgroup per row; workgroup size = specialization constant 0 (power of two ≤ 128;
+// the SUBGROUP variants up to 1024, at most 128 subgroups).
 // The SUBGROUP variants have the RMS-norm prologue of include/mat_vec_norm.glsl for one
 // batch row (specialization constant 11; binding 3 = the norm weight, p.eps): each
 // workgroup normalises x itself, so ops runs it only for matrices of few rows (a
@@ -79,16 +80,20 @@ void row_dot(uint wr, out float res[MAX_BATCH]) {
         if (one_pass) partial[(MAX_BATCH - 1u) * 128 + gl_SubgroupID] = ss;
     }
     barrier();
-    if (tid == 0) {
+    // The first subgroup sums the subgroups' partials (each lane those of subgroups lane,
+    // lane + subgroup size, ..); its invocation 0 holds the results.
+    if (gl_SubgroupID == 0) {
+        uint lane = gl_SubgroupInvocationID;
         float sc = 1.0;
         if (one_pass) {
             float t = 0.0;
-            for (uint g = 0; g < gl_NumSubgroups; g++) t += partial[(MAX_BATCH - 1u) * 128 + g];
-            sc = mv_norm_scale_of(t);
+            for (uint g = lane; g < gl_NumSubgroups; g += gl_SubgroupSize) t += partial[(MAX_BATCH - 1u) * 128 + g];
+            sc = mv_norm_scale_of(subgroupAdd(t));
         }
         for (uint b = 0; b < nb; b++) {
             float s = 0.0;
-            for (uint g = 0; g < gl_NumSubgroups; g++) s += partial[b * 128 + g];
+            for (uint g = lane; g < gl_NumSubgroups; g += gl_SubgroupSize) s += partial[b * 128 + g];
+            s = subgroupAdd(s);
             res[b] = one_pass ? s * sc : s;
         }
     }

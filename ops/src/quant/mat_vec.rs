@@ -580,7 +580,9 @@ fn mat_vec_core(
                     (false, true) => k.mul_mat_vec_sg,
                     (false, false) => k.mul_mat_vec,
                 };
-                let mut spec = [vec![(0, cfg.workgroup)], epilogue.spec_constants()].concat();
+                // (the vec4 kernel normalising x itself: a workgroup of its own size)
+                let wg = if vec4_norm { cfg.vec4_norm_workgroup } else { cfg.workgroup };
+                let mut spec = [vec![(0, wg)], epilogue.spec_constants()].concat();
                 if vec4 && cfg.subgroup_reduce {
                     // (the norm prologue of the vec4 subgroup kernels)
                     spec.push((11, u32::from(vec4_norm)));

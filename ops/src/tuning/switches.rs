@@ -57,11 +57,11 @@ pub fn moe_sums(on_integer_dot: bool) -> MoeSums {
 /// `cfg` with the launch parameters that `spec` sets (the environment's `VKML_MAT_VEC`, a
 /// switch for benchmark sweeps: comma-separated `name=value` of `workgroup`,
 /// `rows_per_subgroup`, `dot_rows_per_subgroup`, `dot_x_workgroup`,
-/// `dot_x_rows_per_subgroup`, `dot_x_rows_per_subgroup_wide`; and the flags `integer_dot`,
-/// `dot_x_in_kernel`, `norm_one_pass`, 0 or 1). A value outside its field's range (rows
-/// 1..=8; workgroups powers of two from the subgroup size to 128, or to the device's limit
-/// and 1024 for `dot_x_workgroup`) or an unknown name is ignored, the first one reported
-/// on stderr.
+/// `dot_x_rows_per_subgroup`, `dot_x_rows_per_subgroup_wide`, `vec4_norm_workgroup`; and
+/// the flags `integer_dot`, `dot_x_in_kernel`, `norm_one_pass`, 0 or 1). A value outside
+/// its field's range (rows 1..=8; workgroups powers of two from the subgroup size to 128,
+/// or to the device's limit and 1024 for `dot_x_workgroup` and `vec4_norm_workgroup`) or
+/// an unknown name is ignored, the first one reported on stderr.
 pub fn mat_vec_overrides(mut cfg: MatVecConfig, spec: Option<&str>, caps: &Capabilities) -> MatVecConfig {
     static WARNED: AtomicBool = AtomicBool::new(false);
     let Some(spec) = spec else { return cfg };
@@ -76,6 +76,10 @@ pub fn mat_vec_overrides(mut cfg: MatVecConfig, spec: Option<&str>, caps: &Capab
         }
         ("dot_x_workgroup", v) if pow2_in(v, max_wg.min(1024)) => {
             cfg.dot_x_workgroup = v;
+            true
+        }
+        ("vec4_norm_workgroup", v) if pow2_in(v, max_wg.min(1024)) => {
+            cfg.vec4_norm_workgroup = v;
             true
         }
         ("integer_dot", v @ (0 | 1)) => {
@@ -193,6 +197,8 @@ mod tests {
         );
         assert!(!off.integer_dot && !off.dot_x_in_kernel && on.integer_dot && on.dot_x_in_kernel);
         assert!(base.norm_one_pass && !mat_vec_overrides(base, Some("norm_one_pass=0"), &caps).norm_one_pass);
+        assert_eq!(mat_vec_overrides(base, Some("vec4_norm_workgroup=256"), &caps).vec4_norm_workgroup, 256);
+        assert_eq!(mat_vec_overrides(base, Some("vec4_norm_workgroup=2048"), &caps), base);
         // Out of range (not a power of two, below the subgroup, rows 0 or 9), unknown or
         // malformed: ignored.
         let bad = "dot_x_workgroup=384,workgroup=16,dot_x_rows_per_subgroup=9,rows_per_subgroup=0,colour=3,workgroup,integer_dot=2";
