@@ -192,7 +192,9 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
     // 315.2 / 315.5 t/s (the router 8.0 -> 6.2 µs per layer); gpt-oss 349.4 at 128, 358.6
     // at 1024. Other GPUs: not measured, the mat-vec workgroup.
     let vec4_norm_workgroup = match caps.arch {
-        ArchClass::NvidiaTensorCore | ArchClass::Nvidia => 1024u32.min(1 << caps.limits.max_workgroup_invocations.max(1).ilog2()),
+        ArchClass::NvidiaTensorCore | ArchClass::Nvidia => {
+            1024u32.min(1 << caps.limits.max_workgroup_invocations.max(1).ilog2())
+        }
         _ => workgroup,
     };
     let cfg = MatVecConfig {

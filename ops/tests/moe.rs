@@ -273,7 +273,8 @@ fn routed_and_summed_on(dev: &'static vkml_hal::Device) {
         let mut s = Stream::new(dev).unwrap();
         let with = |a| ExpertMatVec { sum: Some(WeightedSlots { addend: Some(a), ..sum }), ..e };
         let y4 = dev.upload(&res).unwrap();
-        let with_last = ExpertMatVec { sum: Some(WeightedSlots { addend: Some(&ab), slot_rows: Some(&d3), ..sum }), ..e };
+        let with_last =
+            ExpertMatVec { sum: Some(WeightedSlots { addend: Some(&ab), slot_rows: Some(&d3), ..sum }), ..e };
         quant::mat_vec_id_fused(&mut s, &down, &h, &y2, &with(&ab)).unwrap();
         quant::mat_vec_id_fused(&mut s, &down, &h, &y4, &with_last).unwrap();
         let err = quant::mat_vec_id_fused(&mut s, &down, &h, &y2, &with(&short)).unwrap_err().to_string();

@@ -122,7 +122,15 @@ impl QMatrix {
         let row_bytes = row_bytes("QMatrix::alloc", ty, k)?;
         let per_part = rows_per_part(dev, "QMatrix::alloc", row_bytes, u64::MAX)?;
         let parts = alloc_parts(dev, rows, row_bytes, per_part)?;
-        Ok(QMatrix { parts, ty, rows, k, row_bytes, done_count: std::sync::OnceLock::new(), slot_counts: std::sync::OnceLock::new() })
+        Ok(QMatrix {
+            parts,
+            ty,
+            rows,
+            k,
+            row_bytes,
+            done_count: std::sync::OnceLock::new(),
+            slot_counts: std::sync::OnceLock::new(),
+        })
     }
 
     /// [`QMatrix::upload`] with parts of at most `max_part_bytes` each (capped at the
@@ -152,7 +160,15 @@ impl QMatrix {
             let at = (part.row0 as u64 * row_bytes) as usize;
             part.buffer.write(0, &bytes[at..at + (part.rows as u64 * row_bytes) as usize])?;
         }
-        Ok(QMatrix { parts, ty, rows, k, row_bytes, done_count: std::sync::OnceLock::new(), slot_counts: std::sync::OnceLock::new() })
+        Ok(QMatrix {
+            parts,
+            ty,
+            rows,
+            k,
+            row_bytes,
+            done_count: std::sync::OnceLock::new(),
+            slot_counts: std::sync::OnceLock::new(),
+        })
     }
 
     /// Uploads a GGUF tensor as a matrix of rows of `dims[0]` elements: `[k, rows]`; 1-D
