@@ -137,9 +137,62 @@ void route_token(uint gating, uint n, uint k, bool has_sel_bias, bool norm_w, fl
 // meanwhile (the integer-dot mat-vec quantizes x) and all see route_ids and route_w after
 // a barrier.
 shared uint route_key[ROUTE_N];
+// Most experts per lane of route_token_sg's selection in registers.
+#define ROUTE_REG 8u
 void route_token_sg(uint gating, uint n, uint k, bool norm_w, float w_scale) {
     uint lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
     route_gate(gating, n, lane, sgs, true);
+    // (n > 32: a specialization constant where the mat-vecs route, so that routings of
+    // fewer experts keep the rounds below without this path's registers)
+    if (n > 32u && n <= ROUTE_REG * sgs && k <= sgs) {
+        // Each lane's order keys (experts lane, lane + sgs, ..) sorted in registers, largest
+        // first (of equal keys the lower expert first; 0: none); each round takes the
+        // largest of the lanes' first keys (ties to the lower expert) and its lane drops it.
+        // The same experts in the same order as the shared-memory rounds below, without a
+        // shared-memory round trip per round. H200 tg128 (benches/RESULTS.md, twenty-fifth
+        // session): qwen3moe-30b-a3b (128 experts, 8 used) 316.8 -> 321.4 t/s; gpt-oss-20b
+        // (32, 4: one key per lane) 358.4 -> 356.8, hence the rounds below for 32 or fewer.
+        uint key[ROUTE_REG], idx[ROUTE_REG];
+        [[unroll]] for (uint i = 0u; i < ROUTE_REG; i++) {
+            key[i] = 0u;
+            idx[i] = 0xFFFFFFFFu;
+        }
+        [[unroll]] for (uint i = 0u; i < ROUTE_REG; i++) {
+            uint e = lane + i * sgs;
+            uint kv = e < n ? (isnan(route_probs[e]) ? 1u : order_key(route_probs[e])) : 0u, ki = e;
+            [[unroll]] for (uint q = 0u; q < ROUTE_REG; q++) {
+                if (kv > key[q]) {
+                    uint tk = key[q], ti = idx[q];
+                    key[q] = kv;
+                    idx[q] = ki;
+                    kv = tk;
+                    ki = ti;
+                }
+            }
+        }
+        uint mine = 0u;
+        for (uint j = 0u; j < k; j++) {
+            uint top = subgroupMax(key[0]);
+            uint at = subgroupMin(key[0] == top ? idx[0] : 0xFFFFFFFFu);
+            if (idx[0] == at) {
+                [[unroll]] for (uint q = 0u; q + 1u < ROUTE_REG; q++) {
+                    key[q] = key[q + 1u];
+                    idx[q] = idx[q + 1u];
+                }
+                key[ROUTE_REG - 1u] = 0u;
+                idx[ROUTE_REG - 1u] = 0xFFFFFFFFu;
+            }
+            if (lane == j) mine = at;
+        }
+        if (lane < k) {
+            route_ids[lane] = mine;
+            route_w[lane] = route_probs[mine];
+        }
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        if (lane == 0u) route_weights(gating, k, norm_w, w_scale);
+        return;
+    }
     // (order keys of finite values and infinities are at least 2^23)
     for (uint e = lane; e < n; e += sgs) route_key[e] = isnan(route_probs[e]) ? 1u : order_key(route_probs[e]);
     for (uint j = 0u; j < k; j++) {
