@@ -122,15 +122,7 @@ impl QMatrix {
         let row_bytes = row_bytes("QMatrix::alloc", ty, k)?;
         let per_part = rows_per_part(dev, "QMatrix::alloc", row_bytes, u64::MAX)?;
         let parts = alloc_parts(dev, rows, row_bytes, per_part)?;
-        Ok(QMatrix {
-            parts,
-            ty,
-            rows,
-            k,
-            row_bytes,
-            done_count: std::sync::OnceLock::new(),
-            slot_counts: std::sync::OnceLock::new(),
-        })
+        Ok(QMatrix::from_parts(parts, ty, rows, k, row_bytes))
     }
 
     /// [`QMatrix::upload`] with parts of at most `max_part_bytes` each (capped at the
@@ -160,15 +152,7 @@ impl QMatrix {
             let at = (part.row0 as u64 * row_bytes) as usize;
             part.buffer.write(0, &bytes[at..at + (part.rows as u64 * row_bytes) as usize])?;
         }
-        Ok(QMatrix {
-            parts,
-            ty,
-            rows,
-            k,
-            row_bytes,
-            done_count: std::sync::OnceLock::new(),
-            slot_counts: std::sync::OnceLock::new(),
-        })
+        Ok(QMatrix::from_parts(parts, ty, rows, k, row_bytes))
     }
 
     /// Uploads a GGUF tensor as a matrix of rows of `dims[0]` elements: `[k, rows]`; 1-D
@@ -268,15 +252,20 @@ impl QMatrix {
                 at += n;
             }
         }
-        Ok(QMatrix {
-            ty: first.ty,
+        Ok(QMatrix::from_parts(out, first.ty, rows, first.k, rb))
+    }
+
+    /// A matrix over `parts`, its workgroup counts not yet made.
+    fn from_parts(parts: Vec<QPart>, ty: GgmlType, rows: usize, k: usize, row_bytes: u64) -> QMatrix {
+        QMatrix {
+            parts,
+            ty,
             rows,
-            k: first.k,
-            row_bytes: rb,
-            parts: out,
+            k,
+            row_bytes,
             done_count: std::sync::OnceLock::new(),
             slot_counts: std::sync::OnceLock::new(),
-        })
+        }
     }
 }
 
