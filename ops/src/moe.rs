@@ -578,6 +578,7 @@ fn ffn_chunk(
     opts: &crate::quant::LinearOptions,
 ) -> Result<bool> {
     use crate::quant::{linear, mat_vec_id_fused, ExpertMatVec, LinearEpilogue, RoutedSlots, WeightedSlots};
+    use crate::tuning::MoeSums;
     let dev = s.device().clone();
     let scratch = |bytes: usize| dev.alloc(bytes.max(4) as u64, vkml_hal::MemoryKind::DeviceLocal);
     let (k, n_embd, n_ff) = (r.k, w.router.k(), w.down.k());
@@ -667,7 +668,6 @@ fn ffn_chunk(
         }
         _ => None,
     };
-    use crate::tuning::MoeSums;
     let on_dot = crate::quant::expert_sums_on_integer_dot(dev.caps(), w.down, k);
     let sums = crate::tuning::moe_sums(on_dot);
     if addend.is_none() && sums == MoeSums::Pass {

@@ -40,7 +40,9 @@ pub enum MoeSums {
 /// subgroups take the experts in turn, each slot's row first: qwen3moe-30b-a3b Q4_0, the
 /// down 15.0 µs per layer folded against 9.0 + 5.1 µs with the pass, tg128 291.2 against
 /// 299.1 (benches/RESULTS.md, twenty-fourth session); the last workgroup summing them
-/// saves the pass's dispatch. The environment's `VKML_MOE_SUMS=fold`, `pass` or `last`
+/// saves the pass's dispatch: tg128 298.4 with the pass against 307.0, and qwen2moe-a2.7b
+/// (whose shared expert's addend kept the fold) 658.7 folded against 684.6 (twenty-fifth
+/// session). The environment's `VKML_MOE_SUMS=fold`, `pass` or `last`
 /// sets it for both (a switch for benchmarks; read once per process). A shared expert's
 /// output joins the sums either way.
 pub fn moe_sums(on_integer_dot: bool) -> MoeSums {
