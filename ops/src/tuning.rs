@@ -63,7 +63,8 @@ pub struct MatVecConfig {
     pub norm_one_pass: bool,
     /// Invocations per workgroup of the vec4 mat-vec that normalises x itself (one row per
     /// workgroup, few rows: a MoE router, [`crate::quant::vec4_fuses_norm`]); a power of
-    /// two from the subgroup size to 1024.
+    /// two from the subgroup size to 1024, taken as at most 128 of the device's smallest
+    /// subgroups (the kernel keeps one partial per subgroup in shared memory for 128).
     pub vec4_norm_workgroup: u32,
 }
 

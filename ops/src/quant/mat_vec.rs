@@ -580,8 +580,14 @@ fn mat_vec_core(
                     (false, true) => k.mul_mat_vec_sg,
                     (false, false) => k.mul_mat_vec,
                 };
-                // (the vec4 kernel normalising x itself: a workgroup of its own size)
-                let wg = if vec4_norm { cfg.vec4_norm_workgroup } else { cfg.workgroup };
+                // (the vec4 kernel normalising x itself: a workgroup of its own size, at most
+                // 128 of the device's smallest subgroups, the kernel's shared partials)
+                let wg = if vec4_norm {
+                    let sg_min = if caps.subgroup.min_size > 0 { caps.subgroup.min_size } else { caps.subgroup.size };
+                    cfg.vec4_norm_workgroup.min(128 * sg_min.max(1))
+                } else {
+                    cfg.workgroup
+                };
                 let mut spec = [vec![(0, wg)], epilogue.spec_constants()].concat();
                 if vec4 && cfg.subgroup_reduce {
                     // (the norm prologue of the vec4 subgroup kernels)

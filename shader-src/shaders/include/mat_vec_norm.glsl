@@ -5,7 +5,8 @@
 // NB batch rows itself, reading the whole of each row of x: the norm folded into the
 // product that consumes it (one dispatch instead of two; x is small beside the matrix).
 // Include after the push constants (p.k, p.eps), NB, and a macro MV_X4(i): vec4 i of x
-// (batch rows one after another). The workgroup size is at most 128.
+// (batch rows one after another). The workgroup size is at most 128 (the vec4 kernel's:
+// at most 128 subgroups, the reduction's partials).
 // One pass (specialization constant 12, MV_NORM_ONE_PASS): x is used as x * w and the
 // product is scaled at the end, rms_norm(x) . W = s (x * w) . W with s = 1 / sqrt(mean(x²)
 // + eps), the sum of squares taken without a workgroup reduction or barrier before the
