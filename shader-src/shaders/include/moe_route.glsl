@@ -139,6 +139,9 @@ void route_token(uint gating, uint n, uint k, bool has_sel_bias, bool norm_w, fl
 shared uint route_key[ROUTE_N];
 // Most experts per lane of route_token_sg's selection in registers.
 #define ROUTE_REG 8u
+// The selection's order key of a probability: NaN 1, below every number (order keys of
+// finite values and infinities are at least 2^23); 0 stands for a taken expert or none.
+uint route_order_key(float p) { return isnan(p) ? 1u : order_key(p); }
 void route_token_sg(uint gating, uint n, uint k, bool norm_w, float w_scale) {
     uint lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
     route_gate(gating, n, lane, sgs, true);
@@ -159,7 +162,7 @@ void route_token_sg(uint gating, uint n, uint k, bool norm_w, float w_scale) {
         }
         [[unroll]] for (uint i = 0u; i < ROUTE_REG; i++) {
             uint e = lane + i * sgs;
-            uint kv = e < n ? (isnan(route_probs[e]) ? 1u : order_key(route_probs[e])) : 0u, ki = e;
+            uint kv = e < n ? route_order_key(route_probs[e]) : 0u, ki = e;
             [[unroll]] for (uint q = 0u; q < ROUTE_REG; q++) {
                 if (kv > key[q]) {
                     uint tk = key[q], ti = idx[q];
@@ -193,8 +196,7 @@ void route_token_sg(uint gating, uint n, uint k, bool norm_w, float w_scale) {
         if (lane == 0u) route_weights(gating, k, norm_w, w_scale);
         return;
     }
-    // (order keys of finite values and infinities are at least 2^23)
-    for (uint e = lane; e < n; e += sgs) route_key[e] = isnan(route_probs[e]) ? 1u : order_key(route_probs[e]);
+    for (uint e = lane; e < n; e += sgs) route_key[e] = route_order_key(route_probs[e]);
     for (uint j = 0u; j < k; j++) {
         uint bk = 0u, bi = 0xFFFFFFFFu;
         for (uint e = lane; e < n; e += sgs) {
