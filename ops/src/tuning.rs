@@ -269,6 +269,11 @@ pub struct DecodeAttnConfig {
     pub split_positions: usize,
     /// Most splits.
     pub max_splits: usize,
+    /// Most query values (heads × head dim) per workgroup; 0: a KV head's whole group of
+    /// query heads in one workgroup. Otherwise each workgroup takes the largest divisor of
+    /// the group whose values fit (at least one head), and the group's workgroups of a split
+    /// each read the same keys and values ([`DecodeAttnConfig::heads_per_workgroup`]).
+    pub query_values: usize,
 }
 
 impl DecodeAttnConfig {
@@ -276,20 +281,39 @@ impl DecodeAttnConfig {
     pub fn splits(&self, seen: usize) -> usize {
         seen.div_ceil(self.split_positions).clamp(1, self.max_splits)
     }
+
+    /// The query heads per workgroup for a KV head's group of `g` heads of dim `d`: `g`
+    /// where `query_values` is 0, else the largest divisor of `g` whose `heads × d` values
+    /// fit in `query_values`, at least 1.
+    pub fn heads_per_workgroup(&self, g: usize, d: usize) -> usize {
+        if self.query_values == 0 {
+            return g;
+        }
+        (1..=g).rev().find(|&h| g.is_multiple_of(h) && h * d <= self.query_values).unwrap_or(1)
+    }
 }
 
 /// Four subgroups per workgroup, a split per [`ATTN_SPLIT_POSITIONS`] keys, at most
 /// [`MAX_ATTN_SPLITS`]: the `rope_*` variants, and the rule of [`attn_splits`].
-pub const DECODE_ATTN_NARROW: DecodeAttnConfig =
-    DecodeAttnConfig { subgroups: 4, split_positions: ATTN_SPLIT_POSITIONS, max_splits: MAX_ATTN_SPLITS };
+pub const DECODE_ATTN_NARROW: DecodeAttnConfig = DecodeAttnConfig {
+    subgroups: 4,
+    split_positions: ATTN_SPLIT_POSITIONS,
+    max_splits: MAX_ATTN_SPLITS,
+    query_values: 0,
+};
 
 /// Sixteen subgroups per workgroup, a split per 16 keys, at most 16: the `rope_*_wide{256,512}`
 /// variants. H100, tg128 (`vkml bench`, benches/RESULTS.md, issue 29, fourteenth session),
 /// narrow (per 8) against wide per 8 / 16 / 32 / 64 keys: SmolLM2 941 against 986 / 1 003 /
 /// 994 / 979 t/s, llama-1b 919 against 1 001 / 1 013 / 991 / 964, llama-8b 340 against 356
 /// / 359 / 356 / 353; tg512 of llama-8b 321 against 345 (per 16, 32 splits) and 352 (per 32,
-/// 16 splits): hence per 16 with at most 16 splits.
-pub const DECODE_ATTN_WIDE: DecodeAttnConfig = DecodeAttnConfig { subgroups: 16, split_positions: 16, max_splits: 16 };
+/// 16 splits): hence per 16 with at most 16 splits. At most 128 query values per
+/// workgroup (one head of 128, two of 64): H200, tg128 (benches/RESULTS.md, issue 31,
+/// twenty-sixth session), heads per workgroup 1 / 2 / 4 / the whole group of 8:
+/// qwen3moe-30b-a3b (d 128) 361.5 / 357.6 / 350.8 / 318.7 t/s; gpt-oss-20b (d 64) 361.0 /
+/// 365.0 / 363.6 / 355.8; llama-8b (d 128, groups of 4) 408.2 / 406.0 / 399.3 (4).
+pub const DECODE_ATTN_WIDE: DecodeAttnConfig =
+    DecodeAttnConfig { subgroups: 16, split_positions: 16, max_splits: 16, query_values: 128 };
 
 /// Whether the decode attention takes [`DECODE_ATTN_WIDE`] on this architecture where its
 /// group fits (`crate::attention` checks the workgroup and shared memory): measured on
@@ -753,6 +777,12 @@ mod tests {
         }
         assert_eq!([1, 8, 9, 64, 256, 257, 4096].map(|n| DECODE_ATTN_NARROW.splits(n)), [1, 1, 2, 8, 32, 32, 32]);
         assert_eq!([1, 16, 17, 64, 256, 257, 4096].map(|n| DECODE_ATTN_WIDE.splits(n)), [1, 1, 2, 4, 16, 16, 16]);
+        // Query heads per workgroup (group, head dim): at most 128 values on the wide rule.
+        let heads = |c: DecodeAttnConfig| {
+            [(8, 128), (8, 64), (3, 64), (4, 32), (8, 16), (6, 64), (8, 256)].map(|(g, d)| c.heads_per_workgroup(g, d))
+        };
+        assert_eq!(heads(DECODE_ATTN_WIDE), [1, 2, 1, 4, 8, 2, 1]);
+        assert_eq!(heads(DECODE_ATTN_NARROW), [8, 8, 3, 4, 8, 6, 8]);
         assert_eq!(attn_splits(1, 64), DECODE_ATTN_NARROW.splits(64));
     }
 

@@ -449,7 +449,7 @@ fn rope_kv_append_equals_rope_then_append() {
 fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
     use vkml_ops::attention::{HeadRows, RopeTables};
     use vkml_ops::nn::RopeStyle;
-    let mut wide_cases = 0;
+    let (mut wide_cases, mut split_groups) = (0, 0);
     for (form, dev) in [("as tuned", common::device()), ("narrow", common::narrow_attention_device())] {
         let mut seed = 0x5EED_0002u64;
         for (style, d, rot, hq, hkv, pos, ctx, window, softcap, splits) in [
@@ -521,8 +521,10 @@ fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
             assert_eq!(s.stats().dispatches - d1, 1);
             assert_eq!(composed, 2);
             s.finish_and_wait().unwrap();
-            let wide = attention::decode_attn_config(dev.caps(), d, hq / hkv) == vkml_ops::tuning::DECODE_ATTN_WIDE;
+            let fused = attention::decode_attn_form(dev.caps(), d, hq / hkv);
+            let wide = fused.wide;
             wide_cases += usize::from(wide);
+            split_groups += usize::from(fused.heads_per_workgroup < hq / hkv);
             let case = format!(
             "{form} (wide {wide}): {style:?} d {d} rot {rot} heads {hq}/{hkv} at {pos}, ctx {ctx}, window {window}, {splits} splits, sinks {}",
             sinks.is_some()
@@ -581,6 +583,7 @@ fn flash_attn_rope_decode_equals_rope_kv_then_attention() {
     }
     if vkml_ops::tuning::decode_attn_wide(common::device().caps()) {
         assert!(wide_cases > 0, "the wide decode attention never ran");
+        assert!(split_groups > 0, "no KV head's group was split over workgroups");
     }
 }
 
@@ -846,7 +849,7 @@ fn flash_attn_rope_decode_prologue_equals_bias_and_norms_first() {
             attention::flash_attn_rope_decode(&mut s, tables, srcs(&raw), (&kc, &vc), sh, &out, sc, prologue, None)
                 .unwrap();
             s.finish_and_wait().unwrap();
-            let wide = attention::decode_attn_config(dev.caps(), d, hq / hkv) == vkml_ops::tuning::DECODE_ATTN_WIDE;
+            let wide = attention::decode_attn_form(dev.caps(), d, hq / hkv).wide;
             let case = format!("{form} (wide {wide}): {style:?} bias {bias} norms {norms} {splits} splits");
             let (want, got) = (download(Dtype::F32, &want_out), download(Dtype::F32, &out));
             let (kw0, kw1) = (kc0.buffer().to_vec::<u32>().unwrap(), kc.buffer().to_vec::<u32>().unwrap());

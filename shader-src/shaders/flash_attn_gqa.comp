@@ -12,9 +12,13 @@
 //! variant rope_interleaved_f32_wide1024 ATTN_COMBINE_IN_PLACE=1 ROPE_IN=1 INTERLEAVED=1 MAX_SG=8u MAX_GD=1024u
 // Flash attention with the query heads of one KV head together (grouped-query attention):
 // the same function, layouts, bindings, push constants and split outputs as
-// flash_attn.comp, but one workgroup per (KV head, query token, split) takes all
-// G = n_heads / n_kv_heads query heads of that KV head, so each K and V row is read once
-// for the G heads instead of once per head; the decode step's attention.
+// flash_attn.comp, but one workgroup per (head group, query token, split) takes GQ query
+// heads of one KV head, so each K and V row is read once for GQ heads instead of once per
+// head; the decode step's attention. GQ divides G = n_heads / n_kv_heads: the G heads of a
+// KV head are hg = G / GQ workgroups x (workgroup x takes heads x GQ .. x GQ + GQ of KV
+// head x / hg), each reading that KV head's keys and values (ops' tuning::DecodeAttnConfig::
+// heads_per_workgroup: fewer heads per workgroup shorten its per-key reductions, its
+// prologue and its merges; the reads repeat out of L2).
 // Work: subgroup s takes keys start + s, start + s + (subgroups), ...; its lanes split a
 // row's d / 2 f16 pairs (consecutive lanes, consecutive words: one coalesced load per
 // pair group), each key's G dot products are subgroupAdd-reduced, and each subgroup keeps
@@ -24,8 +28,8 @@
 // unnormalised output to po and (m, l) to ml for flash_attn_combine.comp.
 // combine_*: with n_splits > 1, the splits merge in the same dispatch: each workgroup,
 // having written its split, counts itself on a device-scope atomic (binding 6, cnt: one
-// uint per (query token, KV head), zero before the dispatch); the last of the n_splits
-// workgroups of a (token, KV head) merges them (include/flash_attn_merge.glsl) and resets
+// uint per (query token, head group), zero before the dispatch: t_q n_heads / GQ of them);
+// the last of the n_splits workgroups of a (token, head group) merges them (include/flash_attn_merge.glsl) and resets
 // its count to zero for the next dispatch.
 // rope_*: the decode step's prologue in the same dispatch (rope_kv.comp's work, bit for
 // bit): one query token (t_q = 1) at position q_pos0 = kv_len - 1; binding 0 holds the
@@ -36,7 +40,8 @@
 // its G query heads as it loads them, and the new key and value rows of its KV head into
 // shared memory as f16 (what the cache would hold); the split holding position q_pos0
 // reads them from there and writes them into the caches (bindings 1, 2, read-write), in
-// slot q_pos0 % ctx, which no other workgroup of the dispatch reads. The merge of the
+// slot q_pos0 % ctx, which no other workgroup of the dispatch reads (of a KV head's hg
+// workgroups of that split, the first writes; each reads its own shared copy). The merge of the
 // splits is the combine_* one. Before the rotation, where asked (Qwen2's QKV biases,
 // Qwen3's and Gemma 3's q/k norms, as llama.cpp applies them): the stacked Q|K|V bias
 // (binding 11, f32 [(n_heads + 2 n_kv_heads) d], p.has_bias) is added to the query, key
@@ -52,10 +57,10 @@
 // the same with 8 subgroups for groups of up to 1024 (Qwen3-30B-A3B's 8 heads of 128 per
 // KV head), whose merge buffer 16 subgroups would take past 48 KiB of shared memory.
 // Sinks (p.has_sinks, include/flash_attn_io.glsl) at binding 6, 7 (combine_*) or 15 (rope_*).
-// Specialization constants: 0 = workgroup size (at most MAX_SG subgroups), 1 = GQ (G, at
-// most 8), 2 = NPL (pairs per lane per head: at least ceil(d / 2 / subgroup size)).
-// G * d <= MAX_GD. Needs subgroup arithmetic.
-// Grid: x = n_kv_heads, y = query tokens, z = splits.
+// Specialization constants: 0 = workgroup size (at most MAX_SG subgroups), 1 = GQ (query
+// heads per workgroup, a divisor of G, at most 8), 2 = NPL (pairs per lane per head: at
+// least ceil(d / 2 / subgroup size)). GQ * d <= MAX_GD. Needs subgroup arithmetic.
+// Grid: x = n_heads / GQ, y = query tokens, z = splits.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -140,8 +145,11 @@ shared float mls[MAX_SG * 16u];
 
 void main() {
     attn_begin();
-    uint kvh = gl_WorkGroupID.x, t = gl_WorkGroupID.y, split = gl_WorkGroupID.z;
-    uint h0 = kvh * GQ;
+    // Workgroup x takes query heads x GQ .. x GQ + GQ of KV head x / hg (hg workgroups per
+    // KV head: GQ may be a divisor of the KV head's group).
+    uint hg = p.n_heads / (p.n_kv_heads * GQ);
+    uint kvh = gl_WorkGroupID.x / hg, t = gl_WorkGroupID.y, split = gl_WorkGroupID.z;
+    uint h0 = gl_WorkGroupID.x * GQ;
     uint tid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
     uint sg = gl_SubgroupID, nsg = gl_NumSubgroups, lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
     uint hw = p.d / 2u;
@@ -217,7 +225,7 @@ void main() {
 #ifdef ROPE_IN
     // The split holding the new position stores its key and value rows in the caches.
     uint pos = run.q_pos0;
-    if (pos >= start && pos < end) {
+    if (pos >= start && pos < end && gl_WorkGroupID.x % hg == 0u) {
         for (uint i = tid; i < hw; i += wg) {
             kw[head_words + attn_slot(pos) * hw + i] = kn_sh[i];
             vw[head_words + attn_slot(pos) * hw + i] = vn_sh[i];
@@ -290,7 +298,7 @@ void main() {
     memoryBarrierBuffer();
     barrier();
     if (tid == 0u) {
-        uint done = atomicAdd(cnt[t * p.n_kv_heads + kvh], 1u);
+        uint done = atomicAdd(cnt[t * p.n_kv_heads * hg + gl_WorkGroupID.x], 1u);
         is_last = done + 1u == run.n_splits ? 1u : 0u;
     }
     barrier();
@@ -342,6 +350,6 @@ void main() {
         float lsum = mls[g];
         o[row * p.d + dd] = ACT(p.has_sinks != 0u ? acc_s * lsum : (lsum > 0.0 ? acc_s / lsum : 0.0));
     }
-    if (tid == 0u) cnt[t * p.n_kv_heads + kvh] = 0u;
+    if (tid == 0u) cnt[t * p.n_kv_heads * hg + gl_WorkGroupID.x] = 0u;
 #endif
 }

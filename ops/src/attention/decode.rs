@@ -44,6 +44,36 @@ pub fn decode_attn_config(caps: &Capabilities, d: usize, g: usize) -> tuning::De
     decode_config(decode_wide_group(caps, d, g).is_some())
 }
 
+/// How [`flash_attn_rope_decode`] runs `g` query heads per KV head of dim `d` on `caps`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeAttnForm {
+    /// The split rule and group split ([`decode_attn_config`]).
+    pub config: tuning::DecodeAttnConfig,
+    /// Query heads per workgroup ([`tuning::DecodeAttnConfig::heads_per_workgroup`]): the
+    /// grid's x is `n_heads / heads_per_workgroup`.
+    pub heads_per_workgroup: usize,
+    /// A `*_wide*` variant: a split's keys spread over 16 (8) subgroups, so the online
+    /// softmax's order differs from `flash_attn`'s; the narrow `rope_*` variants sum in its
+    /// order, bit for bit.
+    pub wide: bool,
+}
+
+/// The form of [`flash_attn_rope_decode`] for `g` query heads per KV head of dim `d`, with
+/// the wide variant's (group values, workgroup) where one runs.
+fn decode_form(caps: &Capabilities, d: usize, g: usize) -> (DecodeAttnForm, Option<(usize, u32)>) {
+    let config = decode_attn_config(caps, d, g);
+    // A divisor of the group: its variant fits where the whole group's does.
+    let heads_per_workgroup = config.heads_per_workgroup(g, d);
+    let wide = decode_wide_group(caps, d, heads_per_workgroup);
+    (DecodeAttnForm { config, heads_per_workgroup, wide: wide.is_some() }, wide)
+}
+
+/// The form [`flash_attn_rope_decode`] runs in for `g` query heads per KV head of dim `d` on
+/// `caps`.
+pub fn decode_attn_form(caps: &Capabilities, d: usize, g: usize) -> DecodeAttnForm {
+    decode_form(caps, d, g).0
+}
+
 /// Whether [`flash_attn_rope_decode`] takes a call of shape `sh` over caches of head
 /// dimension `d` and `n_kv_heads` KV heads: one causal query at the last position
 /// (`q_pos0 + 1 == kv_len`, a decode step), the grouped-query kernel on the device, and
@@ -135,8 +165,10 @@ pub fn flash_attn_rope_decode(
     check_sinks("flash_attn_rope_decode", &sh)?;
     let g = sh.n_heads / k_cache.n_kv_heads;
     let (narrow_wg, npl) = gqa_kernel(dev.caps(), d, g).expect("checked by decode_fuses_rope");
-    let wide = decode_wide_group(dev.caps(), d, g);
-    let cfg = decode_config(wide.is_some());
+    let (form, wide) = decode_form(dev.caps(), d, g);
+    let (cfg, gq) = (form.config, form.heads_per_workgroup);
+    // One split count per workgroup x of the one query: within the cache's counts.
+    debug_assert!(sh.n_heads / gq <= IN_PLACE_MERGE_TOKENS * k_cache.n_kv_heads);
     let wg = wide.map_or(narrow_wg, |(_, wg)| wg);
     use crate::nn::RopeStyle::{Interleaved, Neox};
     let name = match (rope.style, wide.map(|(gd, _)| gd)) {
@@ -149,7 +181,7 @@ pub fn flash_attn_rope_decode(
         (Neox, Some(_)) => "flash_attn_gqa.rope_neox_f32_wide1024",
         (Interleaved, Some(_)) => "flash_attn_gqa.rope_interleaved_f32_wide1024",
     };
-    let p = pipeline_spec(&dev, name, wg, &[(1, g as u32), (2, npl)])?;
+    let p = pipeline_spec(&dev, name, wg, &[(1, gq as u32), (2, npl)])?;
     let split_len = sh.visible_len().div_ceil(splits).max(1);
     let mut words = attn_words(&sh, k_cache, splits, split_len).to_vec();
     words.extend([rope.rot as u32, q.off as u32, k.off as u32, v.off as u32]);
@@ -176,6 +208,6 @@ pub fn flash_attn_rope_decode(
         step.unwrap_or(q.buffer).into(),
         sh.sinks.unwrap_or(q.buffer).into(),
     ];
-    s.dispatch(&p, &bindings, &pc, [k_cache.n_kv_heads as u32, 1, splits as u32])?;
+    s.dispatch(&p, &bindings, &pc, [(sh.n_heads / gq) as u32, 1, splits as u32])?;
     Ok(())
 }

@@ -143,12 +143,13 @@ fn apply_switch((var, hint, warned): (&str, &str, &AtomicBool), spec: &str, mut 
 pub fn decode_attn_overrides(mut cfg: DecodeAttnConfig, spec: Option<&str>) -> DecodeAttnConfig {
     static WARNED: AtomicBool = AtomicBool::new(false);
     let Some(spec) = spec else { return cfg };
-    let hint = format!("split_positions=1..=4096 or max_splits=1..={MAX_ATTN_SPLITS}");
+    let hint = format!("split_positions=1..=4096, max_splits=1..={MAX_ATTN_SPLITS} or query_values=0..=1024");
     apply_switch(("VKML_DECODE_ATTN", &hint, &WARNED), spec, |name, v| {
         let v = v as usize;
         match name {
             "split_positions" if (1..=4096).contains(&v) => cfg.split_positions = v,
             "max_splits" if (1..=MAX_ATTN_SPLITS).contains(&v) => cfg.max_splits = v,
+            "query_values" if v <= 1024 => cfg.query_values = v,
             _ => return false,
         }
         true
@@ -181,6 +182,8 @@ mod tests {
         assert_eq!([1, 32, 33, 256, 4096].map(|n| o.splits(n)), [1, 1, 2, 8, 8]);
         // Out of range or unknown: ignored.
         assert_eq!(decode_attn_overrides(w, Some("max_splits=33,split_positions=0,subgroups=4,x")), w);
+        assert_eq!(decode_attn_overrides(w, Some("query_values=0")).query_values, 0);
+        assert_eq!(decode_attn_overrides(w, Some("query_values=1025")), w);
     }
 
     /// `VKML_MAT_VEC` sets the fields it names within their ranges and ignores the rest.
