@@ -39,6 +39,12 @@ pub struct MatVecConfig {
     /// applies. Changes results by the Q8_1 rounding of `x` (as ggml's MMVQ path does).
     /// [`mat_vec_config`] turns it on where [`q8_1_activations`] holds.
     pub integer_dot: bool,
+    /// MXFP4 on the integer-dot kernel too (its codes through a shared-memory table of code
+    /// pairs); else MXFP4 keeps the block-wise kernel on f32 `x`. H200, gpt-oss-20b tg128
+    /// (benches/RESULTS.md, issue 31, twenty-sixth session): 364.3 / 364.8 t/s on the block
+    /// kernel, 404.3 / 404.2 on the integer-dot kernel (its MoE down with the sums by the
+    /// last workgroup); the 4096² mat-vec alone 6.1 against 6.4 µs.
+    pub integer_dot_mxfp4: bool,
     /// One-row integer-dot mat-vecs quantize their f32 `x` themselves
     /// (`mul_mat_vec_dot.*_x_f32`: each workgroup into shared memory, the RMS norm folded in
     /// where there is one) instead of a quantize or norm dispatch before them, where
@@ -95,8 +101,8 @@ pub fn block_rows_per_subgroup(caps: &Capabilities, cfg: &MatVecConfig, rows: us
 /// and up, per output row) where the plain one would take `nr`: half as many, so that a
 /// subgroup reads as many matrix rows (H100, qwen3moe-30b-a3b tg128 on the Q4_0 block
 /// kernel: 4 rows 187.2 t/s, 2 rows 198.8, 1 row 188.7; benches/RESULTS.md), except for
-/// MXFP4 on NVIDIA, whose f32 x loads cost more than its 4.25-bit weights and pay to be
-/// shared by more rows (H200, gpt-oss-20b tg128: its routed gate|up 56.9 µs per layer at 2
+/// MXFP4 on NVIDIA, whose f32 x loads on the block kernel (`MatVecConfig::integer_dot_mxfp4`
+/// off) cost more than its 4.25-bit weights and pay to be shared by more rows (H200, gpt-oss-20b tg128: its routed gate|up 56.9 µs per layer at 2
 /// rows, 44.5 at 4; benches/RESULTS.md, issue 31, twenty-first session).
 pub fn expert_glu_rows_per_subgroup(caps: &Capabilities, ty: vkml_quant::GgmlType, nr: u32) -> u32 {
     let nvidia = matches!(caps.arch, ArchClass::NvidiaTensorCore | ArchClass::Nvidia);
@@ -210,6 +216,7 @@ pub fn mat_vec_config(caps: &Capabilities) -> MatVecConfig {
         // tg128 of synthetic Llama-3-8B Q4_0 166 -> 209 t/s, of TinyLlama-1.1B Q4_0
         // 445 -> 479 t/s (benches/RESULTS.md).
         integer_dot: q8_1_activations(caps),
+        integer_dot_mxfp4: true,
         dot_x_in_kernel: true,
         dot_x_rows_per_subgroup,
         dot_x_rows_per_subgroup_wide,

@@ -176,6 +176,7 @@ fn mat_vec_configs(dev: &Device) -> Vec<MatVecConfig> {
                 rows_per_subgroup: 1,
                 dot_rows_per_subgroup: 1,
                 integer_dot: false,
+                integer_dot_mxfp4: false,
                 dot_x_in_kernel: false,
                 dot_x_rows_per_subgroup: 1,
                 dot_x_rows_per_subgroup_wide: 1,
@@ -195,6 +196,7 @@ fn mat_vec_configs(dev: &Device) -> Vec<MatVecConfig> {
                 rows_per_subgroup,
                 dot_rows_per_subgroup: rows_per_subgroup,
                 integer_dot: false,
+                integer_dot_mxfp4: false,
                 dot_x_in_kernel: false,
                 dot_x_rows_per_subgroup: 1,
                 dot_x_rows_per_subgroup_wide: 1,
@@ -676,6 +678,7 @@ fn tuning_table_per_architecture() {
                 dot_rows_per_subgroup: dot_nr,
                 // Decode mat-vecs take Q8_1 x where packed int8 dot products are accelerated.
                 integer_dot: caps.integer_dot.supported && caps.integer_dot.packed_4x8_signed_accelerated,
+                integer_dot_mxfp4: true,
                 dot_x_in_kernel: true,
                 dot_x_rows_per_subgroup: dot_x_nr,
                 dot_x_rows_per_subgroup_wide: dot_x_wide,

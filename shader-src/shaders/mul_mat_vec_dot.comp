@@ -2,11 +2,17 @@
 //! variant q8_0 QTYPE=8
 //! variant q4_0_x_f32 QTYPE=2 X_F32=1
 //! variant q8_0_x_f32 QTYPE=8 X_F32=1
+//! variant mxfp4 QTYPE=39
+//! variant mxfp4_x_f32 QTYPE=39 X_F32=1
 // Integer-dot mat-vec: y[b, r] = sum over blocks of d_w * d_x * sumi, where sumi is the
 // exact integer dot of the weight quants with x quantized to Q8_1 (quantize_q8_1.comp),
 // computed with packed 4x8-bit dot products (GL_EXT_integer_dot_product; hardware-
 // accelerated where Capabilities says so). Q4_0: sumi = sum(nibble * q) - 8 * sum(q), as
-// ggml's vec_dot_q4_0 with (nibble - 8). One subgroup per NR rows, whole blocks per
+// ggml's vec_dot_q4_0 with (nibble - 8). MXFP4: sumi = sum(v * q), v the code's doubled
+// E2M1 value (ggml's kvalues_mxfp4, an int8), d_w = 2^(e - 128) (ggml_e8m0_to_fp32_half),
+// as ggml's vec_dot_mxfp4_q8_0; the codes become int8 words by a table in shared memory
+// of each pair of codes (two consecutive elements), FP4_COPIES copies (specialization
+// constant 28) so that the lanes' random lookups spread over the banks. One subgroup per NR rows, whole blocks per
 // invocation, subgroup add.
 // Bindings: 0 = W (raw blocks), 1 = xq (Q8_1 words, 9 per block, [NB, k/32]), 2 = y f32 [NB, rows]
 // (epilogue per include/mat_vec_out.glsl: with the gated products each subgroup also
@@ -210,11 +216,60 @@ layout(std430, set = 0, binding = 1) readonly buffer XQ { uint xq[]; };
 #define XQ(i) xq[i]
 #endif
 
+#if QTYPE == 39
+// The pair table: entry c (codes c & 15, then c >> 4) holds their values as int8 bytes 0
+// and 1; copy i of entry c at word c * FP4_COPIES + i, read by lanes i, i + FP4_COPIES, ..
+// (ops/src/quant/mat_vec.rs: fp4_copies.)
+layout(constant_id = 28) const uint FP4_COPIES = 1u;
+shared uint fp4_pairs[256u * FP4_COPIES];
+// ggml's kvalues_mxfp4[c]: twice the E2M1 value of code c (sign bit 3; magnitudes 0, 1, 2,
+// 3, 4, 6, 8, 12).
+int fp4_value(uint c) {
+    uint m = c & 7u;
+    int v = int(m < 4u ? m : (2u + (m & 1u)) << ((m >> 1) - 1u));
+    return (c & 8u) != 0u ? -v : v;
+}
+// Fills the table; every invocation calls it before a barrier.
+void fp4_init() {
+    for (uint i = gl_LocalInvocationIndex; i < 256u * FP4_COPIES; i += gl_WorkGroupSize.x) {
+        uint c = i / FP4_COPIES;
+        fp4_pairs[i] = (uint(fp4_value(c & 15u)) & 0xFFu) | ((uint(fp4_value(c >> 4)) & 0xFFu) << 8);
+    }
+}
+// The int8 values of the code pair c as bytes 0 and 1 (copy lc).
+uint fp4_pair(uint c, uint lc) { return fp4_pairs[c * FP4_COPIES + lc]; }
+#endif
+
+// The weight block's scale d_w: the f16 d, or MXFP4's 2^(e - 128) (ggml_e8m0_to_fp32_half:
+// subnormal for e < 2).
+float block_d(uint blk) {
+#if QTYPE == 39
+    uint e = q_u8(blk);
+    return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+#else
+    return q_f16(blk);
+#endif
+}
+
 // The exact integer dot of one weight block (at byte blk) with the Q8_1 quants xv; for
 // Q4_0, xsum is the sum of those quants (the -8 offset of the nibbles).
 int block_dot(uint blk, uint xv[8], int xsum) {
     int sumi = 0;
-#if QTYPE == 2
+#if QTYPE == 39
+    uint q[4];
+    LOAD_WORDS(q, 4u, blk + 1u);
+    uint lc = gl_SubgroupInvocationID % FP4_COPIES;
+    [[unroll]] for (uint i = 0; i < 4u; i++) {
+        // Byte 4i + j holds element 4i + j (low nibble) and 4i + 16 + j (high nibble): the
+        // low nibbles of bytes (0, 1) and (2, 3) are pairs of the word of elements 4i ..
+        // 4i + 3, the high nibbles those of elements 4i + 16 .. 4i + 19.
+        uint w = q[i];
+        uint lo = fp4_pair((w & 0x0Fu) | ((w >> 4) & 0xF0u), lc) | (fp4_pair(((w >> 16) & 0x0Fu) | ((w >> 20) & 0xF0u), lc) << 16);
+        uint hi = fp4_pair(((w >> 4) & 0x0Fu) | ((w >> 8) & 0xF0u), lc) | (fp4_pair(((w >> 20) & 0x0Fu) | (w >> 24 & 0xF0u), lc) << 16);
+        sumi += dotPacked4x8EXT(int(xv[i]), int(lo));
+        sumi += dotPacked4x8EXT(int(xv[4u + i]), int(hi));
+    }
+#elif QTYPE == 2
     uint q[4];
     LOAD_WORDS(q, 4u, blk + 2u);
     [[unroll]] for (uint i = 0; i < 4u; i++) {
@@ -253,10 +308,10 @@ void mv_dots(uint r0, uint w_base, uint xb0) {
             [[unroll]] for (uint rr = 0; rr < NR; rr++) {
                 uint r = min(r0 + rr, p.rows - 1u); // rows past the end recompute the last row, unstored
                 uint blk = w_base + r * p.row_bytes + ib * QBYTES;
-                acc[rr * NB + b] += float(block_dot(blk, xv, xsum)) * q_f16(blk) * dx;
+                acc[rr * NB + b] += float(block_dot(blk, xv, xsum)) * block_d(blk) * dx;
                 if (MV_GLU) {
                     uint ublk = blk + p.rows * p.row_bytes;
-                    acc2[rr * NB + b] += float(block_dot(ublk, xv, xsum)) * q_f16(ublk) * dx;
+                    acc2[rr * NB + b] += float(block_dot(ublk, xv, xsum)) * block_d(ublk) * dx;
                 }
             }
         }
@@ -318,6 +373,13 @@ void mv_rows(uint r0, uint w_base, uint slot, uint e) {
 void main() {
     uint wg0 = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups;
     uint slot = 0u, w_base = p.w_offset, e = 0u;
+#if QTYPE == 39
+    // (Behind quantize_x's barrier; without it, a barrier of its own.)
+    fp4_init();
+#ifndef X_F32
+    barrier();
+#endif
+#endif
 #ifdef X_F32
     // The whole workgroup, before quantize_x's and the routing's barriers (with the
     // post-norm epilogue every workgroup goes on: all of them count).

@@ -142,10 +142,35 @@ pub fn mat_vec_q8_1_fused(
 /// Whether [`mat_vec_fused`] with `cfg` runs `m` on the integer-dot kernel, quantizing x
 /// to Q8_1 first: then [`mat_vec_q8_1_fused`] on x quantized elsewhere (by
 /// [`quantize_q8_1`], or by [`crate::nn::rms_norm_q8_1`] as it normalises) gives the same
-/// result. Needs `cfg.integer_dot` and `cfg.subgroup_rows`, a type in [`DOT_TYPES`], and
-/// a device with integer dot products and a usable subgroup size.
+/// result. Needs `cfg.integer_dot` and `cfg.subgroup_rows`, a type in [`DOT_TYPES`] (MXFP4
+/// also `cfg.integer_dot_mxfp4`), and a device with integer dot products and a usable
+/// subgroup size.
 pub fn mat_vec_uses_q8_1(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVecConfig) -> bool {
-    runs_subgroup_rows(caps, m, cfg) && cfg.integer_dot && caps.integer_dot.supported && DOT_TYPES.contains(&m.ty)
+    runs_subgroup_rows(caps, m, cfg)
+        && cfg.integer_dot
+        && caps.integer_dot.supported
+        && DOT_TYPES.contains(&m.ty)
+        && (m.ty != GgmlType::MXFP4 || cfg.integer_dot_mxfp4)
+}
+
+/// Shared memory of the x-quantizing integer-dot kernels (`mul_mat_vec_dot.*_x_f32`): the
+/// quantized x, the reductions' partials and the Q8_1 gated products' rows.
+const DOT_X_SHARED: usize = DOT_X_MAX_BLOCKS * 36 + 4 * 128 + 4 + 4 * DOT_X_MAX_WG_ROWS;
+
+/// Shared memory of one copy of the MXFP4 integer-dot kernels' table of code pairs
+/// (`mul_mat_vec_dot.comp`'s `fp4_pairs`: 256 words).
+const FP4_COPY_BYTES: usize = 4 * 256;
+
+/// Copies of the MXFP4 integer-dot kernels' table of code pairs (`mul_mat_vec_dot.comp`'s
+/// specialization constant 28, FP4_COPIES): 16, so that a subgroup's random lookups spread
+/// over the banks, where shared memory holds them beside the x-quantizing kernels' own;
+/// else 1.
+pub(super) fn fp4_copies(caps: &vkml_hal::Capabilities) -> u32 {
+    if caps.limits.max_shared_memory as usize >= DOT_X_SHARED + 16 * FP4_COPY_BYTES {
+        16
+    } else {
+        1
+    }
 }
 
 /// Whether `m` runs on a kernel with one subgroup per few rows (the block-wise or the
@@ -180,7 +205,8 @@ pub fn dot_quantizes_x(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize,
         && wg.is_power_of_two()
         && wg <= caps.limits.max_workgroup_invocations.min(caps.limits.max_workgroup_size[0])
         && caps.limits.max_storage_buffers_per_stage >= DOT_X_BINDINGS
-        && (caps.limits.max_shared_memory as usize) >= DOT_X_MAX_BLOCKS * 36 + 4 * 128 + 4 + 4 * DOT_X_MAX_WG_ROWS
+        && (caps.limits.max_shared_memory as usize)
+            >= DOT_X_SHARED + if m.ty == GgmlType::MXFP4 { fp4_copies(caps) as usize * FP4_COPY_BYTES } else { 0 }
 }
 
 /// Storage buffers the x-quantizing integer-dot kernels bind (`mul_mat_vec_dot.*_x_f32`:
@@ -553,6 +579,9 @@ fn mat_vec_core(
                 PipelineOptions {
                     spec_constants: {
                         let mut spec = vec![(0, workgroup.max(sg)), (1, nb as u32), (2, nr)];
+                        if use_dot && m.ty == GgmlType::MXFP4 {
+                            spec.push((28, fp4_copies(caps)));
+                        }
                         if post.is_some() {
                             spec.push((10, POST_NORM_EPILOGUE));
                         } else {
@@ -722,6 +751,8 @@ pub(super) fn dot_kernel(ty: GgmlType, x_f32: bool) -> Result<&'static str> {
         (GgmlType::Q4_0, true) => "mul_mat_vec_dot.q4_0_x_f32",
         (GgmlType::Q8_0, false) => "mul_mat_vec_dot.q8_0",
         (GgmlType::Q8_0, true) => "mul_mat_vec_dot.q8_0_x_f32",
+        (GgmlType::MXFP4, false) => "mul_mat_vec_dot.mxfp4",
+        (GgmlType::MXFP4, true) => "mul_mat_vec_dot.mxfp4_x_f32",
         (ty, _) => {
             return Err(OpsError::UnsupportedType { op: "mat_vec_q8_1", ty, supported: format!("{DOT_TYPES:?}") })
         }

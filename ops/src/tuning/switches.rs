@@ -60,7 +60,7 @@ pub fn moe_sums(on_integer_dot: bool) -> MoeSums {
 /// switch for benchmark sweeps: comma-separated `name=value` of `workgroup`,
 /// `rows_per_subgroup`, `dot_rows_per_subgroup`, `dot_x_workgroup`,
 /// `dot_x_rows_per_subgroup`, `dot_x_rows_per_subgroup_wide`, `vec4_norm_workgroup`; and
-/// the flags `integer_dot`, `dot_x_in_kernel`, `norm_one_pass`, 0 or 1). A value outside
+/// the flags `integer_dot`, `integer_dot_mxfp4`, `dot_x_in_kernel`, `norm_one_pass`, 0 or 1). A value outside
 /// its field's range (rows 1..=8; workgroups powers of two from the subgroup size to 128,
 /// or to the device's limit and 1024 for `dot_x_workgroup` and `vec4_norm_workgroup`) or
 /// an unknown name is ignored, the first one reported on stderr.
@@ -86,6 +86,10 @@ pub fn mat_vec_overrides(mut cfg: MatVecConfig, spec: Option<&str>, caps: &Capab
         }
         ("integer_dot", v @ (0 | 1)) => {
             cfg.integer_dot = v == 1;
+            true
+        }
+        ("integer_dot_mxfp4", v @ (0 | 1)) => {
+            cfg.integer_dot_mxfp4 = v == 1;
             true
         }
         ("dot_x_in_kernel", v @ (0 | 1)) => {
@@ -197,10 +201,11 @@ mod tests {
         assert_eq!((c.dot_x_workgroup, c.dot_x_rows_per_subgroup, c.rows_per_subgroup), (256, 2, 8));
         assert_eq!(c.workgroup, base.workgroup);
         let (off, on) = (
-            mat_vec_overrides(base, Some("integer_dot=0,dot_x_in_kernel=0"), &caps),
-            mat_vec_overrides(base, Some("integer_dot=1,dot_x_in_kernel=1"), &caps),
+            mat_vec_overrides(base, Some("integer_dot=0,dot_x_in_kernel=0,integer_dot_mxfp4=0"), &caps),
+            mat_vec_overrides(base, Some("integer_dot=1,dot_x_in_kernel=1,integer_dot_mxfp4=1"), &caps),
         );
         assert!(!off.integer_dot && !off.dot_x_in_kernel && on.integer_dot && on.dot_x_in_kernel);
+        assert!(!off.integer_dot_mxfp4 && on.integer_dot_mxfp4);
         assert!(base.norm_one_pass && !mat_vec_overrides(base, Some("norm_one_pass=0"), &caps).norm_one_pass);
         assert_eq!(mat_vec_overrides(base, Some("vec4_norm_workgroup=256"), &caps).vec4_norm_workgroup, 256);
         assert_eq!(mat_vec_overrides(base, Some("vec4_norm_workgroup=2048"), &caps), base);
