@@ -10,10 +10,10 @@
 // accelerated where Capabilities says so). Q4_0: sumi = sum(nibble * q) - 8 * sum(q), as
 // ggml's vec_dot_q4_0 with (nibble - 8). MXFP4: sumi = sum(v * q), v the code's doubled
 // E2M1 value (ggml's kvalues_mxfp4, an int8), d_w = 2^(e - 128) (ggml_e8m0_to_fp32_half),
-// as ggml's vec_dot_mxfp4_q8_0; the codes become int8 words by a table in shared memory
-// of each pair of codes (two consecutive elements), FP4_COPIES copies (specialization
-// constant 28) so that the lanes' random lookups spread over the banks. One subgroup per NR rows, whole blocks per
-// invocation, subgroup add.
+// as ggml's vec_dot_mxfp4_q8_0; the codes become int8 words through a shared-memory table
+// of code pairs (two consecutive elements), FP4_COPIES copies (specialization constant 28)
+// so that the lanes' random lookups spread over the banks. One subgroup per NR rows,
+// whole blocks per invocation, subgroup add.
 // Bindings: 0 = W (raw blocks), 1 = xq (Q8_1 words, 9 per block, [NB, k/32]), 2 = y f32 [NB, rows]
 // (epilogue per include/mat_vec_out.glsl: with the gated products each subgroup also
 // computes the NR up rows, at r + rows, beside its gate rows; x is loaded once for both).
@@ -265,7 +265,7 @@ int block_dot(uint blk, uint xv[8], int xsum) {
         // 4i + 3, the high nibbles those of elements 4i + 16 .. 4i + 19.
         uint w = q[i];
         uint lo = fp4_pair((w & 0x0Fu) | ((w >> 4) & 0xF0u), lc) | (fp4_pair(((w >> 16) & 0x0Fu) | ((w >> 20) & 0xF0u), lc) << 16);
-        uint hi = fp4_pair(((w >> 4) & 0x0Fu) | ((w >> 8) & 0xF0u), lc) | (fp4_pair(((w >> 20) & 0x0Fu) | (w >> 24 & 0xF0u), lc) << 16);
+        uint hi = fp4_pair(((w >> 4) & 0x0Fu) | ((w >> 8) & 0xF0u), lc) | (fp4_pair(((w >> 20) & 0x0Fu) | ((w >> 24) & 0xF0u), lc) << 16);
         sumi += dotPacked4x8EXT(int(xv[i]), int(lo));
         sumi += dotPacked4x8EXT(int(xv[4u + i]), int(hi));
     }
