@@ -102,8 +102,9 @@ pub fn block_rows_per_subgroup(caps: &Capabilities, cfg: &MatVecConfig, rows: us
 /// subgroup reads as many matrix rows (H100, qwen3moe-30b-a3b tg128 on the Q4_0 block
 /// kernel: 4 rows 187.2 t/s, 2 rows 198.8, 1 row 188.7; benches/RESULTS.md), except for
 /// MXFP4 on NVIDIA, whose f32 x loads on the block kernel (`MatVecConfig::integer_dot_mxfp4`
-/// off) cost more than its 4.25-bit weights and pay to be shared by more rows (H200, gpt-oss-20b tg128: its routed gate|up 56.9 µs per layer at 2
-/// rows, 44.5 at 4; benches/RESULTS.md, issue 31, twenty-first session).
+/// off) cost more than its 4.25-bit weights and pay to be shared by more rows (H200,
+/// gpt-oss-20b tg128: its routed gate|up 56.9 µs per layer at 2 rows, 44.5 at 4;
+/// benches/RESULTS.md, issue 31, twenty-first session).
 pub fn expert_glu_rows_per_subgroup(caps: &Capabilities, ty: vkml_quant::GgmlType, nr: u32) -> u32 {
     let nvidia = matches!(caps.arch, ArchClass::NvidiaTensorCore | ArchClass::Nvidia);
     if nvidia && ty == vkml_quant::GgmlType::MXFP4 {

@@ -29,8 +29,8 @@
 // combine_*: with n_splits > 1, the splits merge in the same dispatch: each workgroup,
 // having written its split, counts itself on a device-scope atomic (binding 6, cnt: one
 // uint per (query token, head group), zero before the dispatch: t_q n_heads / GQ of them);
-// the last of the n_splits workgroups of a (token, head group) merges them (include/flash_attn_merge.glsl) and resets
-// its count to zero for the next dispatch.
+// the last of the n_splits workgroups of a (token, head group) merges them
+// (include/flash_attn_merge.glsl) and resets its count to zero for the next dispatch.
 // rope_*: the decode step's prologue in the same dispatch (rope_kv.comp's work, bit for
 // bit): one query token (t_q = 1) at position q_pos0 = kv_len - 1; binding 0 holds the
 // unrotated f32 query heads (head h at element q_off + h d, e.g. the stacked Q|K|V rows of
@@ -41,8 +41,8 @@
 // shared memory as f16 (what the cache would hold); the split holding position q_pos0
 // reads them from there and writes them into the caches (bindings 1, 2, read-write), in
 // slot q_pos0 % ctx, which no other workgroup of the dispatch reads (of a KV head's hg
-// workgroups of that split, the first writes; each reads its own shared copy). The merge of the
-// splits is the combine_* one. Before the rotation, where asked (Qwen2's QKV biases,
+// workgroups of that split, the first writes; each reads its own shared copy). The merge
+// of the splits is the combine_* one. Before the rotation, where asked (Qwen2's QKV biases,
 // Qwen3's and Gemma 3's q/k norms, as llama.cpp applies them): the stacked Q|K|V bias
 // (binding 11, f32 [(n_heads + 2 n_kv_heads) d], p.has_bias) is added to the query, key
 // and value heads, and each query head (key head) is RMS-normalised with weight binding

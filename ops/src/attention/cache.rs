@@ -17,8 +17,8 @@ pub struct KvCache {
     /// Per (query token < [`IN_PLACE_MERGE_TOKENS`], KV head): the count of finished
     /// splits of a split decode attention whose splits merge in place, zero between
     /// dispatches (`flash_attn_gqa.comp`'s `combine_*` variants). The one-query `rope_*`
-    /// variants count per head group of a workgroup instead: at most 8 per KV head
-    /// (the grouped-query kernel's largest group), all of query 0's and 1's words.
+    /// variants count per head group of a workgroup instead: at most 8 per KV head (the
+    /// grouped-query kernel's largest group), within the first 8 queries' words.
     pub(super) split_counts: Buffer,
     /// KV heads.
     pub n_kv_heads: usize,

@@ -165,12 +165,18 @@ const FP4_COPY_BYTES: usize = 4 * 256;
 /// specialization constant 28, FP4_COPIES): 16, so that a subgroup's random lookups spread
 /// over the banks, where shared memory holds them beside the x-quantizing kernels' own;
 /// else 1.
-pub(super) fn fp4_copies(caps: &vkml_hal::Capabilities) -> u32 {
+fn fp4_copies(caps: &vkml_hal::Capabilities) -> u32 {
     if caps.limits.max_shared_memory as usize >= DOT_X_SHARED + 16 * FP4_COPY_BYTES {
         16
     } else {
         1
     }
+}
+
+/// The integer-dot kernel's specialization constant for type `ty` where it has one: MXFP4's
+/// table copies (28, [`fp4_copies`]). The HAL refuses constants a kernel does not declare.
+pub(super) fn dot_type_constant(caps: &vkml_hal::Capabilities, ty: GgmlType) -> Option<(u32, u32)> {
+    (ty == GgmlType::MXFP4).then(|| (28, fp4_copies(caps)))
 }
 
 /// Whether `m` runs on a kernel with one subgroup per few rows (the block-wise or the
@@ -579,8 +585,8 @@ fn mat_vec_core(
                 PipelineOptions {
                     spec_constants: {
                         let mut spec = vec![(0, workgroup.max(sg)), (1, nb as u32), (2, nr)];
-                        if use_dot && m.ty == GgmlType::MXFP4 {
-                            spec.push((28, fp4_copies(caps)));
+                        if use_dot {
+                            spec.extend(dot_type_constant(caps, m.ty));
                         }
                         if post.is_some() {
                             spec.push((10, POST_NORM_EPILOGUE));

@@ -60,10 +60,10 @@ pub fn moe_sums(on_integer_dot: bool) -> MoeSums {
 /// switch for benchmark sweeps: comma-separated `name=value` of `workgroup`,
 /// `rows_per_subgroup`, `dot_rows_per_subgroup`, `dot_x_workgroup`,
 /// `dot_x_rows_per_subgroup`, `dot_x_rows_per_subgroup_wide`, `vec4_norm_workgroup`; and
-/// the flags `integer_dot`, `integer_dot_mxfp4`, `dot_x_in_kernel`, `norm_one_pass`, 0 or 1). A value outside
-/// its field's range (rows 1..=8; workgroups powers of two from the subgroup size to 128,
-/// or to the device's limit and 1024 for `dot_x_workgroup` and `vec4_norm_workgroup`) or
-/// an unknown name is ignored, the first one reported on stderr.
+/// the flags `integer_dot`, `integer_dot_mxfp4`, `dot_x_in_kernel`, `norm_one_pass`, 0 or
+/// 1). A value outside its field's range (rows 1..=8; workgroups powers of two from the
+/// subgroup size to 128, or to the device's limit and 1024 for `dot_x_workgroup` and
+/// `vec4_norm_workgroup`) or an unknown name is ignored, the first one reported on stderr.
 pub fn mat_vec_overrides(mut cfg: MatVecConfig, spec: Option<&str>, caps: &Capabilities) -> MatVecConfig {
     static WARNED: AtomicBool = AtomicBool::new(false);
     let Some(spec) = spec else { return cfg };
