@@ -736,12 +736,12 @@ pub fn attention(t_q: usize, kv_len: usize, n_heads: usize, n_kv_heads: usize, d
 /// kernel, `vkCmdCopyBuffer`, fma and matrix peaks), then mat-vec for every type in
 /// [`quant::SUPPORTED`], the Q8_1 decode mat-vec of [`quant::DOT_TYPES`] where
 /// [`tuning::q8_1_activations`] holds (at 4096x4096, 4096x14336 and 14336x4096 at full
-/// scale), mat-mat for Q4_0, Q8_0 and Q4_K (and on int8 tensor cores for Q4_0 and Q8_0 where
-/// [`tuning::coopmat_int8`] holds), the expert-indexed mat-vec, float matmul (f32, and f16
-/// where the device has 16-bit storage), quantizing to every type of
-/// [`quant::GPU_QUANTIZED`], add, softmax, rms_norm and attention (prefill and decode), at
-/// `scale`'s shapes. The expert-indexed mat-vecs run plain, as gated products on given ids
-/// and as a decode step's routed gate|up kernel.
+/// scale, as is their mat-vec on f32 x), mat-mat for Q4_0, Q8_0 and Q4_K (and on int8
+/// tensor cores for Q4_0 and Q8_0 where [`tuning::coopmat_int8`] holds), the expert-indexed
+/// mat-vec, float matmul (f32, and f16 where the device has 16-bit storage), quantizing to
+/// every type of [`quant::GPU_QUANTIZED`], add, softmax, rms_norm and attention (prefill
+/// and decode), at `scale`'s shapes. The expert-indexed mat-vecs run plain, as gated
+/// products on given ids and as a decode step's routed gate|up kernel.
 pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
     let full = scale == Scale::Full;
     let mut v =
@@ -751,6 +751,14 @@ pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
     let (rows, k) = if full { (4096, 4096) } else { (1024, 1024) };
     for &ty in quant::SUPPORTED {
         v.push(mat_vec(ty, rows, k, scale));
+    }
+    // The integer-dot types also at a feed-forward's shapes, where the weight read
+    // outweighs each workgroup's quantizing of x.
+    if full && tuning::q8_1_activations(dev.caps()) {
+        for &ty in quant::DOT_TYPES {
+            v.push(mat_vec(ty, 14336, 4096, scale));
+            v.push(mat_vec(ty, 4096, 14336, scale));
+        }
     }
     // The decode path of the types that have it, where the model uses it.
     if tuning::q8_1_activations(dev.caps()) {

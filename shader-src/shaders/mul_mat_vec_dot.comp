@@ -10,10 +10,9 @@
 // accelerated where Capabilities says so). Q4_0: sumi = sum(nibble * q) - 8 * sum(q), as
 // ggml's vec_dot_q4_0 with (nibble - 8). MXFP4: sumi = sum(v * q), v the code's doubled
 // E2M1 value (ggml's kvalues_mxfp4, an int8), d_w = 2^(e - 128) (ggml_e8m0_to_fp32_half),
-// as ggml's vec_dot_mxfp4_q8_0; the codes become int8 words through a shared-memory table
-// of code pairs (two consecutive elements), FP4_COPIES copies (specialization constant 28)
-// so that the lanes' random lookups spread over the banks. One subgroup per NR rows,
-// whole blocks per invocation, subgroup add.
+// as ggml's vec_dot_mxfp4_q8_0; a word's 8 codes become their magnitudes by bit
+// arithmetic within each nibble (fp4_magnitudes) and the signs are applied in the dot
+// products. One subgroup per NR rows, whole blocks per invocation, subgroup add.
 // Bindings: 0 = W (raw blocks), 1 = xq (Q8_1 words, 9 per block, [NB, k/32]), 2 = y f32 [NB, rows]
 // (epilogue per include/mat_vec_out.glsl: with the gated products each subgroup also
 // computes the NR up rows, at r + rows, beside its gate rows; x is loaded once for both).
@@ -217,27 +216,14 @@ layout(std430, set = 0, binding = 1) readonly buffer XQ { uint xq[]; };
 #endif
 
 #if QTYPE == 39
-// The pair table: entry c (codes c & 15, then c >> 4) holds their values as int8 bytes 0
-// and 1; copy i of entry c at word c * FP4_COPIES + i, read by lanes i, i + FP4_COPIES, ..
-// (ops/src/quant/mat_vec.rs: fp4_copies.)
-layout(constant_id = 28) const uint FP4_COPIES = 1u;
-shared uint fp4_pairs[256u * FP4_COPIES];
-// ggml's kvalues_mxfp4[c]: twice the E2M1 value of code c (sign bit 3; magnitudes 0, 1, 2,
-// 3, 4, 6, 8, 12).
-int fp4_value(uint c) {
-    uint m = c & 7u;
-    int v = int(m < 4u ? m : (2u + (m & 1u)) << ((m >> 1) - 1u));
-    return (c & 8u) != 0u ? -v : v;
+// The magnitudes of a word's 8 MXFP4 codes, nibble for nibble: twice the E2M1 value of
+// the code's low 3 bits [e1 e0 m] (ggml's kvalues_mxfp4: 0, 1, 2, 3, 4, 6, 8, 12), as
+// m + 2 e0 + 4 e1 + 2 e0 e1 + m e1 + 2 m e0 e1, each term a bit of the nibble (at most 12,
+// so no carry leaves a nibble). The sign is bit 3.
+uint fp4_magnitudes(uint w) {
+    uint e0e1 = w & (w >> 1) & 0x22222222u; // 2 e0 e1
+    return (w & 0x77777777u) + e0e1 + (w & (w >> 2) & 0x11111111u) + (e0e1 & (w << 1));
 }
-// Fills the table; every invocation calls it before a barrier.
-void fp4_init() {
-    for (uint i = gl_LocalInvocationIndex; i < 256u * FP4_COPIES; i += gl_WorkGroupSize.x) {
-        uint c = i / FP4_COPIES;
-        fp4_pairs[i] = (uint(fp4_value(c & 15u)) & 0xFFu) | ((uint(fp4_value(c >> 4)) & 0xFFu) << 8);
-    }
-}
-// The int8 values of the code pair c as bytes 0 and 1 (copy lc).
-uint fp4_pair(uint c, uint lc) { return fp4_pairs[c * FP4_COPIES + lc]; }
 #endif
 
 // The weight block's scale d_w: the f16 d, or MXFP4's 2^(e - 128) (ggml_e8m0_to_fp32_half:
@@ -258,16 +244,17 @@ int block_dot(uint blk, uint xv[8], int xsum) {
 #if QTYPE == 39
     uint q[4];
     LOAD_WORDS(q, 4u, blk + 1u);
-    uint lc = gl_SubgroupInvocationID % FP4_COPIES;
     [[unroll]] for (uint i = 0; i < 4u; i++) {
         // Byte 4i + j holds element 4i + j (low nibble) and 4i + 16 + j (high nibble): the
-        // low nibbles of bytes (0, 1) and (2, 3) are pairs of the word of elements 4i ..
-        // 4i + 3, the high nibbles those of elements 4i + 16 .. 4i + 19.
-        uint w = q[i];
-        uint lo = fp4_pair((w & 0x0Fu) | ((w >> 4) & 0xF0u), lc) | (fp4_pair(((w >> 16) & 0x0Fu) | ((w >> 20) & 0xF0u), lc) << 16);
-        uint hi = fp4_pair(((w >> 4) & 0x0Fu) | ((w >> 8) & 0xF0u), lc) | (fp4_pair(((w >> 20) & 0x0Fu) | ((w >> 24) & 0xF0u), lc) << 16);
-        sumi += dotPacked4x8EXT(int(xv[i]), int(lo));
-        sumi += dotPacked4x8EXT(int(xv[4u + i]), int(hi));
+        // low nibbles make the word of elements 4i .. 4i + 3, the high ones that of 4i + 16
+        // .. 4i + 19. A negative code's byte is its magnitude's complement (-v - 1 as an
+        // int8), and its sign bit (1) is added back through one more packed dot product.
+        uint v = fp4_magnitudes(q[i]);
+        uint s = (q[i] >> 3) & 0x11111111u;
+        uint s_lo = s & 0x01010101u, s_hi = (s >> 4) & 0x01010101u;
+        uint lo = (v & 0x0F0F0F0Fu) ^ (s_lo * 0xFFu), hi = ((v >> 4) & 0x0F0F0F0Fu) ^ (s_hi * 0xFFu);
+        sumi += dotPacked4x8EXT(int(xv[i]), int(lo)) + dotPacked4x8EXT(int(xv[i]), int(s_lo));
+        sumi += dotPacked4x8EXT(int(xv[4u + i]), int(hi)) + dotPacked4x8EXT(int(xv[4u + i]), int(s_hi));
     }
 #elif QTYPE == 2
     uint q[4];
@@ -373,13 +360,6 @@ void mv_rows(uint r0, uint w_base, uint slot, uint e) {
 void main() {
     uint wg0 = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_NumSubgroups;
     uint slot = 0u, w_base = p.w_offset, e = 0u;
-#if QTYPE == 39
-    // (Behind quantize_x's barrier; without it, a barrier of its own.)
-    fp4_init();
-#ifndef X_F32
-    barrier();
-#endif
-#endif
 #ifdef X_F32
     // The whole workgroup, before quantize_x's and the routing's barriers (with the
     // post-norm epilogue every workgroup goes on: all of them count).

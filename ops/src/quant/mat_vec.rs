@@ -157,28 +157,6 @@ pub fn mat_vec_uses_q8_1(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVe
 /// quantized x, the reductions' partials and the Q8_1 gated products' rows.
 const DOT_X_SHARED: usize = DOT_X_MAX_BLOCKS * 36 + 4 * 128 + 4 + 4 * DOT_X_MAX_WG_ROWS;
 
-/// Shared memory of one copy of the MXFP4 integer-dot kernels' table of code pairs
-/// (`mul_mat_vec_dot.comp`'s `fp4_pairs`: 256 words).
-const FP4_COPY_BYTES: usize = 4 * 256;
-
-/// Copies of the MXFP4 integer-dot kernels' table of code pairs (`mul_mat_vec_dot.comp`'s
-/// specialization constant 28, FP4_COPIES): 16, so that a subgroup's random lookups spread
-/// over the banks, where shared memory holds them beside the x-quantizing kernels' own;
-/// else 1.
-fn fp4_copies(caps: &vkml_hal::Capabilities) -> u32 {
-    if caps.limits.max_shared_memory as usize >= DOT_X_SHARED + 16 * FP4_COPY_BYTES {
-        16
-    } else {
-        1
-    }
-}
-
-/// The integer-dot kernel's specialization constant for type `ty` where it has one: MXFP4's
-/// table copies (28, [`fp4_copies`]). The HAL refuses constants a kernel does not declare.
-pub(super) fn dot_type_constant(caps: &vkml_hal::Capabilities, ty: GgmlType) -> Option<(u32, u32)> {
-    (ty == GgmlType::MXFP4).then(|| (28, fp4_copies(caps)))
-}
-
 /// Whether `m` runs on a kernel with one subgroup per few rows (the block-wise or the
 /// integer-dot kernel): a block type, `cfg.subgroup_rows` and a usable subgroup size.
 fn runs_subgroup_rows(caps: &vkml_hal::Capabilities, m: &QMatrix, cfg: &MatVecConfig) -> bool {
@@ -211,8 +189,7 @@ pub fn dot_quantizes_x(caps: &vkml_hal::Capabilities, m: &QMatrix, batch: usize,
         && wg.is_power_of_two()
         && wg <= caps.limits.max_workgroup_invocations.min(caps.limits.max_workgroup_size[0])
         && caps.limits.max_storage_buffers_per_stage >= DOT_X_BINDINGS
-        && (caps.limits.max_shared_memory as usize)
-            >= DOT_X_SHARED + if m.ty == GgmlType::MXFP4 { fp4_copies(caps) as usize * FP4_COPY_BYTES } else { 0 }
+        && (caps.limits.max_shared_memory as usize) >= DOT_X_SHARED
 }
 
 /// Storage buffers the x-quantizing integer-dot kernels bind (`mul_mat_vec_dot.*_x_f32`:
@@ -585,9 +562,6 @@ fn mat_vec_core(
                 PipelineOptions {
                     spec_constants: {
                         let mut spec = vec![(0, workgroup.max(sg)), (1, nb as u32), (2, nr)];
-                        if use_dot {
-                            spec.extend(dot_type_constant(caps, m.ty));
-                        }
                         if post.is_some() {
                             spec.push((10, POST_NORM_EPILOGUE));
                         } else {

@@ -397,7 +397,6 @@ pub fn mat_vec_id_fused(s: &mut Stream, m: &QMatrix, x: &Buffer, y: &Buffer, e: 
         // (the integer-dot kernels' sums by the last workgroup; the block kernels have no
         // constant 27)
         options.spec_constants.push((27, u32::from(sum_last)));
-        options.spec_constants.extend(super::dot_type_constant(caps, m.ty));
     } else {
         // (the block kernels' split sums and one-pass norm; the integer-dot kernels have
         // no constant 26 or 12)

@@ -168,8 +168,9 @@ pub fn block_kernel(ty: GgmlType) -> Option<&'static str> {
 }
 
 /// Types with an integer-dot mat-vec kernel (`mul_mat_vec_dot.comp`): Q4_0 and Q8_0, their
-/// quants straight into the packed dot products, and MXFP4, its codes through a
-/// shared-memory table of code pairs (where [`crate::tuning::MatVecConfig::integer_dot_mxfp4`]).
+/// quants straight into the packed dot products, and MXFP4, its codes' magnitudes by bit
+/// arithmetic and their signs through more dot products (where
+/// [`crate::tuning::MatVecConfig::integer_dot_mxfp4`]).
 pub const DOT_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::MXFP4];
 
 /// Most batch columns one mat-vec dispatch handles (`MAX_BATCH` in the shader).
