@@ -610,6 +610,73 @@ fn integer_dot_mat_vec_matches_cpu_dot() {
     assert_clean(&dev);
 }
 
+/// MXFP4's integer-dot decode (`mul_mat_vec_dot.comp`'s bit arithmetic per nibble, the
+/// signs through extra packed dot products) on every weight byte at every position of a
+/// block: 256 blocks whose byte j is (n + 17 j) mod 256, so each of the 256 code pairs,
+/// the negative zero (code 8) among them, sits at each of the 16 positions once, with
+/// scales 2^-4 .. 2^4. Both kernels (x quantized in the kernel, and x quantized before) are
+/// checked against vkml-quant's `vec_dot_q8_1` (ggml's `vec_dot_mxfp4_q8_0` on the very
+/// Q8_1 blocks) and against each other bit for bit.
+#[test]
+fn mxfp4_integer_dot_decodes_every_byte() {
+    let dev = device();
+    let caps = dev.caps();
+    let base = MatVecConfig {
+        subgroup_rows: true,
+        integer_dot: true,
+        integer_dot_mxfp4: true,
+        dot_x_in_kernel: true,
+        ..vkml_ops::tuning::mat_vec_config(caps)
+    };
+    let (rows, k) = (16usize, 512usize);
+    let ty = GgmlType::MXFP4;
+    let mut bytes = Vec::with_capacity(rows * k / 32 * 17);
+    for n in 0..rows * k / 32 {
+        bytes.push(124 + (n % 9) as u8);
+        bytes.extend((0..16).map(|j| ((n + 17 * j) % 256) as u8));
+    }
+    let m = QMatrix::upload(&dev, ty, rows, k, &bytes).unwrap();
+    if vkml_ops::tuning::row_subgroup_size(caps).is_none() || !quant::mat_vec_uses_q8_1(caps, &m, &base) {
+        eprintln!("skipped: MXFP4 does not run on the integer-dot kernel on this device");
+        return;
+    }
+    let x = weights(1, k, 77);
+    let xb = dev.upload(&x).unwrap();
+    let (y_in, y_pre) = (
+        dev.alloc(4 * rows as u64, MemoryKind::DeviceLocal).unwrap(),
+        dev.alloc(4 * rows as u64, MemoryKind::DeviceLocal).unwrap(),
+    );
+    let xq = dev.alloc(36 * (k / 32) as u64, MemoryKind::DeviceLocal).unwrap();
+    let mut s = Stream::new(&dev).unwrap();
+    let in_kernel = quant::dot_quantizes_x(caps, &m, 1, &base);
+    quant::mat_vec_with(&mut s, &m, &xb, 1, &y_in, base).unwrap();
+    quant::quantize_q8_1(&mut s, &xb, k / 32, &xq).unwrap();
+    quant::mat_vec_q8_1(&mut s, &m, &xq, 1, &y_pre, base).unwrap();
+    s.finish_and_wait().unwrap();
+    let (a, b) = (y_in.to_vec::<f32>().unwrap(), y_pre.to_vec::<f32>().unwrap());
+    let xq: Vec<vkml_quant::blocks::BlockQ8_1> = xq.to_vec().unwrap();
+    let row_bytes = m.row_bytes() as usize;
+    for r in 0..rows {
+        let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
+        let want = vkml_quant::vec_dot_q8_1(ty, row, &xq).unwrap();
+        let w = vkml_quant::dequantize_to_vec(ty, row).unwrap();
+        let mag: f32 = (0..k).map(|c| (w[c] * xq[c / 32].d.to_f32() * f32::from(xq[c / 32].qs[c % 32])).abs()).sum();
+        assert!((b[r] - want).abs() <= 1e-5 * mag + 1e-6, "row {r}: gpu {} cpu {want}", b[r]);
+        if in_kernel {
+            assert_eq!(
+                a[r].to_bits(),
+                b[r].to_bits(),
+                "row {r}: x quantized in the kernel {} vs before {}",
+                a[r],
+                b[r]
+            );
+        } else {
+            assert!((a[r] - want).abs() <= 1e-5 * mag + 1e-6, "row {r}: gpu {} cpu {want}", a[r]);
+        }
+    }
+    assert_clean(&dev);
+}
+
 #[test]
 fn shape_and_type_errors_are_clear() {
     let dev = device();
