@@ -15,7 +15,8 @@ use crate::storage::ModelStorage;
 /// parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Yarn {
-    /// `{arch}.rope.scaling.original_context_length`: the context before extension.
+    /// `{arch}.rope.scaling.original_context_length` (else `{arch}.context_length`, as
+    /// llama.cpp): the context before extension.
     pub n_ctx_orig: usize,
     /// Mix of extrapolated angles in the ramp (llama.cpp's `yarn_ext_factor`, 1 for YaRN).
     pub ext_factor: f32,
@@ -48,8 +49,9 @@ pub struct RopeConfig {
     pub dim: usize,
     /// `{arch}.rope.freq_base` (default 10000).
     pub base: f32,
-    /// `1 / {arch}.rope.scaling.factor` for linear and YaRN scaling (or
-    /// `1 / {arch}.rope.scale_linear`), else 1: llama.cpp's `rope_freq_scale_train`.
+    /// `1 / {arch}.rope.scaling.factor` (or `1 / {arch}.rope.scale_linear`) unless the
+    /// scaling type is none, else 1: llama.cpp's `rope_freq_scale_train`, 1 for type none
+    /// as its context makes it.
     pub freq_scale: f32,
     /// Per-pair frequency divisors `f32[dim / 2]` from the `rope_freqs.weight` tensor
     /// (Llama 3.1's long-context factors), when the file has one.
@@ -73,7 +75,8 @@ impl RopeConfig {
     /// # Errors
     /// [`crate::Error::Model`] naming the key: an odd or too large `dimension_count`, a
     /// non-positive base or factor, a scaling type other than none / linear / yarn
-    /// (`longrope` names its missing support), YaRN without its original context, a
+    /// (`longrope` names its missing support), YaRN without its original or training
+    /// context, a
     /// `rope_freqs.weight` of the wrong length or with non-positive values.
     pub fn from_meta(m: &Meta<'_>, head_dim: usize, style: RopeStyle) -> Result<RopeConfig> {
         let dim = m.opt_u("rope.dimension_count")?.unwrap_or(head_dim);
@@ -85,9 +88,15 @@ impl RopeConfig {
         }
         let base = m.opt_positive("rope.freq_base")?.unwrap_or(10000.0);
         let scaling = m.opt_str("rope.scaling.type")?;
+        // As llama.cpp: the factor from rope.scaling.factor, else the older
+        // rope.scale_linear, whatever the type (none of them: linear); type none never
+        // scales.
         let factor = match scaling {
-            None | Some("none") | Some("longrope") => m.opt_positive("rope.scale_linear")?,
-            Some("linear") | Some("yarn") => m.opt_positive("rope.scaling.factor")?,
+            Some("none") => None,
+            None | Some("linear") | Some("yarn") | Some("longrope") => match m.opt_positive("rope.scaling.factor")? {
+                Some(f) => Some(f),
+                None => m.opt_positive("rope.scale_linear")?,
+            },
             Some(other) => {
                 return Err(model_err(format!(
                     "{} {other:?} is not supported (supported: none, linear, yarn, longrope; llama3 frequency \
@@ -98,9 +107,17 @@ impl RopeConfig {
         };
         let freq_scale = factor.map_or(1.0, |x| 1.0 / x);
         let yarn = if scaling == Some("yarn") {
-            let n_ctx_orig = m.opt_u("rope.scaling.original_context_length")?.ok_or_else(|| {
-                model_err(format!("{} is missing (YaRN needs it)", m.key("rope.scaling.original_context_length")))
-            })?;
+            // (llama.cpp: the training context where the file does not give the original)
+            let n_ctx_orig = match m.opt_u("rope.scaling.original_context_length")? {
+                Some(n) => n,
+                None => m.opt_u("context_length")?.ok_or_else(|| {
+                    model_err(format!(
+                        "{} and {} are missing (YaRN needs one)",
+                        m.key("rope.scaling.original_context_length"),
+                        m.key("context_length")
+                    ))
+                })?,
+            };
             Some(Yarn {
                 n_ctx_orig,
                 ext_factor: m.opt_f("rope.scaling.yarn_ext_factor")?.unwrap_or(1.0),
@@ -301,6 +318,15 @@ mod tests {
         let legacy = config(&[("llama.rope.scale_linear", GgufValue::F32(4.0))], None).unwrap();
         assert_eq!((legacy.freq_scale, legacy.freqs), (0.25, None));
         assert_eq!(config(&[], None).unwrap().freq_scale, 1.0);
+        // As llama.cpp: a factor without a type is linear; type none never scales.
+        let untyped = config(&[("llama.rope.scaling.factor", GgufValue::F32(2.0))], None).unwrap();
+        assert_eq!(untyped.freq_scale, 0.5);
+        let none = [
+            ("llama.rope.scaling.type", GgufValue::String("none".into())),
+            ("llama.rope.scaling.factor", GgufValue::F32(2.0)),
+            ("llama.rope.scale_linear", GgufValue::F32(4.0)),
+        ];
+        assert_eq!(config(&none, None).unwrap().freq_scale, 1.0);
     }
 
     /// YaRN against ggml's `rope_yarn` written out in f64 (ggml-cpu/ops.cpp,
@@ -387,7 +413,13 @@ mod tests {
         let e = config(&[("llama.rope.freq_base", GgufValue::F32(f32::NAN))], None).unwrap_err().to_string();
         assert!(e.contains("llama.rope.freq_base is NaN"), "{e}");
         let e = config(&[("llama.rope.scaling.type", GgufValue::String("yarn".into()))], None).unwrap_err().to_string();
-        assert!(e.contains("llama.rope.scaling.original_context_length is missing"), "{e}");
+        assert!(e.contains("llama.rope.scaling.original_context_length and llama.context_length are missing"), "{e}");
+        // (as llama.cpp, YaRN's original context defaults to the training context)
+        let yarn = [
+            ("llama.rope.scaling.type", GgufValue::String("yarn".into())),
+            ("llama.context_length", GgufValue::U32(4096)),
+        ];
+        assert_eq!(config(&yarn, None).unwrap().yarn.map(|y| y.n_ctx_orig), Some(4096));
         let f = file(&[], None);
         let e = RopeConfig::from_meta(&Meta::new(&f).unwrap(), 2, RopeStyle::Neox).unwrap_err().to_string();
         assert!(

@@ -210,3 +210,61 @@ fn synthetic_gemma2_matches_candle_gemma2() {
     ];
     check_file("gemma2", &SHAPE_GEMMA2, GgmlType::Q8_0, 12, &caps);
 }
+
+/// `file` with each layer's Q, K and V weights and biases fused into `attn_qkv.weight` and
+/// `attn_qkv.bias` (Q's rows, then K's, then V's), as llama.cpp's converter writes with
+/// `--fuse-qkv`.
+fn fuse_qkv(file: &GgufFile) -> GgufFile {
+    let mut w = GgufWriter::new();
+    for (k, v) in file.metadata() {
+        w.push_kv(k.clone(), v.clone());
+    }
+    for t in file.tensors() {
+        let layer_rest = t.name.strip_prefix("blk.").and_then(|r| r.split_once('.'));
+        match layer_rest {
+            Some((layer, rest @ ("attn_q.weight" | "attn_q.bias"))) => {
+                let kind = &rest["attn_q.".len()..];
+                let (mut rows, mut data) = (0u64, Vec::new());
+                for n in ["attn_q", "attn_k", "attn_v"] {
+                    let (ti, bytes) = file.tensor_data_by_name(&format!("blk.{layer}.{n}.{kind}")).unwrap();
+                    rows += ti.dims.last().copied().unwrap();
+                    data.extend_from_slice(bytes);
+                }
+                let dims = if kind == "weight" { vec![t.dims[0], rows] } else { vec![rows] };
+                w.push_tensor(format!("blk.{layer}.attn_qkv.{kind}"), t.ty, dims, data);
+            }
+            Some((_, "attn_k.weight" | "attn_v.weight" | "attn_k.bias" | "attn_v.bias")) => {}
+            _ => {
+                w.push_tensor(t.name.clone(), t.ty, t.dims.clone(), file.tensor_data(t).to_vec());
+            }
+        }
+    }
+    GgufFile::from_vec(w.to_bytes().unwrap()).unwrap()
+}
+
+/// A file with Q, K and V fused in `attn_qkv` (weights and biases) loads for an
+/// architecture whose converter writes them split, as llama.cpp's `create_tensor_qkv`
+/// takes the fused tensor first, and gives the split file's logits (which the tests above
+/// check against candle): qwen2, whose Q, K and V have biases.
+#[test]
+fn fused_qkv_file_matches_its_split_form() {
+    let split = synthetic_model("qwen2", &SHAPE, GgmlType::Q8_0, 7).unwrap();
+    let fused = fuse_qkv(&split);
+    assert!(
+        fused.header().tensor("blk.0.attn_qkv.bias").is_some()
+            && fused.header().tensor("blk.0.attn_q.weight").is_none()
+    );
+    let dev = vulkan_device_mat_mat_from(9);
+    let logits = |file: &GgufFile| {
+        let mut model: Runner =
+            Runner::load(&dev, file, LoadOptions { ctx: Some(64), max_batch: 8, ..Default::default() }, &mut |_, _| {})
+                .unwrap();
+        let mut out = model.forward(&[5, 42, 79, 116, 3, 9], false).unwrap();
+        out.extend(model.forward(&[argmax(&out)], false).unwrap());
+        out
+    };
+    let (a, b) = (logits(&split), logits(&fused));
+    let scale = a.iter().fold(1f32, |m, x| m.max(x.abs()));
+    let d = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    assert!(d <= 1e-5 * scale, "fused Q|K|V: max |split - fused| = {d}, logits up to {scale}");
+}

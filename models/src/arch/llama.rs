@@ -135,7 +135,12 @@ where
         for i in 0..hp.n_layers {
             w.dev = devs.device(i);
             let p = |n: &str| format!("blk.{i}.{n}");
-            if let Some(name) = opts.required.iter().find(|n| !w.has(&p(n))) {
+            // (a fused Q|K|V bias holds the Q, K and V biases)
+            let has = |n: &str| {
+                w.has(&p(n))
+                    || (matches!(n, "attn_q.bias" | "attn_k.bias" | "attn_v.bias") && w.has(&p("attn_qkv.bias")))
+            };
+            if let Some(name) = opts.required.iter().find(|n| !has(n)) {
                 return Err(crate::error::model_err(format!(
                     "tensor {} is missing ({} has it in every layer)",
                     p(name),

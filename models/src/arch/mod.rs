@@ -83,7 +83,8 @@ pub trait Model<S: ModelStorage>: std::fmt::Debug {
 /// # Errors
 /// [`crate::Error::Model`] for an architecture not in [`ARCHITECTURES`] (naming it and
 /// the supported ones), invalid or inconsistent hyper-parameters (naming the key),
-/// missing or misshapen tensors; the backend's errors for types without kernels and
+/// missing or misshapen tensors, per-tensor weight scales (`blk.N.attn_q.scale` and the
+/// like, which vkml does not apply); the backend's errors for types without kernels and
 /// device errors.
 pub fn load<S: ModelStorage>(
     devs: &DeviceMap<S>,
@@ -95,6 +96,7 @@ where
     S::Device: BackendDevice<Storage = S>,
 {
     let m = Meta::new(file)?;
+    refuse_weight_scales(file)?;
     Ok(match m.arch {
         "llama" | "mistral" => Box::new(Decoder::load(&m, devs, sizes, progress, llama::OPTIONS)?),
         "qwen2" => Box::new(Decoder::load(&m, devs, sizes, progress, qwen2::OPTIONS)?),
@@ -107,6 +109,45 @@ where
         "phi3" => Box::new(Decoder::load(&m, devs, sizes, progress, phi3::options(&m))?),
         _ => return Err(unsupported(&m)),
     })
+}
+
+/// The projections whose optional per-tensor (or per-expert) output scale llama.cpp loads
+/// for every architecture, as `blk.N.<name>.scale` (`llama-model.cpp`'s generic pass after
+/// the per-model tensors; NVFP4 files carry them as their second-level scales).
+const SCALED_PROJECTIONS: &[&str] = &[
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "attn_qkv",
+    "attn_gate",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+    "ffn_gate_shexp",
+    "ffn_up_shexp",
+    "ffn_down_shexp",
+    "ffn_gate_exps",
+    "ffn_up_exps",
+    "ffn_down_exps",
+];
+
+/// Refuses a file with weight scales ([`SCALED_PROJECTIONS`]): llama.cpp multiplies each
+/// such product by its scale, which vkml does not, so loading it would give wrong logits.
+fn refuse_weight_scales(file: &GgufFile) -> Result<()> {
+    let scaled = file.header().tensors.iter().find(|t| {
+        t.name.strip_prefix("blk.").and_then(|r| r.split_once('.')).is_some_and(|(layer, rest)| {
+            layer.parse::<u32>().is_ok() && rest.strip_suffix(".scale").is_some_and(|p| SCALED_PROJECTIONS.contains(&p))
+        })
+    });
+    match scaled {
+        Some(t) => Err(model_err(format!(
+            "tensor {}: per-tensor weight scales (multiplied into the projection's output by llama.cpp, as \
+             NVFP4 files carry them) are not supported",
+            t.name
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The error for an architecture not in [`ARCHITECTURES`], naming it and the supported
@@ -125,4 +166,32 @@ pub fn hparams(file: &GgufFile) -> Result<Hparams> {
         return Err(unsupported(&m));
     }
     Hparams::from_meta(&m)
+}
+
+#[cfg(test)]
+mod tests {
+    use vkml_quant::gguf::{GgufFile, GgufValue, GgufWriter};
+    use vkml_quant::GgmlType;
+
+    fn file(tensors: &[&str]) -> GgufFile {
+        let mut w = GgufWriter::new();
+        w.push_kv("general.architecture", GgufValue::String("qwen3moe".into()));
+        for name in tensors {
+            w.push_tensor(*name, GgmlType::F32, vec![1], vec![0; 4]);
+        }
+        GgufFile::from_vec(w.to_bytes().unwrap()).unwrap()
+    }
+
+    /// llama.cpp multiplies a projection by its `blk.N.<name>.scale` (NVFP4 files); vkml
+    /// refuses such a file by name instead of computing without the scale.
+    #[test]
+    fn weight_scales_are_refused_by_name() {
+        for name in ["blk.3.attn_q.scale", "blk.0.ffn_down_exps.scale", "blk.12.ffn_up_shexp.scale"] {
+            let e = super::refuse_weight_scales(&file(&["blk.0.attn_norm.weight", name])).unwrap_err().to_string();
+            assert!(e.contains(&format!("tensor {name}: per-tensor weight scales")), "{e}");
+        }
+        // Other tensors named .scale, or no layer number, are not weight scales.
+        super::refuse_weight_scales(&file(&["blk.0.attn_norm.weight", "blk.0.ssm_norm.scale", "blk.x.attn_q.scale"]))
+            .unwrap();
+    }
 }

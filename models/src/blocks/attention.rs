@@ -16,10 +16,13 @@ use crate::tensor::ModelTensor;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QkvLayout {
     /// `blk.N.attn_q.weight`, `attn_k.weight`, `attn_v.weight` (biases `attn_q.bias`, ...
-    /// where present).
+    /// where present), unless the layer has the fused tensor of [`QkvLayout::Fused`], which
+    /// is then taken (as llama.cpp's `create_tensor_qkv` does for these architectures; the
+    /// converter's `--fuse-qkv` writes it).
     Split,
     /// One `blk.N.attn_qkv.weight` of `[(n_head + 2 n_kv_head) d, n_embd]`: Q's rows, then
-    /// K's, then V's (Phi-3; bias `attn_qkv.bias` where present).
+    /// K's, then V's (Phi-3; bias `attn_qkv.bias`, or separate Q, K and V biases, where
+    /// present).
     Fused,
 }
 
@@ -96,26 +99,26 @@ where
         let p = |n: &str| format!("blk.{i}.{n}");
         let (e, d) = (spec.n_embd, spec.head_dim);
         let (h, hk) = (spec.n_head * d, spec.n_kv_head * d);
-        let (wqkv, bias) = match spec.qkv {
-            QkvLayout::Split => {
-                let bias = if w.has(&p("attn_q.bias")) {
-                    let mut b = w.values(&p("attn_q.bias"), h)?;
-                    b.extend(w.values(&p("attn_k.bias"), hk)?);
-                    b.extend(w.values(&p("attn_v.bias"), hk)?);
-                    Some(b)
-                } else {
-                    None
-                };
-                let wq = w.matrix(&p("attn_q.weight"), h, e)?;
-                let wk = w.matrix(&p("attn_k.weight"), hk, e)?;
-                let wv = w.matrix(&p("attn_v.weight"), hk, e)?;
-                (Stacked::new(w.dev, vec![wq, wk, wv])?, bias)
-            }
-            QkvLayout::Fused => {
-                let bias =
-                    if w.has(&p("attn_qkv.bias")) { Some(w.values(&p("attn_qkv.bias"), h + 2 * hk)?) } else { None };
-                (Stacked::One(w.matrix(&p("attn_qkv.weight"), h + 2 * hk, e)?), bias)
-            }
+        // As llama.cpp's create_tensor_qkv: the fused tensor where the layer has one, for
+        // every layout; its bias, or else separate Q, K and V biases.
+        let fused = spec.qkv == QkvLayout::Fused || w.has(&p("attn_qkv.weight"));
+        let wqkv = if fused {
+            Stacked::One(w.matrix(&p("attn_qkv.weight"), h + 2 * hk, e)?)
+        } else {
+            let wq = w.matrix(&p("attn_q.weight"), h, e)?;
+            let wk = w.matrix(&p("attn_k.weight"), hk, e)?;
+            let wv = w.matrix(&p("attn_v.weight"), hk, e)?;
+            Stacked::new(w.dev, vec![wq, wk, wv])?
+        };
+        let bias = if fused && w.has(&p("attn_qkv.bias")) {
+            Some(w.values(&p("attn_qkv.bias"), h + 2 * hk)?)
+        } else if w.has(&p("attn_q.bias")) {
+            let mut b = w.values(&p("attn_q.bias"), h)?;
+            b.extend(w.values(&p("attn_k.bias"), hk)?);
+            b.extend(w.values(&p("attn_v.bias"), hk)?);
+            Some(b)
+        } else {
+            None
         };
         let bias = match bias {
             Some(b) => Some(Tensor::from_slice(&b, h + 2 * hk, w.dev)?),
