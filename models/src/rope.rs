@@ -20,11 +20,12 @@ pub struct Yarn {
     pub n_ctx_orig: usize,
     /// Mix of extrapolated angles in the ramp (llama.cpp's `yarn_ext_factor`, 1 for YaRN).
     pub ext_factor: f32,
-    /// `{arch}.rope.scaling.yarn_beta_fast` (default 32): rotations past which a pair
-    /// keeps the original angle.
+    /// Rotations past which a pair keeps the original angle: llama.cpp's `yarn_beta_fast`,
+    /// 32 (it reads `{arch}.rope.scaling.yarn_beta_fast` only for grok and mistral3, which
+    /// vkml does not load).
     pub beta_fast: f32,
-    /// `{arch}.rope.scaling.yarn_beta_slow` (default 1): rotations below which a pair is
-    /// fully interpolated.
+    /// Rotations below which a pair is fully interpolated: llama.cpp's `yarn_beta_slow`, 1
+    /// (its key read as `beta_fast`'s).
     pub beta_slow: f32,
 }
 
@@ -120,9 +121,11 @@ impl RopeConfig {
             };
             Some(Yarn {
                 n_ctx_orig,
-                ext_factor: m.opt_f("rope.scaling.yarn_ext_factor")?.unwrap_or(1.0),
-                beta_fast: m.opt_positive("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
-                beta_slow: m.opt_positive("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0),
+                // (llama.cpp's values for every architecture vkml loads, whatever the
+                // file's rope.scaling.yarn_* keys say: see Yarn)
+                ext_factor: 1.0,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
             })
         } else {
             None
@@ -414,12 +417,15 @@ mod tests {
         assert!(e.contains("llama.rope.freq_base is NaN"), "{e}");
         let e = config(&[("llama.rope.scaling.type", GgufValue::String("yarn".into()))], None).unwrap_err().to_string();
         assert!(e.contains("llama.rope.scaling.original_context_length and llama.context_length are missing"), "{e}");
-        // (as llama.cpp, YaRN's original context defaults to the training context)
+        // (as llama.cpp, YaRN's original context defaults to the training context, and its
+        // betas are llama.cpp's whatever the file says)
         let yarn = [
             ("llama.rope.scaling.type", GgufValue::String("yarn".into())),
             ("llama.context_length", GgufValue::U32(4096)),
+            ("llama.rope.scaling.yarn_beta_fast", GgufValue::F32(8.0)),
         ];
-        assert_eq!(config(&yarn, None).unwrap().yarn.map(|y| y.n_ctx_orig), Some(4096));
+        let y = config(&yarn, None).unwrap().yarn.unwrap();
+        assert_eq!((y.n_ctx_orig, y.ext_factor, y.beta_fast, y.beta_slow), (4096, 1.0, 32.0, 1.0));
         let f = file(&[], None);
         let e = RopeConfig::from_meta(&Meta::new(&f).unwrap(), 2, RopeStyle::Neox).unwrap_err().to_string();
         assert!(
