@@ -212,3 +212,14 @@ fn required_tensors_missing_are_errors_naming_them() {
         assert!(e.contains(&format!("tensor {name} is missing ({arch} has it in every layer)")), "{e}");
     }
 }
+
+/// `{arch}.expert_weights_scale` scales nothing for the MoE architectures vkml loads, as
+/// llama.cpp reads it only for others (deepseek2 and the like).
+#[test]
+fn expert_weights_scale_is_ignored_as_llama_cpp_does() {
+    for arch in ["qwen3moe", "qwen2moe", "gpt-oss"] {
+        let f = edited(arch, &format!("{arch}.expert_weights_scale"), Some(GgufValue::F32(2.5)), None);
+        let moe = vkml_models::config::MoeHparams::from_meta(&Meta::new(&f).unwrap(), TINY.n_ff).unwrap();
+        assert_eq!(moe.weights_scale, 0.0, "{arch}");
+    }
+}
