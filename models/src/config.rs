@@ -258,10 +258,6 @@ pub struct MoeHparams {
     pub n_expert_used: usize,
     /// `{arch}.expert_feed_forward_length` (defaults to `n_ff / n_expert_used`, as llama.cpp).
     pub n_ff_exp: usize,
-    /// The routing weights' scale (0: none): llama.cpp's `expert_weights_scale`, which it
-    /// reads from `{arch}.expert_weights_scale` only for architectures vkml does not load;
-    /// always 0 here.
-    pub weights_scale: f32,
     /// `{arch}.expert_shared_feed_forward_length`: the shared expert's length where the
     /// file has one (Qwen2-MoE; defaults to `n_ff`, as llama.cpp).
     pub n_ff_shexp: usize,
@@ -295,14 +291,10 @@ impl MoeHparams {
         if n_ff_exp == 0 {
             return Err(model_err(format!("{} is 0", m.key("expert_feed_forward_length"))));
         }
-        // (llama.cpp reads {arch}.expert_weights_scale only for architectures vkml does
-        // not load, deepseek2 and the like; for qwen2moe, qwen3moe and gpt-oss it scales
-        // nothing whatever the file says)
-        let weights_scale = 0.0;
         let n_ff_shexp = m.opt_u("expert_shared_feed_forward_length")?.unwrap_or(n_ff);
         if n_ff_shexp == 0 {
             return Err(model_err(format!("{} is 0", m.key("expert_shared_feed_forward_length"))));
         }
-        Ok(MoeHparams { n_expert, n_expert_used, n_ff_exp, weights_scale, n_ff_shexp })
+        Ok(MoeHparams { n_expert, n_expert_used, n_ff_exp, n_ff_shexp })
     }
 }

@@ -76,9 +76,9 @@ impl RopeConfig {
     /// # Errors
     /// [`crate::Error::Model`] naming the key: an odd or too large `dimension_count`, a
     /// non-positive base or factor, a scaling type other than none / linear / yarn
-    /// (`longrope` names its missing support), YaRN without its original or training
-    /// context, a
-    /// `rope_freqs.weight` of the wrong length or with non-positive values.
+    /// (`longrope` names its missing support), YaRN or LongRoPE without its original or
+    /// training context, a `rope_freqs.weight` of the wrong length or with non-positive
+    /// values.
     pub fn from_meta(m: &Meta<'_>, head_dim: usize, style: RopeStyle) -> Result<RopeConfig> {
         let dim = m.opt_u("rope.dimension_count")?.unwrap_or(head_dim);
         if dim == 0 || !dim.is_multiple_of(2) || dim > head_dim {
@@ -107,20 +107,23 @@ impl RopeConfig {
             }
         };
         let freq_scale = factor.map_or(1.0, |x| 1.0 / x);
-        let yarn = if scaling == Some("yarn") {
-            // (llama.cpp: the training context where the file does not give the original)
-            let n_ctx_orig = match m.opt_u("rope.scaling.original_context_length")? {
-                Some(n) => n,
+        // YaRN's and LongRoPE's context before extension: the file's original context, else
+        // (as llama.cpp) the training context.
+        let n_ctx_orig = || -> Result<usize> {
+            match m.opt_u("rope.scaling.original_context_length")? {
+                Some(n) => Ok(n),
                 None => m.opt_u("context_length")?.ok_or_else(|| {
                     model_err(format!(
-                        "{} and {} are missing (YaRN needs one)",
+                        "{} and {} are missing (the rope scaling needs one)",
                         m.key("rope.scaling.original_context_length"),
                         m.key("context_length")
                     ))
-                })?,
-            };
+                }),
+            }
+        };
+        let yarn = if scaling == Some("yarn") {
             Some(Yarn {
-                n_ctx_orig,
+                n_ctx_orig: n_ctx_orig()?,
                 // (llama.cpp's values for every architecture vkml loads, whatever the
                 // file's rope.scaling.yarn_* keys say: see Yarn)
                 ext_factor: 1.0,
@@ -149,13 +152,7 @@ impl RopeConfig {
         let longrope = match (divisors("rope_factors_short.weight")?, divisors("rope_factors_long.weight")?) {
             _ if freqs.is_some() => None,
             (None, None) => None,
-            (Some(short), Some(long)) => {
-                let n_ctx_orig = match m.opt_u("rope.scaling.original_context_length")? {
-                    Some(n) => n,
-                    None => m.req_u("context_length")?,
-                };
-                Some(LongRope { short, long, n_ctx_orig })
-            }
+            (Some(short), Some(long)) => Some(LongRope { short, long, n_ctx_orig: n_ctx_orig()? }),
             _ => return Err(model_err("LongRoPE needs both rope_factors_short.weight and rope_factors_long.weight")),
         };
         Ok(RopeConfig { dim, base, freq_scale, freqs, yarn, longrope, attn_factor, style })

@@ -217,9 +217,13 @@ fn required_tensors_missing_are_errors_naming_them() {
 /// llama.cpp reads it only for others (deepseek2 and the like).
 #[test]
 fn expert_weights_scale_is_ignored_as_llama_cpp_does() {
+    let logits = |f: &GgufFile| {
+        let opts = LoadOptions { ctx: Some(32), max_batch: 8, ..Default::default() };
+        Runner::<CpuStorage>::load(&CpuDevice, f, opts, &mut |_, _| {}).unwrap().forward(&[1, 2, 3], false).unwrap()
+    };
     for arch in ["qwen3moe", "qwen2moe", "gpt-oss"] {
-        let f = edited(arch, &format!("{arch}.expert_weights_scale"), Some(GgufValue::F32(2.5)), None);
-        let moe = vkml_models::config::MoeHparams::from_meta(&Meta::new(&f).unwrap(), TINY.n_ff).unwrap();
-        assert_eq!(moe.weights_scale, 0.0, "{arch}");
+        let plain = synthetic_model(arch, &TINY, GgmlType::Q8_0, 3).unwrap();
+        let scaled = edited(arch, &format!("{arch}.expert_weights_scale"), Some(GgufValue::F32(2.5)), None);
+        assert_eq!(logits(&scaled), logits(&plain), "{arch}");
     }
 }

@@ -752,18 +752,16 @@ pub fn suite(dev: &Device, scale: Scale) -> Vec<Spec> {
     for &ty in quant::SUPPORTED {
         v.push(mat_vec(ty, rows, k, scale));
     }
-    // The integer-dot types also at a feed-forward's shapes, where the weight read
+    // The decode path of the types that have it, where the model uses it: on Q8_1 x, and
+    // (the 4096² one above) on f32 x also at a feed-forward's shapes, where the weight read
     // outweighs each workgroup's quantizing of x.
-    if full && tuning::q8_1_activations(dev.caps()) {
-        for &ty in quant::DOT_TYPES {
-            v.push(mat_vec(ty, 14336, 4096, scale));
-            v.push(mat_vec(ty, 4096, 14336, scale));
-        }
-    }
-    // The decode path of the types that have it, where the model uses it.
     if tuning::q8_1_activations(dev.caps()) {
         for &ty in quant::DOT_TYPES {
-            for (r, kk) in if full { vec![(4096, 4096), (4096, 14336), (14336, 4096)] } else { vec![(rows, k)] } {
+            let shapes = if full { vec![(4096, 4096), (4096, 14336), (14336, 4096)] } else { vec![(rows, k)] };
+            for &(r, kk) in &shapes[1..] {
+                v.push(mat_vec(ty, r, kk, scale));
+            }
+            for (r, kk) in shapes {
                 v.push(mat_vec_q8_1(ty, r, kk, scale));
             }
         }

@@ -556,6 +556,16 @@ fn rms_norm_q8_1_equals_norm_then_quantize() {
     assert_clean(&dev);
 }
 
+/// ggml's integer dot (vkml-quant's `vec_dot_q8_1`) of the weight `row` of `ty` with the
+/// very Q8_1 blocks `xblocks` the GPU used, and the f32 sum of its products' magnitudes
+/// (the dequantized weights times the quants): the scale of the GPU sum's rounding.
+fn q8_1_dot(ty: GgmlType, row: &[u8], xblocks: &[vkml_quant::blocks::BlockQ8_1]) -> (f32, f32) {
+    let w = vkml_quant::dequantize_to_vec(ty, row).unwrap();
+    let mag: f32 =
+        (0..w.len()).map(|c| (w[c] * xblocks[c / 32].d.to_f32() * f32::from(xblocks[c / 32].qs[c % 32])).abs()).sum();
+    (vkml_quant::vec_dot_q8_1(ty, row, xblocks).unwrap(), mag)
+}
+
 #[test]
 fn integer_dot_mat_vec_matches_cpu_dot() {
     let dev = device();
@@ -591,13 +601,7 @@ fn integer_dot_mat_vec_matches_cpu_dot() {
             for b in 0..batch {
                 let xblocks = &xq[b * k / 32..(b + 1) * k / 32];
                 for r in 0..rows {
-                    // ggml's integer dot on the very Q8_1 blocks the GPU used.
-                    let want =
-                        vkml_quant::vec_dot_q8_1(ty, &bytes[r * row_bytes..(r + 1) * row_bytes], xblocks).unwrap();
-                    let w = vkml_quant::dequantize_to_vec(ty, &bytes[r * row_bytes..(r + 1) * row_bytes]).unwrap();
-                    let mag: f32 = (0..k)
-                        .map(|c| (w[c] * xblocks[c / 32].d.to_f32() * f32::from(xblocks[c / 32].qs[c % 32])).abs())
-                        .sum();
+                    let (want, mag) = q8_1_dot(ty, &bytes[r * row_bytes..(r + 1) * row_bytes], xblocks);
                     let got = y[b * rows + r];
                     assert!(
                         (got - want).abs() <= 1e-5 * mag + 1e-6,
@@ -657,10 +661,7 @@ fn mxfp4_integer_dot_decodes_every_byte() {
     let xq: Vec<vkml_quant::blocks::BlockQ8_1> = xq.to_vec().unwrap();
     let row_bytes = m.row_bytes() as usize;
     for r in 0..rows {
-        let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
-        let want = vkml_quant::vec_dot_q8_1(ty, row, &xq).unwrap();
-        let w = vkml_quant::dequantize_to_vec(ty, row).unwrap();
-        let mag: f32 = (0..k).map(|c| (w[c] * xq[c / 32].d.to_f32() * f32::from(xq[c / 32].qs[c % 32])).abs()).sum();
+        let (want, mag) = q8_1_dot(ty, &bytes[r * row_bytes..(r + 1) * row_bytes], &xq);
         assert!((b[r] - want).abs() <= 1e-5 * mag + 1e-6, "row {r}: gpu {} cpu {want}", b[r]);
         if in_kernel {
             assert_eq!(
@@ -906,13 +907,9 @@ fn integer_dot_fused_epilogues_match_cpu_dot() {
         let (added, gated) = (y_add.to_vec::<f32>().unwrap(), y_glu.to_vec::<f32>().unwrap());
         let xq: Vec<vkml_quant::blocks::BlockQ8_1> = xq.to_vec().unwrap();
         let row_bytes = gate.row_bytes() as usize;
-        // (ggml's integer dot, sum of |products| of the dequantized weights and quants).
         let dot = |bytes: &[u8], r: usize, xblocks: &[vkml_quant::blocks::BlockQ8_1]| -> (f64, f64) {
-            let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
-            let w = vkml_quant::dequantize_to_vec(ty, row).unwrap();
-            let mag: f32 =
-                (0..k).map(|c| (w[c] * xblocks[c / 32].d.to_f32() * f32::from(xblocks[c / 32].qs[c % 32])).abs()).sum();
-            (f64::from(vkml_quant::vec_dot_q8_1(ty, row, xblocks).unwrap()), f64::from(mag))
+            let (d, mag) = q8_1_dot(ty, &bytes[r * row_bytes..(r + 1) * row_bytes], xblocks);
+            (f64::from(d), f64::from(mag))
         };
         for b in 0..batch {
             let xblocks = &xq[b * k / 32..(b + 1) * k / 32];

@@ -226,12 +226,10 @@ uint fp4_magnitudes(uint w) {
 }
 #endif
 
-// The weight block's scale d_w: the f16 d, or MXFP4's 2^(e - 128) (ggml_e8m0_to_fp32_half:
-// subnormal for e < 2).
+// The weight block's scale d_w: the f16 d, or MXFP4's E8M0 byte (quant.glsl's e8m0_half).
 float block_d(uint blk) {
 #if QTYPE == 39
-    uint e = q_u8(blk);
-    return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+    return e8m0_half(q_u8(blk));
 #else
     return q_f16(blk);
 #endif

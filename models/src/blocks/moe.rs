@@ -97,7 +97,9 @@ where
             router: w.matrix(&p("ffn_gate_inp.weight"), e, n_embd)?,
             gate_up: w.experts_gate_up(&p("ffn_gate_exps.weight"), &p("ffn_up_exps.weight"), e, f, n_embd)?,
             down: w.experts(&p("ffn_down_exps.weight"), e, n_embd, f)?,
-            routing: Routing { n_expert: e, k: moe.n_expert_used, gating, norm_w, w_scale: moe.weights_scale },
+            // (no scale: llama.cpp reads {arch}.expert_weights_scale only for architectures
+            // vkml does not load, deepseek2 and the like)
+            routing: Routing { n_expert: e, k: moe.n_expert_used, gating, norm_w, w_scale: 0.0 },
             act,
             biases,
         })

@@ -56,6 +56,9 @@ uint q_u16(uint b) { return (QW(b >> 2) >> ((b & 2u) * 8u)) & 0xFFFFu; }
 uint q_u32(uint b) { return q_u16(b) | (q_u16(b + 2u) << 16); }
 float q_f16(uint b) { return unpackHalf2x16(q_u16(b)).x; }
 float q_bf16(uint b) { return uintBitsToFloat(q_u16(b) << 16); }
+// An E8M0 scale byte as ggml_e8m0_to_fp32_half: 2^(e - 128) (MXFP4's doubled code values
+// make up the half), subnormal for e < 2.
+float e8m0_half(uint e) { return uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23)); }
 // 32 bits starting at a byte offset, from the aligned words lo and hi around it
 // (s = 8 * (offset % 4)).
 uint funnel(uint lo, uint hi, uint s) { return (lo >> s) | ((hi << 1) << (31u - s)); }
@@ -262,8 +265,7 @@ float dq(uint blk, uint j) {
 #define QBYTES 17
 #include "iq_tables.glsl"
 float dq(uint blk, uint j) {
-    uint e = q_u8(blk);
-    float d = uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
+    float d = e8m0_half(q_u8(blk));
     uint q = (q_u8(blk + 1u + (j & 15u)) >> ((j >> 4) * 4u)) & 0xFu;
     precise float v = float(KVALUES_FP4[q]) * d;
     return v;
