@@ -155,7 +155,21 @@ fn check_file(arch: &str, shape: &SynthShape, ty: GgmlType, prompt_len: u32, key
 /// The prompt and teacher-forced decode steps of `file` on `dev` against candle, each step
 /// within `tol` of the largest candle logit.
 fn run(arch: &str, ty: GgmlType, file: &GgufFile, dev: &vkml_candle::vulkan::VulkanDevice, tol: f32, prompt_len: u32) {
-    let mut reference = candle_model(arch, file);
+    run_against(arch, ty, file, file, dev, tol, prompt_len);
+}
+
+/// [`run`] with candle on `reference` (the same weights as `file`, stored as candle reads
+/// them).
+fn run_against(
+    arch: &str,
+    ty: GgmlType,
+    reference: &GgufFile,
+    file: &GgufFile,
+    dev: &vkml_candle::vulkan::VulkanDevice,
+    tol: f32,
+    prompt_len: u32,
+) {
+    let mut reference = candle_model(arch, reference);
     let mut model: Runner =
         // Chunks of the prompt's length: a sliding-window layer's cache is then a ring of
         // window + prompt - 1 slots, which gemma3's decode steps run around.
@@ -244,16 +258,21 @@ fn fuse_qkv(file: &GgufFile) -> GgufFile {
 
 /// A file with Q, K and V fused in `attn_qkv` (weights and biases) loads for an
 /// architecture whose converter writes them split, as llama.cpp's `create_tensor_qkv`
-/// takes the fused tensor first, and gives the split file's logits (which the tests above
-/// check against candle): qwen2, whose Q, K and V have biases.
+/// takes the fused tensor first: qwen2 (Q, K and V with biases) fused from a synthetic
+/// file, against candle's quantized_qwen2 on the split file, and against vkml on the split
+/// file.
 #[test]
-fn fused_qkv_file_matches_its_split_form() {
+fn fused_qkv_file_matches_candle_on_its_split_form() {
+    std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1");
     let split = synthetic_model("qwen2", &SHAPE, GgmlType::Q8_0, 7).unwrap();
     let fused = fuse_qkv(&split);
     assert!(
         fused.header().tensor("blk.0.attn_qkv.bias").is_some()
             && fused.header().tensor("blk.0.attn_q.weight").is_none()
     );
+    let f32_x = vulkan_device_mat_mat_from_with(9, |c| c.integer_dot.packed_4x8_signed_accelerated = false);
+    run_against("qwen2", GgmlType::Q8_0, &split, &fused, &f32_x, REL_TOL, 12);
+    // And the split file's logits on vkml's default device.
     let dev = vulkan_device_mat_mat_from(9);
     let logits = |file: &GgufFile| {
         let mut model: Runner =
