@@ -1083,7 +1083,17 @@ fn split_matrices_match_cpu() {
     let dev = device();
     let cfg = vkml_ops::tuning::mat_vec_config(dev.caps());
     let configs = [cfg, mat_vec_configs(&dev)[0]];
-    for ty in [GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_NL] {
+    // (MXFP4: 2 blocks a row, so parts and concatenated rows start inside its device
+    // layout's groups of 16 blocks)
+    for ty in [
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::IQ4_NL,
+        GgmlType::MXFP4,
+    ] {
         let bs = ty.block_size().max(32);
         let (rows, k) = (300, 2 * bs);
         let bytes = encode(ty, &weights(rows, k, 21));
@@ -2326,4 +2336,45 @@ fn mat_vec_bias_adds_the_bias_in_the_store() {
         }
     }
     assert_clean(&dev);
+}
+
+/// MXFP4's concat_rows moves blocks between its device layout's groups of 16 and quads of
+/// scales (`mxfp4_copy_blocks.comp`): three matrices of 15 blocks (5 rows of 3 blocks) or
+/// 7 (7 rows of 1), the second in parts of 4 rows, concatenated so that sources start
+/// inside quads and groups. The result dequantizes to the sources' values, bit for bit, and reads
+/// back as their blocks.
+#[test]
+fn mxfp4_concat_rows_moves_blocks_between_groups() {
+    let dev = device();
+    let ty = GgmlType::MXFP4;
+    for (rows, k) in [(5usize, 96usize), (7, 32)] {
+        let mats: Vec<(Vec<u8>, Vec<f32>)> = (0..3u64)
+            .map(|i| {
+                let bytes = encode(ty, &weights(rows, k, 71 + i));
+                let w = vkml_quant::dequantize_to_vec(ty, &bytes).unwrap();
+                (bytes, w)
+            })
+            .collect();
+        let up: Vec<QMatrix> = mats
+            .iter()
+            .enumerate()
+            .map(|(i, (b, _))| {
+                // (the second in parts of 4 rows, the fewest lavapipe's offset alignment allows)
+                let part = if i == 1 { 4 * b.len() / rows } else { b.len() };
+                QMatrix::upload_in_parts(&dev, ty, rows, k, b, part as u64 + 272).unwrap()
+            })
+            .collect();
+        let mut s = Stream::new(&dev).unwrap();
+        let cat = QMatrix::concat_rows(&mut s, &up.iter().collect::<Vec<_>>()).unwrap();
+        s.finish_and_wait().unwrap();
+        let want: Vec<f32> = mats.iter().flat_map(|m| m.1.iter().copied()).collect();
+        let out = dev.alloc(4 * want.len() as u64, MemoryKind::DeviceLocal).unwrap();
+        let mut s = Stream::new(&dev).unwrap();
+        quant::dequantize(&mut s, &cat, &out).unwrap();
+        s.finish_and_wait().unwrap();
+        let got = out.to_vec::<f32>().unwrap();
+        assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{rows}x{k}: dequantized");
+        let blocks: Vec<u8> = mats.iter().flat_map(|m| m.0.iter().copied()).collect();
+        assert_eq!(cat.read_blocks().unwrap(), blocks, "{rows}x{k}: blocks");
+    }
 }

@@ -47,7 +47,7 @@
 // Specialization constant 13, bindings 7 and 8, push constant x_slots
 // (include/mul_mat_ids.glsl): grouped by expert, workgroup z an expert's tokens.
 // w_offset must be a multiple of 4 and row_bytes even (every block size here is), but for
-// MXFP4, whose 17-byte blocks decode_row reads from any byte.
+// MXFP4, whose blocks are found from their GGUF byte offsets (quant.glsl's mxfp4_qs).
 // Grid: x = ceil(rows / 128), y = ceil(n_tok / 128), z = ceil(k / k_chunk).
 // Specialization constants 4, 5 and 17, binding 12 (include/mul_mat_glu.glsl): the
 // gated-product epilogue over a stacked [gate; up] weight, each tile's rows 0-63 gate and
@@ -142,9 +142,13 @@ uint nwords;
 // Word w of row r's bytes for the step at column k0.
 uint raw_word(uint r, uint w, uint k0) {
     uint row = mm_w_offset + r * p.row_bytes;
-#if QTYPE == 2 || QTYPE == 8 || QTYPE == 3 || QTYPE == 6 || QTYPE == 7 || QTYPE == 39
-    // (MXFP4's 17-byte block starts at any byte: its 5 words from the one holding it.)
+#if QTYPE == 2 || QTYPE == 8 || QTYPE == 3 || QTYPE == 6 || QTYPE == 7
     uint a = ((row + (k0 >> 5) * QBYTES) >> 2) + w;
+#elif QTYPE == 39
+    // MXFP4 in vkml's device layout (quant.glsl's mxfp4_e, mxfp4_qs): word 0 holds the
+    // block's scale (byte b % 4 for block b), 1-4 are its codes.
+    uint blk = row + (k0 >> 5) * QBYTES, b = blk / 17u;
+    uint a = w == 0u ? 68u * (b >> 4) + ((b & 15u) >> 2) : (mxfp4_qs(blk) >> 2) + (w - 1u);
 #elif QTYPE == 12
     uint blk = row + (k0 >> 8) * QBYTES;
     uint a = w < 4u ? (blk >> 2) + w : ((blk + 16u + ((k0 >> 6) & 3u) * 32u) >> 2) + (w - 4u);
@@ -250,22 +254,17 @@ void decode_row(uint o, uint q[RW > 0u ? RW : 1u], uint blk, uint k0) {
 #endif
     }
 #elif QTYPE == 39
-    // MXFP4 { u8 e; u8 qs[16] } (17 bytes from byte blk % 4 of q[0]): weight j < 16 is the
-    // low nibble of qs[j], 16 + j the high one. Each E2M1 code becomes the f16 bits of its
+    // MXFP4 { u8 e; u8 qs[16] } (e byte (blk / 17) % 4 of q[0], qs in q[1..4]: raw_word):
+    // weight j < 16 is the low nibble of qs[j], 16 + j the high one. Each E2M1 code becomes the f16 bits of its
     // value times 2^-14 by shifts (sign to bit 15, exponent and mantissa to bits 9-11:
     // exact, the zero exponent a subnormal), two codes per word; the f32 of that, times
     // 2^(e - 113), is dq()'s kvalues_fp4[code] * 2^(e - 128) exactly, rounded once to f16.
     // (e is clamped at 200: past it every non-zero weight is an f16 infinity either way,
     // and the zero codes stay zero instead of 0 * inf.)
-    uint s = blk & 3u;
+    uint s = (blk / 17u) & 3u;
     float sc = ldexp(1.0, int(min((q[0] >> (8u * s)) & 0xFFu, 200u)) - 113);
-    uint sh = 8u * ((s + 1u) & 3u);
     uint qs[4];
-    [[unroll]] for (uint j = 0; j < 4u; j++) {
-        uint a = s == 3u ? q[j + 1u] : q[j];
-        uint b = s == 3u ? q[min(j + 2u, 4u)] : q[j + 1u];
-        qs[j] = sh == 0u ? a : (a >> sh) | (b << (32u - sh));
-    }
+    [[unroll]] for (uint j = 0; j < 4u; j++) qs[j] = q[j + 1u];
     [[unroll]] for (uint c2 = 0; c2 < 4u; c2++) {
         // Weights 8 c2 .. 8 c2 + 7: nibble c2 / 2 of qs words 2 (c2 % 2) and + 1.
         vec4 v[2];

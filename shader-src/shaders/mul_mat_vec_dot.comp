@@ -11,8 +11,9 @@
 // ggml's vec_dot_q4_0 with (nibble - 8). MXFP4: sumi = sum(v * q), v the code's doubled
 // E2M1 value (ggml's kvalues_mxfp4, an int8), d_w = 2^(e - 128) (ggml_e8m0_to_fp32_half),
 // as ggml's vec_dot_mxfp4_q8_0; a word's 8 codes become their magnitudes by bit
-// arithmetic within each nibble (fp4_magnitudes) and the signs are applied in the dot
-// products. One subgroup per NR rows, whole blocks per invocation, subgroup add.
+// arithmetic within each nibble (fp4_magnitudes), negated bytewise where the sign is set;
+// its blocks in vkml's device layout (quant.glsl's mxfp4_qs: 16-byte-aligned codes).
+// One subgroup per NR rows, whole blocks per invocation, subgroup add.
 // Bindings: 0 = W (raw blocks), 1 = xq (Q8_1 words, 9 per block, [NB, k/32]), 2 = y f32 [NB, rows]
 // (epilogue per include/mat_vec_out.glsl: with the gated products each subgroup also
 // computes the NR up rows, at r + rows, beside its gate rows; x is loaded once for both).
@@ -229,7 +230,7 @@ uint fp4_magnitudes(uint w) {
 // The weight block's scale d_w: the f16 d, or MXFP4's E8M0 byte (quant.glsl's e8m0_half).
 float block_d(uint blk) {
 #if QTYPE == 39
-    return e8m0_half(q_u8(blk));
+    return e8m0_half(mxfp4_e(blk));
 #else
     return q_f16(blk);
 #endif
@@ -241,18 +242,18 @@ int block_dot(uint blk, uint xv[8], int xsum) {
     int sumi = 0;
 #if QTYPE == 39
     uint q[4];
-    LOAD_WORDS(q, 4u, blk + 1u);
+    MXFP4_LOAD_QS(q, blk); // aligned: vkml's device layout (quant.glsl)
     [[unroll]] for (uint i = 0; i < 4u; i++) {
         // Byte 4i + j holds element 4i + j (low nibble) and 4i + 16 + j (high nibble): the
         // low nibbles make the word of elements 4i .. 4i + 3, the high ones that of 4i + 16
-        // .. 4i + 19. A negative code's byte is its magnitude's complement (-v - 1 as an
-        // int8), and its sign bit (1) is added back through one more packed dot product.
+        // .. 4i + 19. A negative code's byte is its magnitude negated, (v ^ 0xFF) + 1: no
+        // carry leaves the byte, as v >= 1 there (the device layout has no negative zero).
         uint v = fp4_magnitudes(q[i]);
         uint s = (q[i] >> 3) & 0x11111111u;
         uint s_lo = s & 0x01010101u, s_hi = (s >> 4) & 0x01010101u;
-        uint lo = (v & 0x0F0F0F0Fu) ^ (s_lo * 0xFFu), hi = ((v >> 4) & 0x0F0F0F0Fu) ^ (s_hi * 0xFFu);
-        sumi += dotPacked4x8EXT(int(xv[i]), int(lo)) + dotPacked4x8EXT(int(xv[i]), int(s_lo));
-        sumi += dotPacked4x8EXT(int(xv[4u + i]), int(hi)) + dotPacked4x8EXT(int(xv[4u + i]), int(s_hi));
+        uint lo = ((v & 0x0F0F0F0Fu) ^ (s_lo * 0xFFu)) + s_lo;
+        uint hi = (((v >> 4) & 0x0F0F0F0Fu) ^ (s_hi * 0xFFu)) + s_hi;
+        sumi += dotPacked4x8EXT(int(xv[i]), int(lo)) + dotPacked4x8EXT(int(xv[4u + i]), int(hi));
     }
 #elif QTYPE == 2
     uint q[4];

@@ -170,9 +170,9 @@ float slice_dot(uint blk, uint s, vec4 xv[XV]) {
 #define FP4_PAIR(q, P) unpackHalf2x16((((q) << (12u - (P))) & 0x80008000u) | (((q) << (9u - (P))) & 0x0E000E00u))
 #define FP4_PAIR12(q) unpackHalf2x16(((q) & 0x80008000u) | (((q) >> 3) & 0x0E000E00u))
 float slice_dot(uint blk, uint s, vec4 xv[XV]) {
-    uint e = q_u8(blk);
+    uint e = mxfp4_e(blk);
     uint q[4];
-    LOAD_SPAN(q, 4u, blk + 1u);
+    MXFP4_LOAD_QS(q, blk);
     float sum = 0.0;
     [[unroll]] for (uint i = 0; i < 4u; i++) {
         // Nibble 2j of q[i] is element 4i + j, nibble 2j + 1 element 4i + 16 + j: the pairs

@@ -43,7 +43,8 @@
 // bit of a negative subnormal value). NVFP4's bytes are the CPU's even there.
 // Each invocation writes INV_BLOCKS consecutive blocks of a part (whole 32-bit words: two
 // blocks of these types, four of MXFP4's 17 bytes, are a multiple of 4 bytes), blocks packed
-// from byte 0.
+// from byte 0; MXFP4's four are a quad of vkml's device layout (a scale word and 16 words
+// of codes; ops/src/quant/mxfp4_layout.rs).
 // Bindings: 0 = x (f32), 1 = y (the part's blocks, as words). Push constants: x_off (element
 // of x where the part's first block starts), n_blocks (blocks in the part), n_words (words
 // of y). Grid: x (then y) over groups of INV_BLOCKS blocks.
@@ -317,9 +318,11 @@ uint mxfp4_e(float amax) {
     return uint(clamp(fl + 125, 0, 255));
 }
 
-// 32 values: the shared exponent e (byte 0), the values' level indices (bytes 1 .. 17, value
-// j the low nibble of byte 1 + j % 16, the high nibble from j = 16).
-void quantize_block(uint b, uint at) {
+// 32 values: the shared exponent e, the values' level indices (qs, value j the low nibble
+// of byte j % 16, the high nibble from j = 16). In w, as the invocation's quad of blocks
+// sits in vkml's device layout (ops/src/quant/mxfp4_layout.rs): slot k's e at byte k, its
+// qs at bytes 4 + 16 k .. 20 + 16 k.
+void quantize_block(uint b, uint k) {
     uint x0 = p.x_off + b * 32u;
     float v[32];
     for (uint j = 0u; j < 32u; j++) v[j] = x[x0 + j];
@@ -330,8 +333,8 @@ void quantize_block(uint b, uint at) {
     uint e = mxfp4_e(amax);
     // ggml_e8m0_to_fp32_half: 2^(e - 128), subnormal for e < 2.
     float d = uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
-    put8(at, e);
-    for (uint j = 0u; j < 16u; j++) put8(at + 1u + j, best_index_fp4(v[j], d) | (best_index_fp4(v[16u + j], d) << 4));
+    put8(k, e);
+    for (uint j = 0u; j < 16u; j++) put8(4u + 16u * k + j, best_index_fp4(v[j], d) | (best_index_fp4(v[16u + j], d) << 4));
 }
 #endif
 
@@ -503,6 +506,18 @@ void main() {
     uint b0 = INV_BLOCKS * g;
     if (b0 >= p.n_blocks) return;
     for (uint i = 0u; i < INV_WORDS; i++) w[i] = 0u;
+#if defined(MXFP4)
+    for (uint k = 0u; k < INV_BLOCKS; k++) {
+        if (b0 + k < p.n_blocks) quantize_block(b0 + k, k);
+    }
+    // Quad g & 3 of group g / 4 (68 words): its scale word, then its 16 words of qs.
+    uint grp = 68u * (g >> 2), quad = g & 3u;
+    if (grp + quad < p.n_words) y[grp + quad] = w[0];
+    for (uint i = 0u; i < 16u; i++) {
+        uint at = grp + 4u + 16u * quad + i;
+        if (at < p.n_words) y[at] = w[1u + i];
+    }
+#else
     for (uint k = 0u; k < INV_BLOCKS; k++) {
         if (b0 + k < p.n_blocks) quantize_block(b0 + k, k * BLOCK_BYTES);
     }
@@ -510,4 +525,5 @@ void main() {
     for (uint i = 0u; i < INV_WORDS; i++) {
         if (base + i < p.n_words) y[base + i] = w[i];
     }
+#endif
 }

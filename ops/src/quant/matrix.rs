@@ -54,9 +54,13 @@ impl QPart {
 /// `max_part_bytes` (and at most one storage-buffer binding): a multiple of the rows whose
 /// f32 outputs span `minStorageBufferOffsetAlignment` bytes, so that each part's outputs
 /// can be bound where they start.
-fn rows_per_part(dev: &Device, op: &'static str, row_bytes: u64, max_part_bytes: u64) -> Result<usize> {
+fn rows_per_part(dev: &Device, op: &'static str, ty: GgmlType, row_bytes: u64, max_part_bytes: u64) -> Result<usize> {
     let limits = &dev.caps().limits;
-    let bytes = max_part_bytes.min(limits.max_storage_buffer_range).min(u64::from(u32::MAX)) & !3;
+    let mut bytes = max_part_bytes.min(limits.max_storage_buffer_range).min(u64::from(u32::MAX)) & !3;
+    if ty == GgmlType::MXFP4 {
+        // (its last group may hold up to 15 blocks more than the rows have)
+        bytes = bytes.saturating_sub(mxfp4_layout::GROUP_BYTES as u64);
+    }
     let align_rows = (limits.min_storage_buffer_offset_alignment / 4).max(1);
     let rows = bytes / row_bytes.max(1) / align_rows * align_rows;
     if rows == 0 {
@@ -84,14 +88,25 @@ fn row_bytes(op: &'static str, ty: GgmlType, k: usize) -> Result<u64> {
     Ok((k / bs * ty.type_size()) as u64)
 }
 
-/// Device buffers for `rows` rows of `row_bytes` bytes in parts of at most `per_part` rows
-/// (at least one part, each padded to whole 32-bit words: the kernels read `uint[]`).
-fn alloc_parts(dev: &Device, rows: usize, row_bytes: u64, per_part: usize) -> Result<Vec<QPart>> {
+/// Device bytes of a part of `rows` rows of `row_bytes` bytes of `ty`: padded to whole
+/// 32-bit words (the kernels read `uint[]`); MXFP4 in its device layout, whole groups of
+/// 16 blocks ([`mxfp4_layout`]).
+pub(super) fn part_bytes(ty: GgmlType, rows: usize, row_bytes: u64) -> u64 {
+    let bytes = rows as u64 * row_bytes;
+    if ty == GgmlType::MXFP4 {
+        return mxfp4_layout::device_bytes((bytes / 17) as usize) as u64;
+    }
+    bytes.div_ceil(4) * 4
+}
+
+/// Device buffers for `rows` rows of `row_bytes` bytes of `ty` in parts of at most
+/// `per_part` rows (at least one part, each of [`part_bytes`]).
+fn alloc_parts(dev: &Device, ty: GgmlType, rows: usize, row_bytes: u64, per_part: usize) -> Result<Vec<QPart>> {
     let mut parts = Vec::with_capacity(rows.div_ceil(per_part).max(1));
     let mut row0 = 0;
     loop {
         let n = (rows - row0).min(per_part);
-        let buffer = dev.alloc((n as u64 * row_bytes).div_ceil(4).max(1) * 4, MemoryKind::DeviceLocal)?;
+        let buffer = dev.alloc(part_bytes(ty, n, row_bytes).max(4), MemoryKind::DeviceLocal)?;
         parts.push(QPart { buffer, row0, rows: n });
         row0 += n;
         if row0 >= rows {
@@ -120,8 +135,8 @@ impl QMatrix {
     /// As [`QMatrix::upload`] for the type and shape; HAL errors from allocation.
     pub fn alloc(dev: &Device, ty: GgmlType, rows: usize, k: usize) -> Result<QMatrix> {
         let row_bytes = row_bytes("QMatrix::alloc", ty, k)?;
-        let per_part = rows_per_part(dev, "QMatrix::alloc", row_bytes, u64::MAX)?;
-        let parts = alloc_parts(dev, rows, row_bytes, per_part)?;
+        let per_part = rows_per_part(dev, "QMatrix::alloc", ty, row_bytes, u64::MAX)?;
+        let parts = alloc_parts(dev, ty, rows, row_bytes, per_part)?;
         Ok(QMatrix::from_parts(parts, ty, rows, k, row_bytes))
     }
 
@@ -146,11 +161,16 @@ impl QMatrix {
                 reason: format!("{rows} rows of {k} {ty:?} elements are {want:?} bytes, got {}", bytes.len()),
             });
         }
-        let per_part = rows_per_part(dev, "QMatrix::upload", row_bytes, max_part_bytes)?;
-        let parts = alloc_parts(dev, rows, row_bytes, per_part)?;
+        let per_part = rows_per_part(dev, "QMatrix::upload", ty, row_bytes, max_part_bytes)?;
+        let parts = alloc_parts(dev, ty, rows, row_bytes, per_part)?;
         for part in &parts {
             let at = (part.row0 as u64 * row_bytes) as usize;
-            part.buffer.write(0, &bytes[at..at + (part.rows as u64 * row_bytes) as usize])?;
+            let blocks = &bytes[at..at + (part.rows as u64 * row_bytes) as usize];
+            if ty == GgmlType::MXFP4 {
+                part.buffer.write(0, &mxfp4_layout::to_device(blocks))?;
+            } else {
+                part.buffer.write(0, blocks)?;
+            }
         }
         Ok(QMatrix::from_parts(parts, ty, rows, k, row_bytes))
     }
@@ -199,7 +219,8 @@ impl QMatrix {
 
     /// The raw blocks of every row, in order (`rows * row_bytes` bytes, the GGUF layout),
     /// read back from the device. Each part's read waits for the submission that last used
-    /// it; work recorded but not yet submitted is not waited for (submit it first).
+    /// it; work recorded but not yet submitted is not waited for (submit it first). MXFP4
+    /// comes back from its device layout with negative zeros as zeros ([`mxfp4_layout`]).
     ///
     /// # Errors
     /// HAL errors of the reads (device lost).
@@ -208,7 +229,14 @@ impl QMatrix {
         let mut out = vec![0u8; self.rows * rb];
         for part in &self.parts {
             let at = part.row0 * rb;
-            part.buffer.read(0, &mut out[at..at + part.rows * rb])?;
+            let dst = &mut out[at..at + part.rows * rb];
+            if self.ty == GgmlType::MXFP4 {
+                let mut dev = vec![0u8; part_bytes(self.ty, part.rows, self.row_bytes) as usize];
+                part.buffer.read(0, &mut dev)?;
+                dst.copy_from_slice(&mxfp4_layout::from_device(&dev, dst.len() / 17));
+            } else {
+                part.buffer.read(0, dst)?;
+            }
         }
         Ok(out)
     }
@@ -238,8 +266,8 @@ impl QMatrix {
         let rows: usize = parts.iter().map(|p| p.rows).sum();
         let rb = first.row_bytes;
         let dev = s.device().clone();
-        let per_part = rows_per_part(&dev, "concat_rows", rb, u64::MAX)?;
-        let out = alloc_parts(&dev, rows, rb, per_part)?;
+        let per_part = rows_per_part(&dev, "concat_rows", first.ty, rb, u64::MAX)?;
+        let out = alloc_parts(&dev, first.ty, rows, rb, per_part)?;
         // Every source part's rows, in order, into the destination parts they fall in.
         let mut at = 0; // destination row
         for src in parts.iter().flat_map(|p| &p.parts) {
@@ -247,7 +275,14 @@ impl QMatrix {
             while done < src.rows {
                 let dst = &out[at / per_part];
                 let n = (src.rows - done).min(dst.rows - (at - dst.row0));
-                s.copy(&src.buffer, done as u64 * rb, &dst.buffer, (at - dst.row0) as u64 * rb, n as u64 * rb)?;
+                if first.ty == GgmlType::MXFP4 {
+                    // (blocks move between groups: a kernel, not a byte copy)
+                    let b = rb / 17;
+                    let (from, to) = (done as u64 * b, (at - dst.row0) as u64 * b);
+                    mxfp4_layout::copy_blocks(s, &src.buffer, from, &dst.buffer, to, n as u64 * b)?;
+                } else {
+                    s.copy(&src.buffer, done as u64 * rb, &dst.buffer, (at - dst.row0) as u64 * rb, n as u64 * rb)?;
+                }
                 done += n;
                 at += n;
             }
@@ -321,7 +356,7 @@ pub fn dequantize(s: &mut Stream, m: &QMatrix, out: &vkml_hal::Buffer) -> Result
     }
     let p = pipeline(&dev, type_kernels("dequantize", m.ty)?.dequant, ELEMENTWISE_WORKGROUP)?;
     // Per part, in chunks whose f32 output fits one binding too (it is larger than the blocks).
-    let chunk = rows_per_part(&dev, "dequantize", 4 * m.k as u64, u64::MAX)?;
+    let chunk = rows_per_part(&dev, "dequantize", GgmlType::F32, 4 * m.k as u64, u64::MAX)?;
     for part in &m.parts {
         for r in (0..part.rows).step_by(chunk) {
             let rows = (part.rows - r).min(chunk);

@@ -25,6 +25,7 @@ mod mat_mat_id;
 mod mat_vec;
 mod mat_vec_id;
 mod matrix;
+pub mod mxfp4_layout;
 mod q8_1;
 mod quantize;
 

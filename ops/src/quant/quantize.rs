@@ -6,7 +6,7 @@
 use vkml_hal::{Buffer, Stream};
 use vkml_quant::GgmlType;
 
-use super::QMatrix;
+use super::{part_bytes, QMatrix};
 use crate::error::{OpsError, Result};
 use crate::launch::{grid, pipeline, push_words};
 
@@ -124,7 +124,7 @@ pub fn quantize(s: &mut Stream, x: &Buffer, m: &QMatrix) -> Result<()> {
     let blocks_per_row = (m.k() / m.ty().block_size()) as u64;
     for part in m.parts() {
         let n_blocks = part.rows() as u64 * blocks_per_row;
-        let words = (part.rows() as u64 * m.row_bytes()).div_ceil(4);
+        let words = part_bytes(m.ty(), part.rows(), m.row_bytes()) / 4;
         let x_off = part.row0() as u64 * m.k() as u64;
         let pc = push_words(&[x_off as u32, n_blocks as u32, words as u32]);
         let g = grid(&dev, "quantize", n_blocks.div_ceil(per_group))?;

@@ -258,15 +258,32 @@ float dq(uint blk, uint j) {
     return v;
 }
 #elif QTYPE == 39
-// MXFP4 { u8 e; u8 qs[16]; } 17 bytes (the one odd block size: only byte loads are used).
+// MXFP4 { u8 e; u8 qs[16]; } (17 bytes in GGUF) in vkml's device layout (ops/src/quant/
+// mxfp4_layout.rs): the part's blocks in groups of 16, each group 272 bytes, the 16 E8M0
+// scales first, then the 16 blocks' qs. Kernels address a block by its GGUF byte offset
+// blk = 17 b (b the block's index in the part), as for every other type; mxfp4_e and
+// mxfp4_qs find it. No code is negative zero (8) there.
 // x = kvalues_fp4[nibble] * 2^(e - 128) (the table holds doubled E2M1 values;
 // ggml_e8m0_to_fp32_half); low nibbles are j < 16.
 #define QK 32
 #define QBYTES 17
 #include "iq_tables.glsl"
+// The E8M0 scale byte of the block at GGUF byte blk.
+uint mxfp4_e(uint blk) {
+    uint b = blk / 17u;
+    return q_u8(272u * (b >> 4) + (b & 15u));
+}
+// The byte (16-aligned) of the qs of the block at GGUF byte blk.
+uint mxfp4_qs(uint blk) {
+    uint b = blk / 17u;
+    return 272u * (b >> 4) + 16u + 16u * (b & 15u);
+}
+// The 4 words of qs of the block at GGUF byte blk into q[0..3].
+#define MXFP4_LOAD_QS(q, blk) { uint w_ = mxfp4_qs(blk) >> 2; \
+    [[unroll]] for (uint i_ = 0; i_ < 4u; i_++) q[i_] = QW(w_ + i_); }
 float dq(uint blk, uint j) {
-    float d = e8m0_half(q_u8(blk));
-    uint q = (q_u8(blk + 1u + (j & 15u)) >> ((j >> 4) * 4u)) & 0xFu;
+    float d = e8m0_half(mxfp4_e(blk));
+    uint q = (q_u8(mxfp4_qs(blk) + (j & 15u)) >> ((j >> 4) * 4u)) & 0xFu;
     precise float v = float(KVALUES_FP4[q]) * d;
     return v;
 }

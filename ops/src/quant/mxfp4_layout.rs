@@ -1,0 +1,161 @@
+//! MXFP4's device layout: how a [`QMatrix`](super::QMatrix) part holds ggml's
+//! `block_mxfp4 { u8 e; u8 qs[16]; }` (17 bytes, ggml-common.h) so that every block's
+//! codes are one aligned 16-byte load.
+//!
+//! A part's blocks, in GGUF order (block `b` at GGUF byte `17 b` of the part), go in groups
+//! of [`GROUP_BLOCKS`]: group `g = b / 16` takes [`GROUP_BYTES`] bytes from byte `272 g`,
+//! the 16 E8M0 scales first (block `b`'s `e` at byte `272 g + b % 16`), then the 16 blocks'
+//! `qs` (block `b`'s at bytes `272 g + 16 + 16 (b % 16)` ..` + 16`, unchanged). A partial
+//! last group is laid out as a whole one, its missing blocks zero. A kernel finds block `b`
+//! from the GGUF byte offset `17 b` it already computes (`include/quant.glsl`'s
+//! `mxfp4_e` and `mxfp4_qs`).
+//!
+//! Negative zero (code 8) is stored as zero (code 0): the same value for every kernel,
+//! and it lets the integer-dot mat-vec negate codes bytewise without a carry
+//! (`mul_mat_vec_dot.comp`). ggml's quantizer never writes code 8 (`best_index_mxfp4`
+//! keeps the first of equal errors), so only files that carry it see it change.
+
+use vkml_hal::{Buffer, Stream};
+
+use crate::error::{OpsError, Result};
+use crate::launch::{grid, pipeline, push_words};
+
+/// Blocks per group.
+pub const GROUP_BLOCKS: usize = 16;
+/// Bytes per group: 16 scales and 16 × 16 code bytes, 17 blocks' worth.
+pub const GROUP_BYTES: usize = GROUP_BLOCKS * 17;
+/// GGUF bytes of a block.
+const BLOCK_BYTES: usize = 17;
+
+/// Device bytes holding `blocks` blocks (whole groups; a multiple of 16).
+pub fn device_bytes(blocks: usize) -> usize {
+    blocks.div_ceil(GROUP_BLOCKS) * GROUP_BYTES
+}
+
+/// `gguf` (whole blocks in GGUF order, `17 n` bytes) in the device layout, negative zeros
+/// made zero: [`device_bytes`]`(n)` bytes.
+pub fn to_device(gguf: &[u8]) -> Vec<u8> {
+    debug_assert!(gguf.len().is_multiple_of(BLOCK_BYTES));
+    let blocks = gguf.len() / BLOCK_BYTES;
+    let mut out = vec![0u8; device_bytes(blocks)];
+    for (b, block) in gguf.chunks_exact(BLOCK_BYTES).enumerate() {
+        let (g, j) = (b / GROUP_BLOCKS, b % GROUP_BLOCKS);
+        out[g * GROUP_BYTES + j] = block[0];
+        let qs = &mut out[g * GROUP_BYTES + 16 + 16 * j..][..16];
+        for (o, &q) in qs.iter_mut().zip(&block[1..]) {
+            // A nibble of 8 (negative zero) becomes 0.
+            let lo = if q & 0x0F == 0x08 { 0 } else { q & 0x0F };
+            let hi = if q & 0xF0 == 0x80 { 0 } else { q & 0xF0 };
+            *o = lo | hi;
+        }
+    }
+    out
+}
+
+/// The first `blocks` blocks of `device` (the device layout) in GGUF order: `17 blocks`
+/// bytes.
+pub fn from_device(device: &[u8], blocks: usize) -> Vec<u8> {
+    debug_assert!(device.len() >= device_bytes(blocks));
+    let mut out = Vec::with_capacity(blocks * BLOCK_BYTES);
+    for b in 0..blocks {
+        let (g, j) = (b / GROUP_BLOCKS, b % GROUP_BLOCKS);
+        out.push(device[g * GROUP_BYTES + j]);
+        out.extend_from_slice(&device[g * GROUP_BYTES + 16 + 16 * j..][..16]);
+    }
+    out
+}
+
+/// Records the copy of `n` blocks from block `src0` of part `src` to block `dst0` of part
+/// `dst`, both in the device layout (`mxfp4_copy_blocks.comp`; blocks change group, so
+/// no byte copy does). What `dst` holds outside those blocks stays.
+///
+/// # Errors
+/// [`OpsError::Shape`] when a range passes its buffer or 2^32 blocks; HAL errors.
+pub(super) fn copy_blocks(s: &mut Stream, src: &Buffer, src0: u64, dst: &Buffer, dst0: u64, n: u64) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let (src_end, dst_end) = (src0 + n, dst0 + n);
+    if device_bytes(src_end as usize) as u64 > src.size()
+        || device_bytes(dst_end as usize) as u64 > dst.size()
+        || dst_end.div_ceil(4) > u64::from(u32::MAX)
+        || src_end > u64::from(u32::MAX)
+    {
+        return Err(OpsError::Shape {
+            op: "mxfp4_copy_blocks",
+            reason: format!(
+                "blocks {src0}..{src_end} of {} bytes to {dst0}..{dst_end} of {} bytes",
+                src.size(),
+                dst.size()
+            ),
+        });
+    }
+    let dev = s.device().clone();
+    const WG: u32 = 64;
+    let p = pipeline(&dev, "mxfp4_copy_blocks", WG)?;
+    let quads = dst_end.div_ceil(4) - dst0 / 4;
+    let pc = push_words(&[src0 as u32, dst0 as u32, n as u32, quads as u32]);
+    let g = grid(&dev, "mxfp4_copy_blocks", quads.div_ceil(u64::from(WG)))?;
+    s.dispatch(&p, &[src.into(), dst.into()], &pc, g)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks of pseudo-random bytes with no code 8, like ggml's quantizer writes.
+    fn blocks(n: usize) -> Vec<u8> {
+        let mut s = 0x9E37_79B9u32;
+        (0..17 * n)
+            .map(|i| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                let v = (s >> 8) as u8;
+                if i % 17 == 0 {
+                    v
+                } else {
+                    // (no nibble 8: those become 0)
+                    let lo = if v & 0x0F == 8 { 9 } else { v & 0x0F };
+                    let hi = if v & 0xF0 == 0x80 { 0x90 } else { v & 0xF0 };
+                    lo | hi
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn round_trips_whole_and_partial_groups() {
+        for n in [1, 15, 16, 17, 90, 128, 1000] {
+            let g = blocks(n);
+            let d = to_device(&g);
+            assert_eq!(d.len(), device_bytes(n));
+            assert_eq!(d.len() % 16, 0);
+            assert_eq!(from_device(&d, n), g, "{n} blocks");
+        }
+    }
+
+    #[test]
+    fn places_scales_and_codes_by_group() {
+        let g = blocks(40);
+        let d = to_device(&g);
+        // block 37: group 2, slot 5
+        assert_eq!(d[2 * 272 + 5], g[37 * 17]);
+        assert_eq!(&d[2 * 272 + 16 + 16 * 5..][..16], &g[37 * 17 + 1..][..16]);
+        // the partial group's missing blocks are zero
+        assert!(d[2 * 272 + 8..2 * 272 + 16].iter().all(|&b| b == 0));
+        assert!(d[2 * 272 + 16 + 16 * 8..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn negative_zero_becomes_zero() {
+        let mut g = blocks(1);
+        g[1] = 0x88; // both nibbles negative zero
+        g[2] = 0x8F; // low -12, high negative zero
+        g[3] = 0xF8; // low negative zero, high -12
+        let back = from_device(&to_device(&g), 1);
+        assert_eq!(&back[1..4], &[0x00, 0x0F, 0xF0]);
+        assert_eq!(&back[4..], &g[4..]);
+    }
+}
