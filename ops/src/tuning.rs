@@ -39,9 +39,9 @@ pub struct MatVecConfig {
     /// applies. Changes results by the Q8_1 rounding of `x` (as ggml's MMVQ path does).
     /// [`mat_vec_config`] turns it on where [`q8_1_activations`] holds.
     pub integer_dot: bool,
-    /// MXFP4 on the integer-dot kernel too (its codes' magnitudes by bit arithmetic, the
-    /// signs in the dot products); else MXFP4 keeps the block-wise kernel on f32 `x`. H200,
-    /// gpt-oss-20b tg128 (benches/RESULTS.md, issue 31, twenty-sixth and twenty-seventh
+    /// MXFP4 on the integer-dot kernel too (its codes' magnitudes by bit arithmetic, then
+    /// negated bytewise by their signs); else MXFP4 keeps the block-wise kernel on f32 `x`.
+    /// H200, gpt-oss-20b tg128 (benches/RESULTS.md, issue 31, twenty-sixth and twenty-seventh
     /// sessions): 364.3 / 364.8 t/s on the block kernel; 404.3 / 404.2 on the integer-dot
     /// kernel with a shared-memory table of code pairs, 436.3 / 436.2 by the bit arithmetic;
     /// the 4096² mat-vec alone 6.1 µs on the block kernel, 5.3 on the integer-dot kernel.

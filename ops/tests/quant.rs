@@ -614,10 +614,11 @@ fn integer_dot_mat_vec_matches_cpu_dot() {
     assert_clean(&dev);
 }
 
-/// MXFP4's integer-dot decode (`mul_mat_vec_dot.comp`'s bit arithmetic per nibble, the
-/// signs through extra packed dot products) on every weight byte at every position of a
-/// block: 256 blocks whose byte j is (n + 17 j) mod 256, so each of the 256 code pairs,
-/// the negative zero (code 8) among them, sits at each of the 16 positions once, with
+/// MXFP4's integer-dot decode (`mul_mat_vec_dot.comp`'s bit arithmetic per nibble, codes
+/// negated bytewise by their signs) on every weight byte at every position of a block:
+/// 256 blocks whose byte j is (n + 17 j) mod 256, so each of the 256 code pairs, the
+/// negative zero (code 8) among them, sits at each of the 16 positions once (the device
+/// layout stores negative zero as zero: without that, its negation carries), with
 /// scales 2^-4 .. 2^4. Both kernels (x quantized in the kernel, and x quantized before) are
 /// checked against vkml-quant's `vec_dot_q8_1` (ggml's `vec_dot_mxfp4_q8_0` on the very
 /// Q8_1 blocks) and against each other bit for bit.

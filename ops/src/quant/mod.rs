@@ -1,5 +1,5 @@
-//! Quantized weights on the GPU: raw GGUF block bytes uploaded once and read directly by
-//! the kernels (`shader-src/shaders/{dequant,get_rows,mul_mat_vec}.comp`, block decoding
+//! Quantized weights on the GPU: raw GGUF block bytes (MXFP4's regrouped) uploaded once
+//! and read directly by the kernels (`shader-src/shaders/{dequant,get_rows,mul_mat_vec}.comp`, block decoding
 //! in `include/quant.glsl`).
 //!
 //! Mat-vec kernels, fastest first ([`mat_vec_with`] picks by [`MatVecConfig`] and type):
@@ -10,14 +10,17 @@
 //! row decoding element by element with `dq()` (every type, `mul_mat_vec.comp`).
 //!
 //! Layout: a matrix of `rows` rows of `k` elements, GGUF/ggml order (`ne[0] = k` is the
-//! contiguous dimension); each row is `k / block_size` blocks, `row_bytes` bytes.
+//! contiguous dimension); each row is `k / block_size` blocks, `row_bytes` bytes. MXFP4's
+//! blocks are regrouped by 16 in device memory (`mxfp4_layout.rs`); kernels still address
+//! them by GGUF byte offset.
 //!
 //! By concept: the types and their kernels here; [`QMatrix`], dequantize and get_rows in
-//! `matrix.rs`; the mat-vecs (with their fused epilogues and norm) in `mat_vec.rs`, the
-//! expert-indexed one of a mixture-of-experts step ([`mat_vec_id`]) in `mat_vec_id.rs`; the
-//! Q8_1 activation quantizer in `q8_1.rs`; the mat-mats in `mat_mat.rs`, the expert-grouped
-//! one of a mixture-of-experts prompt ([`mat_mat_id`]) in `mat_mat_id.rs`; [`linear`], the
-//! one entry that picks among them, in `linear.rs`.
+//! `matrix.rs`; MXFP4's device layout in `mxfp4_layout.rs`; the mat-vecs (with their fused
+//! epilogues and norm) in `mat_vec.rs`, the expert-indexed one of a mixture-of-experts
+//! step ([`mat_vec_id`]) in `mat_vec_id.rs`; the Q8_1 activation quantizer in `q8_1.rs`;
+//! the mat-mats in `mat_mat.rs`, the expert-grouped one of a mixture-of-experts prompt
+//! ([`mat_mat_id`]) in `mat_mat_id.rs`; [`linear`], the one entry that picks among them, in
+//! `linear.rs`.
 
 mod linear;
 mod mat_mat;
@@ -170,7 +173,7 @@ pub fn block_kernel(ty: GgmlType) -> Option<&'static str> {
 
 /// Types with an integer-dot mat-vec kernel (`mul_mat_vec_dot.comp`): Q4_0 and Q8_0, their
 /// quants straight into the packed dot products, and MXFP4, its codes' magnitudes by bit
-/// arithmetic and their signs through more dot products (where
+/// arithmetic, negated bytewise by their signs (where
 /// [`crate::tuning::MatVecConfig::integer_dot_mxfp4`]).
 pub const DOT_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::MXFP4];
 

@@ -2,8 +2,8 @@
 //
 // The weight buffer is bound as `uint qw[]` (raw GGUF block bytes, little-endian; or in up
 // to four parts, QW_PARTS below) and read through QW(word) by byte/16-bit loaders, so no 8/16-bit storage feature is needed. Every
-// GGML block size in bytes is even except MXFP4's 17 (which reads bytes only), so 16-bit
-// fields are 2-byte aligned and never straddle a 32-bit word.
+// GGML block size in bytes is even, so 16-bit fields are 2-byte aligned and never straddle
+// a 32-bit word; MXFP4's 17-byte blocks are regrouped on upload (mxfp4_e, mxfp4_qs below).
 //
 // Select the format with QTYPE = its GGUF id (ggml.h `enum ggml_type`):
 //   0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0, 9 Q8_1, 10 Q2_K, 11 Q3_K,
