@@ -42,14 +42,21 @@ pub fn to_device(gguf: &[u8]) -> Vec<u8> {
         let (g, j) = (b / GROUP_BLOCKS, b % GROUP_BLOCKS);
         out[g * GROUP_BYTES + j] = block[0];
         let qs = &mut out[g * GROUP_BYTES + 16 + 16 * j..][..16];
-        for (o, &q) in qs.iter_mut().zip(&block[1..]) {
-            // A nibble of 8 (negative zero) becomes 0.
-            let lo = if q & 0x0F == 0x08 { 0 } else { q & 0x0F };
-            let hi = if q & 0xF0 == 0x80 { 0 } else { q & 0xF0 };
-            *o = lo | hi;
+        for (o, q) in qs.chunks_exact_mut(8).zip(block[1..].chunks_exact(8)) {
+            let w = u64::from_le_bytes(q.try_into().expect("8 bytes"));
+            o.copy_from_slice(&without_negative_zero(w).to_le_bytes());
         }
     }
     out
+}
+
+/// `w`'s 16 nibbles with each 8 (negative zero) made 0.
+fn without_negative_zero(w: u64) -> u64 {
+    const ONES: u64 = 0x1111_1111_1111_1111;
+    // Bit 0 of a nibble: any of its low 3 bits set; then the nibbles that are exactly 8.
+    let low = (w | (w >> 1) | (w >> 2)) & ONES;
+    let neg_zero = (w >> 3) & ONES & !low;
+    w & !(neg_zero << 3)
 }
 
 /// The first `blocks` blocks of `device` (the device layout) in GGUF order: `17 blocks`
@@ -146,6 +153,17 @@ mod tests {
         // the partial group's missing blocks are zero
         assert!(d[2 * 272 + 8..2 * 272 + 16].iter().all(|&b| b == 0));
         assert!(d[2 * 272 + 16 + 16 * 8..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn only_negative_zero_nibbles_change() {
+        for n in 0..16u64 {
+            for at in 0..16 {
+                let w = 0x7F9A_3C5E_1B2D_4F60u64 & !(0xF << (4 * at)) | n << (4 * at);
+                let want = if n == 8 { w & !(0xF << (4 * at)) } else { w };
+                assert_eq!(without_negative_zero(w), want, "nibble {n} at {at}");
+            }
+        }
     }
 
     #[test]
