@@ -167,7 +167,7 @@ impl QMatrix {
             let at = (part.row0 as u64 * row_bytes) as usize;
             let blocks = &bytes[at..at + (part.rows as u64 * row_bytes) as usize];
             if ty == GgmlType::MXFP4 {
-                part.buffer.write(0, &mxfp4_layout::to_device(blocks))?;
+                mxfp4_layout::write(&part.buffer, blocks)?;
             } else {
                 part.buffer.write(0, blocks)?;
             }

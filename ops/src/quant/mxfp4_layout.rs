@@ -35,19 +35,46 @@ pub fn device_bytes(blocks: usize) -> usize {
 /// `gguf` (whole blocks in GGUF order, `17 n` bytes) in the device layout, negative zeros
 /// made zero: [`device_bytes`]`(n)` bytes.
 pub fn to_device(gguf: &[u8]) -> Vec<u8> {
-    debug_assert!(gguf.len().is_multiple_of(BLOCK_BYTES));
-    let blocks = gguf.len() / BLOCK_BYTES;
-    let mut out = vec![0u8; device_bytes(blocks)];
-    for (b, block) in gguf.chunks_exact(BLOCK_BYTES).enumerate() {
-        let (g, j) = (b / GROUP_BLOCKS, b % GROUP_BLOCKS);
-        out[g * GROUP_BYTES + j] = block[0];
-        let qs = &mut out[g * GROUP_BYTES + 16 + 16 * j..][..16];
-        for (o, q) in qs.chunks_exact_mut(8).zip(block[1..].chunks_exact(8)) {
-            let w = u64::from_le_bytes(q.try_into().expect("8 bytes"));
-            o.copy_from_slice(&without_negative_zero(w).to_le_bytes());
-        }
-    }
+    let mut out = Vec::with_capacity(device_bytes(gguf.len() / BLOCK_BYTES));
+    to_device_into(gguf, &mut out);
     out
+}
+
+/// [`to_device`], appended to `out`.
+fn to_device_into(gguf: &[u8], out: &mut Vec<u8>) {
+    debug_assert!(gguf.len().is_multiple_of(BLOCK_BYTES));
+    // A group's 16 blocks are 272 GGUF bytes too.
+    for blocks in gguf.chunks(GROUP_BYTES) {
+        let mut group = [0u8; GROUP_BYTES];
+        let (scales, codes) = group.split_at_mut(GROUP_BLOCKS);
+        for ((e, qs), block) in scales.iter_mut().zip(codes.chunks_exact_mut(16)).zip(blocks.chunks_exact(BLOCK_BYTES))
+        {
+            *e = block[0];
+            for (o, q) in qs.chunks_exact_mut(8).zip(block[1..].chunks_exact(8)) {
+                let w = u64::from_le_bytes(q.try_into().expect("8 bytes"));
+                o.copy_from_slice(&without_negative_zero(w).to_le_bytes());
+            }
+        }
+        out.extend_from_slice(&group);
+    }
+}
+
+/// Writes `gguf` (whole blocks in GGUF order) into `buffer` from byte 0 in the device
+/// layout, 64 MiB of whole groups at a time (a group's GGUF and device bytes have the
+/// same size, so each chunk lands where its GGUF bytes start): no host copy of a whole
+/// part.
+///
+/// # Errors
+/// HAL errors of the writes (a `buffer` smaller than [`device_bytes`] of the blocks).
+pub(super) fn write(buffer: &Buffer, gguf: &[u8]) -> Result<()> {
+    const CHUNK: usize = (64 << 20) / GROUP_BYTES * GROUP_BYTES;
+    let mut dev = Vec::with_capacity(CHUNK.min(device_bytes(gguf.len() / BLOCK_BYTES)));
+    for (i, chunk) in gguf.chunks(CHUNK).enumerate() {
+        dev.clear();
+        to_device_into(chunk, &mut dev);
+        buffer.write((i * CHUNK) as u64, &dev)?;
+    }
+    Ok(())
 }
 
 /// `w`'s 16 nibbles with each 8 (negative zero) made 0.
@@ -141,6 +168,20 @@ mod tests {
             assert_eq!(d.len() % 16, 0);
             assert_eq!(from_device(&d, n), g, "{n} blocks");
         }
+    }
+
+    /// What [`write`] relies on: chunks of whole groups converted one by one, each at the
+    /// GGUF offset it starts at, make the whole's device bytes.
+    #[test]
+    fn chunks_of_whole_groups_land_at_their_gguf_offsets() {
+        let g = blocks(16 * 5 + 7);
+        let whole = to_device(&g);
+        let mut pieces = Vec::new();
+        for (i, c) in g.chunks(2 * GROUP_BYTES).enumerate() {
+            assert_eq!(pieces.len(), i * 2 * GROUP_BYTES);
+            to_device_into(c, &mut pieces);
+        }
+        assert_eq!(pieces, whole);
     }
 
     #[test]
