@@ -116,7 +116,9 @@ impl QTensor {
         Ok(QTensor { matrix, dtype, shape, device: dev })
     }
 
-    /// The blocks back as candle's `QTensor` on the CPU (the bytes uploaded, unchanged).
+    /// The blocks back as candle's `QTensor` on the CPU: the bytes uploaded, unchanged, but
+    /// for MXFP4's negative zeros, which come back as zeros (the same values; the device
+    /// layout of `vkml_ops::quant::mxfp4_layout` does not keep them).
     ///
     /// # Errors
     /// Device errors of the read-back.

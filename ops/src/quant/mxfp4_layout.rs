@@ -6,7 +6,9 @@
 //! of [`GROUP_BLOCKS`]: group `g = b / 16` takes [`GROUP_BYTES`] bytes from byte `272 g`,
 //! the 16 E8M0 scales first (block `b`'s `e` at byte `272 g + b % 16`), then the 16 blocks'
 //! `qs` (block `b`'s at bytes `272 g + 16 + 16 (b % 16)` ..` + 16`, unchanged). A partial
-//! last group is laid out as a whole one, its missing blocks zero. A kernel finds block `b`
+//! last group is laid out as a whole one; no kernel reads its missing blocks' bytes (zero
+//! after an upload, whatever the allocation held after `quantize` or `concat_rows`). A
+//! kernel finds block `b`
 //! from the GGUF byte offset `17 b` it already computes (`include/quant.glsl`'s
 //! `mxfp4_e` and `mxfp4_qs`).
 //!
@@ -101,7 +103,9 @@ pub fn from_device(device: &[u8], blocks: usize) -> Vec<u8> {
 
 /// Records the copy of `n` blocks from block `src0` of part `src` to block `dst0` of part
 /// `dst`, both in the device layout (`mxfp4_copy_blocks.comp`; blocks change group, so
-/// no byte copy does). What `dst` holds outside those blocks stays.
+/// no byte copy does). What `dst` holds outside those blocks stays: the kernel rewrites
+/// the scale words it shares with them, which is safe only because each dispatch binds
+/// the whole `dst` read-write, so the stream puts a barrier between copies into it.
 ///
 /// # Errors
 /// [`OpsError::Shape`] when a range passes its buffer or 2^32 blocks; HAL errors.
