@@ -80,11 +80,14 @@ layout(push_constant) uniform P { uint x_off; uint n_blocks; uint n_words; } p;
 #else // Q1_0, Q2_0
 #define BLOCK_BYTES 18u
 #endif
-// Blocks per invocation: a whole number of 32-bit words.
+// Blocks per invocation: a whole number of 32-bit words. BLOCK_AT(k): where block k of
+// the invocation starts in w (quantize_block's `at`); MXFP4's is its slot k of a quad.
 #if defined(MXFP4)
 #define INV_BLOCKS 4u
+#define BLOCK_AT(k) (k)
 #else
 #define INV_BLOCKS 2u
+#define BLOCK_AT(k) ((k) * BLOCK_BYTES)
 #endif
 #define INV_WORDS (INV_BLOCKS * BLOCK_BYTES / 4u)
 
@@ -506,10 +509,10 @@ void main() {
     uint b0 = INV_BLOCKS * g;
     if (b0 >= p.n_blocks) return;
     for (uint i = 0u; i < INV_WORDS; i++) w[i] = 0u;
-#if defined(MXFP4)
     for (uint k = 0u; k < INV_BLOCKS; k++) {
-        if (b0 + k < p.n_blocks) quantize_block(b0 + k, k);
+        if (b0 + k < p.n_blocks) quantize_block(b0 + k, BLOCK_AT(k));
     }
+#if defined(MXFP4)
     // Quad g & 3 of group g / 4 (68 words): its scale word, then its 16 words of qs.
     uint grp = 68u * (g >> 2), quad = g & 3u;
     if (grp + quad < p.n_words) y[grp + quad] = w[0];
@@ -518,9 +521,6 @@ void main() {
         if (at < p.n_words) y[at] = w[1u + i];
     }
 #else
-    for (uint k = 0u; k < INV_BLOCKS; k++) {
-        if (b0 + k < p.n_blocks) quantize_block(b0 + k, k * BLOCK_BYTES);
-    }
     uint base = g * INV_WORDS;
     for (uint i = 0u; i < INV_WORDS; i++) {
         if (base + i < p.n_words) y[base + i] = w[i];

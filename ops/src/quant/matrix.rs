@@ -94,7 +94,7 @@ fn row_bytes(op: &'static str, ty: GgmlType, k: usize) -> Result<u64> {
 pub(super) fn part_bytes(ty: GgmlType, rows: usize, row_bytes: u64) -> u64 {
     let bytes = rows as u64 * row_bytes;
     if ty == GgmlType::MXFP4 {
-        return mxfp4_layout::device_bytes((bytes / 17) as usize) as u64;
+        return mxfp4_layout::device_bytes((bytes / mxfp4_layout::BLOCK_BYTES as u64) as usize) as u64;
     }
     bytes.div_ceil(4) * 4
 }
@@ -233,7 +233,7 @@ impl QMatrix {
             if self.ty == GgmlType::MXFP4 {
                 let mut dev = vec![0u8; part_bytes(self.ty, part.rows, self.row_bytes) as usize];
                 part.buffer.read(0, &mut dev)?;
-                dst.copy_from_slice(&mxfp4_layout::from_device(&dev, dst.len() / 17));
+                mxfp4_layout::from_device(&dev, dst);
             } else {
                 part.buffer.read(0, dst)?;
             }
@@ -277,7 +277,7 @@ impl QMatrix {
                 let n = (src.rows - done).min(dst.rows - (at - dst.row0));
                 if first.ty == GgmlType::MXFP4 {
                     // (blocks move between groups: a kernel, not a byte copy)
-                    let b = rb / 17;
+                    let b = rb / mxfp4_layout::BLOCK_BYTES as u64;
                     let (from, to) = (done as u64 * b, (at - dst.row0) as u64 * b);
                     mxfp4_layout::copy_blocks(s, &src.buffer, from, &dst.buffer, to, n as u64 * b)?;
                 } else {

@@ -1,6 +1,6 @@
 //! Quantized weights on the GPU: raw GGUF block bytes (MXFP4's regrouped) uploaded once
-//! and read directly by the kernels (`shader-src/shaders/{dequant,get_rows,mul_mat_vec}.comp`, block decoding
-//! in `include/quant.glsl`).
+//! and read directly by the kernels (`shader-src/shaders/{dequant,get_rows,mul_mat_vec}.comp`,
+//! block decoding in `include/quant.glsl`).
 //!
 //! Mat-vec kernels, fastest first ([`mat_vec_with`] picks by [`MatVecConfig`] and type):
 //! block-wise, one subgroup per `rows_per_subgroup` rows with lanes decoding 32-element

@@ -8,9 +8,8 @@
 //! `qs` (block `b`'s at bytes `272 g + 16 + 16 (b % 16)` ..` + 16`, unchanged). A partial
 //! last group is laid out as a whole one; no kernel reads its missing blocks' bytes (zero
 //! after an upload, whatever the allocation held after `quantize` or `concat_rows`). A
-//! kernel finds block `b`
-//! from the GGUF byte offset `17 b` it already computes (`include/quant.glsl`'s
-//! `mxfp4_e` and `mxfp4_qs`).
+//! kernel finds block `b` from the GGUF byte offset `17 b` it already computes
+//! (`include/quant.glsl`'s `mxfp4_e` and `mxfp4_qs`).
 //!
 //! Negative zero (code 8) is stored as zero (code 0): the same value for every kernel,
 //! and it lets the integer-dot mat-vec negate codes bytewise without a carry
@@ -22,12 +21,12 @@ use vkml_hal::{Buffer, Stream};
 use crate::error::{OpsError, Result};
 use crate::launch::{grid, pipeline, push_words};
 
+/// GGUF bytes of a block (ggml's `sizeof(block_mxfp4)`).
+pub const BLOCK_BYTES: usize = 17;
 /// Blocks per group.
 pub const GROUP_BLOCKS: usize = 16;
-/// Bytes per group: 16 scales and 16 × 16 code bytes, 17 blocks' worth.
-pub const GROUP_BYTES: usize = GROUP_BLOCKS * 17;
-/// GGUF bytes of a block.
-const BLOCK_BYTES: usize = 17;
+/// Bytes per group: 16 scales and 16 × 16 code bytes, 16 blocks' GGUF bytes.
+pub const GROUP_BYTES: usize = GROUP_BLOCKS * BLOCK_BYTES;
 
 /// Device bytes holding `blocks` blocks (whole groups; a multiple of 16).
 pub fn device_bytes(blocks: usize) -> usize {
@@ -88,17 +87,15 @@ fn without_negative_zero(w: u64) -> u64 {
     w & !(neg_zero << 3)
 }
 
-/// The first `blocks` blocks of `device` (the device layout) in GGUF order: `17 blocks`
-/// bytes.
-pub fn from_device(device: &[u8], blocks: usize) -> Vec<u8> {
-    debug_assert!(device.len() >= device_bytes(blocks));
-    let mut out = Vec::with_capacity(blocks * BLOCK_BYTES);
-    for b in 0..blocks {
+/// The first `gguf.len() / 17` blocks of `device` (the device layout) into `gguf`, in
+/// GGUF order.
+pub fn from_device(device: &[u8], gguf: &mut [u8]) {
+    debug_assert!(device.len() >= device_bytes(gguf.len() / BLOCK_BYTES));
+    for (b, block) in gguf.chunks_exact_mut(BLOCK_BYTES).enumerate() {
         let (g, j) = (b / GROUP_BLOCKS, b % GROUP_BLOCKS);
-        out.push(device[g * GROUP_BYTES + j]);
-        out.extend_from_slice(&device[g * GROUP_BYTES + 16 + 16 * j..][..16]);
+        block[0] = device[g * GROUP_BYTES + j];
+        block[1..].copy_from_slice(&device[g * GROUP_BYTES + 16 + 16 * j..][..16]);
     }
-    out
 }
 
 /// Records the copy of `n` blocks from block `src0` of part `src` to block `dst0` of part
@@ -170,7 +167,9 @@ mod tests {
             let d = to_device(&g);
             assert_eq!(d.len(), device_bytes(n));
             assert_eq!(d.len() % 16, 0);
-            assert_eq!(from_device(&d, n), g, "{n} blocks");
+            let mut back = vec![0u8; g.len()];
+            from_device(&d, &mut back);
+            assert_eq!(back, g, "{n} blocks");
         }
     }
 
@@ -217,7 +216,8 @@ mod tests {
         g[1] = 0x88; // both nibbles negative zero
         g[2] = 0x8F; // low -12, high negative zero
         g[3] = 0xF8; // low negative zero, high -12
-        let back = from_device(&to_device(&g), 1);
+        let mut back = vec![0u8; g.len()];
+        from_device(&to_device(&g), &mut back);
         assert_eq!(&back[1..4], &[0x00, 0x0F, 0xF0]);
         assert_eq!(&back[4..], &g[4..]);
     }
