@@ -34,14 +34,16 @@ pub fn device_bytes(blocks: usize) -> usize {
 }
 
 /// `gguf` (whole blocks in GGUF order, `17 n` bytes) in the device layout, negative zeros
-/// made zero: [`device_bytes`]`(n)` bytes.
-pub fn to_device(gguf: &[u8]) -> Vec<u8> {
+/// made zero: [`device_bytes`]`(n)` bytes (the tests' whole-part form of [`write`]).
+#[cfg(test)]
+fn to_device(gguf: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(device_bytes(gguf.len() / BLOCK_BYTES));
     to_device_into(gguf, &mut out);
     out
 }
 
-/// [`to_device`], appended to `out`.
+/// `gguf` (whole blocks in GGUF order) in the device layout, negative zeros made zero,
+/// appended to `out`.
 fn to_device_into(gguf: &[u8], out: &mut Vec<u8>) {
     debug_assert!(gguf.len().is_multiple_of(BLOCK_BYTES));
     // A group's 16 blocks are 272 GGUF bytes too.
@@ -89,7 +91,7 @@ fn without_negative_zero(w: u64) -> u64 {
 
 /// The first `gguf.len() / 17` blocks of `device` (the device layout) into `gguf`, in
 /// GGUF order.
-pub fn from_device(device: &[u8], gguf: &mut [u8]) {
+pub(super) fn from_device(device: &[u8], gguf: &mut [u8]) {
     debug_assert!(device.len() >= device_bytes(gguf.len() / BLOCK_BYTES));
     for (b, block) in gguf.chunks_exact_mut(BLOCK_BYTES).enumerate() {
         let (g, j) = (b / GROUP_BLOCKS, b % GROUP_BLOCKS);
